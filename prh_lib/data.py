@@ -1,0 +1,319 @@
+"""Image-caption pairs: loading a dataset source and choosing N pairs with a caption policy.
+
+A *source* turns a location into an :class:`ImageCaptionDataset` (every image with all of its captions).
+:func:`sample_pairs` then draws ``n`` images with a seed and picks one text per image with a caption
+policy, keeping sample ids in row order. Extraction reads :class:`Pairs` only, so adding a source (WIT,
+DOCCI, CC3M with DreamLIP captions, ...) means adding one loader to :data:`SOURCES`.
+
+The paper samples N = 1024 pairs per dataset (Herbst et al., Section 2); the offline default is the
+239-image ``coco-mini`` folder found through :func:`prh_lib.paths.data_root`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from . import paths
+
+CAPTION_POLICIES = ("first", "random", "concat")
+
+
+class DataError(ValueError):
+    """A dataset is missing, unreadable or malformed; the message names the path and the fix."""
+
+
+@dataclass(frozen=True)
+class ImageCaptionDataset:
+    """Every image of a source with all of its captions.
+
+    Attributes
+    ----------
+    name : str
+        Short name of the dataset (used in cache keys and figure labels).
+    sample_ids : tuple of str, length n_images
+        Stable identifier of each image (COCO: the image id), sorted.
+    images : tuple, length n_images
+        For each sample, a path to an image file or an in-memory ``PIL.Image``.
+    captions : tuple of tuple of str, length n_images
+        All captions of each image, in the source's order (COCO: by annotation id).
+    source : str
+        Where the data came from (folder path or dataset id and revision).
+    """
+
+    name: str
+    sample_ids: tuple[str, ...]
+    images: tuple
+    captions: tuple[tuple[str, ...], ...]
+    source: str
+
+    def __post_init__(self):
+        n = len(self.sample_ids)
+        if len(self.images) != n or len(self.captions) != n:
+            raise DataError(
+                f"dataset {self.name!r}: {n} sample ids but {len(self.images)} images and "
+                f"{len(self.captions)} caption lists"
+            )
+        if len(set(self.sample_ids)) != n:
+            raise DataError(f"dataset {self.name!r}: sample ids are not unique")
+        empty = [s for s, caps in zip(self.sample_ids, self.captions) if not caps]
+        if empty:
+            raise DataError(f"dataset {self.name!r}: images without captions: {empty[:5]}")
+
+    def __len__(self) -> int:
+        return len(self.sample_ids)
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """N image-caption pairs in a fixed row order: row i of every feature matrix is sample ``sample_ids[i]``.
+
+    Attributes
+    ----------
+    dataset : str
+        Name of the dataset the pairs come from.
+    sample_ids : tuple of str, length n
+    images : tuple, length n
+        Image path or ``PIL.Image`` of each pair.
+    texts : tuple of str, length n
+        The text of each pair after the caption policy.
+    caption_policy : str
+        ``"first"``, ``"random"`` or ``"concat"`` (see :func:`sample_pairs`).
+    n_captions : int
+        Number of captions concatenated (``"concat"``) or 1.
+    seed : int
+        Seed of the sample and of the random caption choice.
+    """
+
+    dataset: str
+    sample_ids: tuple[str, ...]
+    images: tuple
+    texts: tuple[str, ...]
+    caption_policy: str = "first"
+    n_captions: int = 1
+    seed: int = 0
+    info: dict = field(default_factory=dict, compare=False)
+
+    def __len__(self) -> int:
+        return len(self.sample_ids)
+
+    def load_images(self, indices: Sequence[int] | None = None):
+        """Open the images of the given rows (all rows by default) as RGB ``PIL.Image`` objects.
+
+        Raises
+        ------
+        DataError
+            If an image file is missing or cannot be decoded; the message names the file.
+        """
+        from PIL import Image, UnidentifiedImageError
+
+        rows = range(len(self)) if indices is None else indices
+        out = []
+        for i in rows:
+            item = self.images[i]
+            if isinstance(item, (str, Path)):
+                try:
+                    with Image.open(item) as im:
+                        out.append(im.convert("RGB"))
+                except (OSError, UnidentifiedImageError) as err:
+                    raise DataError(
+                        f"cannot read image {item} (sample {self.sample_ids[i]!r}): {err}"
+                    ) from err
+            else:
+                out.append(item.convert("RGB"))
+        return out
+
+    def text_fingerprint(self) -> str:
+        """SHA-256 (hex, 16 chars) of the sample ids and texts in row order: the text side's cache key."""
+        h = hashlib.sha256()
+        for sid, text in zip(self.sample_ids, self.texts):
+            h.update(sid.encode() + b"\x00" + text.encode() + b"\x01")
+        return h.hexdigest()[:16]
+
+    def image_fingerprint(self) -> str:
+        """SHA-256 (hex, 16 chars) of the sample ids and image identities (file name and size) in row order."""
+        h = hashlib.sha256()
+        for sid, item in zip(self.sample_ids, self.images):
+            if isinstance(item, (str, Path)):
+                p = Path(item)
+                ident = f"{p.name}:{p.stat().st_size}" if p.exists() else p.name
+            else:
+                ident = hashlib.sha256(item.tobytes()).hexdigest()
+            h.update(sid.encode() + b"\x00" + ident.encode() + b"\x01")
+        return h.hexdigest()[:16]
+
+    def subset(self, indices: Sequence[int]) -> "Pairs":
+        """The pairs at the given rows, in the given order."""
+        idx = list(indices)
+        return Pairs(
+            dataset=self.dataset,
+            sample_ids=tuple(self.sample_ids[i] for i in idx),
+            images=tuple(self.images[i] for i in idx),
+            texts=tuple(self.texts[i] for i in idx),
+            caption_policy=self.caption_policy,
+            n_captions=self.n_captions,
+            seed=self.seed,
+            info=dict(self.info),
+        )
+
+    def with_texts(self, texts: Sequence[str], *, policy: str) -> "Pairs":
+        """The same images and rows with other texts (e.g. summaries); ``policy`` names how they were made."""
+        if len(texts) != len(self):
+            raise DataError(f"with_texts: got {len(texts)} texts for {len(self)} pairs")
+        return Pairs(
+            dataset=self.dataset,
+            sample_ids=self.sample_ids,
+            images=self.images,
+            texts=tuple(texts),
+            caption_policy=policy,
+            n_captions=self.n_captions,
+            seed=self.seed,
+            info=dict(self.info),
+        )
+
+
+def load_coco_folder(root: str | Path | None = None, *, name: str | None = None) -> ImageCaptionDataset:
+    """Load a folder in COCO caption format: ``captions.json`` (``images`` + ``annotations``) and ``images/``.
+
+    Parameters
+    ----------
+    root : path, optional
+        The folder. Default: :func:`prh_lib.paths.data_root` (``PRH_DATA_ROOT``).
+    name : str, optional
+        Dataset name for labels and cache keys. Default: the folder's name.
+
+    Returns
+    -------
+    ImageCaptionDataset
+        Images sorted by COCO image id; captions of each image sorted by annotation id.
+
+    Raises
+    ------
+    DataError
+        If the folder, ``captions.json`` or an image file listed in it is missing, or the JSON is not in
+        COCO caption format.
+    """
+    root = paths.data_root() if root is None else Path(root).expanduser()
+    ann_path = root / "captions.json"
+    if not root.is_dir():
+        raise DataError(f"dataset folder {root} does not exist; set PRH_DATA_ROOT to a COCO-format folder")
+    if not ann_path.is_file():
+        raise DataError(
+            f"{ann_path} not found: a COCO caption folder needs captions.json (with 'images' and "
+            "'annotations') next to images/"
+        )
+    try:
+        meta = json.loads(ann_path.read_text())
+        images = meta["images"]
+        annotations = meta["annotations"]
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise DataError(f"{ann_path} is not in COCO caption format ({err!r})") from err
+
+    by_image: dict[int, list[tuple[int, str]]] = {}
+    for ann in annotations:
+        by_image.setdefault(ann["image_id"], []).append((ann["id"], ann["caption"].strip()))
+    records = sorted(images, key=lambda im: im["id"])
+    missing = [im["file_name"] for im in records if not (root / "images" / im["file_name"]).is_file()]
+    if missing:
+        raise DataError(f"{len(missing)} image files listed in {ann_path} are missing under {root / 'images'}: {missing[:3]}")
+    return ImageCaptionDataset(
+        name=name or root.name,
+        sample_ids=tuple(str(im["id"]) for im in records),
+        images=tuple(root / "images" / im["file_name"] for im in records),
+        captions=tuple(tuple(c for _, c in sorted(by_image.get(im["id"], []))) for im in records),
+        source=str(root.resolve()),
+    )
+
+
+#: Dataset sources by name. Each takes a location (or None for the default) and keyword options.
+SOURCES: dict[str, Callable[..., ImageCaptionDataset]] = {
+    "coco-folder": load_coco_folder,
+}
+
+
+def load_dataset(source: str = "coco-folder", location: str | Path | None = None, **options) -> ImageCaptionDataset:
+    """Load a dataset through a named source (see :data:`SOURCES`).
+
+    Raises
+    ------
+    ValueError
+        If ``source`` is not a known source name (the message lists them).
+    """
+    if source not in SOURCES:
+        raise ValueError(f"unknown dataset source {source!r}; known sources: {sorted(SOURCES)}")
+    return SOURCES[source](location, **options)
+
+
+def sample_pairs(
+    dataset: ImageCaptionDataset,
+    *,
+    n: int | None = None,
+    seed: int = 0,
+    caption_policy: str = "first",
+    n_captions: int = 1,
+) -> Pairs:
+    """Draw ``n`` image-caption pairs with a seed and a caption policy.
+
+    Parameters
+    ----------
+    dataset : ImageCaptionDataset
+    n : int, optional
+        Number of pairs, ``1 <= n <= len(dataset)``. Default: all images, in dataset order.
+    seed : int
+        Seed of ``np.random.default_rng`` for the sample and for ``"random"`` captions.
+    caption_policy : {"first", "random", "concat"}
+        ``"first"``: each image's first caption; ``"random"``: one caption drawn with the seed;
+        ``"concat"``: the first ``n_captions`` captions joined by a space (Appendix F's "more detail").
+    n_captions : int
+        Captions to concatenate with ``"concat"`` (1 to the minimum captions per image); must be 1 otherwise.
+
+    Returns
+    -------
+    Pairs
+        Rows sorted by the order of the draw (``n=None``: dataset order).
+
+    Raises
+    ------
+    ValueError
+        If ``n`` is out of range, the policy is unknown, or ``n_captions`` exceeds the captions available.
+    """
+    if caption_policy not in CAPTION_POLICIES:
+        raise ValueError(f"unknown caption_policy {caption_policy!r}; use one of {CAPTION_POLICIES}")
+    total = len(dataset)
+    if n is None:
+        rows = np.arange(total)
+    else:
+        if not 1 <= int(n) <= total:
+            raise ValueError(f"n={n} pairs requested but dataset {dataset.name!r} has {total} images")
+        rows = np.random.default_rng(seed).choice(total, size=int(n), replace=False)
+    if caption_policy != "concat" and n_captions != 1:
+        raise ValueError(f"n_captions={n_captions} only applies to caption_policy='concat'")
+    min_caps = min(len(dataset.captions[i]) for i in rows)
+    if not 1 <= n_captions <= min_caps:
+        raise ValueError(f"n_captions={n_captions} but some selected images have only {min_caps} captions")
+
+    caption_rng = np.random.default_rng([seed, 1])
+    texts = []
+    for i in rows:
+        caps = dataset.captions[i]
+        if caption_policy == "first":
+            texts.append(caps[0])
+        elif caption_policy == "random":
+            texts.append(caps[int(caption_rng.integers(len(caps)))])
+        else:
+            texts.append(" ".join(caps[:n_captions]))
+    return Pairs(
+        dataset=dataset.name,
+        sample_ids=tuple(dataset.sample_ids[i] for i in rows),
+        images=tuple(dataset.images[i] for i in rows),
+        texts=tuple(texts),
+        caption_policy=caption_policy,
+        n_captions=n_captions,
+        seed=seed,
+        info={"source": dataset.source},
+    )

@@ -1,0 +1,358 @@
+"""Layer-wise feature extraction with pooling, length-sorted batching and an atomic safetensors cache.
+
+Pooling (Herbst et al., Section 2; Huh et al. 2024, Section 3):
+
+- language models: mean over the *real* tokens of each hidden state, using the attention mask, so a
+  caption gives the same vector whatever the batch size and padding side;
+- vision transformers: the CLS token (position 0) of each hidden state;
+- CNNs: global average pool of each stage's feature map.
+
+Hidden state 0 (the embedding output in Hugging Face ``hidden_states``) is included and labelled ``"embed"``.
+Features are pooled in float32 whatever the model dtype.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from tqdm.auto import tqdm
+
+from . import __version__, paths
+from .data import Pairs
+
+#: Bump when a change to extraction changes the numbers; it is part of every cache key.
+FEATURES_FORMAT_VERSION = 1
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
+
+
+class FeatureMismatchError(ValueError):
+    """Two feature sets do not describe the same samples in the same order."""
+
+
+@dataclass(frozen=True)
+class LayerFeatures:
+    """Pooled features of every layer of one model on one set of pairs.
+
+    Attributes
+    ----------
+    values : torch.Tensor of shape (n_layers, n_samples, dim), float32, on CPU
+    layer_labels : tuple of str, length n_layers
+        ``"embed"``, ``"layer.1"``, ... for transformers; the model's own stage names for CNNs.
+    sample_ids : tuple of str, length n_samples
+        The sample of each row.
+    meta : dict of str to str
+        How the features were made: model, revision, pooling, dtype, dataset, library version, ...
+    """
+
+    values: torch.Tensor
+    layer_labels: tuple[str, ...]
+    sample_ids: tuple[str, ...]
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.values.ndim != 3:
+            raise ValueError(f"values must have shape (n_layers, n_samples, dim), got {tuple(self.values.shape)}")
+        L, N, _ = self.values.shape
+        if len(self.layer_labels) != L or len(self.sample_ids) != N:
+            raise ValueError(
+                f"values of shape {tuple(self.values.shape)} do not match {len(self.layer_labels)} layer labels "
+                f"and {len(self.sample_ids)} sample ids"
+            )
+
+    @property
+    def n_layers(self) -> int:
+        return self.values.shape[0]
+
+    @property
+    def name(self) -> str:
+        return self.meta.get("model", "?")
+
+    def layer(self, label: str | int) -> torch.Tensor:
+        """Features of one layer, by label or index (negative counts from the last): ``(n_samples, dim)``."""
+        if isinstance(label, str):
+            if label not in self.layer_labels:
+                raise KeyError(f"no layer {label!r}; layers are {list(self.layer_labels)}")
+            label = self.layer_labels.index(label)
+        return self.values[label]
+
+    def rows(self, indices: Sequence[int]) -> "LayerFeatures":
+        """The same layers restricted to the given rows (in the given order)."""
+        idx = torch.as_tensor(list(indices), dtype=torch.long)
+        return LayerFeatures(
+            self.values[:, idx], self.layer_labels, tuple(self.sample_ids[i] for i in idx.tolist()), dict(self.meta)
+        )
+
+
+def check_aligned(a: LayerFeatures, b: LayerFeatures) -> None:
+    """Raise :class:`FeatureMismatchError` unless ``a`` and ``b`` hold the same samples in the same row order."""
+    if a.sample_ids != b.sample_ids:
+        if set(a.sample_ids) == set(b.sample_ids):
+            problem = "the same samples in a different row order"
+        else:
+            problem = f"different samples ({len(set(a.sample_ids) ^ set(b.sample_ids))} not shared)"
+        raise FeatureMismatchError(
+            f"features of {a.name!r} ({len(a.sample_ids)} rows) and {b.name!r} ({len(b.sample_ids)} rows) hold {problem}"
+        )
+
+
+# --------------------------------------------------------------------------------------------------------
+# pooling
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Mean over real tokens: ``hidden`` (B, T, d), ``attention_mask`` (B, T) of 0/1 -> (B, d) float32.
+
+    Padded positions are excluded with ``masked_fill`` (not multiplication), so non-finite values that
+    some attention kernels leave at fully masked positions cannot leak into the mean.
+    """
+    mask = attention_mask.to(torch.bool).unsqueeze(-1)
+    summed = hidden.float().masked_fill(~mask, 0.0).sum(dim=1)
+    return summed / mask.sum(dim=1).clamp(min=1).float()
+
+
+def cls_pool(hidden: torch.Tensor) -> torch.Tensor:
+    """CLS token (position 0): ``hidden`` (B, T, d) -> (B, d) float32."""
+    return hidden[:, 0].float()
+
+
+def gap_pool(fmap: torch.Tensor) -> torch.Tensor:
+    """Global average pool: ``fmap`` (B, C, H, W) -> (B, C) float32 (or (B, T, C) token maps -> mean over T)."""
+    if fmap.ndim == 4:
+        return fmap.float().mean(dim=(2, 3))
+    if fmap.ndim == 3:
+        return fmap.float().mean(dim=1)
+    raise ValueError(f"cannot global-average-pool a tensor of shape {tuple(fmap.shape)}")
+
+
+# --------------------------------------------------------------------------------------------------------
+# extraction
+
+
+def _accepts(module: torch.nn.Module, name: str) -> bool:
+    try:
+        return name in inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+@torch.inference_mode()
+def _extract_text(model, texts: Sequence[str], *, batch_size: int, padding_side: str, max_length: int | None, progress: bool):
+    tok = model.tokenizer
+    tok.padding_side = padding_side
+    enc_kwargs = {"truncation": max_length is not None}
+    if max_length is not None:
+        enc_kwargs["max_length"] = max_length
+    lengths = [len(ids) for ids in tok(list(texts), **enc_kwargs)["input_ids"]]
+    order = np.argsort(lengths, kind="stable")  # length-sorted batches waste little padding
+    pass_positions = _accepts(model.module, "position_ids")
+    out = None
+    bar = tqdm(total=len(texts), desc=f"{model.name} (text)", unit="caption", disable=not progress)
+    for start in range(0, len(texts), batch_size):
+        rows = order[start : start + batch_size]
+        enc = tok([texts[i] for i in rows], padding=True, return_tensors="pt", **enc_kwargs)
+        inputs = {"input_ids": enc["input_ids"].to(model.device), "attention_mask": enc["attention_mask"].to(model.device)}
+        if "token_type_ids" in enc:
+            inputs["token_type_ids"] = enc["token_type_ids"].to(model.device)
+        if pass_positions:
+            # positions count real tokens only, so left padding does not shift them
+            inputs["position_ids"] = (inputs["attention_mask"].long().cumsum(-1) - 1).clamp(min=0)
+        layers = model.layer_outputs(**inputs)
+        pooled = torch.stack([mean_pool(h, inputs["attention_mask"]) for h in layers]).cpu()
+        if out is None:
+            out = torch.empty(len(layers), len(texts), pooled.shape[-1], dtype=torch.float32)
+        out[:, torch.as_tensor(rows)] = pooled
+        bar.update(len(rows))
+    bar.close()
+    return out
+
+
+@torch.inference_mode()
+def _extract_images(model, pairs: Pairs, *, batch_size: int, progress: bool):
+    pool = {"cls": lambda h: cls_pool(h), "gap": gap_pool, "mean": gap_pool}[model.pooling]
+    out = None
+    n = len(pairs)
+    bar = tqdm(total=n, desc=f"{model.name} (images)", unit="image", disable=not progress)
+    for start in range(0, n, batch_size):
+        rows = list(range(start, min(start + batch_size, n)))
+        pixels = model.image_transform(pairs.load_images(rows)).to(model.device, model.dtype)
+        layers = model.layer_outputs(pixel_values=pixels)
+        pooled = torch.stack([pool(h) for h in layers]).cpu()
+        if out is None:
+            out = torch.empty(len(layers), n, pooled.shape[-1], dtype=torch.float32)
+        out[:, start : start + len(rows)] = pooled
+        bar.update(len(rows))
+    bar.close()
+    return out
+
+
+def extract_features(
+    model,
+    pairs: Pairs,
+    *,
+    batch_size: int = 32,
+    padding_side: str = "right",
+    max_length: int | None = None,
+    progress: bool = True,
+) -> LayerFeatures:
+    """Pooled features of every layer of ``model`` on ``pairs`` (texts for language models, images for vision).
+
+    Parameters
+    ----------
+    model : prh_lib.models.LoadedModel
+        From :func:`prh_lib.models.load_model`; its ``pooling`` decides mean / CLS / global-average pooling.
+    pairs : Pairs
+    batch_size : int
+        Rows per forward pass (>= 1). Results do not depend on it (to float32 round-off).
+    padding_side : {"right", "left"}
+        Tokenizer padding side; results do not depend on it (positions are computed from the mask).
+    max_length : int, optional
+        Truncate texts to this many tokens (default: no truncation).
+    progress : bool
+        Show a tqdm progress bar.
+
+    Returns
+    -------
+    LayerFeatures
+        ``values`` of shape (n_layers, n_samples, dim), float32, rows in the order of ``pairs``.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if padding_side not in ("left", "right"):
+        raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
+    if model.modality == "language":
+        values = _extract_text(model, pairs.texts, batch_size=batch_size, padding_side=padding_side,
+                               max_length=max_length, progress=progress)
+        data_key = pairs.text_fingerprint()
+    elif model.modality == "vision":
+        values = _extract_images(model, pairs, batch_size=batch_size, progress=progress)
+        data_key = pairs.image_fingerprint()
+    else:  # pragma: no cover - LoadedModel validates modality
+        raise ValueError(f"unknown modality {model.modality!r}")
+    meta = {
+        "model": model.name,
+        "revision": model.revision,
+        "source": model.source,
+        "family": model.family,
+        "modality": model.modality,
+        "pooling": model.pooling,
+        "dtype": str(model.dtype).replace("torch.", ""),
+        "device": str(model.device),
+        "dataset": pairs.dataset,
+        "data_fingerprint": data_key,
+        "caption_policy": f"{pairs.caption_policy}:{pairs.n_captions}",
+        "max_length": str(max_length),
+        "prh_lib_version": __version__,
+        "features_format": str(FEATURES_FORMAT_VERSION),
+    }
+    return LayerFeatures(values, tuple(model.layer_labels), tuple(pairs.sample_ids), meta)
+
+
+# --------------------------------------------------------------------------------------------------------
+# cache
+
+
+def save_features(features: LayerFeatures, path: str | Path) -> Path:
+    """Write features atomically as safetensors with their labels, sample ids and provenance as metadata."""
+    path = Path(path)
+    metadata = {k: str(v) for k, v in features.meta.items()}
+    metadata["layer_labels"] = json.dumps(list(features.layer_labels))
+    metadata["sample_ids"] = json.dumps(list(features.sample_ids))
+    with paths.atomic_path(path) as tmp:
+        save_file({"values": features.values.contiguous()}, str(tmp), metadata=metadata)
+    return path
+
+
+def load_features(path: str | Path, *, expected_sample_ids: Sequence[str] | None = None) -> LayerFeatures:
+    """Read features written by :func:`save_features`.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` does not exist.
+    FeatureMismatchError
+        If ``expected_sample_ids`` is given and the file's rows are other samples or in another order.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no feature file at {path}")
+    with safe_open(str(path), framework="pt") as f:
+        meta = dict(f.metadata() or {})
+        values = f.get_tensor("values")
+    labels = tuple(json.loads(meta.pop("layer_labels")))
+    ids = tuple(json.loads(meta.pop("sample_ids")))
+    feats = LayerFeatures(values, labels, ids, meta)
+    if expected_sample_ids is not None and tuple(expected_sample_ids) != ids:
+        raise FeatureMismatchError(f"cached features at {path} hold other rows than the requested pairs")
+    return feats
+
+
+def features_cache_path(model_name: str, revision: str, modality: str, pairs: Pairs, *, dtype: str,
+                        max_length: int | None = None, pooling: str = "") -> Path:
+    """Cache file of one model on one set of pairs; the name encodes every option that changes the numbers.
+
+    The key hashes: model name and revision, pooling, dtype, modality, the data fingerprint (sample ids
+    in row order plus texts or image identities), truncation and :data:`FEATURES_FORMAT_VERSION`. Batch
+    size and padding side are left out because results do not depend on them (tested). The device is
+    recorded in the metadata, not the key.
+    """
+    data_key = pairs.text_fingerprint() if modality == "language" else pairs.image_fingerprint()
+    key = json.dumps([model_name, revision, pooling, dtype, modality, data_key, max_length, FEATURES_FORMAT_VERSION])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in model_name)[-80:]
+    return paths.cache_dir("features") / safe / f"{pairs.dataset}-n{len(pairs)}-{modality}-{digest}.safetensors"
+
+
+def get_features(
+    model: str,
+    pairs: Pairs,
+    *,
+    device: str = "cpu",
+    dtype: str = "float32",
+    batch_size: int = 32,
+    max_length: int | None = None,
+    progress: bool = True,
+    cache: bool = True,
+) -> LayerFeatures:
+    """Cached layer-wise features of a model (zoo name, Hugging Face id, folder or ``timm:<arch>``) on ``pairs``.
+
+    The first call loads the model, extracts and writes the cache atomically; later calls with the same
+    options read the cache without loading the model.
+
+    Parameters
+    ----------
+    model : str
+        Model name as understood by :func:`prh_lib.models.load_model`.
+    pairs : Pairs
+    device : str
+        ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...
+    dtype : {"float32", "bfloat16", "float16"}
+        Weight dtype; pooling is always float32.
+    batch_size, max_length, progress
+        As in :func:`extract_features`.
+    cache : bool
+        Read and write the feature cache (default True).
+    """
+    from .models import load_model, resolve_identity
+
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPES)}")
+    identity = resolve_identity(model)
+    path = features_cache_path(identity["name"], identity["revision"], identity["modality"], pairs, dtype=dtype,
+                               max_length=max_length, pooling=identity.get("pooling", ""))
+    if cache and path.is_file():
+        return load_features(path, expected_sample_ids=pairs.sample_ids)
+    loaded = load_model(model, device=device, dtype=DTYPES[dtype])
+    feats = extract_features(loaded, pairs, batch_size=batch_size, max_length=max_length, progress=progress)
+    if cache:
+        save_features(feats, path)
+    return feats
