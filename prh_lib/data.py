@@ -230,9 +230,16 @@ def load_coco_folder(root: str | Path | None = None, *, name: str | None = None)
     )
 
 
+from .sources import load_cc3m_dreamlip, load_coco_captions, load_docci, load_hf_table, load_wit  # noqa: E402
+
 #: Dataset sources by name. Each takes a location (or None for the default) and keyword options.
 SOURCES: dict[str, Callable[..., ImageCaptionDataset]] = {
     "coco-folder": load_coco_folder,
+    "wit": load_wit,
+    "coco-captions": load_coco_captions,
+    "docci": load_docci,
+    "cc3m-dreamlip": load_cc3m_dreamlip,
+    "hf-table": load_hf_table,
 }
 
 

@@ -46,28 +46,38 @@ class LayerFeatures:
     Attributes
     ----------
     values : torch.Tensor of shape (n_layers, n_samples, dim), float32, on CPU
+        Layers narrower than ``dim`` (CNN stages) are zero-padded on the right; see ``layer_dims``.
+        Zero padding leaves every inner product, norm and distance unchanged, so metrics that work on
+        Gram matrices or distances (mutual k-NN, CKA) give exactly the same scores on the padded stack.
     layer_labels : tuple of str, length n_layers
         ``"embed"``, ``"layer.1"``, ... for transformers; the model's own stage names for CNNs.
     sample_ids : tuple of str, length n_samples
         The sample of each row.
     meta : dict of str to str
         How the features were made: model, revision, pooling, dtype, dataset, library version, ...
+    layer_dims : tuple of int, length n_layers, optional
+        True width of each layer (default: ``dim`` for every layer).
     """
 
     values: torch.Tensor
     layer_labels: tuple[str, ...]
     sample_ids: tuple[str, ...]
     meta: dict = field(default_factory=dict)
+    layer_dims: tuple[int, ...] | None = None
 
     def __post_init__(self):
         if self.values.ndim != 3:
             raise ValueError(f"values must have shape (n_layers, n_samples, dim), got {tuple(self.values.shape)}")
-        L, N, _ = self.values.shape
+        L, N, d = self.values.shape
         if len(self.layer_labels) != L or len(self.sample_ids) != N:
             raise ValueError(
                 f"values of shape {tuple(self.values.shape)} do not match {len(self.layer_labels)} layer labels "
                 f"and {len(self.sample_ids)} sample ids"
             )
+        if self.layer_dims is None:
+            object.__setattr__(self, "layer_dims", (d,) * L)
+        elif len(self.layer_dims) != L or max(self.layer_dims) > d or min(self.layer_dims) < 1:
+            raise ValueError(f"layer_dims {self.layer_dims} do not fit values of shape {tuple(self.values.shape)}")
 
     @property
     def n_layers(self) -> int:
@@ -78,19 +88,27 @@ class LayerFeatures:
         return self.meta.get("model", "?")
 
     def layer(self, label: str | int) -> torch.Tensor:
-        """Features of one layer, by label or index (negative counts from the last): ``(n_samples, dim)``."""
+        """Features of one layer without padding, by label or index (negative counts from the last).
+
+        Returns
+        -------
+        torch.Tensor of shape (n_samples, layer_dims[layer])
+        """
         if isinstance(label, str):
             if label not in self.layer_labels:
                 raise KeyError(f"no layer {label!r}; layers are {list(self.layer_labels)}")
             label = self.layer_labels.index(label)
-        return self.values[label]
+        return self.values[label, :, : self.layer_dims[label]]
 
     def rows(self, indices: Sequence[int]) -> "LayerFeatures":
         """The same layers restricted to the given rows (in the given order)."""
         idx = torch.as_tensor(list(indices), dtype=torch.long)
-        return LayerFeatures(
-            self.values[:, idx], self.layer_labels, tuple(self.sample_ids[i] for i in idx.tolist()), dict(self.meta)
-        )
+        return LayerFeatures(self.values[:, idx], self.layer_labels, tuple(self.sample_ids[i] for i in idx.tolist()),
+                             dict(self.meta), self.layer_dims)
+
+    def replace(self, values: torch.Tensor, **meta) -> "LayerFeatures":
+        """Same labels and rows, other values of the same shape (e.g. a transformed copy); ``meta`` is added."""
+        return LayerFeatures(values, self.layer_labels, self.sample_ids, {**self.meta, **meta}, self.layer_dims)
 
 
 def check_aligned(a: LayerFeatures, b: LayerFeatures) -> None:
@@ -123,6 +141,16 @@ def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tenso
 def cls_pool(hidden: torch.Tensor) -> torch.Tensor:
     """CLS token (position 0): ``hidden`` (B, T, d) -> (B, d) float32."""
     return hidden[:, 0].float()
+
+
+def stack_layers(pooled: Sequence[torch.Tensor]) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """Stack per-layer ``(B, d_l)`` features into ``(L, B, max d_l)``, zero-padding narrower layers.
+
+    Returns the stack and the true widths ``d_l``.
+    """
+    dims = tuple(int(p.shape[-1]) for p in pooled)
+    width = max(dims)
+    return torch.stack([torch.nn.functional.pad(p, (0, width - p.shape[-1])) for p in pooled]), dims
 
 
 def gap_pool(fmap: torch.Tensor) -> torch.Tensor:
@@ -167,13 +195,14 @@ def _extract_text(model, texts: Sequence[str], *, batch_size: int, padding_side:
             # positions count real tokens only, so left padding does not shift them
             inputs["position_ids"] = (inputs["attention_mask"].long().cumsum(-1) - 1).clamp(min=0)
         layers = model.layer_outputs(**inputs)
-        pooled = torch.stack([mean_pool(h, inputs["attention_mask"]) for h in layers]).cpu()
+        # pool each layer where it lives (a sharded model spreads layers over GPUs)
+        pooled, dims = stack_layers([mean_pool(h, inputs["attention_mask"].to(h.device)).cpu() for h in layers])
         if out is None:
             out = torch.empty(len(layers), len(texts), pooled.shape[-1], dtype=torch.float32)
         out[:, torch.as_tensor(rows)] = pooled
         bar.update(len(rows))
     bar.close()
-    return out
+    return out, dims
 
 
 @torch.inference_mode()
@@ -186,13 +215,13 @@ def _extract_images(model, pairs: Pairs, *, batch_size: int, progress: bool):
         rows = list(range(start, min(start + batch_size, n)))
         pixels = model.image_transform(pairs.load_images(rows)).to(model.device, model.dtype)
         layers = model.layer_outputs(pixel_values=pixels)
-        pooled = torch.stack([pool(h) for h in layers]).cpu()
+        pooled, dims = stack_layers([pool(h).cpu() for h in layers])
         if out is None:
             out = torch.empty(len(layers), n, pooled.shape[-1], dtype=torch.float32)
         out[:, start : start + len(rows)] = pooled
         bar.update(len(rows))
     bar.close()
-    return out
+    return out, dims
 
 
 def extract_features(
@@ -230,11 +259,11 @@ def extract_features(
     if padding_side not in ("left", "right"):
         raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
     if model.modality == "language":
-        values = _extract_text(model, pairs.texts, batch_size=batch_size, padding_side=padding_side,
+        values, dims = _extract_text(model, pairs.texts, batch_size=batch_size, padding_side=padding_side,
                                max_length=max_length, progress=progress)
         data_key = pairs.text_fingerprint()
     elif model.modality == "vision":
-        values = _extract_images(model, pairs, batch_size=batch_size, progress=progress)
+        values, dims = _extract_images(model, pairs, batch_size=batch_size, progress=progress)
         data_key = pairs.image_fingerprint()
     else:  # pragma: no cover - LoadedModel validates modality
         raise ValueError(f"unknown modality {model.modality!r}")
@@ -254,7 +283,7 @@ def extract_features(
         "prh_lib_version": __version__,
         "features_format": str(FEATURES_FORMAT_VERSION),
     }
-    return LayerFeatures(values, tuple(model.layer_labels), tuple(pairs.sample_ids), meta)
+    return LayerFeatures(values, tuple(model.layer_labels), tuple(pairs.sample_ids), meta, dims)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -267,6 +296,7 @@ def save_features(features: LayerFeatures, path: str | Path) -> Path:
     metadata = {k: str(v) for k, v in features.meta.items()}
     metadata["layer_labels"] = json.dumps(list(features.layer_labels))
     metadata["sample_ids"] = json.dumps(list(features.sample_ids))
+    metadata["layer_dims"] = json.dumps(list(features.layer_dims))
     with paths.atomic_path(path) as tmp:
         save_file({"values": features.values.contiguous()}, str(tmp), metadata=metadata)
     return path
@@ -290,7 +320,8 @@ def load_features(path: str | Path, *, expected_sample_ids: Sequence[str] | None
         values = f.get_tensor("values")
     labels = tuple(json.loads(meta.pop("layer_labels")))
     ids = tuple(json.loads(meta.pop("sample_ids")))
-    feats = LayerFeatures(values, labels, ids, meta)
+    dims = tuple(json.loads(meta.pop("layer_dims"))) if "layer_dims" in meta else None
+    feats = LayerFeatures(values, labels, ids, meta, dims)
     if expected_sample_ids is not None and tuple(expected_sample_ids) != ids:
         raise FeatureMismatchError(f"cached features at {path} hold other rows than the requested pairs")
     return feats
@@ -312,8 +343,26 @@ def features_cache_path(model_name: str, revision: str, modality: str, pairs: Pa
     return paths.cache_dir("features") / safe / f"{pairs.dataset}-n{len(pairs)}-{modality}-{digest}.safetensors"
 
 
+def _identity(model) -> dict:
+    """Cache identity of a model given by name (resolved without loading weights) or as a LoadedModel."""
+    from .models import resolve_identity
+
+    if isinstance(model, str):
+        return resolve_identity(model)
+    return {"name": model.name, "revision": model.revision, "modality": model.modality, "pooling": model.pooling}
+
+
+def features_path(model, pairs: Pairs, *, dtype: str = "float32", max_length: int | None = None) -> Path:
+    """The cache file :func:`get_features` reads and writes for ``model`` (name or LoadedModel) on ``pairs``."""
+    ident = _identity(model)
+    if not isinstance(model, str):
+        dtype = str(model.dtype).replace("torch.", "")
+    return features_cache_path(ident["name"], ident["revision"], ident["modality"], pairs, dtype=dtype,
+                               max_length=max_length, pooling=ident.get("pooling", ""))
+
+
 def get_features(
-    model: str,
+    model,
     pairs: Pairs,
     *,
     device: str = "cpu",
@@ -323,36 +372,49 @@ def get_features(
     progress: bool = True,
     cache: bool = True,
 ) -> LayerFeatures:
-    """Cached layer-wise features of a model (zoo name, Hugging Face id, folder or ``timm:<arch>``) on ``pairs``.
+    """Cached layer-wise features of a model on ``pairs``.
 
     The first call loads the model, extracts and writes the cache atomically; later calls with the same
     options read the cache without loading the model.
 
     Parameters
     ----------
-    model : str
-        Model name as understood by :func:`prh_lib.models.load_model`.
+    model : str or prh_lib.models.LoadedModel
+        A name as understood by :func:`prh_lib.models.load_model` (zoo name, Hugging Face id, folder,
+        ``timm:<arch>``), or an already loaded model (then ``device`` and ``dtype`` are the model's).
     pairs : Pairs
     device : str
-        ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...
+        ``"cpu"``, ``"cuda"`` (all visible GPUs; large models are sharded), ``"cuda:1"``, ...
     dtype : {"float32", "bfloat16", "float16"}
         Weight dtype; pooling is always float32.
     batch_size, max_length, progress
         As in :func:`extract_features`.
     cache : bool
         Read and write the feature cache (default True).
+
+    Raises
+    ------
+    ValueError
+        If ``dtype`` is unknown.
+    prh_lib.zoo.ModelNotAvailableError
+        If the model is neither installed nor reachable (the message names the package or command).
+    FeatureMismatchError
+        If a cache file holds other rows than ``pairs``.
     """
-    from .models import load_model, resolve_identity
+    from .models import load_model
 
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPES)}")
-    identity = resolve_identity(model)
-    path = features_cache_path(identity["name"], identity["revision"], identity["modality"], pairs, dtype=dtype,
-                               max_length=max_length, pooling=identity.get("pooling", ""))
+    path = features_path(model, pairs, dtype=dtype, max_length=max_length)
     if cache and path.is_file():
         return load_features(path, expected_sample_ids=pairs.sample_ids)
-    loaded = load_model(model, device=device, dtype=DTYPES[dtype])
+    loaded = load_model(model, device=device, dtype=DTYPES[dtype]) if isinstance(model, str) else model
     feats = extract_features(loaded, pairs, batch_size=batch_size, max_length=max_length, progress=progress)
     if cache:
         save_features(feats, path)
     return feats
+
+
+def features_for_models(models, pairs: Pairs, **options) -> dict[str, LayerFeatures]:
+    """:func:`get_features` for several models on the same pairs: ``{name: LayerFeatures}`` in the given order."""
+    return {name: get_features(name, pairs, **options) for name in models}

@@ -94,6 +94,7 @@ def atomic_path(final: Path, *, is_dir: bool = False) -> Iterator[Path]:
     try:
         yield target
         if is_dir:
+            os.chmod(tmp, 0o755)  # mkdtemp makes it private
             if final.exists():
                 shutil.rmtree(final)
             os.replace(tmp, final)

@@ -11,6 +11,11 @@ command line are applied on top.
 
 from __future__ import annotations
 
+from . import paper
+
+_VISION = paper.models("vision")
+_LANGUAGE = paper.models("language")
+
 PROFILES: dict[str, dict[str, object]] = {
     "offline": {},
     "smoke": {
@@ -19,6 +24,29 @@ PROFILES: dict[str, dict[str, object]] = {
         "n_permutations": 20,
         "n_boot": 20,
         "batch_size": 16,
+    },
+    # The paper's study (Herbst et al., Section 2); models and datasets are listed in prh_lib.paper.
+    # Notebooks receive the keys their parameters cell declares (the notebook's pairs are the seed-0 WIT-1024
+    # job of the study); `prh-batch --profile paper` reads the `*_models` lists and `study_datasets` to extract
+    # every (model, dataset, seed) first. Other datasets: -p dataset_source=docci -p data_location=... -p seed=3.
+    "paper": {
+        "dataset_source": "wit",
+        "data_location": "minhuh/prh",  # revision wit_1024 (the source's default)
+        "n_pairs": 1024,
+        "seed": 0,
+        "caption_policy": "first",
+        "k": 10,
+        "n_permutations": 500,
+        "alpha": 0.05,
+        "device": "cuda",
+        "dtype": "bfloat16",
+        "batch_size": 32,
+        "vision_models": _VISION,
+        "language_models": _LANGUAGE,
+        "embedding_models": paper.models("embedding"),
+        "vlm_models": paper.models("vlm"),
+        "comparisons": [[v, lm] for v in _VISION for lm in _LANGUAGE],
+        "study_datasets": [{k: v for k, v in d.items() if k != "notes"} for d in paper.DATASETS],
     },
 }
 

@@ -1,0 +1,133 @@
+"""Alignment metrics between two representations of the same samples.
+
+One module per metric family, pure functions on arrays (NumPy or torch):
+
+- :mod:`~prh_lib.metrics.knn`: ``mutual_knn``, ``jaccard_knn``, ``cycle_knn``, ``cknna``
+- :mod:`~prh_lib.metrics.kernel`: ``cka_linear``, ``cka_linear_unbiased``, ``cka_rbf``
+- :mod:`~prh_lib.metrics.preprocess`: ``l2_normalize``, ``clip_outliers``, ``center`` (applied by the caller)
+- :mod:`~prh_lib.metrics.calibration`: permutation-calibrated scores (Gröger et al. 2026),
+  Benjamini-Hochberg
+- :mod:`~prh_lib.metrics.bootstrap`: bootstrap confidence intervals over samples
+
+Pairwise metrics take ``X (n_samples, d_x)``, ``Y (n_samples, d_y)`` and return a float; layer-wise
+forms take ``(n_layers_x, n_samples, d_x)``, ``(n_layers_y, n_samples, d_y)`` and return an
+``(n_layers_x, n_layers_y)`` array. The registries below are explicit dicts keyed by metric name.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .bootstrap import BootstrapCI, bootstrap_ci
+from .calibration import (
+    CalibratedScore,
+    LayerwiseCalibration,
+    benjamini_hochberg,
+    calibrate,
+    min_permutations,
+    permutation_test,
+    permutation_test_layerwise,
+)
+from .kernel import (
+    cka_linear,
+    cka_linear_layerwise,
+    cka_linear_unbiased,
+    cka_linear_unbiased_layerwise,
+    cka_rbf,
+    cka_rbf_layerwise,
+)
+from .knn import (
+    cknna,
+    cknna_layerwise,
+    cycle_knn,
+    cycle_knn_layerwise,
+    jaccard_knn,
+    jaccard_knn_chance,
+    jaccard_knn_layerwise,
+    knn_indices,
+    mutual_knn,
+    mutual_knn_chance,
+    mutual_knn_layerwise,
+)
+from .preprocess import center, clip_outliers, l2_normalize
+
+METRICS: dict[str, Callable[..., float]] = {
+    "mutual_knn": mutual_knn,
+    "jaccard_knn": jaccard_knn,
+    "cycle_knn": cycle_knn,
+    "cknna": cknna,
+    "cka_linear": cka_linear,
+    "cka_linear_unbiased": cka_linear_unbiased,
+    "cka_rbf": cka_rbf,
+}
+
+LAYERWISE_METRICS: dict[str, Callable[..., "object"]] = {
+    "mutual_knn": mutual_knn_layerwise,
+    "jaccard_knn": jaccard_knn_layerwise,
+    "cycle_knn": cycle_knn_layerwise,
+    "cknna": cknna_layerwise,
+    "cka_linear": cka_linear_layerwise,
+    "cka_linear_unbiased": cka_linear_unbiased_layerwise,
+    "cka_rbf": cka_rbf_layerwise,
+}
+
+#: Metrics with a neighbour count ``k`` option.
+KNN_METRICS = ("mutual_knn", "jaccard_knn", "cycle_knn", "cknna")
+
+
+def _lookup(registry: dict, name: str, what: str):
+    if not isinstance(name, str) or name not in registry:
+        raise ValueError(f"unknown {what} {name!r}; valid names: {', '.join(sorted(registry))}")
+    return registry[name]
+
+
+def get_metric(name: str) -> Callable[..., float]:
+    """The pairwise metric ``name`` from :data:`METRICS`; ValueError listing valid names otherwise."""
+    return _lookup(METRICS, name, "metric")
+
+
+def get_layerwise_metric(name: str) -> Callable:
+    """The layer-wise metric ``name`` from :data:`LAYERWISE_METRICS`; ValueError otherwise."""
+    return _lookup(LAYERWISE_METRICS, name, "layer-wise metric")
+
+
+__all__ = [
+    "METRICS",
+    "LAYERWISE_METRICS",
+    "KNN_METRICS",
+    "get_metric",
+    "get_layerwise_metric",
+    # preprocessing
+    "l2_normalize",
+    "clip_outliers",
+    "center",
+    # k-NN family
+    "knn_indices",
+    "mutual_knn",
+    "mutual_knn_layerwise",
+    "mutual_knn_chance",
+    "jaccard_knn",
+    "jaccard_knn_layerwise",
+    "jaccard_knn_chance",
+    "cycle_knn",
+    "cycle_knn_layerwise",
+    "cknna",
+    "cknna_layerwise",
+    # kernel family
+    "cka_linear",
+    "cka_linear_layerwise",
+    "cka_linear_unbiased",
+    "cka_linear_unbiased_layerwise",
+    "cka_rbf",
+    "cka_rbf_layerwise",
+    # calibration and uncertainty
+    "CalibratedScore",
+    "LayerwiseCalibration",
+    "calibrate",
+    "min_permutations",
+    "permutation_test",
+    "permutation_test_layerwise",
+    "benjamini_hochberg",
+    "BootstrapCI",
+    "bootstrap_ci",
+]

@@ -1,0 +1,134 @@
+"""Input checks shared by the public metric functions (private).
+
+Every public function in :mod:`prh_lib.metrics` validates its arguments here once, then calls a private
+implementation that trusts its input. Messages quote the offending shapes and values.
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import numpy as np
+import torch
+
+__all__: list[str] = []
+
+_FLOAT_KINDS = "fiu"  # float, signed and unsigned integer
+
+
+def to_tensor(X, name: str, *, ndim: int, device=None) -> torch.Tensor:
+    """Check ``X`` and return it as a contiguous float32 tensor on ``device``.
+
+    Integer and half-precision inputs are promoted to float32 and float64 inputs are rounded to float32:
+    the metrics accumulate in float32 on purpose (float64 where an estimator needs it, as documented there).
+
+    Raises
+    ------
+    TypeError
+        If ``X`` is not a NumPy array or a torch tensor, or has a complex, boolean or object dtype.
+    ValueError
+        If ``X`` does not have ``ndim`` dimensions, has an empty axis, or holds NaN or infinite values.
+    """
+    what = "(n_samples, n_features)" if ndim == 2 else "(n_layers, n_samples, n_features)"
+    if isinstance(X, torch.Tensor):
+        if X.is_complex() or X.dtype == torch.bool:
+            raise TypeError(f"{name} must hold real numbers; got dtype {X.dtype}")
+        t = X.detach()
+    elif isinstance(X, np.ndarray):
+        if X.dtype.kind not in _FLOAT_KINDS:
+            raise TypeError(f"{name} must hold real numbers; got dtype {X.dtype}")
+        t = torch.from_numpy(np.ascontiguousarray(X))
+    else:
+        raise TypeError(f"{name} must be a numpy.ndarray or torch.Tensor; got {type(X).__name__}")
+    if t.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D {what}; got shape {tuple(t.shape)}")
+    if any(s == 0 for s in t.shape):
+        raise ValueError(f"{name} has an empty axis: shape {tuple(t.shape)}")
+    if device is not None:
+        t = t.to(device)
+    t = t.to(torch.float32) if t.dtype != torch.float32 else t
+    if not _all_finite(t):
+        n_nan = int(torch.isnan(t).sum())
+        n_inf = int(torch.isinf(t).sum())
+        raise ValueError(
+            f"{name} of shape {tuple(t.shape)} contains {n_nan} NaN and {n_inf} infinite values"
+        )
+    return t.contiguous()
+
+
+def _all_finite(t: torch.Tensor, chunk: int = 1 << 22) -> bool:
+    """``torch.isfinite(t).all()`` in chunks: ``isfinite`` allocates an input-sized float temporary."""
+    flat = t.reshape(-1)
+    return all(bool(torch.isfinite(flat[s : s + chunk]).all()) for s in range(0, flat.numel(), chunk))
+
+
+def check_same_samples(X: torch.Tensor, Y: torch.Tensor) -> int:
+    """Return the shared number of samples (axis -2) or raise a ValueError quoting both shapes."""
+    if X.shape[-2] != Y.shape[-2]:
+        raise ValueError(
+            f"X and Y must have the same number of samples (rows): "
+            f"X has shape {tuple(X.shape)}, Y has shape {tuple(Y.shape)}"
+        )
+    return int(X.shape[-2])
+
+
+def check_int(value, name: str, *, low: int, high: int | None = None, why: str = "") -> int:
+    """Return ``value`` as int if ``low <= value <= high``, else raise (TypeError for non-integers)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer; got {value!r} of type {type(value).__name__}")
+    value = int(value)
+    if value < low or (high is not None and value > high):
+        rng = f"[{low}, {high}]" if high is not None else f">= {low}"
+        raise ValueError(f"{name} must be in {rng}{why}; got {name}={value}")
+    return value
+
+
+def check_k(k, n: int) -> int:
+    """Neighbour count: ``1 <= k <= n - 1`` (a sample is never its own neighbour)."""
+    return check_int(k, "k", low=1, high=n - 1, why=f" for n_samples={n}")
+
+
+def check_min_samples(n: int, minimum: int, estimator: str) -> None:
+    """Raise if ``n`` is below what ``estimator`` needs."""
+    if n < minimum:
+        raise ValueError(f"{estimator} needs at least {minimum} samples; got n_samples={n}")
+
+
+def check_fraction(value, name: str, *, closed_high: bool = False) -> float:
+    """Return ``value`` as float if it lies in (0, 1) (or (0, 1] with ``closed_high``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number; got {value!r}")
+    value = float(value)
+    ok = 0.0 < value <= 1.0 if closed_high else 0.0 < value < 1.0
+    if not ok or not np.isfinite(value):
+        raise ValueError(f"{name} must be in (0, 1{']' if closed_high else ')'}; got {name}={value}")
+    return value
+
+
+def constant_layers(X: torch.Tensor) -> torch.Tensor:
+    """Boolean ``(n_layers,)``: True where every row of a ``(n_layers, n, d)`` stack is identical."""
+    # one layer at a time: no temporary larger than a layer
+    return torch.stack([(Z == Z[:1]).all() for Z in X])
+
+
+def warn_degenerate(mask: torch.Tensor, name: str, metric: str, reason: str) -> None:
+    """Warn (once per call) that the layers flagged in ``mask`` give NaN scores."""
+    idx = torch.nonzero(mask).flatten().tolist()
+    if idx:
+        where = f"layers {idx}" if mask.numel() > 1 else "the representation"
+        warnings.warn(
+            f"{metric}: {name} is degenerate ({reason}) in {where}; their scores are NaN",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+def resolve_device(device, *tensors_or_arrays) -> torch.device:
+    """``device`` if given, else the device of the first torch input, else CPU."""
+    if device is not None:
+        return torch.device(device)
+    for t in tensors_or_arrays:
+        if isinstance(t, torch.Tensor):
+            return t.device
+    return torch.device("cpu")

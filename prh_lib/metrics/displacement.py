@@ -1,0 +1,815 @@
+"""Displacement geometry: do models share the *directions between* samples?
+
+The companion result [1]_ argues that what vision and language models share is the
+direction of differences between samples rather than where samples sit. This module
+measures that, for one pair of representations, layer by layer, and over a consensus
+of ``M >= 2`` models.
+
+Pipeline (each step is also a public function, so a caller can compose it):
+
+1. :func:`split_indices` - seeded train/test split of the shared sample axis.
+2. :func:`fit_whitening` - centre, PCA to at most ``n_components`` and whiten, fitted on
+   the training rows only; near-zero-variance components are *dropped* (see there).
+3. :func:`procrustes` - orthogonal map (rotation and reflection) fitted on training rows.
+4. :func:`cosine_measures` - Pointwise, Cross-Model and Cross-Object cosines on the
+   held-out rows, with shuffled-pairing controls.
+
+:func:`displacement_similarity` runs 1-4 for one pair, :func:`displacement_layerwise`
+for all layer pairs (each layer's whitening is fitted once), and
+:func:`consensus_subspaces` / :func:`project` / :func:`subspace_alignment` give the
+shared/private decomposition.
+
+Reading the numbers: whitening gives every kept component unit variance, so a measure
+is roughly (shared dimensions) / (kept dimensions ``r``) once ``r`` exceeds the shared
+dimension, whatever the signal-to-noise ratio. With a 16-dimensional shared latent,
+``cross_model`` is 0.99 at ``n_components=16`` and 0.24 at ``n_components=100``.
+Compare values only at the same ``n_components`` and report it (``DisplacementResult``
+records the ``r`` used). ``cross_object`` compares residuals ``a_i - b_i`` of different
+samples; with train-centred features its expectation is ~0 unless the residuals have a
+common direction (a consistent "gap"), so values near 0 are the typical outcome.
+
+Everything is computed in float64 on purpose: whitening divides by the square root of
+variances that can be ``1e-6`` of the largest, where float32 rounding (``~1e-7``
+relative) would dominate, and the orthogonality of the Procrustes map is checked to
+``1e-10``. At the sizes used here (``N ~ 1e3``, ``r <= 100``) the cost is negligible.
+
+Random streams: ``seed`` feeds ``np.random.default_rng([seed, 0])`` for the split and
+``np.random.default_rng([seed, 1])`` for pair sampling and the shuffled pairing, so
+the split of :func:`split_indices` and the pairs of :func:`cosine_measures` are exactly
+those used by :func:`displacement_similarity` with the same seed.
+
+References
+----------
+.. [1] "Displacement geometry captures platonic shared reality across models and
+   modalities", arXiv:2609.24209, Sec. "Method" (whitening, Procrustes, the three
+   cosine measures and the consensus decomposition).
+.. [2] Schönemann, P. H. (1966). A generalized solution of the orthogonal Procrustes
+   problem. Psychometrika 31, 1-10.
+.. [3] Gower, J. C. (1975). Generalized Procrustes analysis. Psychometrika 40, 33-51.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+from scipy.linalg import orthogonal_procrustes
+from sklearn.decomposition import PCA
+
+from prh_lib.metrics._validation import check_fraction, check_int, check_k
+
+__all__ = [
+    "MEASURES",
+    "Whitening",
+    "DisplacementResult",
+    "ConsensusResult",
+    "split_indices",
+    "fit_whitening",
+    "procrustes",
+    "cosine_measures",
+    "displacement_similarity",
+    "displacement_layerwise",
+    "consensus_subspaces",
+    "project",
+    "subspace_alignment",
+]
+
+#: Names of the measures returned by :func:`cosine_measures` (and the keys of
+#: :func:`displacement_layerwise`), in a fixed order.
+MEASURES = (
+    "pointwise",
+    "cross_model",
+    "cross_object",
+    "pointwise_shuffled",
+    "cross_model_shuffled",
+    "cross_object_shuffled",
+)
+
+#: A vector whose norm is at most this fraction of the RMS sample norm is treated as
+#: exactly zero, so its cosine is undefined (float64 Procrustes residuals of an exact
+#: copy are ~1e-14 of the sample norm; genuine differences are many orders larger).
+ZERO_NORM_RTOL = 1e-8
+
+_SPLIT_STREAM, _PAIR_STREAM = 0, 1
+_CHUNK = 65536  # pairs per block in the cosine kernel (bounds memory for huge n_pairs)
+
+
+# --------------------------------------------------------------------------- validation
+def _as_float64(x, name: str, ndim: int, shape_doc: str) -> np.ndarray:
+    """NumPy array or torch tensor -> finite, C-contiguous float64 array of ``ndim``."""
+    if isinstance(x, torch.Tensor):
+        if x.is_complex() or x.dtype == torch.bool:
+            raise TypeError(f"{name} must hold real numbers; got dtype {x.dtype}")
+        x = x.detach().cpu().double().numpy()  # .double() first: numpy has no bfloat16
+    elif not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray or torch.Tensor; got {type(x).__name__}")
+    arr = x
+    if arr.dtype.kind not in "fiu":  # float, signed and unsigned integer
+        raise TypeError(f"{name} must hold real numbers; got dtype {arr.dtype}")
+    if arr.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D of shape {shape_doc}, got shape {arr.shape}")
+    if 0 in arr.shape:
+        raise ValueError(f"{name} must be non-empty, got shape {arr.shape}")
+    arr = np.ascontiguousarray(arr, dtype=np.float64)
+    n_bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
+    if n_bad:
+        raise ValueError(f"{name} contains {n_bad} non-finite values (NaN or inf), shape {arr.shape}")
+    return arr
+
+
+def _split_sizes(n: int, test_fraction: float) -> tuple[int, int]:
+    n_test = int(round(n * check_fraction(test_fraction, "test_fraction")))
+    if n_test < 2 or n - n_test < 2:
+        raise ValueError(
+            f"n_samples={n} is too small for test_fraction={test_fraction}: the split gives "
+            f"{n - n_test} train and {n_test} test samples, and both need at least 2"
+        )
+    return n - n_test, n_test
+
+
+# --------------------------------------------------------------------------- split
+def split_indices(n: int, *, test_fraction: float = 0.5, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded random partition of ``range(n)`` into train and test indices.
+
+    Parameters
+    ----------
+    n : int
+        Number of samples (rows shared by all representations).
+    test_fraction : float in (0, 1), default 0.5
+        Fraction of samples held out; ``n_test = round(n * test_fraction)``.
+    seed : int >= 0, default 0
+        Seed; the generator is ``np.random.default_rng([seed, 0])``.
+
+    Returns
+    -------
+    train_idx : ndarray of int, shape (n - n_test,)
+        Sorted training indices.
+    test_idx : ndarray of int, shape (n_test,)
+        Sorted test indices, disjoint from ``train_idx``; together they cover ``range(n)``.
+
+    Raises
+    ------
+    ValueError
+        If ``test_fraction`` is outside (0, 1) or either part would have fewer than 2 samples.
+    """
+    n = check_int(n, "n", low=1)
+    seed = check_int(seed, "seed", low=0)
+    n_train, _ = _split_sizes(n, test_fraction)
+    return _split(n, n_train, seed)
+
+
+def _split(n: int, n_train: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    order = np.random.default_rng([seed, _SPLIT_STREAM]).permutation(n)
+    return np.sort(order[:n_train]), np.sort(order[n_train:])
+
+
+# --------------------------------------------------------------------------- whitening
+@dataclass(frozen=True, eq=False)
+class Whitening:
+    """PCA whitening fitted on training rows: ``Z = (X - mean) @ components.T / scale``.
+
+    Attributes
+    ----------
+    mean : ndarray of shape (d,)
+        Training mean.
+    components : ndarray of shape (r, d)
+        Orthonormal principal axes, by decreasing variance.
+    scale : ndarray of shape (r,)
+        Standard deviation (``ddof=1``) along each kept axis; all ``> sqrt(eps) * scale[0]``.
+    n_dropped : int
+        Components among the first ``min(n_components, n_train, d)`` dropped for
+        near-zero variance.
+    """
+
+    mean: np.ndarray
+    components: np.ndarray
+    scale: np.ndarray
+    n_dropped: int
+
+    @property
+    def n_components(self) -> int:
+        """Number of kept (whitened) components ``r``."""
+        return int(self.scale.shape[0])
+
+    def transform(self, X) -> np.ndarray:
+        """Whiten ``X`` of shape (n, d) -> ndarray of shape (n, r), float64.
+
+        Raises ``ValueError`` if ``X`` is not 2-D with ``d`` columns or is not finite.
+        """
+        X = _as_float64(X, "X", 2, "(n_samples, d)")
+        if X.shape[1] != self.mean.shape[0]:
+            raise ValueError(f"X has {X.shape[1]} features but the whitening was fitted on {self.mean.shape[0]}")
+        return self._transform(X)
+
+    def _transform(self, X: np.ndarray) -> np.ndarray:
+        return (X - self.mean) @ self.components.T / self.scale
+
+
+def fit_whitening(X_train, *, n_components: int = 100, eps: float = 1e-10) -> Whitening:
+    """Fit centring + PCA + whitening on training rows.
+
+    PCA uses :class:`sklearn.decomposition.PCA` with the exact (``"full"``) SVD solver,
+    keeping ``q = min(n_components, n_train, d)`` components. Of those, components whose
+    variance is ``<= eps * (largest variance)`` are **dropped**, not floored: a floored
+    direction carries no signal but, after whitening, enters the common space and the
+    Procrustes fit with inflated rounding noise. Centring makes the rank at most
+    ``n_train - 1``, so at least the last of ``n_train`` components is always dropped.
+    The default ``eps = 1e-10`` (a singular-value ratio of ``1e-5``) separates the
+    rounding floor of float32-stored features (``~1e-14``) from real low-variance
+    structure; raise it (e.g. ``1e-6``) for features stored in half precision.
+
+    Parameters
+    ----------
+    X_train : ndarray or torch.Tensor of shape (n_train, d)
+        Training features only. Computation is in float64.
+    n_components : int >= 1, default 100
+        Upper bound on the whitened dimension ``r``.
+    eps : float in [0, 1), default 1e-10
+        Relative variance threshold below which components are dropped.
+
+    Returns
+    -------
+    Whitening
+        With ``r <= min(n_components, n_train - 1, d)`` components for any ``eps`` above the
+        float64 rounding floor (``eps = 0`` keeps even the null component left by
+        centring); the whitened training rows have zero mean and identity covariance
+        (``ddof=1``).
+
+    Raises
+    ------
+    ValueError
+        If ``X_train`` is not 2-D, has fewer than 2 rows, contains NaN/inf, or has zero
+        variance; if ``n_components < 1`` or ``eps`` is outside [0, 1).
+    """
+    X = _as_float64(X_train, "X_train", 2, "(n_train, d)")
+    n_components = check_int(n_components, "n_components", low=1)
+    if not 0.0 <= float(eps) < 1.0:
+        raise ValueError(f"eps must be in [0, 1), got {eps!r}")
+    if X.shape[0] < 2:
+        raise ValueError(f"X_train needs at least 2 rows to estimate a covariance, got shape {X.shape}")
+    return _fit_whitening(X, n_components, float(eps))
+
+
+def _fit_whitening(X: np.ndarray, n_components: int, eps: float, name: str = "X_train") -> Whitening:
+    if not np.ptp(X, axis=0).any():  # exact constants: centring may leave rounding dust
+        raise ValueError(f"{name} of shape {X.shape} has zero variance; nothing to whiten")
+    q = min(n_components, *X.shape)
+    pca = PCA(n_components=q, svd_solver="full").fit(X)
+    var = pca.explained_variance_
+    if not var[0] > 0.0:
+        raise ValueError(f"{name} of shape {X.shape} has zero variance; nothing to whiten")
+    keep = var > eps * var[0]
+    return Whitening(
+        mean=pca.mean_.copy(),
+        components=pca.components_[keep].copy(),
+        scale=np.sqrt(var[keep]),
+        n_dropped=int(q - keep.sum()),
+    )
+
+
+# --------------------------------------------------------------------------- procrustes
+def procrustes(A, B) -> np.ndarray:
+    """Orthogonal ``R`` minimising ``||A @ R - B||_F`` (rotation and reflection).
+
+    Closed form ``R = U @ Vt`` from the SVD ``A.T @ B = U S Vt`` [2]_, computed by
+    :func:`scipy.linalg.orthogonal_procrustes`. No scaling or translation: centre and
+    whiten first (:func:`fit_whitening`).
+
+    Parameters
+    ----------
+    A, B : ndarray or torch.Tensor of shape (n_samples, r)
+        Paired rows (row ``i`` of both is sample ``i``), same shape.
+
+    Returns
+    -------
+    R : ndarray of shape (r, r)
+        Orthogonal: ``R.T @ R = I`` to rounding. Swapping the arguments gives ``R.T``.
+
+    Raises
+    ------
+    ValueError
+        If the inputs are not 2-D, differ in shape, or contain NaN/inf.
+    """
+    A = _as_float64(A, "A", 2, "(n_samples, r)")
+    B = _as_float64(B, "B", 2, "(n_samples, r)")
+    if A.shape != B.shape:
+        raise ValueError(f"A and B must have the same shape, got {A.shape} and {B.shape}")
+    return _procrustes(A, B)
+
+
+def _procrustes(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    return orthogonal_procrustes(A, B, check_finite=False)[0]
+
+
+# --------------------------------------------------------------------------- cosines
+def _draw_pairs(n: int, n_pairs: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Ordered pairs ``i != j`` uniform with replacement, and a derangement of ``range(n)``."""
+    rng = np.random.default_rng([seed, _PAIR_STREAM])
+    i = rng.integers(0, n, size=n_pairs)
+    j = (i + rng.integers(1, n, size=n_pairs)) % n
+    order = rng.permutation(n)  # one n-cycle through a random order: no fixed points
+    perm = np.empty(n, dtype=np.intp)
+    perm[order] = np.roll(order, -1)
+    return i, j, perm
+
+
+def _add_cosines(num: np.ndarray, nu: np.ndarray, nv: np.ndarray, tol: float, acc: list) -> None:
+    """Accumulate [sum of cosines, number defined] into ``acc``; norms ``<= tol`` are undefined."""
+    ok = (nu > tol) & (nv > tol)
+    acc[0] += float(np.clip(num[ok] / (nu[ok] * nv[ok]), -1.0, 1.0).sum())
+    acc[1] += int(ok.sum())
+
+
+def _finish(acc: list, name: str) -> float:
+    if acc[1] == 0:
+        warnings.warn(
+            f"{name}: every vector pair has (numerically) zero norm, so the cosine is undefined; "
+            "returning NaN (for cross_object this means the aligned representations are identical)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return float("nan")
+    return acc[0] / acc[1]
+
+
+def _cosine_measures(A: np.ndarray, B: np.ndarray, i: np.ndarray, j: np.ndarray, perm: np.ndarray) -> dict[str, float]:
+    tol = ZERO_NORM_RTOL * float(np.sqrt(0.5 * (np.mean(np.sum(A * A, 1)) + np.mean(np.sum(B * B, 1)))))
+    n, r = A.shape
+    acc = {k: [0.0, 0] for k in MEASURES}
+    passes = []
+    for suffix, Bp in (("", B), ("_shuffled", B[perm])):
+        norm = np.linalg.norm
+        _add_cosines(np.einsum("ij,ij->i", A, Bp), norm(A, axis=1), norm(Bp, axis=1), tol, acc["pointwise" + suffix])
+        E = A - Bp  # residuals, formed directly (no cancellation): their inner products may use a Gram
+        gram = E @ E.T if n * n <= len(i) * r else None
+        passes.append((suffix, Bp, E, norm(E, axis=1), gram))
+    for s in range(0, len(i), _CHUNK):
+        ii, jj = i[s : s + _CHUNK], j[s : s + _CHUNK]
+        dA = A[ii] - A[jj]  # displacements, formed directly: near-duplicate samples stay exact
+        ndA = np.linalg.norm(dA, axis=1)
+        for suffix, Bp, E, nE, gram in passes:
+            dB = Bp[ii] - Bp[jj]
+            _add_cosines(np.einsum("ij,ij->i", dA, dB), ndA, np.linalg.norm(dB, axis=1), tol, acc["cross_model" + suffix])
+            num = gram[ii, jj] if gram is not None else np.einsum("ij,ij->i", E[ii], E[jj])
+            _add_cosines(num, nE[ii], nE[jj], tol, acc["cross_object" + suffix])
+    return {k: _finish(acc[k], k) for k in MEASURES}
+
+
+def cosine_measures(A, B, *, n_pairs: int = 10_000, seed: int = 0) -> dict[str, float]:
+    """Pointwise, Cross-Model and Cross-Object cosines of aligned representations.
+
+    With ``a_i`` = row ``i`` of ``A`` and ``b_i`` = row ``i`` of ``B`` (already in a common,
+    aligned frame, e.g. held-out rows after whitening and Procrustes), following [1]_:
+
+    * ``pointwise``    = mean over all ``i`` of ``cos(a_i, b_i)``;
+    * ``cross_model``  = mean over sampled pairs of ``cos(a_i - a_j, b_i - b_j)``: do the
+      two models move in the same direction from sample ``j`` to sample ``i``?
+    * ``cross_object`` = mean over sampled pairs of ``cos(a_i - b_i, a_j - b_j)``: is the
+      residual between the models (the "modality gap" of an object) the same for
+      different objects?
+
+    Pairs ``(i, j)``, ``i != j``, are drawn uniformly with replacement. Each ``*_shuffled``
+    control recomputes its measure with ``b_i`` replaced by ``b_pi(i)``, where ``pi`` is a
+    random derangement (a single cycle, so no sample keeps its partner).
+
+    **Undefined cosines.** A vector whose norm is ``<= ZERO_NORM_RTOL`` (1e-8) times the RMS
+    row norm of ``A`` and ``B`` is treated as exactly zero and its pair is left out of the
+    mean. If every pair is left out the measure is NaN and a ``RuntimeWarning`` is issued.
+    This matters for ``cross_object`` of identical inputs (``A == B``, or a representation
+    against an exactly rotated copy of itself after Procrustes): every residual
+    ``a_i - b_i`` is zero, the measure is 0/0 and is returned as NaN - there is no residual
+    whose direction could be shared. For a rotated copy plus small independent noise the
+    residuals are that noise, and ``cross_object`` is ~0 while the other two are ~1.
+
+    Parameters
+    ----------
+    A, B : ndarray or torch.Tensor of shape (n_samples, r)
+        Aligned representations of the same samples; ``n_samples >= 2``.
+    n_pairs : int >= 1, default 10000
+        Number of sampled ordered pairs for the two pairwise measures.
+    seed : int >= 0, default 0
+        Seed for pairs and the derangement (``np.random.default_rng([seed, 1])``).
+
+    Returns
+    -------
+    dict of str to float
+        Keys :data:`MEASURES`; each value in [-1, 1], or NaN when undefined (see above).
+
+    Raises
+    ------
+    ValueError
+        If the inputs are not 2-D, differ in shape, contain NaN/inf or have fewer than 2 rows.
+    """
+    A = _as_float64(A, "A", 2, "(n_samples, r)")
+    B = _as_float64(B, "B", 2, "(n_samples, r)")
+    if A.shape != B.shape:
+        raise ValueError(f"A and B must have the same shape, got {A.shape} and {B.shape}")
+    if A.shape[0] < 2:
+        raise ValueError(f"need at least 2 samples to form pairs, got shape {A.shape}")
+    n_pairs = check_int(n_pairs, "n_pairs", low=1)
+    seed = check_int(seed, "seed", low=0)
+    return _cosine_measures(A, B, *_draw_pairs(A.shape[0], n_pairs, seed))
+
+
+# --------------------------------------------------------------------------- one pair
+@dataclass(frozen=True)
+class DisplacementResult:
+    """Held-out displacement measures for one pair of representations (see :func:`cosine_measures`).
+
+    ``n_components`` is the common whitened dimension ``r`` actually used
+    (``min`` of both models' kept components); ``n_train``/``n_test`` the split sizes.
+    """
+
+    pointwise: float
+    cross_model: float
+    cross_object: float
+    pointwise_shuffled: float
+    cross_model_shuffled: float
+    cross_object_shuffled: float
+    n_components: int
+    n_train: int
+    n_test: int
+    n_pairs: int
+    seed: int
+
+    def measures(self) -> dict[str, float]:
+        """The six measures as a dict keyed by :data:`MEASURES`."""
+        return {k: getattr(self, k) for k in MEASURES}
+
+
+def _check_options(n: int, n_components, test_fraction, n_pairs, seed, eps) -> tuple:
+    n_components = check_int(n_components, "n_components", low=1)
+    n_pairs = check_int(n_pairs, "n_pairs", low=1)
+    seed = check_int(seed, "seed", low=0)
+    if not 0.0 <= float(eps) < 1.0:
+        raise ValueError(f"eps must be in [0, 1), got {eps!r}")
+    n_train, _ = _split_sizes(n, test_fraction)
+    return n_components, n_train, n_pairs, seed, float(eps)
+
+
+def _whiten_split(X: np.ndarray, train: np.ndarray, test: np.ndarray, n_components: int, eps: float, name: str):
+    w = _fit_whitening(X[train], n_components, eps, name=f"training rows of {name}")
+    return w._transform(X[train]), w._transform(X[test])
+
+
+def _pair_measures(x: tuple, y: tuple, draws: tuple) -> tuple[dict[str, float], int]:
+    """Align whitened ``y`` to whitened ``x`` on train rows; measure on test rows."""
+    (xtr, xte), (ytr, yte) = x, y
+    r = min(xtr.shape[1], ytr.shape[1])  # leading PCA axes: truncation == refit with r components
+    R = _procrustes(ytr[:, :r], xtr[:, :r])
+    return _cosine_measures(xte[:, :r], yte[:, :r] @ R, *draws), r
+
+
+def displacement_similarity(
+    X,
+    Y,
+    *,
+    n_components: int = 100,
+    test_fraction: float = 0.5,
+    n_pairs: int = 10_000,
+    seed: int = 0,
+    eps: float = 1e-10,
+) -> DisplacementResult:
+    """Displacement-geometry similarity of two representations of the same samples [1]_.
+
+    Split the samples (:func:`split_indices`); on the training rows fit a whitening per model
+    (:func:`fit_whitening`, at most ``n_components`` kept components each), truncate both to
+    the common dimension ``r = min(r_x, r_y)`` (the leading PCA axes, which equals fitting
+    with ``r`` components) and fit :func:`procrustes` mapping ``Y``'s whitened training rows
+    onto ``X``'s. On the held-out rows compute :func:`cosine_measures`. Nothing fitted sees
+    a test row. The three main measures are symmetric in ``X`` and ``Y``.
+
+    Parameters
+    ----------
+    X : ndarray or torch.Tensor of shape (n_samples, d_x)
+    Y : ndarray or torch.Tensor of shape (n_samples, d_y)
+        Rows are the same samples in the same order.
+    n_components : int >= 1, default 100
+        Upper bound on the common whitened dimension.
+    test_fraction : float in (0, 1), default 0.5
+    n_pairs : int >= 1, default 10000
+        Sampled pairs for Cross-Model and Cross-Object.
+    seed : int >= 0, default 0
+        Seeds the split and the pair sampling; the same seed gives identical output.
+    eps : float in [0, 1), default 1e-10
+        Relative variance below which PCA components are dropped (:func:`fit_whitening`).
+
+    Returns
+    -------
+    DisplacementResult
+        Measures in [-1, 1] (``cross_object`` NaN for exactly identical aligned inputs).
+
+    Raises
+    ------
+    ValueError
+        If inputs are not 2-D, have different ``n_samples``, contain NaN/inf, have zero
+        variance on the training rows, or ``n_samples`` is too small for the split.
+    """
+    X = _as_float64(X, "X", 2, "(n_samples, d_x)")
+    Y = _as_float64(Y, "Y", 2, "(n_samples, d_y)")
+    if X.shape[0] != Y.shape[0]:
+        raise ValueError(f"X and Y must have the same n_samples, got shapes {X.shape} and {Y.shape}")
+    n = X.shape[0]
+    n_components, n_train, n_pairs, seed, eps = _check_options(n, n_components, test_fraction, n_pairs, seed, eps)
+    train, test = _split(n, n_train, seed)
+    draws = _draw_pairs(len(test), n_pairs, seed)
+    m, r = _pair_measures(
+        _whiten_split(X, train, test, n_components, eps, "X"), _whiten_split(Y, train, test, n_components, eps, "Y"), draws
+    )
+    return DisplacementResult(**m, n_components=r, n_train=len(train), n_test=len(test), n_pairs=n_pairs, seed=seed)
+
+
+def displacement_layerwise(
+    XL,
+    YL,
+    *,
+    n_components: int = 100,
+    test_fraction: float = 0.5,
+    n_pairs: int = 10_000,
+    seed: int = 0,
+    eps: float = 1e-10,
+) -> dict[str, np.ndarray]:
+    """:func:`displacement_similarity` for every pair of layers.
+
+    Each layer's whitening is fitted once (``L_x + L_y`` PCA fits, not ``L_x * L_y``); one
+    split and one set of pairs is shared by all layer pairs, so entry ``[l, m]`` equals
+    ``displacement_similarity(XL[l], YL[m], ...)`` with the same options.
+
+    Parameters
+    ----------
+    XL : ndarray or torch.Tensor of shape (L_x, n_samples, d_x)
+    YL : ndarray or torch.Tensor of shape (L_y, n_samples, d_y)
+        Stacked layer features; rows are the same samples in the same order.
+    n_components, test_fraction, n_pairs, seed, eps
+        As in :func:`displacement_similarity`.
+
+    Returns
+    -------
+    dict of str to ndarray of shape (L_x, L_y)
+        One float array per name in :data:`MEASURES` (values in [-1, 1] or NaN), plus
+        ``"n_components"``: the int array of common whitened dimensions used.
+
+    Raises
+    ------
+    ValueError
+        As :func:`displacement_similarity`, for 3-D inputs.
+    """
+    XL = _as_float64(XL, "XL", 3, "(L_x, n_samples, d_x)")
+    YL = _as_float64(YL, "YL", 3, "(L_y, n_samples, d_y)")
+    if XL.shape[1] != YL.shape[1]:
+        raise ValueError(f"XL and YL must have the same n_samples (axis 1), got shapes {XL.shape} and {YL.shape}")
+    n = XL.shape[1]
+    n_components, n_train, n_pairs, seed, eps = _check_options(n, n_components, test_fraction, n_pairs, seed, eps)
+    train, test = _split(n, n_train, seed)
+    draws = _draw_pairs(len(test), n_pairs, seed)
+    wx = [_whiten_split(X, train, test, n_components, eps, f"XL[{l}]") for l, X in enumerate(XL)]
+    wy = [_whiten_split(Y, train, test, n_components, eps, f"YL[{m}]") for m, Y in enumerate(YL)]
+    out = {k: np.empty((len(wx), len(wy))) for k in MEASURES}
+    out["n_components"] = np.empty((len(wx), len(wy)), dtype=int)
+    for l, x in enumerate(wx):
+        for m, y in enumerate(wy):
+            res, r = _pair_measures(x, y, draws)
+            for k, v in res.items():
+                out[k][l, m] = v
+            out["n_components"][l, m] = r
+    return out
+
+
+# --------------------------------------------------------------------------- consensus
+@dataclass(frozen=True, eq=False)
+class ConsensusResult:
+    """Shared/private decomposition of ``M`` models (see :func:`consensus_subspaces`).
+
+    Attributes
+    ----------
+    eigenvalues : ndarray of shape (r,)
+        Eigenvalues of ``S_cross``, descending, in [-1, 1]: ~1 where all models agree.
+    eigenvectors : ndarray of shape (r, r)
+        Orthonormal columns matching ``eigenvalues``.
+    shared_basis : ndarray of shape (r, n_shared)
+        Top ``n_shared`` eigenvectors.
+    private_basis : ndarray of shape (r, n_private)
+        Bottom ``n_private`` eigenvectors (lowest eigenvalues last).
+    features : tuple of M ndarrays of shape (n_samples, r)
+        All samples, whitened and aligned into the common frame (model 0's whitened axes).
+    rotations : tuple of M ndarrays of shape (r, r)
+        Orthogonal alignment of each model's whitened features; ``rotations[0]`` is ``I``.
+    whitenings : tuple of M :class:`Whitening`
+    train_idx, test_idx : ndarray of int
+        The split; everything above was fitted on ``train_idx`` only.
+    n_iter : int
+        Generalized Procrustes iterations used.
+    """
+
+    eigenvalues: np.ndarray
+    eigenvectors: np.ndarray
+    shared_basis: np.ndarray
+    private_basis: np.ndarray
+    features: tuple
+    rotations: tuple
+    whitenings: tuple
+    train_idx: np.ndarray
+    test_idx: np.ndarray
+    n_iter: int
+
+
+def _generalized_procrustes(Z: list, max_iter: int, tol: float) -> tuple[list, int]:
+    """Gower's GPA [3]_: rotate each ``Z[m]`` towards the running mean until the loss settles."""
+    Q = [np.eye(Z[0].shape[1])] + [_procrustes(z, Z[0]) for z in Z[1:]]
+    total = sum(float(np.sum(z * z)) for z in Z)
+    prev = np.inf
+    for it in range(1, max_iter + 1):
+        G = sum(z @ q for z, q in zip(Z, Q)) / len(Z)
+        Q = [_procrustes(z, G) for z in Z]
+        loss = sum(float(np.sum((z @ q - G) ** 2)) for z, q in zip(Z, Q))
+        if prev - loss <= tol * total:
+            break
+        prev = loss
+    else:
+        warnings.warn(f"generalized Procrustes did not converge in {max_iter} iterations", RuntimeWarning, stacklevel=3)
+    Q0t = Q[0].T
+    return [q @ Q0t for q in Q], it  # pin the frame to model 0's whitened axes
+
+
+def consensus_subspaces(
+    features: Sequence,
+    *,
+    n_components: int = 100,
+    n_shared: int = 10,
+    n_private: int | None = None,
+    test_fraction: float = 0.5,
+    seed: int = 0,
+    eps: float = 1e-10,
+    max_iter: int = 1000,
+    tol: float = 1e-10,
+) -> ConsensusResult:
+    """Shared and private subspaces of ``M >= 2`` models from the cross-model covariance [1]_.
+
+    On the training rows: whiten each model (:func:`fit_whitening`), truncate all to the
+    common dimension ``r``, align them by generalized Procrustes [3]_ (for ``M = 2`` this is
+    exactly :func:`procrustes` of model 1 onto model 0), then form
+
+    ``S_cross = 1 / (M (M - 1)) * sum_{m != n} (Z_m.T Z_n + Z_n.T Z_m) / (2 (n_train - 1))``
+
+    with ``Z_m`` the whitened, aligned training features. Its top eigenvectors span the
+    shared subspace, its bottom ones the private subspace. Eigenvector signs are fixed so
+    the largest-magnitude entry is positive (deterministic output).
+
+    Parameters
+    ----------
+    features : sequence of M ndarrays or torch.Tensors of shape (n_samples, d_m)
+        Rows are the same samples in the same order; ``d_m`` may differ.
+    n_components : int >= 1, default 100
+        Upper bound on ``r``.
+    n_shared : int >= 1, default 10
+    n_private : int >= 1, optional
+        Defaults to ``n_shared``. Requires ``n_shared + n_private <= r``.
+    test_fraction, seed, eps
+        As in :func:`displacement_similarity`.
+    max_iter : int, default 1000
+    tol : float, default 1e-10
+        GPA stops when the loss decreases by at most ``tol`` times the total sum of squares
+        (a ``RuntimeWarning`` if ``max_iter`` is reached). Convergence is linear and slow in
+        directions where models are unrelated (the loss is flat there), typically 50-200
+        iterations of ``M`` ``r x r`` SVDs each - cheap next to the whitening.
+
+    Returns
+    -------
+    ConsensusResult
+
+    Raises
+    ------
+    ValueError
+        If fewer than 2 models, inputs not 2-D, differing ``n_samples``, NaN/inf, too few
+        samples for the split, or ``n_shared + n_private > r``.
+    """
+    if isinstance(features, np.ndarray) or not isinstance(features, Sequence):
+        raise TypeError(f"features must be a list of (n_samples, d_m) arrays, got {type(features).__name__}")
+    if len(features) < 2:
+        raise ValueError(f"need at least 2 models, got {len(features)}")
+    F = [_as_float64(f, f"features[{m}]", 2, "(n_samples, d_m)") for m, f in enumerate(features)]
+    shapes = [f.shape for f in F]
+    if len({s[0] for s in shapes}) != 1:
+        raise ValueError(f"all models must have the same n_samples, got shapes {shapes}")
+    n = shapes[0][0]
+    n_components, n_train, _, seed, eps = _check_options(n, n_components, test_fraction, 1, seed, eps)
+    n_shared = check_int(n_shared, "n_shared", low=1)
+    n_private = n_shared if n_private is None else check_int(n_private, "n_private", low=1)
+    max_iter = check_int(max_iter, "max_iter", low=1)
+    train, test = _split(n, n_train, seed)
+
+    whitenings = [
+        _fit_whitening(f[train], n_components, eps, name=f"training rows of features[{m}]") for m, f in enumerate(F)
+    ]
+    r = min(w.n_components for w in whitenings)
+    if n_shared + n_private > r:
+        raise ValueError(f"n_shared + n_private = {n_shared} + {n_private} exceeds the common whitened dimension r={r}")
+    Z = [w._transform(f)[:, :r] for w, f in zip(whitenings, F)]
+    Q, n_iter = _generalized_procrustes([z[train] for z in Z], max_iter, float(tol))
+    aligned = [z @ q for z, q in zip(Z, Q)]
+
+    Ztr = [a[train] for a in aligned]
+    T = sum(Ztr)
+    M = len(Ztr)
+    S = (T.T @ T - sum(z.T @ z for z in Ztr)) / (M * (M - 1) * (n_train - 1))
+    evals, evecs = np.linalg.eigh(0.5 * (S + S.T))
+    evals, evecs = evals[::-1], evecs[:, ::-1]
+    big = np.argmax(np.abs(evecs), axis=0)
+    evecs = evecs * np.sign(evecs[big, np.arange(r)])
+    return ConsensusResult(
+        eigenvalues=evals,
+        eigenvectors=evecs,
+        shared_basis=evecs[:, :n_shared].copy(),
+        private_basis=evecs[:, r - n_private :].copy(),
+        features=tuple(aligned),
+        rotations=tuple(Q),
+        whitenings=tuple(whitenings),
+        train_idx=train,
+        test_idx=test,
+        n_iter=n_iter,
+    )
+
+
+def project(features, basis) -> np.ndarray | list:
+    """Coordinates of features in an orthonormal basis: ``features @ basis``.
+
+    Parameters
+    ----------
+    features : ndarray of shape (n_samples, r), or a list of them
+        Features in the common frame (e.g. ``ConsensusResult.features``).
+    basis : ndarray of shape (r, k)
+        Orthonormal columns (e.g. ``ConsensusResult.shared_basis``). Distances and
+        displacement directions within the subspace are preserved.
+
+    Returns
+    -------
+    ndarray of shape (n_samples, k), or a list of them for list input
+
+    Raises
+    ------
+    ValueError
+        If shapes do not match or inputs contain NaN/inf.
+    """
+    basis = _as_float64(basis, "basis", 2, "(r, k)")
+    single = not isinstance(features, (list, tuple))
+    out = []
+    for m, f in enumerate([features] if single else features):
+        f = _as_float64(f, "features" if single else f"features[{m}]", 2, "(n_samples, r)")
+        if f.shape[1] != basis.shape[0]:
+            raise ValueError(f"features have r={f.shape[1]} columns but basis has shape {basis.shape}")
+        out.append(f @ basis)
+    return out[0] if single else out
+
+
+def subspace_alignment(result: ConsensusResult, *, k: int = 10, n_pairs: int = 10_000, seed: int = 0) -> dict:
+    """Mutual k-NN and Cross-Model similarity in the full, shared and private subspaces.
+
+    For every pair of models ``m < n`` in ``result``, on the held-out rows
+    (``result.test_idx``) of ``result.features`` projected onto each subspace
+    (:func:`project`), compute :func:`prh_lib.metrics.knn.mutual_knn` and the
+    ``cross_model`` measure of :func:`cosine_measures`. Features are already aligned, so
+    nothing is refitted.
+
+    Parameters
+    ----------
+    result : ConsensusResult
+    k : int >= 1, default 10
+        Neighbours for mutual k-NN; must be below the number of test samples.
+    n_pairs, seed
+        As in :func:`cosine_measures`.
+
+    Returns
+    -------
+    dict
+        ``{"full" | "shared" | "private": {"mutual_knn": ndarray (M, M),
+        "cross_model": ndarray (M, M)}}``; symmetric, diagonal NaN (no self-comparison).
+
+    Raises
+    ------
+    ValueError
+        If ``k >= n_test``.
+    """
+    from prh_lib.metrics.knn import mutual_knn  # lazy: metrics families stay independent at import
+
+    if not isinstance(result, ConsensusResult):
+        raise TypeError(f"result must be a ConsensusResult, got {type(result).__name__}")
+    n_test = len(result.test_idx)
+    k = check_k(k, n_test)
+    n_pairs = check_int(n_pairs, "n_pairs", low=1)
+    seed = check_int(seed, "seed", low=0)
+    draws = _draw_pairs(n_test, n_pairs, seed)
+    test = [f[result.test_idx] for f in result.features]
+    M = len(test)
+    out = {}
+    for name, basis in (("full", None), ("shared", result.shared_basis), ("private", result.private_basis)):
+        P = test if basis is None else [t @ basis for t in test]
+        mk, cm = np.full((M, M), np.nan), np.full((M, M), np.nan)
+        for a in range(M):
+            for b in range(a + 1, M):
+                mk[a, b] = mk[b, a] = float(mutual_knn(P[a], P[b], k=k))
+                cm[a, b] = cm[b, a] = _cosine_measures(P[a], P[b], *draws)["cross_model"]
+        out[name] = {"mutual_knn": mk, "cross_model": cm}
+    return out

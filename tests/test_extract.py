@@ -1,0 +1,169 @@
+"""Extraction: pooling, batch-size and padding invariance on the real zoo LMs, the feature cache."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from prh_lib import data, extract, paths
+from prh_lib.extract import LayerFeatures
+
+
+# ----------------------------------------------------------------------------------------------- pooling
+
+
+def test_mean_pool_ignores_padding_even_when_it_holds_nan():
+    hidden = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [float("nan"), float("inf")]],
+                           [[5.0, 6.0], [float("nan"), 0.0], [7.0, 8.0]]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 1]])
+    pooled = extract.mean_pool(hidden, mask)
+    torch.testing.assert_close(pooled, torch.tensor([[2.0, 3.0], [6.0, 7.0]]))
+
+
+def test_cls_and_gap_pool():
+    h = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4)
+    torch.testing.assert_close(extract.cls_pool(h), h[:, 0])
+    fmap = torch.arange(2 * 3 * 2 * 2, dtype=torch.bfloat16).reshape(2, 3, 2, 2)
+    out = extract.gap_pool(fmap)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, fmap.float().mean(dim=(2, 3)))
+    with pytest.raises(ValueError, match="shape"):
+        extract.gap_pool(torch.zeros(3))
+
+
+# ----------------------------------------------------------------------------------------------- cache
+
+
+def _features(n=6, layers=3, d=4, seed=0, ids=None):
+    g = torch.Generator().manual_seed(seed)
+    ids = ids or tuple(str(i) for i in range(n))
+    return LayerFeatures(torch.randn(layers, n, d, generator=g), ("embed", "layer.1", "layer.2"), ids,
+                         {"model": "m", "pooling": "mean"})
+
+
+def test_save_load_roundtrip_keeps_rows_labels_and_provenance(tmp_path):
+    f = _features()
+    path = extract.save_features(f, tmp_path / "sub" / "f.safetensors")
+    g = extract.load_features(path, expected_sample_ids=f.sample_ids)
+    torch.testing.assert_close(g.values, f.values, rtol=0, atol=0)
+    assert g.layer_labels == f.layer_labels and g.sample_ids == f.sample_ids
+    assert g.meta["model"] == "m" and g.meta["pooling"] == "mean"
+    with pytest.raises(extract.FeatureMismatchError, match="other rows"):
+        extract.load_features(path, expected_sample_ids=tuple(reversed(f.sample_ids)))
+    with pytest.raises(FileNotFoundError, match="no feature file"):
+        extract.load_features(tmp_path / "missing.safetensors")
+
+
+def test_interrupted_write_leaves_no_cache_entry(tmp_path):
+    final = tmp_path / "f.safetensors"
+    with pytest.raises(RuntimeError):
+        with paths.atomic_path(final) as tmp:
+            tmp.write_bytes(b"half")
+            raise RuntimeError("killed")
+    assert not final.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_check_aligned_names_the_problem():
+    a = _features()
+    extract.check_aligned(a, _features(seed=1))
+    with pytest.raises(extract.FeatureMismatchError, match="different row order"):
+        extract.check_aligned(a, a.rows([1, 0, 2, 3, 4, 5]))
+    with pytest.raises(extract.FeatureMismatchError, match="different samples"):
+        extract.check_aligned(a, _features(ids=tuple("abcdef")))
+    with pytest.raises(ValueError, match="do not match"):
+        LayerFeatures(torch.zeros(2, 3, 4), ("a",), ("x", "y", "z"))
+
+
+def test_cache_key_covers_every_option_that_changes_the_numbers(monkeypatch, tmp_path):
+    monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path))
+    ds = data.load_dataset()
+    p = data.sample_pairs(ds, n=20, seed=0)
+    base = extract.features_cache_path("m", "rev1", "language", p, dtype="float32")
+    variants = [
+        extract.features_cache_path("m2", "rev1", "language", p, dtype="float32"),
+        extract.features_cache_path("m", "rev2", "language", p, dtype="float32"),
+        extract.features_cache_path("m", "rev1", "language", p, dtype="bfloat16"),
+        extract.features_cache_path("m", "rev1", "language", p, dtype="float32", max_length=16),
+        extract.features_cache_path("m", "rev1", "language", data.sample_pairs(ds, n=20, seed=1), dtype="float32"),
+        extract.features_cache_path("m", "rev1", "language",
+                                    data.sample_pairs(ds, n=20, seed=0, caption_policy="random"), dtype="float32"),
+    ]
+    assert len({base, *variants}) == len(variants) + 1
+    assert base == extract.features_cache_path("m", "rev1", "language", data.sample_pairs(ds, n=20, seed=0),
+                                               dtype="float32")
+    # images do not depend on the caption policy
+    vis = extract.features_cache_path("v", "r", "vision", p, dtype="float32")
+    assert vis == extract.features_cache_path("v", "r", "vision", data.sample_pairs(ds, n=20, seed=0,
+                                              caption_policy="random"), dtype="float32")
+    assert str(base).startswith(str(tmp_path))
+
+
+# ----------------------------------------------------------------------------------------------- real models
+
+
+@pytest.fixture(scope="module")
+def captions():
+    ds = data.load_dataset()
+    # 40 captions of varied length, including two identical ones
+    texts = list(data.sample_pairs(ds, n=39, seed=5, caption_policy="concat", n_captions=1).texts)
+    texts[7] = " ".join(ds.captions[0][:3])  # a long one
+    texts.append(texts[3])
+    return data.Pairs("t", tuple(str(i) for i in range(40)), tuple([None] * 40), tuple(texts))
+
+
+@pytest.mark.parametrize("model_name", ["smollm2-135m", "minilm-l6"])
+def test_same_caption_same_vector_whatever_batch_size_and_padding(model_name, captions, zoo_model):
+    model = zoo_model(model_name)
+    ref = extract.extract_features(model, captions, batch_size=1, progress=False).values
+    assert torch.isfinite(ref).all()
+    assert ref.shape[0] == len(model.layer_labels) and model.layer_labels[0] == "embed"
+    torch.testing.assert_close(ref[:, 3], ref[:, 39], rtol=0, atol=1e-5)
+    for bs in (7, 32):
+        for side in ("right", "left"):
+            out = extract.extract_features(model, captions, batch_size=bs, padding_side=side, progress=False).values
+            torch.testing.assert_close(out, ref, rtol=1e-4, atol=2e-4 * float(ref.abs().max()),
+                                       msg=f"{model_name} batch_size={bs} padding={side}")
+
+
+def test_get_features_caches_and_reuses(monkeypatch, tmp_path):
+    from prh_lib import models
+
+    monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path))
+    ds = data.load_dataset()
+    pairs = data.sample_pairs(ds, n=12, seed=2)
+    first = extract.get_features("efficientnet-lite0", pairs, batch_size=5, progress=False)
+    files = list((tmp_path / "features").rglob("*.safetensors"))
+    assert len(files) == 1
+    meta = extract.load_features(files[0]).meta
+    assert meta["model"] == "efficientnet-lite0" and meta["pooling"] == "gap" and meta["dtype"] == "float32"
+    assert json.loads(json.dumps(meta))  # plain strings
+
+    def fail(*a, **k):
+        raise AssertionError("the cache should have been used")
+
+    monkeypatch.setattr(models, "load_model", fail)
+    again = extract.get_features("efficientnet-lite0", pairs, batch_size=3, progress=False)
+    torch.testing.assert_close(again.values, first.values, rtol=0, atol=0)
+    assert again.sample_ids == pairs.sample_ids and again.layer_dims == first.layer_dims
+    assert np.isfinite(first.values.numpy()).all()
+    # CNN stages have different widths: stored zero-padded, sliced back by layer()
+    assert first.layer_dims == (32, 16, 24, 40, 80, 112, 192, 320, 1280)
+    assert first.layer("stage.1").shape == (12, 16)
+    assert float(first.values[1, :, 16:].abs().max()) == 0.0
+
+
+def test_zero_padding_leaves_knn_and_cka_scores_unchanged():
+    from prh_lib.metrics import cka_linear, mutual_knn, mutual_knn_layerwise
+
+    rng = np.random.default_rng(0)
+    layers = [torch.tensor(rng.normal(size=(50, d)), dtype=torch.float32) for d in (3, 8, 20)]
+    stacked, dims = extract.stack_layers(layers)
+    assert dims == (3, 8, 20) and stacked.shape == (3, 50, 20)
+    y = torch.tensor(rng.normal(size=(2, 50, 6)), dtype=torch.float32)
+    M = mutual_knn_layerwise(stacked, y, k=5)
+    for i, layer in enumerate(layers):
+        for j in range(2):
+            assert M[i, j] == pytest.approx(mutual_knn(layer, y[j], k=5), abs=1e-12)
+            assert cka_linear(stacked[i], y[j]) == pytest.approx(cka_linear(layer, y[j]), rel=1e-5)
