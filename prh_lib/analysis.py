@@ -41,8 +41,10 @@ class AlignmentMatrix:
 
     @property
     def peak(self) -> tuple[int, int, float]:
-        """(row, column, score) of the maximum; the first in row-major order if tied."""
-        i, j = np.unravel_index(int(np.argmax(self.scores)), self.scores.shape)
+        """(row, column, score) of the maximum, ignoring NaN (undefined layers); the first in row-major order if tied."""
+        if np.isnan(self.scores).all():
+            raise ValueError(f"all scores of {self.x_name} × {self.y_name} are NaN")
+        i, j = np.unravel_index(int(np.nanargmax(self.scores)), self.scores.shape)
         return int(i), int(j), float(self.scores[i, j])
 
     @property
@@ -54,6 +56,35 @@ class AlignmentMatrix:
         """Depth of the peak as a fraction of each model's layers (0 = embedding output, 1 = last layer)."""
         i, j, _ = self.peak
         return i / max(len(self.x_labels) - 1, 1), j / max(len(self.y_labels) - 1, 1)
+
+
+def clip_features(features: LayerFeatures, *, q: float | None = 0.95) -> LayerFeatures:
+    """Clip outlying activations of every layer, as the PRH code does before scoring (Huh et al. 2024, App. A).
+
+    Each layer is clipped to ``[-t, t]`` with ``t`` from :func:`prh_lib.metrics.clip_outliers` (``scope="prh"``:
+    the mean over samples of each sample's ``q``-quantile of ``|x|``), computed on that layer's true width.
+    The PRH code uses one threshold for all layers of a model; per layer is used here because the scale
+    of a residual stream grows with depth, so one shared threshold would clip deep layers hardest (and
+    zero padding of narrower CNN stages would bias it). ``q=None`` or ``q=1`` returns ``features`` unchanged.
+
+    Parameters
+    ----------
+    features : LayerFeatures
+    q : float in (0, 1] or None
+
+    Returns
+    -------
+    LayerFeatures
+        Same labels and rows; ``meta["clip_q"]`` records ``q``.
+    """
+    from .metrics import clip_outliers
+
+    if q is None or q == 1:
+        return features
+    values = features.values.clone()
+    for i, d in enumerate(features.layer_dims):
+        values[i, :, :d] = clip_outliers(features.values[i, :, :d], q=q)
+    return features.replace(values, clip_q=str(q))
 
 
 def layerwise_alignment(x: LayerFeatures, y: LayerFeatures, *, metric: str = "mutual_knn", **options) -> AlignmentMatrix:
@@ -118,8 +149,8 @@ def peak_table(matrices: dict[str, AlignmentMatrix], controls: dict[str, Alignme
             "peak / final": best / m.final if m.final > 0 else np.nan,
         }
         if controls and label in controls:
-            row["shuffled (max)"] = float(controls[label].scores.max())
-            row["shuffled (mean)"] = float(controls[label].scores.mean())
+            row["shuffled (max)"] = float(np.nanmax(controls[label].scores))
+            row["shuffled (mean)"] = float(np.nanmean(controls[label].scores))
         if chance is not None:
             row["chance"] = chance
             row["peak / chance"] = best / chance

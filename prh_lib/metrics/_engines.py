@@ -31,7 +31,7 @@ __all__: list[str] = []
 
 @dataclass(frozen=True)
 class Engine:
-    gram: Callable  # (XL, **opts) -> (G, valid)
+    gram: Callable  # (XL) -> (G, valid)
     state: Callable  # (G, valid, *, groups=None, **opts) -> state
     score: Callable  # (sx, sy, perm=None) -> Tensor (L_x, L_y) float64
     options: tuple[str, ...]  # keyword options the metric takes (besides device)

@@ -94,10 +94,14 @@ MEASURES = (
 ZERO_NORM_RTOL = 1e-8
 
 _SPLIT_STREAM, _PAIR_STREAM = 0, 1
+_RANDOM_STREAM = 2  # random subspaces of :func:`subspace_alignment`
 _CHUNK = 65536  # pairs per block in the cosine kernel (bounds memory for huge n_pairs)
 
 
 # --------------------------------------------------------------------------- validation
+class _ZeroVariance(ValueError):
+    """Raised by :func:`_fit_whitening` for training rows with zero variance (a ``ValueError``)."""
+
 def _as_float64(x, name: str, ndim: int, shape_doc: str) -> np.ndarray:
     """NumPy array or torch tensor -> finite, C-contiguous float64 array of ``ndim``."""
     if isinstance(x, torch.Tensor):
@@ -255,12 +259,12 @@ def fit_whitening(X_train, *, n_components: int = 100, eps: float = 1e-10) -> Wh
 
 def _fit_whitening(X: np.ndarray, n_components: int, eps: float, name: str = "X_train") -> Whitening:
     if not np.ptp(X, axis=0).any():  # exact constants: centring may leave rounding dust
-        raise ValueError(f"{name} of shape {X.shape} has zero variance; nothing to whiten")
+        raise _ZeroVariance(f"{name} of shape {X.shape} has zero variance; nothing to whiten")
     q = min(n_components, *X.shape)
     pca = PCA(n_components=q, svd_solver="full").fit(X)
     var = pca.explained_variance_
     if not var[0] > 0.0:
-        raise ValueError(f"{name} of shape {X.shape} has zero variance; nothing to whiten")
+        raise _ZeroVariance(f"{name} of shape {X.shape} has zero variance; nothing to whiten")
     keep = var > eps * var[0]
     return Whitening(
         mean=pca.mean_.copy(),
@@ -451,12 +455,33 @@ def _check_options(n: int, n_components, test_fraction, n_pairs, seed, eps) -> t
 
 
 def _whiten_split(X: np.ndarray, train: np.ndarray, test: np.ndarray, n_components: int, eps: float, name: str):
-    w = _fit_whitening(X[train], n_components, eps, name=f"training rows of {name}")
+    """Whitened (train rows, test rows), or None when the training rows have zero variance."""
+    try:
+        w = _fit_whitening(X[train], n_components, eps, name=f"training rows of {name}")
+    except _ZeroVariance:
+        return None
     return w._transform(X[train]), w._transform(X[test])
 
 
-def _pair_measures(x: tuple, y: tuple, draws: tuple) -> tuple[dict[str, float], int]:
-    """Align whitened ``y`` to whitened ``x`` on train rows; measure on test rows."""
+def _warn_degenerate(layers: list, name: str, metric: str, single: bool) -> None:
+    """One RuntimeWarning naming the zero-variance inputs (same wording as the k-NN family)."""
+    if layers:
+        where = "the representation" if single else f"layers {layers}"
+        warnings.warn(
+            f"{metric}: {name} is degenerate (zero variance on the training rows, nothing to whiten) "
+            f"in {where}; their scores are NaN",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+_NAN_MEASURES = dict.fromkeys(MEASURES, float("nan"))
+
+
+def _pair_measures(x: tuple | None, y: tuple | None, draws: tuple) -> tuple[dict[str, float], int]:
+    """Align whitened ``y`` to whitened ``x`` on train rows; measure on test rows (NaN, r=0 if degenerate)."""
+    if x is None or y is None:
+        return dict(_NAN_MEASURES), 0
     (xtr, xte), (ytr, yte) = x, y
     r = min(xtr.shape[1], ytr.shape[1])  # leading PCA axes: truncation == refit with r components
     R = _procrustes(ytr[:, :r], xtr[:, :r])
@@ -501,12 +526,16 @@ def displacement_similarity(
     -------
     DisplacementResult
         Measures in [-1, 1] (``cross_object`` NaN for exactly identical aligned inputs).
+        If ``X`` or ``Y`` has zero variance on the training rows (e.g. a ViT's CLS token at
+        hidden state 0, the same learned vector for every image) there is nothing to whiten:
+        every measure is NaN, ``n_components`` is 0 and a ``RuntimeWarning`` names the input,
+        as :func:`prh_lib.metrics.knn.mutual_knn` does for degenerate inputs.
 
     Raises
     ------
     ValueError
-        If inputs are not 2-D, have different ``n_samples``, contain NaN/inf, have zero
-        variance on the training rows, or ``n_samples`` is too small for the split.
+        If inputs are not 2-D, have different ``n_samples``, contain NaN/inf, or
+        ``n_samples`` is too small for the split.
     """
     X = _as_float64(X, "X", 2, "(n_samples, d_x)")
     Y = _as_float64(Y, "Y", 2, "(n_samples, d_y)")
@@ -516,9 +545,11 @@ def displacement_similarity(
     n_components, n_train, n_pairs, seed, eps = _check_options(n, n_components, test_fraction, n_pairs, seed, eps)
     train, test = _split(n, n_train, seed)
     draws = _draw_pairs(len(test), n_pairs, seed)
-    m, r = _pair_measures(
-        _whiten_split(X, train, test, n_components, eps, "X"), _whiten_split(Y, train, test, n_components, eps, "Y"), draws
-    )
+    wx = _whiten_split(X, train, test, n_components, eps, "X")
+    wy = _whiten_split(Y, train, test, n_components, eps, "Y")
+    _warn_degenerate([0] if wx is None else [], "X", "displacement_similarity", True)
+    _warn_degenerate([0] if wy is None else [], "Y", "displacement_similarity", True)
+    m, r = _pair_measures(wx, wy, draws)
     return DisplacementResult(**m, n_components=r, n_train=len(train), n_test=len(test), n_pairs=n_pairs, seed=seed)
 
 
@@ -550,7 +581,11 @@ def displacement_layerwise(
     -------
     dict of str to ndarray of shape (L_x, L_y)
         One float array per name in :data:`MEASURES` (values in [-1, 1] or NaN), plus
-        ``"n_components"``: the int array of common whitened dimensions used.
+        ``"n_components"``: the int array of common whitened dimensions used. A layer with
+        zero variance on the training rows (a ViT's constant CLS token at ``"embed"``) gets
+        NaN in its whole row or column and ``n_components`` 0; one ``RuntimeWarning`` lists
+        such layers, as :func:`prh_lib.metrics.knn.mutual_knn_layerwise` does. Zero-padded
+        columns (narrow CNN stages in a padded stack) change nothing: PCA ignores them.
 
     Raises
     ------
@@ -567,6 +602,8 @@ def displacement_layerwise(
     draws = _draw_pairs(len(test), n_pairs, seed)
     wx = [_whiten_split(X, train, test, n_components, eps, f"XL[{l}]") for l, X in enumerate(XL)]
     wy = [_whiten_split(Y, train, test, n_components, eps, f"YL[{m}]") for m, Y in enumerate(YL)]
+    _warn_degenerate([l for l, w in enumerate(wx) if w is None], "XL", "displacement_layerwise", False)
+    _warn_degenerate([m for m, w in enumerate(wy) if w is None], "YL", "displacement_layerwise", False)
     out = {k: np.empty((len(wx), len(wy))) for k in MEASURES}
     out["n_components"] = np.empty((len(wx), len(wy)), dtype=int)
     for l, x in enumerate(wx):

@@ -27,7 +27,6 @@ Székely, Rizzo (2014). "Partial distance correlation with methods for dissimila
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np

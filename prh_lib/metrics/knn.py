@@ -473,9 +473,11 @@ def cknna(X, Y, *, k: int = 10) -> float:
     Returns
     -------
     score : float
-        1 for ``X`` against itself; symmetric; invariant to rotations and isotropic scaling. Can be
-        slightly negative. NaN (warning) if either representation is constant or a denominator HSIC
-        is not positive.
+        1 for ``X`` against itself; invariant to rotations and isotropic scaling. Can be slightly
+        negative. *Not exactly symmetric*: the masked kernels are not symmetric matrices (neighbour
+        relations need not be reciprocal), and Eq. (5)'s term ``1^T A B 1`` changes when ``A`` and ``B``
+        swap; the difference is small for realistic ``N`` (about 1e-3 at N=150, k=10). NaN (warning) if
+        either representation is constant or a denominator HSIC is not positive.
 
     Raises
     ------
@@ -486,8 +488,10 @@ def cknna(X, Y, *, k: int = 10) -> float:
 
     Notes
     -----
-    The PRH code adds ``1e-6`` to the denominator; this function does not, so values differ from it by
-    that offset.
+    This follows the PRH reference implementation (``AlignmentMetrics.cknna`` with ``unbiased=True``),
+    which applies ``hsic_unbiased`` to the masked kernels, rather than the row-centred sum written in
+    App. A. The PRH code adds ``1e-6`` to the denominator; this function does not, so values differ
+    from it by that offset.
 
     References
     ----------

@@ -1,0 +1,68 @@
+"""Hand results from an executed notebook to the book and to the tests.
+
+:func:`record` glues a JSON document into the notebook (myst-nb ``glue``), so the tests read exactly the
+numbers a page showed, and the page's prose can cite them with ``{glue:text}``. :func:`read_record` reads
+it back from an executed ``.ipynb``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+
+def _plain(obj):
+    """JSON-ready copy of ``obj``: NumPy/torch scalars and arrays, DataFrames, tuples and dict keys made plain."""
+    if hasattr(obj, "to_dict") and hasattr(obj, "columns"):  # pandas DataFrame: {index: {column: value}}
+        return {str(k): _plain(v) for k, v in obj.to_dict(orient="index").items()}
+    if hasattr(obj, "detach"):  # torch tensor
+        obj = obj.detach().cpu().numpy()
+    if isinstance(obj, np.ndarray):
+        return _plain(obj.tolist())
+    if isinstance(obj, np.generic):
+        return _plain(obj.item())
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def record(name: str, obj, *, display: bool = False) -> dict:
+    """Glue ``obj`` (dicts, lists, numbers, strings, arrays, DataFrames) as JSON under ``name``.
+
+    Non-finite floats become ``null``. Returns the JSON-ready copy.
+    """
+    from myst_nb import glue
+
+    plain = _plain(obj)
+    glue(name, json.dumps(plain, sort_keys=True), display=display)
+    return plain
+
+
+def read_record(ipynb: str | Path, name: str):
+    """The object :func:`record` glued under ``name`` in an executed notebook.
+
+    Raises
+    ------
+    KeyError
+        If the notebook has no record of that name (the message lists the names it has).
+    """
+    import nbformat
+
+    nb = nbformat.read(str(ipynb), as_version=4)
+    found = {}
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            scrap = out.get("metadata", {}).get("scrapbook", {})
+            if "name" in scrap:
+                found[scrap["name"]] = out["data"][scrap.get("mime_prefix", "") + "text/plain"]
+    if name not in found:
+        raise KeyError(f"{ipynb} has no record {name!r}; it has {sorted(found)}")
+    return json.loads(ast.literal_eval(found[name]))
