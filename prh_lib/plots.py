@@ -35,7 +35,8 @@ def alignment_heatmap(
     """Heatmap of a ``(n_layers_x, n_layers_y)`` score matrix: rows are x's layers, columns y's.
 
     The maximum is marked with a white star and the final-layer pair with a red square; the colour bar
-    shows the chance level as a line when ``chance`` is given.
+    shows the chance level as a line when ``chance`` is given. NaN entries (undefined scores, e.g. a ViT's
+    constant embedding-output CLS token) are left blank and ignored by the markers.
 
     Returns
     -------
@@ -46,6 +47,12 @@ def alignment_heatmap(
         raise ValueError(f"scores of shape {scores.shape} do not match {len(x_labels)} x {len(y_labels)} labels")
     if ax is None:
         _, ax = plt.subplots(figsize=(5, 4))
+    if np.isnan(scores).all():
+        raise ValueError("every score is NaN: nothing to draw")
+    if vmin is None:  # NaN-aware autoscale, with the chance level inside the range
+        vmin = float(np.nanmin(scores)) if chance is None else min(float(np.nanmin(scores)), chance)
+    if vmax is None:
+        vmax = float(np.nanmax(scores))
     im = ax.imshow(scores, origin="lower", aspect="auto", cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest")
     xt, yt = _tick_positions(len(y_labels)), _tick_positions(len(x_labels))
     ax.set_xticks(xt, [y_labels[t] for t in xt], rotation=60, ha="right", fontsize=7)
@@ -53,7 +60,7 @@ def alignment_heatmap(
     ax.set_xlabel(y_name)
     ax.set_ylabel(x_name)
     if mark_peak:
-        i, j = np.unravel_index(int(np.argmax(scores)), scores.shape)
+        i, j = np.unravel_index(int(np.nanargmax(scores)), scores.shape)
         ax.plot(j, i, marker="*", color="white", markersize=13, markeredgecolor="black", linestyle="none",
                 label=f"max {scores[i, j]:.3f}")
     if mark_final:
@@ -72,20 +79,21 @@ def alignment_heatmap(
     return im
 
 
-def heatmap_grid(matrices: dict, *, chance: float | None = None, ncols: int = 2, shared_scale: bool = True,
+def heatmap_grid(matrices: dict, *, chance: float | None = None, ncols: int = 2, shared_scale: bool = False,
                  panel_size: tuple[float, float] = (5.0, 4.2)):
     """One :func:`alignment_heatmap` per entry of ``matrices`` (label -> AlignmentMatrix-like object).
 
     Each value needs ``scores``, ``x_labels``, ``y_labels``, ``x_name`` and ``y_name`` attributes.
-    With ``shared_scale`` all panels use the same colour range, so colours compare across pairs.
+    With ``shared_scale`` all panels use the same colour range, so colours compare across pairs; by default
+    each panel has its own range, so the layer structure of weakly aligned pairs stays visible.
     """
     n = len(matrices)
     nrows = int(np.ceil(n / ncols))
     fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows), squeeze=False)
     vmin = vmax = None
     if shared_scale:
-        vmin = min(float(np.min(m.scores)) for m in matrices.values())
-        vmax = max(float(np.max(m.scores)) for m in matrices.values())
+        vmin = min(float(np.nanmin(m.scores)) for m in matrices.values())
+        vmax = max(float(np.nanmax(m.scores)) for m in matrices.values())
     for ax, (label, m) in zip(axes.flat, matrices.items()):
         alignment_heatmap(m.scores, m.x_labels, m.y_labels, ax=ax, title=label, x_name=m.x_name,
                           y_name=m.y_name, chance=chance, vmin=vmin, vmax=vmax)

@@ -1,0 +1,81 @@
+"""The notebook runner: overrides, parameter filtering, atomic output, CLI errors."""
+
+import pytest
+
+from prh_lib import paths, report, runner
+from prh_lib.profiles import PROFILES, get_profile
+
+TINY = '''# %% tags=["parameters"]
+a = 1
+b = "x"
+
+# %%
+from prh_lib import report
+report.record("tiny", {"a": a, "b": b})
+assert a != 13, "thirteen is unlucky"
+'''
+
+
+@pytest.fixture
+def tiny_notebooks(tmp_path, monkeypatch):
+    src = tmp_path / "notebooks"
+    src.mkdir()
+    (src / "tiny.py").write_text(TINY)
+    (src / "_private.py").write_text("x = 1\n")
+    monkeypatch.setattr(paths, "notebooks_dir", lambda: src)
+    return tmp_path
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("k=20", ("k", 20)), ("clip_q=None", ("clip_q", None)), ("device=cuda", ("device", "cuda")),
+    ("models=['a', 'b']", ("models", ["a", "b"])), ("alpha=0.01", ("alpha", 0.01)), (" x = 'a=b'", ("x", "a=b")),
+])
+def test_parse_override(text, expected):
+    assert runner.parse_override(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["k", "=3", ""])
+def test_parse_override_rejects_malformed(bad):
+    with pytest.raises(ValueError, match="key=value"):
+        runner.parse_override(bad)
+
+
+def test_profiles():
+    assert set(PROFILES) >= {"offline", "smoke", "paper"}
+    assert get_profile("offline") == {}
+    p = get_profile("smoke")
+    p["k"] = 99
+    assert get_profile("smoke")["k"] != 99  # a copy
+    with pytest.raises(ValueError, match="valid names"):
+        get_profile("huge")
+
+
+def test_only_declared_parameters_reach_the_notebook(tiny_notebooks):
+    assert runner.available_notebooks() == ["tiny"]
+    out = runner.run_notebook("tiny", {"a": 5, "undeclared": 7}, output_dir=tiny_notebooks / "out", quiet=True)
+    assert report.read_record(out, "tiny") == {"a": 5, "b": "x"}
+    with pytest.raises(KeyError, match="has no record"):
+        report.read_record(out, "other")
+
+
+def test_a_failing_notebook_leaves_no_output(tiny_notebooks):
+    import papermill
+
+    out_dir = tiny_notebooks / "out"
+    with pytest.raises(papermill.PapermillExecutionError, match="unlucky"):
+        runner.run_notebook("tiny", {"a": 13}, output_dir=out_dir, quiet=True)
+    assert not (out_dir / "tiny.ipynb").exists()
+    assert [p for p in out_dir.iterdir()] == []
+
+
+def test_cli_lists_and_rejects(tiny_notebooks, capsys):
+    assert runner.main(["--list"]) == 0
+    assert "tiny {'a': '1', 'b': '\"x\"'}" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        runner.main(["nonexistent", "--no-build"])
+    assert "unknown notebooks ['nonexistent']" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        runner.main(["tiny", "--params", "huge", "--no-build"])
+    assert "valid names" in capsys.readouterr().err
+    assert runner.main(["tiny", "-p", "a=2", "--no-build", "--output-dir", str(tiny_notebooks / "o")]) == 0
+    assert report.read_record(tiny_notebooks / "o" / "tiny.ipynb", "tiny")["a"] == 2
