@@ -24,6 +24,9 @@ PROFILES: dict[str, dict[str, object]] = {
         "n_permutations": 20,
         "n_boot": 20,
         "batch_size": 16,
+        "n_displacement_pairs": 2000,
+        "n_splits": 2,
+        "n_random": 5,
     },
     # The paper's study (Herbst et al., Section 2); models and datasets are listed in prh_lib.paper.
     # Notebooks receive the keys their parameters cell declares (the notebook's pairs are the seed-0 WIT-1024
@@ -47,6 +50,19 @@ PROFILES: dict[str, dict[str, object]] = {
         "vlm_models": paper.models("vlm"),
         "comparisons": [[v, lm] for v in _VISION for lm in _LANGUAGE],
         "study_datasets": [{k: v for k, v in d.items() if k != "notes"} for d in paper.DATASETS],
+        # displacement-geometry chapter: a few representative pairs, not all 63
+        "n_components": 100,
+        "profile_components": [8, 32, 100],
+        "displacement_comparisons": [
+            ["facebook/dinov2-large", "mistralai/Mistral-7B-v0.1"],
+            ["facebook/dinov2-large", "Qwen/Qwen3-8B"],
+            ["facebook/dinov2-large", "facebook/vit-mae-large"],
+            ["mistralai/Mistral-7B-v0.1", "Qwen/Qwen3-8B"],
+        ],
+        "consensus_models": ["facebook/dinov2-large", "facebook/vit-mae-large", "mistralai/Mistral-7B-v0.1",
+                             "Qwen/Qwen3-8B"],
+        "n_shared": 10,
+        "n_private": 10,
     },
 }
 

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from . import paths
@@ -86,12 +87,27 @@ def run_notebook(name: str, params: dict[str, object], *, output_dir: Path | Non
         declared = notebook_parameters(src)
         used = {k: v for k, v in params.items() if k in declared}
         out = output_dir / f"{name}.ipynb"
-        with paths.atomic_path(out) as tmp_out:
+        with paths.atomic_path(out) as tmp_out, _inline_matplotlib():
             papermill.execute_notebook(
                 str(src), str(tmp_out), parameters=used, kernel_name="python3",
                 cwd=str(paths.repo_root()), progress_bar=not quiet, log_output=False,
             )
     return out
+
+
+@contextmanager
+def _inline_matplotlib():
+    """Let the kernel draw figures into the notebook even when ``MPLBACKEND`` (e.g. ``Agg``) is set for
+    headless scripts: the kernel inherits the environment, and a non-inline backend records no images."""
+    old = os.environ.get("MPLBACKEND")
+    os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("MPLBACKEND", None)
+        else:
+            os.environ["MPLBACKEND"] = old
 
 
 def build_book() -> None:

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-import importlib.util
 import warnings
 
 import numpy as np
 import pytest
 from scipy.stats import ortho_group
+from threadpoolctl import threadpool_limits
 
 from prh_lib.metrics import displacement as D
 
 MAIN = ("pointwise", "cross_model", "cross_object")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_blas_thread():
+    # tiny matrices: extra BLAS threads only spin-wait on a shared CPU (a test-speed choice, not a check)
+    with threadpool_limits(1):
+        yield
 
 
 def _orth(d, seed):
@@ -308,12 +315,24 @@ def test_torch_input_matches_numpy():
         (np.ones(20), np.ones((20, 3)), r"2-D.*\(20,\)"),
         (np.full((20, 3), np.nan), np.ones((20, 3)), "non-finite"),
         (np.eye(3), np.eye(3), "too small"),
-        (np.zeros((20, 3)), np.random.default_rng(0).standard_normal((20, 3)), "zero variance"),
     ],
 )
 def test_bad_input_raises_value_error_naming_the_problem(X, Y, match):
     with pytest.raises(ValueError, match=match):
         D.displacement_similarity(X, Y)
+
+
+@pytest.mark.parametrize("which", ["X", "Y"])
+def test_constant_input_gives_nan_with_warning_not_an_error(which):
+    # A ViT's CLS token at hidden state 0 is the same vector for every image: nothing to whiten.
+    rng = np.random.default_rng(0)
+    const, other = np.tile(rng.standard_normal(5), (40, 1)), rng.standard_normal((40, 5))
+    X, Y = (const, other) if which == "X" else (other, const)
+    with pytest.warns(RuntimeWarning, match=f"{which} is degenerate.*zero variance"):
+        r = D.displacement_similarity(X, Y)
+    assert all(np.isnan(v) for v in r.measures().values()) and r.n_components == 0
+    with pytest.raises(ValueError, match="zero variance"):  # the whitening itself still refuses
+        D.fit_whitening(const)
 
 
 def test_bad_options_raise():
@@ -367,6 +386,31 @@ def test_layerwise_determinism_and_self_diagonal():
         np.testing.assert_array_equal(a[k], b[k])
     np.testing.assert_allclose(np.diag(a["cross_model"]), 1.0, atol=1e-10)
     assert np.isnan(np.diag(a["cross_object"])).all()
+
+
+def test_layerwise_constant_layer_is_a_nan_row_and_other_entries_unchanged():
+    rng = np.random.default_rng(3)
+    X, Y = _shared_signal(120, 0, dx=10, dy=12)
+    XL = np.stack([np.tile(X[0], (120, 1)), X])  # layer 0 constant, like a ViT's CLS at "embed"
+    YL = np.stack([Y, rng.standard_normal(Y.shape)])
+    with pytest.warns(RuntimeWarning, match=r"XL is degenerate.*layers \[0\]"):
+        out = D.displacement_layerwise(XL, YL, n_components=8, n_pairs=500)
+    for k in D.MEASURES:
+        assert np.isnan(out[k][0]).all() and np.isfinite(out[k][1]).all(), k
+    np.testing.assert_array_equal(out["n_components"][0], 0)
+    ref = D.displacement_layerwise(XL[1:], YL, n_components=8, n_pairs=500)
+    for k in D.MEASURES:
+        np.testing.assert_array_equal(out[k][1:], ref[k])
+
+
+def test_layerwise_ignores_zero_padding():
+    # Stacks pad narrow layers with zero columns; PCA must give the same whitened space.
+    X, Y = _shared_signal(150, 1, dx=10, dy=12)
+    padded = np.hstack([X, np.zeros((150, 6))])
+    a = D.displacement_layerwise(X[None], Y[None], n_components=6, n_pairs=500)
+    b = D.displacement_layerwise(padded[None], Y[None], n_components=6, n_pairs=500)
+    for k in D.MEASURES:
+        np.testing.assert_allclose(a[k], b[k], atol=1e-10)
 
 
 def test_layerwise_rejects_bad_shapes():
@@ -462,7 +506,6 @@ def test_consensus_and_project_reject_bad_input():
         D.project(np.ones((4, 3)), np.eye(4)[:, :2])
 
 
-@pytest.mark.skipif(importlib.util.find_spec("prh_lib.metrics.knn") is None, reason="prh_lib.metrics.knn not yet written")
 def test_subspace_alignment_reports_full_shared_private():
     feats = _planted(400, 3, seed=1)
     res = D.consensus_subspaces(feats, n_components=8, n_shared=4, n_private=4, seed=0)
@@ -492,3 +535,39 @@ def test_cosine_kernel_paths_agree(monkeypatch):
     chunked = D._cosine_measures(A, B, i, j, perm)
     assert tiled == pytest.approx(gathered, abs=1e-12)
     assert chunked == pytest.approx(gathered, abs=1e-12)
+
+
+def test_cross_covariance_matches_its_definition_and_is_symmetric():
+    rng = np.random.default_rng(0)
+    Z = [rng.standard_normal((30, 4)) for _ in range(3)]
+    S = D.cross_covariance(Z)
+    ref = sum(Z[a].T @ Z[b] + Z[b].T @ Z[a] for a in range(3) for b in range(3) if a != b) / (2 * 6 * 29)
+    np.testing.assert_allclose(S, ref, atol=1e-12)
+    np.testing.assert_array_equal(S, S.T)
+    np.testing.assert_allclose(D.cross_covariance([Z[0], Z[0]]), Z[0].T @ Z[0] / 29, atol=1e-12)
+    with pytest.raises(ValueError, match="same shape"):
+        D.cross_covariance([Z[0], Z[1][:, :3]])
+    with pytest.raises(ValueError, match="at least 2 models"):
+        D.cross_covariance(Z[:1])
+
+
+def test_consensus_eigenvalues_are_those_of_cross_covariance_on_training_rows():
+    feats = _planted(300, 3, seed=4, noise=0.3)
+    res = D.consensus_subspaces(feats, n_components=8, n_shared=2, seed=0)
+    S = D.cross_covariance([f[res.train_idx] for f in res.features])
+    np.testing.assert_allclose(res.eigenvectors.T @ S @ res.eigenvectors, np.diag(res.eigenvalues), atol=1e-10)
+
+
+def test_subspace_alignment_random_control_sits_between_shared_and_private():
+    feats = _planted(400, 2, seed=3, n_sh=4, n_pr=4, noise=0.1)
+    res = D.consensus_subspaces(feats, n_components=8, n_shared=4, n_private=4, seed=0)
+    rep = D.subspace_alignment(res, k=10, n_pairs=2000, n_random=10)
+    assert set(rep) == {"full", "shared", "private", "random"}
+    cm = {s: rep[s]["cross_model"][0, 1] for s in rep}
+    # half of the 8 whitened dimensions are shared: a random 4-D subspace sees about half of them
+    assert cm["shared"] > 0.9 and abs(cm["private"]) < 0.15
+    assert 0.2 < cm["random"] < 0.8
+    again = D.subspace_alignment(res, k=10, n_pairs=2000, n_random=10)
+    np.testing.assert_array_equal(again["random"]["cross_model"], rep["random"]["cross_model"])
+    with pytest.raises(ValueError, match="n_random"):
+        D.subspace_alignment(res, n_random=-1)

@@ -51,7 +51,7 @@ def test_profiles():
 
 
 def test_only_declared_parameters_reach_the_notebook(tiny_notebooks):
-    assert runner.available_notebooks() == ["tiny"]
+    assert runner.available_notebooks() == ["tiny"]  # "_private.py" is not a notebook
     out = runner.run_notebook("tiny", {"a": 5, "undeclared": 7}, output_dir=tiny_notebooks / "out", quiet=True)
     assert report.read_record(out, "tiny") == {"a": 5, "b": "x"}
     with pytest.raises(KeyError, match="has no record"):
@@ -79,3 +79,16 @@ def test_cli_lists_and_rejects(tiny_notebooks, capsys):
     assert "valid names" in capsys.readouterr().err
     assert runner.main(["tiny", "-p", "a=2", "--no-build", "--output-dir", str(tiny_notebooks / "o")]) == 0
     assert report.read_record(tiny_notebooks / "o" / "tiny.ipynb", "tiny")["a"] == 2
+
+
+def test_figures_are_recorded_even_with_a_headless_backend_set(tiny_notebooks, monkeypatch):
+    import nbformat
+
+    (tiny_notebooks / "notebooks" / "fig.py").write_text(
+        '# %% tags=["parameters"]\nn = 3\n\n# %%\nimport matplotlib.pyplot as plt\nplt.plot(range(n))\n')
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    out = runner.run_notebook("fig", {}, output_dir=tiny_notebooks / "out", quiet=True)
+    outputs = [o for c in nbformat.read(str(out), as_version=4).cells for o in c.get("outputs", [])]
+    assert any("image/png" in o.get("data", {}) for o in outputs)
+    import os
+    assert os.environ["MPLBACKEND"] == "Agg"

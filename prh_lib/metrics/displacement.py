@@ -16,8 +16,15 @@ Pipeline (each step is also a public function, so a caller can compose it):
 
 :func:`displacement_similarity` runs 1-4 for one pair, :func:`displacement_layerwise`
 for all layer pairs (each layer's whitening is fitted once), and
-:func:`consensus_subspaces` / :func:`project` / :func:`subspace_alignment` give the
-shared/private decomposition.
+:func:`consensus_subspaces` / :func:`cross_covariance` / :func:`project` /
+:func:`subspace_alignment` give the shared/private decomposition.
+
+Degenerate inputs: a representation with zero variance on the training rows (a ViT's CLS
+token at hidden state 0 is the same vector for every image) has nothing to whiten.
+:func:`fit_whitening` and :func:`consensus_subspaces` raise ``ValueError`` for it;
+:func:`displacement_similarity` and :func:`displacement_layerwise` return NaN for every
+measure involving it and warn once (``RuntimeWarning``), as the k-NN family does, so a
+layer-wise heatmap keeps a blank row instead of failing.
 
 Reading the numbers: whitening gives every kept component unit variance, so a measure
 is roughly (shared dimensions) / (kept dimensions ``r``) once ``r`` exceeds the shared
@@ -75,6 +82,7 @@ __all__ = [
     "consensus_subspaces",
     "project",
     "subspace_alignment",
+    "cross_covariance",
 ]
 
 #: Names of the measures returned by :func:`cosine_measures` (and the keys of
@@ -356,7 +364,8 @@ def _cosine_measures(A: np.ndarray, B: np.ndarray, i: np.ndarray, j: np.ndarray,
         ndA = np.linalg.norm(dA, axis=1)
         for suffix, Bp, E, nE, gram in passes:
             dB = Bp[ii] - Bp[jj]
-            _add_cosines(np.einsum("ij,ij->i", dA, dB), ndA, np.linalg.norm(dB, axis=1), tol, acc["cross_model" + suffix])
+            ndB = np.linalg.norm(dB, axis=1)
+            _add_cosines(np.einsum("ij,ij->i", dA, dB), ndA, ndB, tol, acc["cross_model" + suffix])
             num = gram[ii, jj] if gram is not None else np.einsum("ij,ij->i", E[ii], E[jj])
             _add_cosines(num, nE[ii], nE[jj], tol, acc["cross_object" + suffix])
     return {k: _finish(acc[k], k) for k in MEASURES}
@@ -671,6 +680,51 @@ def _generalized_procrustes(Z: list, max_iter: int, tol: float) -> tuple[list, i
     return [q @ Q0t for q in Q], it  # pin the frame to model 0's whitened axes
 
 
+def _cross_covariance(Z: list) -> np.ndarray:
+    T = sum(Z)
+    M, n = len(Z), Z[0].shape[0]
+    S = (T.T @ T - sum(z.T @ z for z in Z)) / (M * (M - 1) * (n - 1))
+    return 0.5 * (S + S.T)
+
+
+def cross_covariance(features: Sequence) -> np.ndarray:
+    """Symmetric cross-model covariance ``S_cross`` of ``M >= 2`` aligned representations [1]_.
+
+    ``S_cross = 1 / (M (M - 1)) * sum_{m != n} (Z_m.T Z_n + Z_n.T Z_m) / (2 (n_samples - 1))``:
+    the mean over ordered model pairs of the symmetrised cross-covariances. Rows are *not*
+    re-centred: pass features centred on the statistics that defined the frame (whitened
+    training rows have zero mean; held-out rows of the same frame are used as they are, so
+    ``v.T @ cross_covariance(test rows) @ v`` is the held-out value of a direction ``v``
+    fitted on training rows).
+
+    Parameters
+    ----------
+    features : sequence of M ndarrays or torch.Tensors of shape (n_samples, r)
+        Same samples, same common frame (e.g. ``ConsensusResult.features``); ``n_samples >= 2``.
+
+    Returns
+    -------
+    ndarray of shape (r, r)
+        Symmetric. For whitened, aligned features its eigenvalues lie in [-1, 1] on the rows
+        the whitening was fitted on: 1 where all models coincide, ~0 where they are unrelated.
+
+    Raises
+    ------
+    ValueError
+        If fewer than 2 models, shapes differ, fewer than 2 rows, or NaN/inf.
+    """
+    if isinstance(features, np.ndarray) or not isinstance(features, Sequence):
+        raise TypeError(f"features must be a list of (n_samples, r) arrays, got {type(features).__name__}")
+    if len(features) < 2:
+        raise ValueError(f"need at least 2 models, got {len(features)}")
+    Z = [_as_float64(f, f"features[{m}]", 2, "(n_samples, r)") for m, f in enumerate(features)]
+    if len({z.shape for z in Z}) != 1:
+        raise ValueError(f"all features must have the same shape (n_samples, r), got {[z.shape for z in Z]}")
+    if Z[0].shape[0] < 2:
+        raise ValueError(f"need at least 2 samples, got shape {Z[0].shape}")
+    return _cross_covariance(Z)
+
+
 def consensus_subspaces(
     features: Sequence,
     *,
@@ -748,11 +802,8 @@ def consensus_subspaces(
     Q, n_iter = _generalized_procrustes([z[train] for z in Z], max_iter, float(tol))
     aligned = [z @ q for z, q in zip(Z, Q)]
 
-    Ztr = [a[train] for a in aligned]
-    T = sum(Ztr)
-    M = len(Ztr)
-    S = (T.T @ T - sum(z.T @ z for z in Ztr)) / (M * (M - 1) * (n_train - 1))
-    evals, evecs = np.linalg.eigh(0.5 * (S + S.T))
+    S = _cross_covariance([a[train] for a in aligned])
+    evals, evecs = np.linalg.eigh(S)
     evals, evecs = evals[::-1], evecs[:, ::-1]
     big = np.argmax(np.abs(evecs), axis=0)
     evecs = evecs * np.sign(evecs[big, np.arange(r)])
@@ -801,14 +852,17 @@ def project(features, basis) -> np.ndarray | list:
     return out[0] if single else out
 
 
-def subspace_alignment(result: ConsensusResult, *, k: int = 10, n_pairs: int = 10_000, seed: int = 0) -> dict:
+def subspace_alignment(
+    result: ConsensusResult, *, k: int = 10, n_pairs: int = 10_000, seed: int = 0, n_random: int = 0
+) -> dict:
     """Mutual k-NN and Cross-Model similarity in the full, shared and private subspaces.
 
     For every pair of models ``m < n`` in ``result``, on the held-out rows
     (``result.test_idx``) of ``result.features`` projected onto each subspace
     (:func:`project`), compute :func:`prh_lib.metrics.knn.mutual_knn` and the
     ``cross_model`` measure of :func:`cosine_measures`. Features are already aligned, so
-    nothing is refitted.
+    nothing is refitted. Mutual k-NN here is computed in the whitened, aligned frame (the
+    ``"full"`` entry is its reference), not on the raw features.
 
     Parameters
     ----------
@@ -817,17 +871,23 @@ def subspace_alignment(result: ConsensusResult, *, k: int = 10, n_pairs: int = 1
         Neighbours for mutual k-NN; must be below the number of test samples.
     n_pairs, seed
         As in :func:`cosine_measures`.
+    n_random : int >= 0, default 0
+        If positive, add a ``"random"`` control: the mean over ``n_random`` random
+        subspaces of the shared subspace's dimension (orthonormal bases from the QR
+        decomposition of Gaussian matrices, ``np.random.default_rng([seed, 2])``). A shared
+        subspace that beats it is more aligned than an arbitrary one of its size; a private
+        subspace should fall below it.
 
     Returns
     -------
     dict
-        ``{"full" | "shared" | "private": {"mutual_knn": ndarray (M, M),
+        ``{"full" | "shared" | "private" [| "random"]: {"mutual_knn": ndarray (M, M),
         "cross_model": ndarray (M, M)}}``; symmetric, diagonal NaN (no self-comparison).
 
     Raises
     ------
     ValueError
-        If ``k >= n_test``.
+        If ``k >= n_test`` or ``n_random < 0``.
     """
     from prh_lib.metrics.knn import mutual_knn  # lazy: metrics families stay independent at import
 
@@ -837,16 +897,26 @@ def subspace_alignment(result: ConsensusResult, *, k: int = 10, n_pairs: int = 1
     k = check_k(k, n_test)
     n_pairs = check_int(n_pairs, "n_pairs", low=1)
     seed = check_int(seed, "seed", low=0)
+    n_random = check_int(n_random, "n_random", low=0)
     draws = _draw_pairs(n_test, n_pairs, seed)
     test = [f[result.test_idx] for f in result.features]
     M = len(test)
+    r, n_sh = result.shared_basis.shape
+    rng = np.random.default_rng([seed, _RANDOM_STREAM])
+    random_bases = [np.linalg.qr(rng.standard_normal((r, n_sh)))[0] for _ in range(n_random)]
+    subspaces = {"full": [None], "shared": [result.shared_basis], "private": [result.private_basis]}
+    if n_random:
+        subspaces["random"] = random_bases
     out = {}
-    for name, basis in (("full", None), ("shared", result.shared_basis), ("private", result.private_basis)):
-        P = test if basis is None else [t @ basis for t in test]
+    for name, bases in subspaces.items():
         mk, cm = np.full((M, M), np.nan), np.full((M, M), np.nan)
         for a in range(M):
             for b in range(a + 1, M):
-                mk[a, b] = mk[b, a] = float(mutual_knn(P[a], P[b], k=k))
-                cm[a, b] = cm[b, a] = _cosine_measures(P[a], P[b], *draws)["cross_model"]
+                vals = []
+                for basis in bases:
+                    Pa, Pb = (test[a], test[b]) if basis is None else (test[a] @ basis, test[b] @ basis)
+                    vals.append((float(mutual_knn(Pa, Pb, k=k)), _cosine_measures(Pa, Pb, *draws)["cross_model"]))
+                mk[a, b] = mk[b, a] = float(np.mean([v[0] for v in vals]))
+                cm[a, b] = cm[b, a] = float(np.mean([v[1] for v in vals]))
         out[name] = {"mutual_knn": mk, "cross_model": cm}
     return out

@@ -1,0 +1,239 @@
+"""Tests for prh_lib.displacement_analysis (the displacement chapter's tables and figures)."""
+
+from __future__ import annotations
+
+import warnings
+
+import matplotlib
+import numpy as np
+import pytest
+import torch
+from scipy.stats import spearmanr
+from threadpoolctl import threadpool_limits
+
+matplotlib.use("Agg")
+
+from prh_lib import displacement_analysis as da  # noqa: E402
+from prh_lib.extract import FeatureMismatchError, LayerFeatures  # noqa: E402
+from prh_lib.metrics import displacement as D  # noqa: E402
+
+N = 160
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_blas_thread():
+    # tiny matrices: extra BLAS threads only spin-wait on a shared CPU (a test-speed choice, not a check)
+    with threadpool_limits(1):
+        yield
+
+
+def _features(seed=0, n=N):
+    """Three fake models sharing a 4-D latent in chosen layers.
+
+    ``vit`` (vision): layer 0 constant (a CLS token at "embed"), layer 1 noise, layer 2 the latent.
+    ``lm`` (language): layer 0 noise, layer 1 the latent, layer 2 the latent more weakly.
+    ``cnn`` (vision): 2 layers, layer 1 the latent, stored zero-padded (width 6 of 12).
+    """
+    rng = np.random.default_rng(seed)
+    S = rng.standard_normal((n, 4))
+    ids = tuple(f"s{i}" for i in range(n))
+
+    def view(d, noise):
+        return S @ rng.standard_normal((4, d)) + noise * rng.standard_normal((n, d))
+
+    vit = np.stack([np.tile(rng.standard_normal(12), (n, 1)), rng.standard_normal((n, 12)), view(12, 0.3)])
+    lm = np.stack([rng.standard_normal((n, 12)), view(12, 0.3), view(12, 2.0)])
+    cnn = np.zeros((2, n, 12))
+    cnn[0, :, :6], cnn[1, :, :6] = rng.standard_normal((n, 6)), view(6, 0.3)
+
+    def lf(values, name, modality, labels, dims=None):
+        return LayerFeatures(torch.tensor(values, dtype=torch.float32), labels, ids,
+                             {"model": name, "modality": modality}, dims)
+
+    return {
+        "vit": lf(vit, "vit", "vision", ("embed", "layer.1", "layer.2")),
+        "lm": lf(lm, "lm", "language", ("embed", "layer.1", "layer.2")),
+        "cnn": lf(cnn, "cnn", "vision", ("stem", "stage.1"), (6, 6)),
+    }
+
+
+OPTS = dict(k=10, n_components=8, n_pairs=2000, seed=1)
+COMPARISONS = [("vit", "lm"), ("vit", "cnn"), ("lm", "cnn")]
+
+
+@pytest.fixture(scope="module")
+def feats():
+    return _features()
+
+
+@pytest.fixture(scope="module")
+def views(feats):
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*degenerate.*")
+        return da.compare_views(feats, COMPARISONS, **OPTS)
+
+
+def test_displacement_matrices_equal_the_layerwise_metric(feats):
+    x, y = feats["vit"], feats["lm"]
+    with pytest.warns(RuntimeWarning, match="degenerate"):
+        mats = da.displacement_matrices(x, y, n_components=8, n_pairs=2000, seed=1)
+    with pytest.warns(RuntimeWarning, match="degenerate"):
+        ref = D.displacement_layerwise(x.values, y.values, n_components=8, n_pairs=2000, seed=1)
+    assert set(mats) == set(D.MEASURES)
+    for name, m in mats.items():
+        np.testing.assert_array_equal(m.scores, ref[name])
+        assert m.x_labels == x.layer_labels and m.y_labels == y.layer_labels and m.metric == name
+        assert (m.x_name, m.y_name) == ("vit", "lm") and m.options["n"] == N
+    np.testing.assert_array_equal(mats["cross_model"].options["r"], ref["n_components"])
+
+
+def test_displacement_matrices_reject_misaligned_rows(feats):
+    other = feats["lm"].rows(np.arange(N)[::-1])
+    with pytest.raises(FeatureMismatchError, match="different row order"):
+        da.displacement_matrices(feats["cnn"], other)
+
+
+def test_compare_views_kinds_nan_consistency_and_missing(views, feats):
+    assert [v.label for v in views] == ["vit × lm", "vit × cnn", "lm × cnn"]
+    assert [v.kind for v in views] == ["vision-language", "vision-vision", "vision-language"]
+    vl = views[0]
+    # the constant "embed" layer is undefined in both views, and only there
+    assert np.isnan(vl.knn.scores[0]).all() and np.isnan(vl.cross_model.scores[0]).all()
+    assert np.isfinite(vl.knn.scores[1:]).all() and np.isfinite(vl.cross_model.scores[1:]).all()
+    with pytest.raises(KeyError, match="no features for \\['nope'\\]"):
+        da.compare_views(feats, [("vit", "nope")])
+
+
+def test_pair_kind_orders_vision_first(feats):
+    assert da.pair_kind(feats["lm"], feats["vit"]) == "vision-language"
+    assert da.pair_kind(feats["lm"], feats["lm"]) == "language-language"
+
+
+def test_best_pair_table_picks_the_defined_maximum_and_reports_its_values(views, feats):
+    best = da.best_pair_table(views, feats, n_splits=3)
+    assert list(best.index) == [v.label for v in views]
+    for v in views:
+        row = best.loc[v.label]
+        cm = v.cross_model.scores
+        i, j = np.unravel_index(np.nanargmax(cm), cm.shape)
+        assert (row["layer x"], row["layer y"]) == (v.cross_model.x_labels[i], v.cross_model.y_labels[j])
+        assert row["Cross-Model"] == cm[i, j] == np.nanmax(cm)
+        assert row["Cross-Object (shuffled)"] == v.displacement["cross_object_shuffled"].scores[i, j]
+        assert row["Cross-Model shuffled (max)"] == np.nanmax(v.displacement["cross_model_shuffled"].scores)
+        assert row["r"] == 6 if "cnn" in v.label else row["r"] == 8
+    # the planted layers are found; a re-split re-scores the same layers on other samples
+    assert tuple(best.loc["vit × lm", ["layer x", "layer y"]]) == ("layer.2", "layer.1")
+    assert 0.4 < best.loc["vit × lm", "Cross-Model"] < 0.6  # 4 shared of r = 8 whitened dimensions: ~0.5
+    assert abs(best.loc["vit × lm", "Cross-Model, 3 re-splits"] - best.loc["vit × lm", "Cross-Model"]) < 0.1
+    assert 0 < best.loc["vit × lm", "re-split sd"] < 0.1
+    assert (best["Cross-Model (shuffled)"].abs() < 0.15).all()
+
+
+def test_views_table_peaks_and_rank_correlation(views):
+    table = da.views_table(views)
+    for v in views:
+        row = table.loc[v.label]
+        ok = np.isfinite(v.knn.scores) & np.isfinite(v.cross_model.scores)
+        assert row["rank correlation"] == pytest.approx(spearmanr(v.knn.scores[ok], v.cross_model.scores[ok]).statistic)
+        assert row["k-NN peak"] == np.nanmax(v.knn.scores)
+        assert row["Cross-Model final"] == v.cross_model.scores[-1, -1]
+    assert table.loc["vit × lm", "k-NN peak layers"] == "layer.2 × layer.1"
+    assert table.loc["vit × lm", "k-NN peak depth"] == "1.00 × 0.50"
+
+
+def test_best_layers_averages_partner_maxima(views):
+    layers = da.best_layers(views)
+    assert layers == {"vit": "layer.2", "lm": "layer.1", "cnn": "stage.1"}
+    assert da.best_layers(views, ["lm"], measure="mutual_knn") == {"lm": "layer.1"}
+    with pytest.raises(KeyError, match="in no comparison"):
+        da.best_layers(views, ["other"])
+
+
+def test_best_layers_profile_definition():
+    # hand-made: model a's layer 1 is best with b, layer 0 with c; the mean decides
+    def comp(x, y, scores):
+        m = da.AlignmentMatrix(np.array(scores), ("l0", "l1"), ("m0", "m1"), x, y, "cross_model")
+        return da.ViewComparison(f"{x} × {y}", "?", m, {"cross_model": m})
+
+    res = [comp("a", "b", [[0.1, 0.2], [0.5, 0.3]]), comp("a", "c", [[0.6, np.nan], [0.0, 0.25]])]
+    # a: profiles [0.2, 0.5] and [0.6, 0.25] -> mean [0.4, 0.375] -> l0
+    assert da.best_layers(res, ["a"]) == {"a": "l0"}
+    assert da.best_layers(res, ["b", "c"]) == {"b": "m0", "c": "m0"}
+
+
+def test_n_components_sweep_matches_single_pair_and_caps_r(views, feats):
+    sweep = da.n_components_sweep(views[:1], feats, n_components=(2, 4, 8, 500))
+    assert list(sweep["n_components"]) == [2, 4, 8, 500]
+    assert list(sweep["r"]) == [2, 4, 8, 12]  # 500 capped by d = 12 (< n_train - 1)
+    ref = D.displacement_similarity(feats["vit"].layer(2), feats["lm"].layer(1), n_components=4, n_pairs=2000, seed=1)
+    row = sweep.iloc[1]
+    for name in D.MEASURES:
+        assert row[name] == getattr(ref, name), name
+    assert row["r / n_train"] == 4 / ref.n_train
+    # the planted signal is 4-D: once r exceeds it, the measure is diluted
+    assert sweep["cross_model"].iloc[1] > sweep["cross_model"].iloc[3] + 0.2
+
+
+def test_depth_profiles_are_rows_of_the_layerwise_matrices(views, feats):
+    prof = da.depth_profiles(views, feats, n_components=(2, 8, 50))
+    assert list(prof) == [v.label for v in views]
+    for v in views:
+        frame = prof[v.label]
+        ik = np.unravel_index(np.nanargmax(v.knn.scores), v.knn.scores.shape)[0]
+        assert frame.attrs["layer x"] == f"{v.knn.x_name} {v.knn.x_labels[ik]}"
+        assert tuple(frame.index) == v.knn.y_labels
+        np.testing.assert_array_equal(frame["mutual k-NN"], v.knn.scores[ik])
+        r = 6 if "cnn" in v.label else 8
+        # r = 8 is the r of the heatmaps; 50 is capped at d, so it collapses onto the largest r
+        np.testing.assert_array_equal(frame[f"Cross-Model, r={r}"], v.cross_model.scores[ik])
+        assert list(frame.columns) == ["mutual k-NN", "Cross-Model, r=2", f"Cross-Model, r={r}"] + (
+            [] if r == 6 else ["Cross-Model, r=12"])
+    fig = da.depth_profile_figure(prof)
+    assert len([ax for ax in fig.axes if ax.get_ylabel() == "Cross-Model"]) == len(views)
+
+
+def test_consensus_summary_shared_beats_random_beats_private(feats):
+    layers = {"vit": "layer.2", "lm": "layer.1", "cnn": "stage.1"}
+    s = da.consensus_summary(feats, layers, n_components=6, n_shared=3, n_private=2, k=10, n_pairs=2000,
+                             n_random=5, seed=0)
+    assert list(s.table.index) == ["vit × lm", "vit × cnn", "lm × cnn"]
+    assert list(s.table.columns) == [(m, sub) for m in ("mutual k-NN", "Cross-Model") for sub in da.SUBSPACES]
+    cm = s.table["Cross-Model"]
+    assert (cm["shared"] > 0.9).all() and (cm["private"].abs() < 0.2).all()
+    assert (cm["shared"] > cm["random"]).all() and (cm["random"] > cm["private"]).all()
+    mk = s.table["mutual k-NN"]
+    assert (mk["shared"] > mk["private"]).all()
+    assert s.chance == pytest.approx(10 / (len(s.result.test_idx) - 1))
+    # held-out Rayleigh quotients: high on the 4-D shared latent's directions, low on the private ones
+    assert s.held_out_eigenvalues.shape == (6,)
+    assert s.held_out_eigenvalues[:3].min() > 0.6 and np.abs(s.held_out_eigenvalues[-2:]).max() < 0.3
+    assert s.layers == layers
+
+
+def test_figures_have_the_expected_panels_and_nan_safe_peak(views, feats):
+    import matplotlib.pyplot as plt
+
+    fig = da.heatmaps_side_by_side(views, chance=0.1)
+    panels = [ax for ax in fig.axes if ax.images]
+    assert len(panels) == 2 * len(views)
+    star = [ln for ln in panels[0].lines if ln.get_marker() == "*"][0]  # vit × lm k-NN: NaN embed row
+    i, j = np.unravel_index(np.nanargmax(views[0].knn.scores), views[0].knn.scores.shape)
+    assert (star.get_xdata()[0], star.get_ydata()[0]) == (j, i)
+    plt.close(fig)
+    fig = da.sweep_figure(da.n_components_sweep(views, feats, n_components=(2, 4)))
+    assert len(fig.axes[0].lines) >= len(views)
+    plt.close(fig)
+    s = da.consensus_summary(feats, {"vit": "layer.2", "lm": "layer.1"}, n_components=6, n_shared=2, n_pairs=500,
+                             n_random=2)
+    fig = da.consensus_figure(s)
+    assert len(fig.axes) == 3 and len(fig.axes[1].patches) == len(da.SUBSPACES)  # 1 pair x 4 subspaces
+    plt.close(fig)
+
+
+def test_describe_states_the_measured_figures(views, feats):
+    best, table = da.best_pair_table(views, feats, n_splits=2), da.views_table(views)
+    s = da.consensus_summary(feats, {"vit": "layer.2", "lm": "layer.1"}, n_components=6, n_shared=2, n_pairs=500)
+    text = da.describe(best, table, s)
+    assert text.count("\n- ") == len(views)  # one bullet per pair plus the consensus bullet
+    assert f"{best.loc['vit × lm', 'Cross-Model']:.3f}" in text and "layer.2 × layer.1" in text
+    assert "**Consensus** of vit (layer.2), lm (layer.1)" in text

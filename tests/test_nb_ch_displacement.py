@@ -1,0 +1,112 @@
+"""Runs the displacement chapter (notebooks/ch_displacement.py) on smoke parameters and checks what it produced."""
+
+from __future__ import annotations
+
+import math
+
+import nbformat
+import numpy as np
+import pytest
+
+from prh_lib import report
+from prh_lib.profiles import get_profile
+
+
+@pytest.fixture(scope="module")
+def executed(executed_notebook):
+    # no overrides: the book test reuses this execution (the smoke profile sizes it)
+    return executed_notebook("ch_displacement")
+
+
+@pytest.fixture(scope="module")
+def rec(executed):
+    return report.read_record(executed, "ch_displacement")
+
+
+def _arr(x):
+    return np.array([[np.nan if v is None else v for v in row] for row in x], dtype=float)
+
+
+def test_figures_present(executed):
+    nb = nbformat.read(str(executed), as_version=4)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    # heatmaps side by side, r sweep, depth profiles, consensus
+    assert sum("image/png" in o.get("data", {}) for o in outputs) == 4
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+
+
+def test_parameters_reached_the_record(rec):
+    assert rec["n_pairs"] == 48 and rec["k"] == 5
+    assert rec["n_displacement_pairs"] == get_profile("smoke").get("n_displacement_pairs", 10000)
+    assert rec["chance"] == pytest.approx(5 / 47)
+
+
+def test_heatmaps_undefined_exactly_at_the_constant_cls_layer_in_both_views(rec):
+    for label, m in rec["matrices"].items():
+        mk, cm = _arr(m["mutual_knn"]), _arr(m["cross_model"])
+        assert mk.shape == cm.shape == (len(m["x_labels"]), len(m["y_labels"]))
+        np.testing.assert_array_equal(np.isnan(mk), np.isnan(cm))
+        if label.startswith("dinov2-small"):
+            assert m["x_labels"][0] == "embed" and np.isnan(cm[0]).all() and np.isfinite(cm[1:]).all()
+        else:
+            assert np.isfinite(cm).all()
+        assert np.nanmax(np.abs(cm)) <= 1.0 and np.nanmin(mk) >= 0.0
+
+
+def test_best_pair_table_is_consistent_with_the_heatmaps_and_controls_are_chance(rec):
+    assert set(rec["best"]) == set(rec["matrices"])
+    for label, row in rec["best"].items():
+        m = rec["matrices"][label]
+        cm = _arr(m["cross_model"])
+        i, j = m["x_labels"].index(row["layer x"]), m["y_labels"].index(row["layer y"])
+        assert row["Cross-Model"] == pytest.approx(np.nanmax(cm)) == pytest.approx(cm[i, j])
+        assert row["Pointwise"] == pytest.approx(_arr(m["pointwise"])[i, j])
+        assert row["r"] == 23  # min(n_components = 32, n_train - 1 = 23)
+        for name in ("Pointwise", "Cross-Model", "Cross-Object"):
+            assert -1.0 <= row[name] <= 1.0 and abs(row[f"{name} (shuffled)"]) < 0.25, (label, name)
+        assert row["Cross-Model"] > row["Cross-Model shuffled (max)"]
+        # on whitened, train-centred features, displacement and pointwise cosines nearly coincide
+        assert abs(row["Pointwise"] - row["Cross-Model"]) < 0.1
+    # same-modality pairs above every vision-language pair, as with mutual k-NN
+    kinds = {label: row["kind"] for label, row in rec["best"].items()}
+    same = min(row["Cross-Model"] for label, row in rec["best"].items() if kinds[label] != "vision-language")
+    cross = max(row["Cross-Model"] for label, row in rec["best"].items() if kinds[label] == "vision-language")
+    assert same > cross
+
+
+def test_views_table_reports_both_peaks(rec):
+    for label, row in rec["views"].items():
+        m = rec["matrices"][label]
+        assert row["k-NN peak"] == pytest.approx(np.nanmax(_arr(m["mutual_knn"])))
+        assert row["Cross-Model peak"] == pytest.approx(rec["best"][label]["Cross-Model"])
+        assert -1.0 <= row["rank correlation"] <= 1.0
+
+
+def test_sweep_caps_r_at_the_training_rows(rec):
+    for row in rec["sweep"]:
+        assert row["r"] == min(row["n_components"], 23)
+        assert -1.0 <= row["cross_model"] <= 1.0
+
+
+def test_depth_profiles_reuse_the_k_nn_row_and_the_split(rec):
+    for label, prof in rec["depth_profiles"].items():
+        m = rec["matrices"][label]
+        x_model, x_layer = prof["layer x"].rsplit(" ", 1)
+        i = m["x_labels"].index(x_layer)
+        np.testing.assert_allclose(np.array(prof["mutual k-NN"], dtype=float), _arr(m["mutual_knn"])[i])
+        # r = 32 is capped at 23 here, the r of the heatmaps: the profile is that row of the heatmap
+        np.testing.assert_allclose(np.array(prof["Cross-Model, r=23"], dtype=float), _arr(m["cross_model"])[i])
+        assert {"Cross-Model, r=4", "Cross-Model, r=8"} <= set(prof)
+
+
+def test_consensus_outputs(rec):
+    c = rec["consensus"]
+    assert [m for m, _ in c["layers"]] == ["dinov2-small", "efficientnet-lite0", "smollm2-135m", "minilm-l6"]
+    ev = np.array(c["eigenvalues"])
+    assert len(ev) == len(c["held_out_eigenvalues"]) == 23
+    assert np.all(np.diff(ev) <= 1e-12) and np.all(np.abs(ev) <= 1 + 1e-9)
+    cols = {f"{m} | {s}" for m in ("mutual k-NN", "Cross-Model") for s in ("full", "shared", "random", "private")}
+    assert set(c["table"]) == cols
+    for col, values in c["table"].items():
+        assert len(values) == 6  # 4 models: 6 pairs
+        assert all(v is not None and math.isfinite(v) and -1.0 <= v <= 1.0 for v in values.values()), col
