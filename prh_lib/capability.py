@@ -62,10 +62,19 @@ import torch
 from . import __version__, paths
 
 __all__ = [
+    # capability table
     "BENCHMARKS", "SOURCE_COLUMNS", "capability_table_path", "load_capability_table", "capability_scores",
-    "missing_counts", "BitsPerByte", "bits_per_byte", "heldout_captions", "CausalLM", "load_causal_lm",
-    "RandomWeights", "random_weights", "ladder_tag", "ladder_weights", "LanguageModelResult", "ladder_models", "pretrained_models",
-    "alignment_table", "CorrelationResult", "correlate", "correlation_table", "scatter_with_labels",
+    "join_capabilities", "missing_counts", "describe_missing", "capability_columns",
+    # bits per byte
+    "BitsPerByte", "bits_per_byte", "heldout_captions", "BPB_SOURCES", "bpb_corpus",
+    # causal LMs and the interpolation ladder
+    "CausalLM", "load_causal_lm", "RandomWeights", "random_weights", "ladder_tag", "ladder_weights",
+    "LanguageModelResult", "ladder_models", "pretrained_models", "bpb_table", "describe_ladder", "ladder_is_monotone",
+    # alignment and correlation
+    "alignment_table", "CorrelationResult", "correlate", "correlation_table", "correlation_note",
+    "describe_correlations",
+    # figures
+    "scatter_with_labels", "scatter_grid",
 ]
 
 #: Benchmark columns of the capability table (percent, 0-100) and the column naming each value's source.
@@ -95,7 +104,8 @@ def load_capability_table(path: str | Path | None = None) -> pd.DataFrame:
     ----------
     path : path, optional
         A CSV with the columns ``model``, ``mmlu_5shot``, ``mmlu_source``, ``arc_challenge``,
-        ``arc_source``, ``gsm8k_5shot``, ``gsm8k_source`` (further columns, e.g. ``notes``, are kept).
+        ``arc_source``, ``gsm8k_5shot``, ``gsm8k_source`` (further columns are kept; ``arc_shots``, the
+        ARC shot count, is read as a number). Lines starting with ``#`` are comments.
         Default: :func:`capability_table_path`.
 
     Returns
@@ -119,7 +129,12 @@ def load_capability_table(path: str | Path | None = None) -> pd.DataFrame:
     path = capability_table_path() if path is None else Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no capability table at {path}")
-    raw = pd.read_csv(path, dtype=str, keep_default_na=False, comment="#")
+    import io
+
+    # lines starting with "#" are comments (a "#" inside a cell, e.g. in a URL, is kept)
+    text = "".join(line for line in path.read_text(encoding="utf-8").splitlines(keepends=True)
+                   if not line.lstrip().startswith("#"))
+    raw = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
     raw.columns = [c.strip() for c in raw.columns]
     missing = [c for c in _REQUIRED if c not in raw.columns]
     if missing:
@@ -147,6 +162,12 @@ def load_capability_table(path: str | Path | None = None) -> pd.DataFrame:
         if len(unsourced):
             raise ValueError(f"capability table {path}: {bench} values without a {source}: {list(unsourced)}")
         table[bench] = values.astype(np.float64)
+    if "arc_shots" in table.columns:
+        shots = pd.to_numeric(table["arc_shots"].replace("", np.nan), errors="coerce")
+        bad = table.index[(shots.isna() & (table["arc_shots"] != "")) | (shots < 0)]
+        if len(bad):
+            raise ValueError(f"capability table {path}: arc_shots must be a non-negative number for {list(bad)}")
+        table["arc_shots"] = shots
     return table
 
 
@@ -183,10 +204,61 @@ def capability_scores(table: pd.DataFrame, models: Sequence[str], *,
     return table.loc[list(models), list(benchmarks)].astype(np.float64)
 
 
+def join_capabilities(table: pd.DataFrame, capabilities: pd.DataFrame, *, on: str = "language") -> pd.DataFrame:
+    """``table`` with the benchmark columns of each row's model added (NaN for models not in ``capabilities``).
+
+    Parameters
+    ----------
+    table : DataFrame
+        E.g. :func:`alignment_table`; column ``on`` names the language model of each row.
+    capabilities : DataFrame
+        From :func:`load_capability_table`.
+    on : str, default="language"
+
+    Returns
+    -------
+    DataFrame
+        A copy with the :data:`BENCHMARKS` columns appended (ladder models and other models outside the
+        table get NaN, which :func:`correlate` leaves out).
+
+    Raises
+    ------
+    ValueError
+        If ``on`` is not a column of ``table``.
+    """
+    if on not in table.columns:
+        raise ValueError(f"column {on!r} is not in the table; it has {list(table.columns)}")
+    out = table.copy()
+    for bench in BENCHMARKS:
+        out[bench] = out[on].map(capabilities[bench]).astype(np.float64)
+    return out
+
+
 def missing_counts(table: pd.DataFrame, models: Sequence[str] | None = None) -> dict[str, int]:
     """Number of missing (NaN) values per benchmark, over ``models`` (default: every row)."""
     sub = table if models is None else capability_scores(table, models)
     return {b: int(sub[b].isna().sum()) for b in BENCHMARKS}
+
+
+def describe_missing(table: pd.DataFrame, models: Sequence[str] | None = None) -> str:
+    """One Markdown sentence: how many values of each benchmark are missing over ``models`` (default: all rows).
+
+    Models that are not in the table count as missing for every benchmark and are named.
+    """
+    models = list(table.index) if models is None else list(models)
+    known = [m for m in models if m in table.index]
+    unknown = [m for m in models if m not in table.index]
+    counts = missing_counts(table, known)
+    parts = ", ".join(f"{b} {m + len(unknown)} of {len(models)}" for b, m in counts.items())
+    scope = "in the table" if models == list(table.index) else "among the models of this run"
+    extra = f" Not in the table: {', '.join(unknown)}." if unknown else ""
+    return f"Missing values {scope} (no citable source with a matching protocol): {parts}.{extra}"
+
+
+def capability_columns(table: pd.DataFrame, *, min_models: int = 3) -> list[str]:
+    """``"bpb"`` and the benchmarks with at least ``min_models`` non-missing values in ``table``."""
+    cols = ["bpb"] if "bpb" in table.columns else []
+    return cols + [b for b in BENCHMARKS if b in table.columns and table[b].notna().sum() >= min_models]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -330,7 +402,7 @@ def bits_per_byte(lm: torch.nn.Module, tokenizer, texts: Sequence[str], *, batch
                        "bos" if use_bos else "first-token")
 
 
-def heldout_captions(dataset, pairs, *, per_image: int = 1) -> list[str]:
+def heldout_captions(dataset, pairs, *, per_image: int = 1, max_texts: int | None = None) -> list[str]:
     """Captions of the pairs' images that are not the pairs' own texts: held-out text for bits per byte.
 
     Parameters
@@ -341,6 +413,8 @@ def heldout_captions(dataset, pairs, *, per_image: int = 1) -> list[str]:
     per_image : int, default=1
         Captions taken per image, in the dataset's order, skipping any caption contained in the pair's
         text (so ``"first"``, ``"random"`` and ``"concat"`` policies all leave the aligned text out).
+    max_texts : int, optional
+        Keep the first ``max_texts`` captions (in the pairs' row order), to bound the cost.
 
     Returns
     -------
@@ -350,10 +424,13 @@ def heldout_captions(dataset, pairs, *, per_image: int = 1) -> list[str]:
     Raises
     ------
     ValueError
-        If ``per_image < 1``, a pair's sample is not in ``dataset``, or no caption is left.
+        If ``per_image`` or ``max_texts`` is below 1, a pair's sample is not in ``dataset``, or no caption
+        is left.
     """
     if not isinstance(per_image, int) or per_image < 1:
         raise ValueError(f"per_image must be an int >= 1, got {per_image!r}")
+    if max_texts is not None and (not isinstance(max_texts, int) or max_texts < 1):
+        raise ValueError(f"max_texts must be an int >= 1 or None, got {max_texts!r}")
     index = {sid: i for i, sid in enumerate(dataset.sample_ids)}
     unknown = [s for s in pairs.sample_ids if s not in index]
     if unknown:
@@ -364,7 +441,51 @@ def heldout_captions(dataset, pairs, *, per_image: int = 1) -> list[str]:
         out.extend(spare[:per_image])
     if not out:
         raise ValueError("no held-out captions: every image's captions are used by the pairs")
-    return out
+    return out if max_texts is None else out[:max_texts]
+
+
+#: Where the bits-per-byte texts come from (see :func:`bpb_corpus`).
+BPB_SOURCES = ("auto", "heldout", "aligned")
+
+
+def bpb_corpus(dataset, pairs, *, source: str = "auto", per_image: int = 1,
+               max_texts: int | None = None) -> tuple[list[str], str]:
+    """The texts to measure bits per byte on, and which source was used.
+
+    Parameters
+    ----------
+    dataset : prh_lib.data.ImageCaptionDataset
+    pairs : prh_lib.data.Pairs
+    source : {"auto", "heldout", "aligned"}
+        ``"heldout"``: :func:`heldout_captions` (other captions of the same images, not used for
+        alignment); ``"aligned"``: the pairs' own texts (the captions themselves, as Huh et al. 2024);
+        ``"auto"``: held-out captions when the dataset has any (COCO: four per image), else the aligned
+        texts (WIT and DOCCI have one text per image).
+    per_image, max_texts
+        As in :func:`heldout_captions`; ``max_texts`` also bounds the aligned texts.
+
+    Returns
+    -------
+    texts : list of str
+    used : {"heldout", "aligned"}
+
+    Raises
+    ------
+    ValueError
+        If ``source`` is unknown, or ``"heldout"`` is asked for and there are no spare captions.
+    """
+    if source not in BPB_SOURCES:
+        raise ValueError(f"unknown bits-per-byte source {source!r}; use one of {BPB_SOURCES}")
+    if source in ("heldout", "auto"):
+        try:
+            return heldout_captions(dataset, pairs, per_image=per_image, max_texts=max_texts), "heldout"
+        except ValueError as err:
+            if source == "heldout" or "no held-out captions" not in str(err):
+                raise
+    if max_texts is not None and (not isinstance(max_texts, int) or max_texts < 1):
+        raise ValueError(f"max_texts must be an int >= 1 or None, got {max_texts!r}")
+    texts = list(pairs.texts)
+    return (texts if max_texts is None else texts[:max_texts]), "aligned"
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -523,14 +644,14 @@ def ladder_tag(t: float, seed: int) -> str:
     return f"interp:t={float(t):g}:seed={int(seed)}"
 
 
-def ladder_weights(model: CausalLM, random: RandomWeights, t: float) -> CausalLM:
+def ladder_weights(model: CausalLM, random: RandomWeights, t: float, *, out: torch.nn.Module | None = None) -> CausalLM:
     """The model with every parameter set to ``(1 - t) * random + t * trained``.
 
-    Computed in float32 and cast to the model's dtype, so ``t = 1`` gives the trained weights and
-    ``t = 0`` the random ones exactly. Buffers (e.g. rotary frequencies) are the trained model's; a tied
-    head stays tied (it is the interpolated input embedding). The result's ``name`` is
-    ``"<name>@interp:t=<t>:seed=<seed>"`` and its revision records ``t``, the seed and the trained
-    revision, so its features cache apart.
+    Float32 parameters are mixed in place as ``random * (1 - t) + trained * t``; other dtypes are mixed in
+    float32 and cast back. Either way ``t = 1`` gives the trained weights and ``t = 0`` the random ones
+    exactly. Buffers (e.g. rotary frequencies) are the trained model's; a tied head stays tied (it is the
+    interpolated input embedding). The result's ``name`` is ``"<name>@interp:t=<t>:seed=<seed>"`` and its
+    revision records ``t``, the seed and the trained revision, so its features cache apart.
 
     Parameters
     ----------
@@ -539,16 +660,20 @@ def ladder_weights(model: CausalLM, random: RandomWeights, t: float) -> CausalLM
     random : RandomWeights
         From :func:`random_weights`; must hold every parameter.
     t : float in [0, 1]
+    out : torch.nn.Module, optional
+        A copy of ``model.lm`` (e.g. from an earlier call) whose parameters are overwritten, saving a deep
+        copy per ladder point; a CausalLM returned earlier with the same ``out`` then holds the new weights.
+        Default: a new deep copy.
 
     Returns
     -------
     CausalLM
-        A new model (a deep copy of ``model.lm``).
+        Wrapping ``out`` (or the new copy).
 
     Raises
     ------
     ValueError
-        If ``t`` is outside [0, 1] or ``random`` lacks parameters or has other shapes.
+        If ``t`` is outside [0, 1], or ``random`` or ``out`` do not match the model's parameters.
     """
     import copy
 
@@ -560,11 +685,17 @@ def ladder_weights(model: CausalLM, random: RandomWeights, t: float) -> CausalLM
     bad = [n for n in params if n in random.tensors and tuple(random.tensors[n].shape) != tuple(params[n].shape)]
     if missing or bad:
         raise ValueError(f"random weights do not match the model: missing {missing[:5]}, other shapes {bad[:5]}")
-    lm = copy.deepcopy(model.lm)
+    lm = copy.deepcopy(model.lm) if out is None else out
+    targets = dict(lm.named_parameters())
+    if set(targets) != set(params) or any(targets[n].shape != params[n].shape for n in params):
+        raise ValueError("out is not a copy of the model: its parameters differ in names or shapes")
     with torch.no_grad():
-        for name, p in lm.named_parameters():
-            mixed = (1.0 - t) * random.tensors[name].float() + t * params[name].detach().float()
-            p.copy_(mixed.to(p.dtype))
+        for name, p in targets.items():
+            r, w = random.tensors[name], params[name].detach()
+            if p.dtype == torch.float32:
+                p.copy_(r).mul_(1.0 - t).add_(w, alpha=t)
+            else:
+                p.copy_((r.float() * (1.0 - t) + w.float() * t).to(p.dtype))
     lm.eval().requires_grad_(False)
     tag = ladder_tag(t, random.seed)
     loaded = dataclasses.replace(
@@ -601,6 +732,10 @@ class LanguageModelResult:
     features: object
     bpb: BitsPerByte
 
+    def with_features(self, features) -> "LanguageModelResult":
+        """The same result with other features (e.g. clipped by :func:`prh_lib.analysis.clip_features`)."""
+        return dataclasses.replace(self, features=features)
+
 
 def _bpb_cache_path(name: str, revision: str, dtype: str, texts: Sequence[str]) -> Path:
     h = hashlib.sha256()
@@ -636,8 +771,6 @@ def _features_and_bpb(build, name: str, revision: str, pairs, bpb_texts, *, dtyp
     def model() -> CausalLM:
         if not built:
             built.append(build())
-            if (built[0].loaded.name, built[0].loaded.revision) != (name, revision):  # pragma: no cover
-                raise RuntimeError(f"built {built[0].loaded.name} {built[0].loaded.revision}, expected {name} {revision}")
         return built[0]
 
     if fpath.is_file():
@@ -693,6 +826,7 @@ def ladder_models(model: str, fractions: Sequence[float], *, seed: int, pairs, b
     """
     from .models import resolve_identity
 
+    dtype = str(_dtype(dtype)).replace("torch.", "")  # one spelling in cache keys
     fractions = [float(t) for t in fractions]
     if not fractions:
         raise ValueError("fractions is empty")
@@ -711,7 +845,9 @@ def ladder_models(model: str, fractions: Sequence[float], *, seed: int, pairs, b
     def point(t: float) -> CausalLM:
         if "random" not in state:
             state["random"] = random_weights(trained(), seed=seed)
-        return ladder_weights(trained(), state["random"], t)
+        made = ladder_weights(trained(), state["random"], t, out=state.get("work"))
+        state["work"] = made.lm  # one working copy, overwritten at each point (each is used before the next)
+        return made
 
     out = []
     for t in fractions:
@@ -741,6 +877,7 @@ def pretrained_models(names: Sequence[str], *, pairs, bpb_texts: Sequence[str], 
     """
     from .models import resolve_identity
 
+    dtype = str(_dtype(dtype)).replace("torch.", "")  # one spelling in cache keys
     names = list(names)
     if not names or len(set(names)) != len(names):
         raise ValueError(f"names must be a non-empty list of distinct models, got {names}")
@@ -752,6 +889,37 @@ def pretrained_models(names: Sequence[str], *, pairs, bpb_texts: Sequence[str], 
                                        batch_size=batch_size, progress=progress)
         out.append(LanguageModelResult(name, ident["name"], None, feats, bpb))
     return out
+
+
+def bpb_table(language: Sequence[LanguageModelResult]) -> pd.DataFrame:
+    """Bits per byte of each language model, indexed by ``label``: ``fraction``, ``bpb``, ``bits``, ``bytes``,
+    ``tokens`` (scored) and ``context`` (see :class:`BitsPerByte`)."""
+    df = pd.DataFrame([{"label": r.label, "fraction": r.fraction, "bpb": r.bpb.bpb, "bits": float(r.bpb.bits.sum()),
+                        "bytes": int(r.bpb.n_bytes.sum()), "tokens": r.bpb.n_tokens, "context": r.bpb.context}
+                       for r in language]).set_index("label")
+    return df
+
+
+def ladder_is_monotone(language: Sequence[LanguageModelResult]) -> bool | None:
+    """Whether bits per byte falls strictly with ``t`` along the ladder (None with fewer than two ladder points)."""
+    pts = sorted((r.fraction, r.bpb.bpb) for r in language if r.fraction is not None)
+    if len(pts) < 2:
+        return None
+    return bool(np.all(np.diff([b for _, b in pts]) < 0))
+
+
+def describe_ladder(bpb: pd.DataFrame) -> str:
+    """One Markdown sentence on bits per byte along the ladder (rows of :func:`bpb_table` with a fraction);
+    empty when there are fewer than two ladder points."""
+    pts = bpb[bpb["fraction"].notna()].sort_values("fraction")
+    if len(pts) < 2:
+        return ""
+    steps = np.diff(pts["bpb"].to_numpy(float))
+    trend = ("falls at every step of t" if np.all(steps < 0) else
+             f"does not fall at every step of t ({int(np.sum(steps >= 0))} of {len(steps)} steps rise)")
+    first, last = pts.iloc[0], pts.iloc[-1]
+    return (f"Along the ladder, bits per byte {trend}: {first['bpb']:.3f} at t = {first['fraction']:g}, "
+            f"{last['bpb']:.3f} at t = {last['fraction']:g}.")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -844,17 +1012,14 @@ class CorrelationResult:
 
 
 def _pearson_rows(xb: np.ndarray, yb: np.ndarray) -> np.ndarray:
-    """Pearson r of each row of (B, n) arrays; NaN for rows where either is constant."""
+    """Pearson r of each row of two (B, n) arrays; NaN where either row is constant (to round-off)."""
     xc = xb - xb.mean(axis=1, keepdims=True)
     yc = yb - yb.mean(axis=1, keepdims=True)
     sx, sy = np.sqrt((xc**2).sum(axis=1)), np.sqrt((yc**2).sum(axis=1))
-    scale = np.maximum(np.abs(xb).max(axis=1), np.abs(yb).max(axis=1))
-    degenerate = (sx <= 1e-12 * np.maximum(scale, 1e-300) * xb.shape[1]) | (
-        sy <= 1e-12 * np.maximum(scale, 1e-300) * yb.shape[1])
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = (xc * yc).sum(axis=1) / (sx * sy)
-    r = np.clip(r, -1.0, 1.0)
-    r[degenerate | (sx == 0) | (sy == 0)] = np.nan
+    tol = 1e-12 * np.sqrt(xb.shape[1])
+    ok = (sx > tol * np.abs(xb).max(axis=1)) & (sy > tol * np.abs(yb).max(axis=1))
+    r = np.full(len(xb), np.nan)
+    r[ok] = np.clip((xc[ok] * yc[ok]).sum(axis=1) / (sx[ok] * sy[ok]), -1.0, 1.0)
     return r
 
 
@@ -975,8 +1140,37 @@ def correlation_table(table: pd.DataFrame, *, alignment: Sequence[str], capabili
     return pd.DataFrame(rows)
 
 
+def correlation_note(res) -> str:
+    """``"r = 0.81 [0.42, 0.97], p = 0.02, n = 7"`` for a :class:`CorrelationResult` or a row of
+    :func:`correlation_table` (undefined parts are written "n/a")."""
+    if isinstance(res, CorrelationResult):
+        res = {"r": res.r, "p": res.p_value, "ci low": res.ci_low, "ci high": res.ci_high, "n": res.n}
+
+    def fmt(v, spec):
+        return "n/a" if v is None or not np.isfinite(v) else format(v, spec)
+
+    return (f"r = {fmt(res['r'], '.2f')} [{fmt(res['ci low'], '.2f')}, {fmt(res['ci high'], '.2f')}], "
+            f"p = {fmt(res['p'], '.2g')}, n = {int(res['n'])}")
+
+
+def describe_correlations(correlations: pd.DataFrame, *, by: str = "vision") -> str:
+    """A Markdown line per row of :func:`correlation_table`, stating r, its interval, p and n.
+
+    Bits per byte falls as capability rises, so a negative r against ``bpb`` means alignment grows with
+    capability; against the benchmarks a positive r does.
+    """
+    lines = []
+    for _, row in correlations.iterrows():
+        sign = ""
+        if np.isfinite(row["r"]) and row["r"] != 0:
+            grows = (row["r"] < 0) if row["capability"] == "bpb" else (row["r"] > 0)
+            sign = " (alignment grows with capability)" if grows else " (alignment falls as capability grows)"
+        lines.append(f"- **{row[by]}**, {row['alignment']} vs {row['capability']}: {correlation_note(row)}{sign}.")
+    return "\n".join(lines)
+
+
 # --------------------------------------------------------------------------------------------------------
-# figure
+# figures
 
 
 def scatter_with_labels(x, y, labels: Sequence[str], *, ax=None, xlabel: str = "", ylabel: str = "",
@@ -1031,3 +1225,58 @@ def scatter_with_labels(x, y, labels: Sequence[str], *, ax=None, xlabel: str = "
                 bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0})
     ax.grid(alpha=0.3)
     return ax
+
+
+def scatter_grid(table: pd.DataFrame, *, x, ys: Sequence[str], by: str = "vision", label: str = "language",
+                 correlations: pd.DataFrame | None = None, invert_bpb: bool = True,
+                 panel_size: tuple[float, float] = (4.6, 3.6)):
+    """One labelled scatter per (group, capability, alignment column) (Figures 3 and 4).
+
+    Rows are (group, capability) combinations (vision models times ``x`` columns), columns are ``ys``.
+
+    Parameters
+    ----------
+    table : DataFrame
+        One row per (vision, language) pair with columns ``by``, ``label``, ``x`` and each of ``ys``.
+    x : str or sequence of str
+        Capability column(s) (e.g. ``"bpb"``, ``"mmlu_5shot"``).
+    ys : sequence of str
+        Alignment columns.
+    correlations : DataFrame, optional
+        From :func:`correlation_table`; the matching row is written in each panel.
+    invert_bpb : bool, default=True
+        Draw ``bpb`` decreasing, so that capability grows to the right in every panel.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Raises
+    ------
+    ValueError
+        If a named column is missing.
+    """
+    import matplotlib.pyplot as plt
+
+    xs = [x] if isinstance(x, str) else list(x)
+    missing = [c for c in [by, label, *xs, *ys] if c not in table.columns]
+    if missing:
+        raise ValueError(f"columns {missing} are not in the table; it has {list(table.columns)}")
+    rows = [(g, c) for g in dict.fromkeys(table[by]) for c in xs]
+    fig, axes = plt.subplots(len(rows), len(ys), figsize=(panel_size[0] * len(ys), panel_size[1] * len(rows)),
+                             squeeze=False)
+    for ri, (group, cap) in enumerate(rows):
+        sub = table[table[by] == group]
+        for yi, y in enumerate(ys):
+            note = None
+            if correlations is not None:
+                hit = correlations[(correlations[by] == group) & (correlations["alignment"] == y)
+                                   & (correlations["capability"] == cap)]
+                if len(hit):
+                    note = correlation_note(hit.iloc[0])
+            xlabel = f"{cap} (lower = more capable)" if cap == "bpb" else cap
+            scatter_with_labels(sub[cap].to_numpy(float), sub[y].to_numpy(float), list(sub[label]), ax=axes[ri, yi],
+                                xlabel=xlabel, ylabel=y, title=f"{group}: {y}", note=note,
+                                invert_x=invert_bpb and cap == "bpb")
+    fig.tight_layout()
+    return fig

@@ -27,6 +27,11 @@ PROFILES: dict[str, dict[str, object]] = {
         "n_displacement_pairs": 2000,
         "n_splits": 2,
         "n_random": 5,
+        "n_seeds": 2,  # appg_k_n_ablation: random subsets per N
+        "summary_pairs": 8,  # appf_caption_detail: images summarised by the LM
+        "max_captions": 3,  # appf_caption_detail: captions concatenated at most
+        "ladder_fractions": [0.0, 0.9, 1.0],  # sec3_2_capability: interpolation ladder
+        "n_heldout": 24,  # sec3_2_capability: held-out captions for bits per byte
     },
     # The paper's study (Herbst et al., Section 2); models and datasets are listed in prh_lib.paper.
     # Notebooks receive the keys their parameters cell declares (the notebook's pairs are the seed-0 WIT-1024
@@ -63,6 +68,7 @@ PROFILES: dict[str, dict[str, object]] = {
                              "Qwen/Qwen3-8B"],
         "n_shared": 10,
         "n_private": 10,
+        "ladder_fractions": [],
     },
 }
 
