@@ -5,7 +5,11 @@ Pooling (Herbst et al., Section 2; Huh et al. 2024, Section 3):
 - language models: mean over the *real* tokens of each hidden state, using the attention mask, so a
   caption gives the same vector whatever the batch size and padding side;
 - vision transformers: the CLS token (position 0) of each hidden state;
-- CNNs: global average pool of each stage's feature map.
+- CNNs: global average pool of each stage's feature map;
+- two-tower image-text models (CLIP, SigLIP; family ``"hf-joint"``): hidden states as above (SigLIP's vision
+  tower, which has no CLS token: mean over patches), and the final ``"projection"`` output, which the model
+  pools itself, as it is. Captions longer than the text tower's context are split into chunks whose
+  pooled features are averaged (:func:`_extract_text_chunked`).
 
 Hidden state 0 (the embedding output in Hugging Face ``hidden_states``) is included and labelled ``"embed"``.
 Features are pooled in float32 whatever the model dtype.
@@ -206,6 +210,36 @@ def _extract_text(model, texts: Sequence[str], *, batch_size: int, padding_side:
 
 
 @torch.inference_mode()
+def _extract_text_chunked(model, texts: Sequence[str], *, batch_size: int, max_length: int | None, progress: bool):
+    """Text towers of two-tower models (``model.text_chunking``, Herbst et al. Section 3.3).
+
+    Each caption is split into consecutive token windows that fit the text context (each with the model's
+    special tokens; :class:`prh_lib.models.TextChunking`), every chunk is embedded, and each layer's pooled
+    chunk features are averaged per caption, weighted by the caption tokens in each chunk. Hidden states
+    are mean-pooled over the chunk's real tokens; the ``"projection"`` output (B, d) is already pooled.
+    A caption that fits is a single chunk with weight exactly 1, so its features equal the plain path's.
+    """
+    chunking = model.text_chunking
+    chunks, owner, n_tokens = chunking.encode(model.tokenizer, texts, max_length=max_length)
+    weight = torch.as_tensor(n_tokens / np.bincount(owner, weights=n_tokens)[owner], dtype=torch.float32)
+    order = np.argsort([len(c) for c in chunks], kind="stable")
+    out = None
+    bar = tqdm(total=len(chunks), desc=f"{model.name} (text chunks)", unit="chunk", disable=not progress)
+    for start in range(0, len(chunks), batch_size):
+        rows = torch.as_tensor(order[start : start + batch_size])
+        inputs, real = chunking.collate([chunks[i] for i in rows.tolist()])
+        layers = model.layer_outputs(**inputs)
+        pooled, dims = stack_layers([(mean_pool(h, real.to(h.device)) if h.ndim == 3 else h.float()).cpu()
+                                     for h in layers])
+        if out is None:
+            out = torch.zeros(len(layers), len(texts), pooled.shape[-1], dtype=torch.float32)
+        out.index_add_(1, torch.as_tensor(owner)[rows], pooled * weight[rows].view(1, -1, 1))
+        bar.update(len(rows))
+    bar.close()
+    return out, dims
+
+
+@torch.inference_mode()
 def _extract_images(model, pairs: Pairs, *, batch_size: int, progress: bool):
     pool = {"cls": lambda h: cls_pool(h), "gap": gap_pool, "mean": gap_pool}[model.pooling]
     out = None
@@ -215,7 +249,8 @@ def _extract_images(model, pairs: Pairs, *, batch_size: int, progress: bool):
         rows = list(range(start, min(start + batch_size, n)))
         pixels = model.image_transform(pairs.load_images(rows)).to(model.device, model.dtype)
         layers = model.layer_outputs(pixel_values=pixels)
-        pooled, dims = stack_layers([pool(h).cpu() for h in layers])
+        # a (B, d) output (the "projection" of a two-tower model) is already pooled
+        pooled, dims = stack_layers([(pool(h) if h.ndim > 2 else h.float()).cpu() for h in layers])
         if out is None:
             out = torch.empty(len(layers), n, pooled.shape[-1], dtype=torch.float32)
         out[:, start : start + len(rows)] = pooled
@@ -245,7 +280,9 @@ def extract_features(
     padding_side : {"right", "left"}
         Tokenizer padding side; results do not depend on it (positions are computed from the mask).
     max_length : int, optional
-        Truncate texts to this many tokens (default: no truncation).
+        Truncate texts to this many tokens (default: no truncation). Text towers of two-tower models
+        (``model.text_chunking``) keep this many caption tokens and split them into chunks that fit the
+        text context.
     progress : bool
         Show a tqdm progress bar.
 
@@ -258,7 +295,11 @@ def extract_features(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if padding_side not in ("left", "right"):
         raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
-    if model.modality == "language":
+    if model.modality == "language" and getattr(model, "text_chunking", None) is not None:
+        values, dims = _extract_text_chunked(model, pairs.texts, batch_size=batch_size, max_length=max_length,
+                                             progress=progress)
+        data_key = pairs.text_fingerprint()
+    elif model.modality == "language":
         values, dims = _extract_text(model, pairs.texts, batch_size=batch_size, padding_side=padding_side,
                                max_length=max_length, progress=progress)
         data_key = pairs.text_fingerprint()
@@ -283,6 +324,8 @@ def extract_features(
         "prh_lib_version": __version__,
         "features_format": str(FEATURES_FORMAT_VERSION),
     }
+    if model.modality == "language" and getattr(model, "text_chunking", None) is not None:
+        meta["text_chunking"] = f"context {model.text_chunking.context_length}, chunk mean weighted by caption tokens"
     return LayerFeatures(values, tuple(model.layer_labels), tuple(pairs.sample_ids), meta, dims)
 
 

@@ -7,7 +7,12 @@
 * ``"timm:<arch>[.<tag>]"`` (timm pretrained weights) or ``"timm/<hub-id>"`` (a timm model on the Hugging
   Face Hub), or a local timm folder (``config.json`` with ``architecture``);
 * a local Hugging Face folder or Hub id, loaded with the transformers Auto classes: ``AutoModel`` for
-  encoders and vision models, ``AutoModelForCausalLM``'s base model for causal language models.
+  encoders and vision models, ``AutoModelForCausalLM``'s base model for causal language models;
+* one tower of a two-tower image-text model (CLIP, SigLIP / SigLIP 2 fixed resolution) as
+  ``"<folder or Hub id>:vision"`` or ``"<folder or Hub id>:text"`` (family ``"hf-joint"``, see
+  :data:`JOINT_MODEL_TYPES`);
+* any of the above followed by ``"@random-init:<seed>"``: the same architecture with seeded random weights
+  (:func:`random_init`), e.g. ``"dinov2-small@random-init:0"``.
 
 It returns a :class:`LoadedModel` whose :meth:`LoadedModel.layer_outputs` gives the raw per-layer outputs
 aligned with ``layer_labels``. Pooling is named, not applied here: the extraction code pools.
@@ -19,6 +24,10 @@ is the embedding output. As in transformers, ``layer.L`` is the last block's out
 (Llama, SmolLM2) apply their final norm to that last entry, others (BERT: none; ViT/DINOv2: before the
 separate ``layernorm``) do not.
 
+Two-tower towers (``"hf-joint"``): the tower's ``hidden_states`` labelled as above, then ``"projection"``,
+the embedding in the joint image-text space (``get_image_features`` / ``get_text_features``), already
+pooled by the model, of shape (B, d_joint).
+
 timm EfficientNet/MobileNet family: ``("stem", "stage.1", ..., "stage.N", "head")``: the stem, every
 block stage and the head convolution (the pre-logits feature map). Other timm models: their
 ``feature_info`` module names (e.g. ResNet ``("act1", "layer1", ..., "layer4")``).
@@ -29,18 +38,22 @@ raises :class:`prh_lib.zoo.ModelNotAvailableError`.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal
 
+import numpy as np
 import torch
 
 from prh_lib import zoo
 from prh_lib.zoo import ModelNotAvailableError
 
-__all__ = ["LoadedModel", "load_model", "resolve_identity", "ModelNotAvailableError", "VISION_MODEL_TYPES"]
+__all__ = ["LoadedModel", "load_model", "resolve_identity", "ModelNotAvailableError", "VISION_MODEL_TYPES",
+           "JOINT_MODEL_TYPES", "TextChunking", "random_init"]
 
 #: Hugging Face ``model_type`` values treated as vision models when the config does not say otherwise.
 VISION_MODEL_TYPES = frozenset({
@@ -62,14 +75,17 @@ class LoadedModel:
     name : str
         As requested: zoo name, ``timm:<arch>``, Hub id or folder.
     modality : {"language", "vision"}
-    family : {"hf-text", "hf-vit", "timm-cnn"}
+    family : {"hf-text", "hf-vit", "timm-cnn", "hf-joint"}
+        ``"hf-joint"``: one tower of a two-tower image-text model (CLIP, SigLIP).
     module : torch.nn.Module
         In eval mode, ``requires_grad`` False, on ``device``, in ``dtype``.
     layer_labels : tuple of str
         One per element of :meth:`layer_outputs`.
     pooling : {"mean", "cls", "gap"}
         How the extraction code should pool a layer output: mean over real tokens (language), the CLS
-        token (ViT), global average pool over space (CNN).
+        token (ViT), global average pool over space (CNN). Vision towers without a CLS token (SigLIP) use
+        ``"mean"``: the mean over patch tokens. Outputs that are already pooled (the ``"projection"``
+        of a two-tower model, shape (B, d)) are taken as they are.
     tokenizer : tokenizer or None
         Language only; has a pad token (EOS for causal LMs) and pads on the right.
     image_transform : callable or None
@@ -95,6 +111,8 @@ class LoadedModel:
     source: str
     device: torch.device
     dtype: torch.dtype
+    #: Text towers of two-tower models: how captions longer than the text context are split (else None).
+    text_chunking: "TextChunking | None" = None
 
     @property
     def n_layers(self) -> int:
@@ -115,6 +133,7 @@ class LoadedModel:
         tuple of Tensor
             Hugging Face: ``hidden_states``, each (B, T, d), index 0 the embedding output.
             timm: feature maps, each (B, C, H, W).
+            Two-tower (``"hf-joint"``): the tower's ``hidden_states``, then the joint-space embedding (B, d).
 
         Raises
         ------
@@ -129,6 +148,8 @@ class LoadedModel:
                 if set(inputs) != {"pixel_values"}:
                     raise TypeError(f"timm models take pixel_values only, got {sorted(inputs)}")
                 outputs = _timm_layer_outputs(self.module, inputs["pixel_values"])
+            elif self.family == "hf-joint":
+                outputs = _joint_layer_outputs(self.module, self.modality, inputs)
             else:
                 outputs = tuple(self.module(**inputs, output_hidden_states=True).hidden_states)
         if len(outputs) != len(self.layer_labels):
@@ -160,7 +181,10 @@ def load_model(
     ----------
     name_or_path : str
         Zoo name (see ``prh-zoo list``), ``"timm:<arch>[.<tag>]"``, ``"timm/<hub-id>"``, a local folder
-        (Hugging Face or timm layout) or a Hugging Face Hub id.
+        (Hugging Face or timm layout) or a Hugging Face Hub id; a two-tower image-text model (CLIP,
+        SigLIP) as ``"<folder or id>:vision"`` or ``"<folder or id>:text"``. A trailing
+        ``"@random-init:<seed>"`` gives :func:`random_init` of the named model, with revision
+        ``"random-init:seed=<seed>:<trained revision>"`` (so :func:`resolve_identity` knows it unloaded).
     device : str or torch.device, default "cpu"
     dtype : torch.dtype, default torch.float32
         Parameter dtype; inputs are cast to it in :meth:`LoadedModel.layer_outputs`.
@@ -181,13 +205,23 @@ def load_model(
         names the model and the package, command or setting that would provide it).
     ValueError
         If ``modality`` is invalid or contradicts the model, if a vision transformer has no CLS token,
-        or if ``revision`` does not match a zoo model or folder.
+        if ``revision`` does not match a zoo model or folder, or if a tower suffix names a model that is
+        not a supported two-tower model.
     """
     if modality is not None and modality not in _MODALITIES:
         raise ValueError(f"modality must be one of {_MODALITIES} or None, got {modality!r}")
     device = torch.device(device)
     if not isinstance(dtype, torch.dtype):
         raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
+
+    base, seed = _split_random_init(name_or_path)
+    if seed is not None:
+        trained = load_model(base, device=device, dtype=dtype, modality=modality, revision=revision)
+        return dataclasses.replace(random_init(trained, seed=seed),
+                                   revision=_random_init_revision(trained.revision, seed))
+    base, tower = _split_tower(name_or_path)
+    if tower is not None:
+        return _load_joint(name_or_path, base, tower, device=device, dtype=dtype, modality=modality, revision=revision)
 
     if name_or_path in zoo.ZOO:
         return _load_zoo(name_or_path, device=device, dtype=dtype, modality=modality, revision=revision)
@@ -221,6 +255,13 @@ def resolve_identity(name_or_path: str) -> dict:
     ModelNotAvailableError
         As :func:`load_model`.
     """
+    base, seed = _split_random_init(name_or_path)
+    if seed is not None:
+        trained = resolve_identity(base)
+        return {**trained, "name": name_or_path, "revision": _random_init_revision(trained["revision"], seed)}
+    base, tower = _split_tower(name_or_path)
+    if tower is not None:
+        return _joint_identity(name_or_path, base, tower)
     if name_or_path in zoo.ZOO:
         entry = zoo.get_entry(name_or_path)
         return _identity(name_or_path, zoo.revision(name_or_path), entry.modality, entry.family)
@@ -367,8 +408,8 @@ def _hub_unreachable_hint(name: str) -> str:
 def _infer_modality(config) -> str:
     if hasattr(config, "vision_config") and hasattr(config, "text_config"):
         raise ValueError(
-            f"{config.model_type!r} is a two-tower (image-text) model; load its towers separately "
-            "(family 'hf-clip' is not implemented yet)"
+            f"{config.model_type!r} is a two-tower (image-text) model; load one tower with the suffix "
+            "':vision' or ':text' (e.g. 'openai/clip-vit-large-patch14:text')"
         )
     if config.model_type in VISION_MODEL_TYPES:
         return "vision"
@@ -552,6 +593,247 @@ def _timm_layer_outputs(module, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 
 # --------------------------------------------------------------------------------------------------
+# Two-tower image-text models (Herbst et al., Section 3.3, "explicitly aligned vision-language models")
+# --------------------------------------------------------------------------------------------------
+
+#: ``model_type`` of the supported two-tower models and how their towers pool hidden states.
+#: CLIP: the vision tower's CLS token; the text tower's hidden states are mean-pooled over real tokens
+#: (like every language model here), while its projection uses CLIP's own EOS pooling. SigLIP (and the
+#: fixed-resolution SigLIP 2 checkpoints, whose ``model_type`` is ``"siglip"``) has no CLS token: hidden
+#: states are mean-pooled over patches; its projection is the attention-pooling head. SigLIP pools the
+#: text tower's *last position*, so every text input is padded to the full context, as in training.
+JOINT_MODEL_TYPES = {
+    "clip": {"vision_pooling": "cls", "pad_to_context": False},
+    "siglip": {"vision_pooling": "mean", "pad_to_context": True},
+}
+
+_TOWERS = {"vision": "vision", "text": "language"}
+_TOWER_RE = re.compile(r"^(?P<base>.+):(?P<tower>vision|text)$")
+_RANDOM_INIT_RE = re.compile(r"^(?P<base>.+)@random-init:(?P<seed>\d+)$")
+
+
+def _split_random_init(name: str) -> tuple[str, int | None]:
+    """``"x@random-init:3"`` -> ``("x", 3)``; other names -> ``(name, None)``."""
+    match = _RANDOM_INIT_RE.match(name)
+    if match is None or Path(name).expanduser().is_dir():
+        return name, None
+    return match["base"], int(match["seed"])
+
+
+def _split_tower(name: str) -> tuple[str, str | None]:
+    """``"openai/clip-vit-large-patch14:text"`` -> ``("openai/clip-vit-large-patch14", "text")``."""
+    match = _TOWER_RE.match(name)
+    if match is None or name.startswith("timm:") or Path(name).expanduser().is_dir():
+        return name, None
+    return match["base"], match["tower"]
+
+
+def _random_init_revision(trained_revision: str, seed: int) -> str:
+    return f"random-init:seed={int(seed)}:{trained_revision}"
+
+
+@dataclass(frozen=True)
+class TextChunking:
+    """How a two-tower text tower embeds captions longer than its context (Herbst et al., Section 3.3).
+
+    A caption's tokens (without special tokens) are split into consecutive windows of ``window`` tokens;
+    each window gets the model's special tokens (``prefix`` + window + ``suffix``, at most
+    ``context_length`` tokens) and is embedded on its own. The extraction code averages each layer's
+    pooled chunk features, weighted by the number of caption tokens in each chunk
+    (:func:`prh_lib.extract.extract_features`). A caption that fits gives one chunk equal to the
+    tokenizer's own encoding, so the chunked path reduces to the plain one.
+
+    Attributes
+    ----------
+    context_length : int
+        Tokens per forward pass including special tokens (CLIP 77, SigLIP 64).
+    prefix, suffix : tuple of int
+        Special token ids the tokenizer puts before and after a caption (CLIP: ``<|startoftext|>`` and
+        ``<|endoftext|>``; SigLIP: ``</s>`` after).
+    pad_id : int
+    pad_to_context : bool
+        Pad every chunk to ``context_length`` (SigLIP, which pools the last position) instead of to the
+        longest chunk of the batch.
+    attention_mask : bool
+        Pass an attention mask to the model: True when its tokenizer returns one (as its processor
+        would), False for tokenizers whose only model input is ``input_ids`` (SigLIP).
+    """
+
+    context_length: int
+    prefix: tuple[int, ...]
+    suffix: tuple[int, ...]
+    pad_id: int
+    pad_to_context: bool
+    attention_mask: bool
+
+    def __post_init__(self):
+        if self.window < 1:
+            raise ValueError(f"context_length {self.context_length} leaves no room for caption tokens between "
+                             f"{len(self.prefix)} + {len(self.suffix)} special tokens")
+
+    @property
+    def window(self) -> int:
+        """Caption tokens per chunk: ``context_length`` minus the special tokens."""
+        return self.context_length - len(self.prefix) - len(self.suffix)
+
+    def split(self, ids) -> list[list[int]]:
+        """Chunks of one caption's token ids (no special tokens): ``prefix + window + suffix`` each.
+
+        Every token lands in exactly one chunk, in order; an empty caption gives one chunk of the
+        special tokens alone.
+        """
+        ids = list(ids)
+        windows = [ids[i : i + self.window] for i in range(0, len(ids), self.window)] or [[]]
+        return [[*self.prefix, *w, *self.suffix] for w in windows]
+
+    def encode(self, tokenizer, texts, *, max_length: int | None = None):
+        """Chunks of every caption.
+
+        Parameters
+        ----------
+        tokenizer : tokenizer
+        texts : sequence of str
+        max_length : int, optional
+            Keep at most this many caption tokens (special tokens not counted) before chunking.
+
+        Returns
+        -------
+        chunks : list of list of int
+            Token ids of every chunk, with special tokens, captions in order.
+        owner : ndarray of shape (n_chunks,), int64
+            Index of the caption each chunk belongs to.
+        n_tokens : ndarray of shape (n_chunks,), float64
+            Caption tokens in each chunk (1 for the chunk of an empty caption), the averaging weights.
+        """
+        ids = tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
+        chunks, owner, n_tokens = [], [], []
+        for i, caption in enumerate(ids):
+            caption = caption[:max_length] if max_length is not None else caption
+            for chunk in self.split(caption):
+                chunks.append(chunk)
+                owner.append(i)
+                n_tokens.append(max(len(chunk) - len(self.prefix) - len(self.suffix), 1))
+        return chunks, np.asarray(owner, dtype=np.int64), np.asarray(n_tokens, dtype=np.float64)
+
+    def collate(self, chunks) -> tuple[dict, torch.Tensor]:
+        """Model inputs for a batch of chunks, right-padded, and the mask of real (non-pad) tokens.
+
+        Returns
+        -------
+        inputs : dict
+            ``input_ids`` (B, T) and, if ``attention_mask``, ``attention_mask`` (B, T); T is
+            ``context_length`` with ``pad_to_context``, else the longest chunk.
+        real : Tensor of shape (B, T), int64
+            1 at the chunk's tokens (special tokens included), 0 at padding: the mask of mean pooling.
+        """
+        width = self.context_length if self.pad_to_context else max(len(c) for c in chunks)
+        input_ids = torch.full((len(chunks), width), self.pad_id, dtype=torch.long)
+        real = torch.zeros((len(chunks), width), dtype=torch.long)
+        for row, chunk in enumerate(chunks):
+            input_ids[row, : len(chunk)] = torch.as_tensor(chunk, dtype=torch.long)
+            real[row, : len(chunk)] = 1
+        inputs = {"input_ids": input_ids}
+        if self.attention_mask:
+            inputs["attention_mask"] = real
+        return inputs, real
+
+
+def _special_affixes(tokenizer) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Special token ids the tokenizer adds before and after a text (found by encoding a probe)."""
+    probe = "a photo"
+    plain = list(tokenizer(probe, add_special_tokens=False)["input_ids"])
+    full = list(tokenizer(probe)["input_ids"])
+    for start in range(len(full) - len(plain) + 1):
+        if full[start : start + len(plain)] == plain:
+            return tuple(full[:start]), tuple(full[start + len(plain) :])
+    raise ValueError(f"cannot find the special tokens of tokenizer {type(tokenizer).__name__}: "
+                     f"{full} does not contain {plain}")
+
+
+def _text_chunking(tokenizer, config) -> TextChunking:
+    prefix, suffix = _special_affixes(tokenizer)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if pad_id is None:
+        raise ValueError(f"tokenizer {type(tokenizer).__name__} has neither a pad nor an EOS token")
+    return TextChunking(
+        context_length=int(config.text_config.max_position_embeddings), prefix=prefix, suffix=suffix,
+        pad_id=int(pad_id), pad_to_context=JOINT_MODEL_TYPES[config.model_type]["pad_to_context"],
+        attention_mask="attention_mask" in tokenizer.model_input_names,
+    )
+
+
+def _check_joint(name: str, config) -> None:
+    if config.model_type not in JOINT_MODEL_TYPES:
+        raise ValueError(
+            f"{name!r} is a {config.model_type!r} model, not a supported two-tower image-text model "
+            f"(supported model_type: {sorted(JOINT_MODEL_TYPES)}; SigLIP 2 NaFlex 'siglip2' checkpoints are not)"
+        )
+
+
+def _joint_location(name: str, base: str, revision):
+    """(path or id for from_pretrained, Hub revision, weight revision or None, source) of a two-tower model."""
+    folder = Path(base).expanduser()
+    if folder.is_dir():
+        _check_model_folder(folder)
+        prov = zoo.read_provenance(folder)
+        folder_revision = zoo.revision_of(prov) if prov else _weights_revision(folder)
+        if revision is not None and revision != folder_revision:
+            raise ValueError(f"folder {str(folder)!r} holds revision {folder_revision}, not the requested {revision}")
+        return str(folder.resolve()), None, folder_revision, f"local folder {folder.resolve()}"
+    _check_not_a_missing_path(base)
+    return base, revision, None, f"Hugging Face Hub {base}"
+
+
+def _joint_identity(name: str, base: str, tower: str) -> dict:
+    path, hub_revision, weight_revision, _ = _joint_location(name, base, None)
+    config = _hf_config(base, path, hub_revision)
+    _check_joint(name, config)
+    revision = weight_revision or getattr(config, "_commit_hash", None) or "unknown"
+    pooling = JOINT_MODEL_TYPES[config.model_type]["vision_pooling"] if tower == "vision" else "mean"
+    return {"name": name, "revision": revision, "modality": _TOWERS[tower], "family": "hf-joint", "pooling": pooling}
+
+
+def _load_joint(name, base, tower, *, device, dtype, modality, revision) -> LoadedModel:
+    from transformers import AutoImageProcessor, AutoModel, AutoTokenizer
+
+    tower_modality = _TOWERS[tower]
+    if modality is not None and modality != tower_modality:
+        raise ValueError(f"{name!r} is the {tower} tower ({tower_modality}), not {modality}")
+    path, hub_revision, weight_revision, source = _joint_location(name, base, revision)
+    config = _hf_config(base, path, hub_revision)
+    _check_joint(name, config)
+    weight_revision = weight_revision or getattr(config, "_commit_hash", None) or "unknown"
+    module = AutoModel.from_pretrained(path, revision=hub_revision, **_dtype_kwarg(dtype), **_placement(device))
+    module = _freeze(module, device, dtype)
+    kind = JOINT_MODEL_TYPES[config.model_type]
+    common = dict(name=name, family="hf-joint", module=module, revision=weight_revision,
+                  source=f"{source} ({tower} tower)", device=_input_device(module, device), dtype=dtype)
+    if tower == "vision":
+        try:
+            processor = AutoImageProcessor.from_pretrained(path, revision=hub_revision)
+        except (OSError, ValueError) as err:
+            raise ModelNotAvailableError(f"{name!r} has no image processor (preprocessor_config.json)") from err
+
+        def image_transform(images: list) -> torch.Tensor:
+            return processor(images=[im.convert("RGB") for im in images], return_tensors="pt")["pixel_values"].float()
+
+        return LoadedModel(modality="vision", layer_labels=_hf_labels(config.vision_config) + ("projection",),
+                           pooling=kind["vision_pooling"], tokenizer=None, image_transform=image_transform, **common)
+    tokenizer = AutoTokenizer.from_pretrained(path, revision=hub_revision)
+    tokenizer.padding_side = "right"
+    return LoadedModel(modality="language", layer_labels=_hf_labels(config.text_config) + ("projection",),
+                       pooling="mean", tokenizer=tokenizer, image_transform=None,
+                       text_chunking=_text_chunking(tokenizer, config), **common)
+
+
+def _joint_layer_outputs(module, modality: str, inputs: dict) -> tuple[torch.Tensor, ...]:
+    """The tower's hidden states, then its joint-space embedding (``get_image_features`` / ``get_text_features``)."""
+    get = module.get_image_features if modality == "vision" else module.get_text_features
+    out = get(**inputs, output_hidden_states=True, return_dict=True)
+    return tuple(out.hidden_states) + (out.pooler_output,)
+
+
+# --------------------------------------------------------------------------------------------------
 # Random initialisation (the "random init" baseline of Herbst et al., Section 3.3)
 # --------------------------------------------------------------------------------------------------
 
@@ -609,5 +891,5 @@ def random_init(model: LoadedModel, *, seed: int) -> LoadedModel:
         module=_freeze(fresh, model.device, model.dtype), layer_labels=model.layer_labels, pooling=model.pooling,
         tokenizer=model.tokenizer, image_transform=model.image_transform,
         revision=f"random-init:{arch}:seed={int(seed)}:{model.revision}", source=f"random init of {model.source}",
-        device=model.device, dtype=model.dtype,
+        device=model.device, dtype=model.dtype, text_chunking=model.text_chunking,
     )

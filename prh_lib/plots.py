@@ -125,3 +125,76 @@ def line_plot(x, ys: dict, *, ax=None, xlabel: str = "", ylabel: str = "", title
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     return ax
+
+
+# --------------------------------------------------------------------------------------------------
+# Section 3.3: the four regimes (Figure 5). Added by the regimes notebook's owner, with the lead's leave.
+# --------------------------------------------------------------------------------------------------
+
+
+def regime_bars(groups: dict, *, ax=None, chance: float | None = None, ylabel: str = "", title: str | None = None,
+                missing_note: str = "not run", ylim: tuple[float, float] | None = None):
+    """Regimes side by side: a bar at each regime's mean and every comparison as a point with its interval.
+
+    Parameters
+    ----------
+    groups : dict of str to dict of str to (float, float, float)
+        Regime label -> comparison label -> ``(value, low, high)``, in display order. A regime with no
+        comparisons is drawn as a hatched band over the full height, labelled ``missing_note``.
+    ax : matplotlib Axes, optional
+    chance : float, optional
+        Drawn as a dashed horizontal line.
+    ylabel, title : str
+    missing_note : str
+        Text in empty slots (e.g. ``"needs the paper profile"``).
+    ylim : (float, float), optional
+        Default: from just below 0 to just above the highest value, interval end or chance level.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+    """
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.8))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    top = max([hi for pts in groups.values() for _, _, hi in pts.values() if np.isfinite(hi)] +
+              [v for pts in groups.values() for v, _, _ in pts.values() if np.isfinite(v)] + [chance or 0, 0.05])
+    for slot, (label, points) in enumerate(groups.items()):
+        color = colors[slot % len(colors)]
+        if not points:  # a hatched band over the whole height: no value, not a bar
+            ax.axvspan(slot - 0.35, slot + 0.35, facecolor="none", edgecolor="lightgrey", hatch="//", linewidth=0)
+            ax.text(slot, top * 0.5, missing_note, ha="center", va="center", rotation=90, fontsize=8, color="dimgrey",
+                    bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.9})
+            continue
+        values = np.array([v for v, _, _ in points.values()], dtype=float)
+        ax.bar(slot, np.nanmean(values), width=0.7, color=color, alpha=0.3, edgecolor=color)
+        offsets = np.linspace(-0.25, 0.25, len(points)) if len(points) > 1 else np.zeros(1)
+        for dx, (v, lo, hi) in zip(offsets, points.values()):
+            err = [[max(v - lo, 0.0)], [max(hi - v, 0.0)]] if np.isfinite(lo) and np.isfinite(hi) else None
+            ax.errorbar(slot + dx, v, yerr=err, fmt="o", color=color, markersize=4, capsize=2, linewidth=1)
+    if chance is not None:
+        ax.axhline(chance, color="red", linestyle="--", linewidth=1, label=f"chance {chance:.3f}")
+        ax.legend(fontsize=7, loc="upper left")
+    ax.set_xticks(range(len(groups)), [label.replace(" (", "\n(") for label in groups], fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(*(ylim if ylim is not None else (-0.02 * top, top * 1.1)))  # points at 0 stay visible
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    return ax
+
+
+def regime_figure(raw: dict, calibrated: dict, *, chance: float | None = None, missing_note: str = "not run",
+                  metric: str = "mutual k-NN"):
+    """Figure 5 layout: raw maxima (with the chance level) and calibrated maxima, side by side.
+
+    ``raw`` and ``calibrated`` are :func:`regime_bars` groups (see :func:`prh_lib.regimes.regime_groups`).
+    The calibrated panel's chance level is 0 by construction.
+    """
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    regime_bars(raw, ax=a, chance=chance, ylabel=f"{metric}, max over layer pairs", title="raw (95% bootstrap CI)",
+                missing_note=missing_note)
+    regime_bars(calibrated, ax=b, ylabel="calibrated score", title="calibrated (selection-aware null)",
+                missing_note=missing_note)
+    fig.tight_layout()
+    return fig

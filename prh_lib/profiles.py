@@ -32,6 +32,7 @@ PROFILES: dict[str, dict[str, object]] = {
         "max_captions": 3,  # appf_caption_detail: captions concatenated at most
         "ladder_fractions": [0.0, 0.9, 1.0],  # sec3_2_capability: interpolation ladder
         "n_heldout": 24,  # sec3_2_capability: held-out captions for bits per byte
+        "random_init_seeds": [0],  # sec3_3_regimes
     },
     # The paper's study (Herbst et al., Section 2); models and datasets are listed in prh_lib.paper.
     # Notebooks receive the keys their parameters cell declares (the notebook's pairs are the seed-0 WIT-1024
@@ -69,6 +70,14 @@ PROFILES: dict[str, dict[str, object]] = {
         "n_shared": 10,
         "n_private": 10,
         "ladder_fractions": [],
+        # four regimes (Section 3.3): representative pairs; aligned VLMs by tower
+        "aligned_models": ["openai/clip-vit-large-patch14", "google/siglip2-so400m-patch14-384"],
+        "unimodal_pairs": [["facebook/dinov2-large", "meta-llama/Llama-3.1-8B"],
+                           ["facebook/dinov2-large", "Qwen/Qwen3-8B"],
+                           ["facebook/vit-mae-large", "meta-llama/Llama-3.1-8B"]],
+        "same_modality_pairs": [["facebook/dinov2-large", "facebook/dinov3-vitl16-pretrain-lvd1689m"],
+                                ["meta-llama/Llama-3.1-8B", "Qwen/Qwen3-8B"]],
+        "random_init_seeds": [0, 1, 2],
     },
 }
 

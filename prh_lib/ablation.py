@@ -1,0 +1,435 @@
+"""How mutual k-NN alignment depends on the neighbourhood size k and the number of pairs N (Appendix G).
+
+Both knobs move the score even when the models do not change: the chance level of mutual k-NN is
+``k / (N - 1)``, so a larger k or a smaller N raises the floor, and the maximum over layer pairs gains a
+selection bias that grows as N shrinks. The sweeps here report every score three ways, so the reader can
+separate the metric's effects from the models':
+
+- ``raw``: mutual k-NN as computed;
+- ``corrected``: chance-corrected, ``(score - c) / (1 - c)`` with ``c = k / (N - 1)`` (0 at chance, 1 for
+  identical neighbourhoods; :func:`chance_corrected`);
+- ``calibrated`` (optional): the permutation-calibrated score of Gröger et al. (2026) at the fixed layer pair
+  (:func:`prh_lib.metrics.permutation_test`).
+
+Scores are taken at a *fixed* layer pair (chosen once, on all pairs at the reference k), at the maximum over
+all layer pairs (re-selected in every setting), and at the final layers.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from .extract import LayerFeatures, check_aligned
+from .metrics import mutual_knn_chance, mutual_knn_layerwise
+
+#: Default neighbourhood sizes of the k sweep (those above N - 1 are dropped by :func:`k_grid`).
+DEFAULT_KS = (1, 2, 5, 10, 20, 30, 50, 75, 100, 150, 200)
+
+#: Default subsample sizes of the N sweep as fractions of all pairs.
+DEFAULT_N_FRACTIONS = (0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0)
+
+SCORES = ("fixed", "max", "final")
+
+
+def chance_corrected(score, n: int, k: int):
+    """Mutual k-NN rescaled so that chance is 0 and a perfect score 1: ``(score - c) / (1 - c)``, ``c = k/(n-1)``.
+
+    Parameters
+    ----------
+    score : float or ndarray
+        Mutual k-NN scores in [0, 1].
+    n : int >= 2
+        Number of samples the scores were computed on.
+    k : int in [1, n - 2]
+        Neighbours (``k = n - 1`` makes every score 1 and the correction undefined).
+
+    Returns
+    -------
+    float or ndarray
+        In ``[-c / (1 - c), 1]``; negative below chance.
+
+    Raises
+    ------
+    ValueError
+        If ``n`` or ``k`` are out of range.
+
+    References
+    ----------
+    Herbst et al., Appendix G; chance level of mutual k-NN: :func:`prh_lib.metrics.mutual_knn_chance`.
+    """
+    c = mutual_knn_chance(n, k)
+    if k >= n - 1:
+        raise ValueError(f"k={k} with n={n}: every neighbourhood is all other samples; the correction is undefined")
+    out = (np.asarray(score, dtype=np.float64) - c) / (1.0 - c)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def k_grid(n: int, ks: Sequence[int] | None = None) -> list[int]:
+    """Neighbourhood sizes to sweep for ``n`` samples.
+
+    ``ks=None``: :data:`DEFAULT_KS` below ``n - 1`` (the largest k that leaves the chance correction defined is
+    ``n - 2``). Explicit ``ks`` are checked, never dropped silently.
+
+    Raises
+    ------
+    ValueError
+        If an explicit k is outside ``[1, n - 2]``.
+    """
+    if ks is None:
+        return [k for k in DEFAULT_KS if k <= n - 2]
+    ks = [int(k) for k in ks]
+    bad = [k for k in ks if not 1 <= k <= n - 2]
+    if bad:
+        raise ValueError(f"k values {bad} out of range [1, n - 2] = [1, {n - 2}] for n = {n} pairs")
+    return ks
+
+
+def n_grid(n_total: int, ns: Sequence[int] | None = None, *, k: int = 10) -> list[int]:
+    """Subsample sizes to sweep out of ``n_total`` pairs.
+
+    ``ns=None``: :data:`DEFAULT_N_FRACTIONS` of ``n_total`` (rounded), keeping sizes above ``k + 1`` so that
+    ``k`` stays below ``n - 1``; always ends with ``n_total``. Explicit sizes are checked, never dropped.
+
+    Raises
+    ------
+    ValueError
+        If an explicit size is outside ``[k + 2, n_total]``.
+    """
+    if ns is None:
+        grid = sorted({int(round(f * n_total)) for f in DEFAULT_N_FRACTIONS} | {n_total})
+        return [n for n in grid if n >= k + 2]
+    ns = [int(n) for n in ns]
+    bad = [n for n in ns if not k + 2 <= n <= n_total]
+    if bad:
+        raise ValueError(f"subsample sizes {bad} out of range [k + 2, N] = [{k + 2}, {n_total}]")
+    return ns
+
+
+def _scores(x: np.ndarray | object, y, k: int, fixed: tuple[int, int], device) -> dict:
+    m = mutual_knn_layerwise(x, y, k=k, device=device)
+    i, j = np.unravel_index(int(np.nanargmax(m)), m.shape)
+    return {"fixed": float(m[fixed]), "max": float(m[i, j]), "final": float(m[-1, -1]),
+            "max layer x": int(i), "max layer y": int(j)}
+
+
+def _calibrated(x, y, k, fixed, n_permutations, seed, device) -> dict:
+    from .metrics import permutation_test
+
+    res = permutation_test(x[fixed[0]], y[fixed[1]], k=k, n_permutations=n_permutations, seed=seed, device=device)
+    return {"calibrated fixed": res.calibrated, "null mean fixed": float(np.mean(res.null)), "p fixed": res.p_value}
+
+
+def _row(n, k, scores, extra) -> dict:
+    row = {"n": n, "k": k, "chance": mutual_knn_chance(n, k), **extra}
+    for name in SCORES:
+        row[f"raw {name}"] = scores[name]
+        row[f"corrected {name}"] = chance_corrected(scores[name], n, k)
+    row["max layer x"], row["max layer y"] = scores["max layer x"], scores["max layer y"]
+    return row
+
+
+def _check_pair(x: LayerFeatures, y: LayerFeatures, layer_pair):
+    check_aligned(x, y)
+    if layer_pair is None:
+        return None
+    i, j = (int(v) for v in layer_pair)
+    if not (-x.n_layers <= i < x.n_layers and -y.n_layers <= j < y.n_layers):
+        raise ValueError(f"layer_pair {layer_pair} out of range for {x.n_layers} x {y.n_layers} layers")
+    return i % x.n_layers, j % y.n_layers
+
+
+def k_sweep(x: LayerFeatures, y: LayerFeatures, *, ks: Sequence[int] | None = None, layer_pair=None,
+            reference_k: int = 10, n_permutations: int = 0, seed: int = 0, device=None) -> pd.DataFrame:
+    """Mutual k-NN over a range of k on all pairs (Appendix G, the k ablation).
+
+    Parameters
+    ----------
+    x, y : LayerFeatures
+        Two models' features on the same pairs (checked), e.g. after :func:`prh_lib.analysis.clip_features`.
+    ks : sequence of int, optional
+        Neighbourhood sizes (default :func:`k_grid`).
+    layer_pair : (int, int), optional
+        The fixed layer pair; default the peak of mutual k-NN at ``reference_k``.
+    reference_k : int
+        k at which the fixed layer pair is chosen (the paper: 10).
+    n_permutations : int
+        Permutations for the calibrated score at the fixed pair; 0 (default) skips it.
+    seed : int
+        Seed of the permutations.
+    device : str, optional
+
+    Returns
+    -------
+    DataFrame
+        One row per k: ``n``, ``k``, ``chance`` (``k/(N-1)``), ``raw``/``corrected`` ``fixed``/``max``/``final``,
+        the layer pair of the maximum, and with permutations ``calibrated fixed``, ``null mean fixed``,
+        ``p fixed``. ``attrs["layer_pair"]`` holds the fixed pair and its labels.
+
+    Raises
+    ------
+    FeatureMismatchError
+        If ``x`` and ``y`` hold different rows.
+    ValueError
+        If a k is out of range or ``layer_pair`` is not a layer pair of ``x`` and ``y``.
+
+    References
+    ----------
+    Herbst et al., Appendix G (effect of k and N); Huh et al. (2024), App. A (mutual k-NN).
+    """
+    fixed = _check_pair(x, y, layer_pair)
+    n = len(x.sample_ids)
+    ks = k_grid(n, ks)
+    if fixed is None:
+        fixed = _scores(x.values, y.values, k_grid(n, [reference_k])[0], (0, 0), device)
+        fixed = (fixed["max layer x"], fixed["max layer y"])
+    rows = []
+    for k in ks:
+        extra = (_calibrated(x.values, y.values, k, fixed, n_permutations, seed, device) if n_permutations else {})
+        rows.append(_row(n, k, _scores(x.values, y.values, k, fixed, device), extra))
+    df = pd.DataFrame(rows)
+    df.attrs["layer_pair"] = {"x": x.layer_labels[fixed[0]], "y": y.layer_labels[fixed[1]], "index": list(fixed)}
+    return df
+
+
+def subsample_rows(n_total: int, n: int, *, seed: int) -> np.ndarray:
+    """Rows of one subsample: ``n`` of ``n_total`` drawn without replacement with ``default_rng(seed)``, sorted.
+
+    Raises
+    ------
+    ValueError
+        If ``n`` is not in ``[1, n_total]``.
+    """
+    if not 1 <= n <= n_total:
+        raise ValueError(f"cannot draw n={n} of {n_total} rows")
+    return np.sort(np.random.default_rng(seed).choice(n_total, size=n, replace=False))
+
+
+def n_sweep(x: LayerFeatures, y: LayerFeatures, *, ns: Sequence[int] | None = None, k: int = 10,
+            k_over_n: float | None = None, n_seeds: int = 5, seed: int = 0, layer_pair=None,
+            n_permutations: int = 0, device=None) -> pd.DataFrame:
+    """Mutual k-NN on random subsets of the pairs, several seeds per size (Appendix G, the N ablation).
+
+    Parameters
+    ----------
+    x, y : LayerFeatures
+        Two models' features on the same pairs (checked).
+    ns : sequence of int, optional
+        Subsample sizes (default :func:`n_grid`).
+    k : int
+        Neighbours at fixed k (and the k at which the fixed layer pair is chosen).
+    k_over_n : float, optional
+        If given, k scales with the subsample: ``k = max(1, round(k_over_n * n))`` (fixed k/N, so the chance
+        level stays nearly constant); otherwise k is fixed.
+    n_seeds : int >= 1
+        Subsamples per size, drawn with seeds ``seed, seed + 1, ...`` (:func:`subsample_rows`). At the full
+        size every subsample is all rows, and the scores equal the plain scores exactly.
+    seed : int
+    layer_pair : (int, int), optional
+        The fixed layer pair; default the peak of mutual k-NN on all pairs at ``k``.
+    n_permutations : int
+        Permutations for the calibrated score at the fixed pair; 0 (default) skips it.
+    device : str, optional
+
+    Returns
+    -------
+    DataFrame
+        One row per (size, seed): ``n``, ``seed``, ``k``, ``chance``, ``raw``/``corrected``
+        ``fixed``/``max``/``final``, the layer pair of the maximum, optionally the calibrated score.
+        ``attrs`` hold the fixed layer pair and the regime (``"fixed k"`` or ``"fixed k/N"``).
+
+    Raises
+    ------
+    FeatureMismatchError
+        If ``x`` and ``y`` hold different rows.
+    ValueError
+        If a size is out of range, ``n_seeds < 1``, ``k_over_n`` not in (0, 1), or ``k`` too large for the
+        smallest subsample.
+
+    References
+    ----------
+    Herbst et al., Appendix G (effect of k and N).
+    """
+    fixed = _check_pair(x, y, layer_pair)
+    n_total = len(x.sample_ids)
+    if int(n_seeds) < 1:
+        raise ValueError(f"n_seeds must be >= 1; got {n_seeds}")
+    if k_over_n is not None and not 0 < k_over_n < 1:
+        raise ValueError(f"k_over_n must lie in (0, 1); got {k_over_n}")
+    k_grid(n_total, [k])
+    if fixed is None:
+        s = _scores(x.values, y.values, k, (0, 0), device)
+        fixed = (s["max layer x"], s["max layer y"])
+    ns = n_grid(n_total, ns, k=1 if k_over_n is not None else k)
+    rows = []
+    for n in ns:
+        kn = max(1, int(round(k_over_n * n))) if k_over_n is not None else k
+        k_grid(n, [kn])
+        for s in range(int(seed), int(seed) + int(n_seeds)):
+            idx = subsample_rows(n_total, n, seed=s)
+            xs, ys = x.values[:, idx], y.values[:, idx]
+            extra = {"seed": s}
+            if n_permutations:
+                extra.update(_calibrated(xs, ys, kn, fixed, n_permutations, s, device))
+            rows.append(_row(n, kn, _scores(xs, ys, kn, fixed, device), extra))
+    df = pd.DataFrame(rows)
+    df.attrs["layer_pair"] = {"x": x.layer_labels[fixed[0]], "y": y.layer_labels[fixed[1]], "index": list(fixed)}
+    df.attrs["regime"] = "fixed k/N" if k_over_n is not None else "fixed k"
+    return df
+
+
+def summarize(df: pd.DataFrame, *, by: str = "n") -> pd.DataFrame:
+    """Mean and standard deviation over seeds of every score column of :func:`n_sweep`, per ``by`` value.
+
+    Returns
+    -------
+    DataFrame
+        Indexed by ``by``; columns ``(score, "mean")``, ``(score, "std")`` for each score, plus ``k`` and
+        ``chance`` (constant within a size) and ``seeds`` (count).
+    """
+    score_cols = [c for c in df.columns if c.split(" ")[0] in ("raw", "corrected", "calibrated", "null")]
+    g = df.groupby(by)
+    out = g[score_cols].agg(["mean", "std"])
+    out[("k", "")] = g["k"].first()
+    out[("chance", "")] = g["chance"].first()
+    out[("seeds", "")] = g.size()
+    return out
+
+
+def run_ablation(features: dict, comparisons, *, ks: Sequence[int] | None = None, ns: Sequence[int] | None = None,
+                 k: int = 10, n_seeds: int = 5, seed: int = 0, n_permutations: int = 0, device=None) -> dict:
+    """The k sweep and both N sweeps (fixed k, fixed k/N) for each ``(x, y)`` model pair.
+
+    The fixed layer pair of every sweep is the peak of mutual k-NN at ``k`` on all pairs; the fixed-k/N sweep
+    keeps ``k / N_total`` (e.g. 10/239) as the ratio.
+
+    Parameters
+    ----------
+    features : dict of str to LayerFeatures
+        Features of every model of ``comparisons`` on the same pairs (clip them first if wanted).
+    comparisons : sequence of (str, str)
+    ks, ns, k, n_seeds, seed, n_permutations, device
+        As in :func:`k_sweep` and :func:`n_sweep`.
+
+    Returns
+    -------
+    dict
+        ``{"k": {label: DataFrame}, "n fixed k": {...}, "n fixed k/N": {...}}`` with labels ``"x × y"``.
+
+    Raises
+    ------
+    KeyError
+        If a model of ``comparisons`` has no features.
+    """
+    missing = sorted({m for pair in comparisons for m in pair} - set(features))
+    if missing:
+        raise KeyError(f"no features for {missing}; have {sorted(features)}")
+    out: dict[str, dict] = {"k": {}, "n fixed k": {}, "n fixed k/N": {}}
+    for x_name, y_name in comparisons:
+        x, y = features[x_name], features[y_name]
+        label = f"{x_name} × {y_name}"
+        n_total = len(x.sample_ids)
+        ksw = k_sweep(x, y, ks=ks, reference_k=k, n_permutations=n_permutations, seed=seed, device=device)
+        fixed = tuple(ksw.attrs["layer_pair"]["index"])
+        out["k"][label] = ksw
+        out["n fixed k"][label] = n_sweep(x, y, ns=ns, k=k, n_seeds=n_seeds, seed=seed, layer_pair=fixed,
+                                          n_permutations=n_permutations, device=device)
+        out["n fixed k/N"][label] = n_sweep(x, y, ns=ns, k=k, k_over_n=k / n_total, n_seeds=n_seeds, seed=seed,
+                                            layer_pair=fixed, n_permutations=n_permutations, device=device)
+    return out
+
+
+def summary_table(results: dict) -> pd.DataFrame:
+    """Endpoints of every sweep of :func:`run_ablation`: raw and corrected fixed-pair scores at the smallest and
+    largest ``k`` or ``n`` (means over seeds), the calibrated score where computed, and the largest mean
+    chance-corrected score of the sweep (``corrected best``) with the ``k`` or ``n`` where it occurs (``best at``)."""
+    rows = []
+    for sweep, frames in results.items():
+        x = "k" if sweep == "k" else "n"
+        for label, df in frames.items():
+            g = df.groupby(x)
+            lo, hi = min(g.groups), max(g.groups)
+            row = {"pair": label, "sweep": sweep, "layer pair": "{x} × {y}".format(**df.attrs["layer_pair"]),
+                   "from": lo, "to": hi}
+            for kind in ("raw", "corrected", "calibrated"):
+                col = f"{kind} fixed"
+                if col in df:
+                    m = g[col].mean()
+                    row[f"{kind} @ from"], row[f"{kind} @ to"] = float(m[lo]), float(m[hi])
+            row["chance @ from"], row["chance @ to"] = float(g["chance"].first()[lo]), float(g["chance"].first()[hi])
+            corrected = g["corrected fixed"].mean()
+            row["corrected best"], row["best at"] = float(corrected.max()), corrected.idxmax()
+            rows.append(row)
+    return pd.DataFrame(rows).set_index(["pair", "sweep"])
+
+
+def describe(table: pd.DataFrame) -> str:
+    """A Markdown line per row of :func:`summary_table`, in figures."""
+    lines = []
+    for (pair, sweep), r in table.iterrows():
+        var = "k" if sweep == "k" else "N"
+        extra = (f"; calibrated {r['calibrated @ from']:.3f} → {r['calibrated @ to']:.3f}"
+                 if "calibrated @ from" in r and pd.notna(r["calibrated @ from"]) else "")
+        lines.append(f"- **{pair}**, {sweep} ({r['layer pair']}), {var} = {r['from']} → {r['to']}: raw "
+                     f"{r['raw @ from']:.3f} → {r['raw @ to']:.3f} (chance {r['chance @ from']:.3f} → "
+                     f"{r['chance @ to']:.3f}); chance-corrected {r['corrected @ from']:.3f} → "
+                     f"{r['corrected @ to']:.3f}, highest {r['corrected best']:.3f} at {var} = {r['best at']}{extra}.")
+    return "\n".join(lines)
+
+
+def plot_sweep(frames: dict[str, pd.DataFrame], *, x: str, scores: Sequence[str] = ("fixed", "max"),
+               chance: bool = True, panel_size: tuple[float, float] = (4.6, 3.5)):
+    """Raw, chance-corrected (and calibrated) scores against ``k`` or ``n``: one row of panels per entry of ``frames``.
+
+    Parameters
+    ----------
+    frames : dict of str to DataFrame
+        Title -> a :func:`k_sweep` or :func:`n_sweep` table (several seeds per ``x`` value are averaged, with a
+        band of ± one standard deviation).
+    x : {"k", "n"}
+        The swept column.
+    scores : sequence of {"fixed", "max", "final"}
+        Which scores to draw as lines in the raw and corrected panels.
+    chance : bool
+        Draw the chance level ``k/(N-1)`` in the raw panel (a curve when it varies with ``x``).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Columns: raw scores; chance-corrected scores (0 = chance); the calibrated score at the fixed layer pair
+        when the tables hold one.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    from . import plots
+
+    if x not in ("k", "n"):
+        raise ValueError(f"x must be 'k' or 'n'; got {x!r}")
+    kinds = ["raw", "corrected"] + (["calibrated"] if all("calibrated fixed" in df for df in frames.values()) else [])
+    fig, axes = plt.subplots(len(frames), len(kinds), figsize=(panel_size[0] * len(kinds), panel_size[1] * len(frames)),
+                             squeeze=False)
+    ylabels = {"raw": "mutual k-NN", "corrected": "(score - chance) / (1 - chance)", "calibrated": "calibrated score"}
+    for row, (title, df) in enumerate(frames.items()):
+        g = df.groupby(x)
+        xs = np.asarray(list(g.groups), dtype=float)
+        for col, kind in enumerate(kinds):
+            names = [f"{kind} {s}" for s in (scores if kind != "calibrated" else ("fixed",))]
+            ys = {c: g[c].mean().to_numpy() for c in names}
+            bands = None
+            if g.size().max() > 1:
+                sd = {c: g[c].std().fillna(0).to_numpy() for c in names}
+                bands = {c: (ys[c] - sd[c], ys[c] + sd[c]) for c in names}
+            if kind == "raw" and chance:
+                ys["chance k/(N-1)"] = g["chance"].first().to_numpy()
+            ax = axes[row, col]
+            plots.line_plot(xs, ys, ax=ax, bands=bands, logx=x == "k", xlabel=x, title=f"{title}: {kind}",
+                            ylabel=ylabels[kind], chance=0.0 if kind == "corrected" else None)
+            if x == "k":
+                ax.xaxis.set_major_formatter(ScalarFormatter())
+                ax.xaxis.set_minor_formatter(NullFormatter())
+            ax.title.set_fontsize(9)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,607 @@
+"""How many dimensions does cross-modal alignment need? PCA compression sweeps (Section 3.1, Figure 2, App. C).
+
+One side (or both) of a vision-language layer pair is replaced by its projection onto its own top principal
+components, and mutual k-NN against the other modality is recomputed. Two sweeps: by the number of
+components kept and by the fraction of variance retained.
+
+PCA is scikit-learn's (``svd_solver="full"``: exact, deterministic signs via ``svd_flip``), fitted on each
+layer's features alone, in float64. One fit per layer serves every number of components: the projection on
+the first ``m`` components of a full fit equals a fit with ``n_components=m`` (tested).
+
+Where the projection lives (``space``):
+
+- ``"original"`` (default): the rank-``m`` reconstruction ``mean + Z[:, :m] V[:m]`` in the layer's own
+  coordinates (``PCA.inverse_transform``). It removes the variance outside the top ``m`` directions and
+  changes nothing else, so at full rank it *is* the uncompressed layer and the score equals the uncompressed
+  score exactly (tested). Mutual k-NN uses cosine similarity, which is not invariant to centring, so this
+  matters.
+- ``"pca"``: the PCA coordinates ``Z[:, :m]`` (``PCA.transform``), centred. At full rank this equals the
+  *centred* layer up to a rotation; the reference score is then that of the centred layer.
+
+Functions take arrays (one layer per side) or :class:`~prh_lib.extract.LayerFeatures` and never plot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from .metrics import mutual_knn, mutual_knn_chance, mutual_knn_layerwise
+
+COMPRESS = ("x", "y", "both")
+SPACES = ("original", "pca")
+
+#: Default grid of the variance sweep (fractions of the total variance retained).
+DEFAULT_VARIANCE = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
+
+#: Every number of components up to this is swept by default; beyond it a geometric grid (:func:`default_dims`).
+DENSE_DIMS = 32
+
+_CHUNK_ELEMENTS = 1 << 24  # float32 elements of the reconstructions scored in one call
+
+
+def _as_float64(X, name: str) -> np.ndarray:
+    if hasattr(X, "detach"):
+        X = X.detach().cpu().numpy()
+    if not isinstance(X, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray or torch.Tensor; got {type(X).__name__}")
+    if X.ndim != 2 or min(X.shape) == 0:
+        raise ValueError(f"{name} must be 2-D (n_samples, n_features) and non-empty; got shape {X.shape}")
+    if X.dtype.kind not in "fiu":
+        raise TypeError(f"{name} must hold real numbers; got dtype {X.dtype}")
+    X = X.astype(np.float64)
+    if not np.isfinite(X).all():
+        raise ValueError(f"{name} of shape {X.shape} holds NaN or infinite values")
+    return X
+
+
+def max_components(n_samples: int, n_features: int) -> int:
+    """Largest number of principal components scikit-learn's PCA accepts: ``min(n_samples, n_features)``.
+
+    The centred data have rank at most ``n_samples - 1``, so with ``n_features >= n_samples`` the last
+    component carries zero variance; it is allowed (and harmless) so that "full" means the same as in
+    scikit-learn.
+    """
+    return int(min(n_samples, n_features))
+
+
+def fit_pca(X, *, n_components: int | None = None):
+    """scikit-learn PCA of one layer's features, exact and deterministic.
+
+    Parameters
+    ----------
+    X : ndarray or Tensor of shape (n_samples, n_features)
+    n_components : int in [1, min(n_samples, n_features)], optional
+        Default: all, ``min(n_samples, n_features)``.
+
+    Returns
+    -------
+    sklearn.decomposition.PCA
+        Fitted with ``svd_solver="full"`` on ``X`` in float64; component signs are fixed by ``svd_flip``.
+
+    Raises
+    ------
+    ValueError
+        If ``n_components`` exceeds ``min(n_samples, n_features)`` or is below 1 (never silently capped),
+        or ``X`` is not a finite 2-D array.
+
+    References
+    ----------
+    Herbst et al., Section 3.1 and Appendix C (PCA compression of each model's features).
+    """
+    from sklearn.decomposition import PCA
+
+    X = _as_float64(X, "X")
+    top = max_components(*X.shape)
+    if n_components is None:
+        n_components = top
+    if isinstance(n_components, bool) or not isinstance(n_components, (int, np.integer)):
+        raise TypeError(f"n_components must be an int; got {n_components!r}")
+    if not 1 <= n_components <= top:
+        raise ValueError(f"n_components={n_components} is out of range [1, min(n_samples, n_features)] = "
+                         f"[1, {top}] for features of shape {X.shape}")
+    return PCA(n_components=int(n_components), svd_solver="full").fit(X)
+
+
+def default_dims(top: int, *, dense: int = DENSE_DIMS, ratio: float = 1.25) -> np.ndarray:
+    """Default grid of the dimension sweep: every integer from 1 to ``dense``, then a geometric grid to ``top``.
+
+    Parameters
+    ----------
+    top : int >= 1
+        The largest number of components (:func:`max_components`); always the last grid point.
+    dense : int
+        Up to here every number is swept, so a smallest sufficient dimension up to ``dense`` is exact.
+    ratio : float > 1
+        Step of the geometric part.
+
+    Returns
+    -------
+    ndarray of int, strictly increasing, from 1 to ``top``
+    """
+    if top < 1 or dense < 1 or ratio <= 1:
+        raise ValueError(f"need top >= 1, dense >= 1 and ratio > 1; got top={top}, dense={dense}, ratio={ratio}")
+    grid = list(range(1, min(dense, top) + 1))
+    m = float(grid[-1])
+    while grid[-1] < top:
+        m *= ratio
+        grid.append(min(top, max(grid[-1] + 1, int(round(m)))))
+    return np.asarray(grid, dtype=int)
+
+
+def components_for_variance(explained_variance_ratio, fractions) -> np.ndarray:
+    """Smallest number of components whose cumulative explained variance reaches each fraction.
+
+    Parameters
+    ----------
+    explained_variance_ratio : ndarray of shape (n_components,)
+        ``PCA.explained_variance_ratio_`` of a full fit (sums to 1 up to rounding).
+    fractions : float or sequence of float in (0, 1]
+
+    Returns
+    -------
+    ndarray of int, shape (n_fractions,)
+        ``m`` with ``cumsum(ratio)[m - 1] >= fraction`` for the smallest such ``m``, compared with a tolerance
+        of 1e-9 so that ``fraction=1`` means "all the variance" despite rounding (the rank of the centred data,
+        at most ``n_components``).
+
+    Raises
+    ------
+    ValueError
+        If a fraction is outside (0, 1] or the ratios are not a non-increasing non-negative vector.
+    """
+    ratio = np.asarray(explained_variance_ratio, dtype=np.float64)
+    if ratio.ndim != 1 or ratio.size == 0 or (ratio < -1e-12).any() or (np.diff(ratio) > 1e-12).any():
+        raise ValueError("explained_variance_ratio must be a non-empty, non-negative, non-increasing 1-D array")
+    f = np.atleast_1d(np.asarray(fractions, dtype=np.float64))
+    bad = f[(f <= 0) | (f > 1) | ~np.isfinite(f)]
+    if bad.size:
+        raise ValueError(f"variance fractions must lie in (0, 1]; got {bad.tolist()}")
+    cum = np.cumsum(ratio) / max(ratio.sum(), 1e-300)
+    m = np.searchsorted(cum, f - 1e-9, side="left") + 1
+    return np.minimum(m, ratio.size).astype(int)
+
+
+@dataclass(frozen=True)
+class CompressionSweep:
+    """Mutual k-NN of one layer pair with one side (or both) compressed by PCA, over a grid of sizes.
+
+    Attributes
+    ----------
+    dims : ndarray of int, shape (n_points,)
+        Components kept on the compressed side (on x with ``compress="both"``).
+    dims_y : ndarray of int, shape (n_points,)
+        Components kept on y: as ``dims`` for ``compress="y"``; with ``"both"``, y's own number (its variance
+        target, or ``min(m, max of y)``); the full number when y is not compressed.
+    variance : ndarray of float, shape (n_points,)
+        Variance retained on the compressed side (x for ``"both"``): cumulative explained variance ratio.
+    scores : ndarray of float, shape (n_points,)
+        Mutual k-NN at each point.
+    reference : float
+        The uncompressed score (of the centred features in ``space="pca"``).
+    target_variance : ndarray of float or None
+        The requested variance fractions of a variance sweep; None for a dimension sweep.
+    compress, space : str
+    k, n_samples : int
+    max_dims : tuple of int
+        ``(max components of x, of y)``.
+    labels : dict
+        Free-form description (model and layer names) carried into tables.
+    """
+
+    dims: np.ndarray
+    dims_y: np.ndarray
+    variance: np.ndarray
+    scores: np.ndarray
+    reference: float
+    target_variance: np.ndarray | None
+    compress: str
+    space: str
+    k: int
+    n_samples: int
+    max_dims: tuple[int, int]
+    labels: dict = field(default_factory=dict)
+
+    @property
+    def chance(self) -> float:
+        """Chance level ``k / (N - 1)`` of mutual k-NN."""
+        return mutual_knn_chance(self.n_samples, self.k)
+
+    @property
+    def relative(self) -> np.ndarray:
+        """``scores / reference``."""
+        return self.scores / self.reference
+
+    def min_dims(self, fraction: float = 0.95) -> int | None:
+        """Smallest swept number of components with ``score >= fraction * reference``; None if none reaches it.
+
+        Where the grid holds every ``m`` up to the answer (the default grid up to 32, :func:`default_dims`) this
+        is the exact smallest dimension; past a gap in the grid it is an upper bound on it.
+        """
+        if not 0 < fraction <= 1:
+            raise ValueError(f"fraction must lie in (0, 1]; got {fraction}")
+        ok = np.nonzero(self.scores >= fraction * self.reference - 1e-12)[0]
+        return int(self.dims[ok[0]]) if ok.size else None
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per grid point: dims, variance, score, relative score and the description labels."""
+        df = pd.DataFrame({"dims": self.dims, "dims y": self.dims_y, "variance": self.variance,
+                           "score": self.scores, "relative": self.relative})
+        if self.target_variance is not None:
+            df.insert(0, "target variance", self.target_variance)
+        for key, value in self.labels.items():
+            df[key] = value
+        df["compress"] = self.compress
+        return df
+
+
+class _Side:
+    """One side of a pair: its float64 features and (lazily) its full PCA."""
+
+    def __init__(self, X: np.ndarray, name: str):
+        self.X = X
+        self.name = name
+        self.top = max_components(*X.shape)
+        self._pca = None
+
+    @property
+    def pca(self):
+        if self._pca is None:
+            self._pca = fit_pca(self.X)
+        return self._pca
+
+    @property
+    def cum_variance(self) -> np.ndarray:
+        r = self.pca.explained_variance_ratio_
+        return np.cumsum(r) / r.sum()
+
+    def projected(self, dims: Sequence[int], space: str) -> np.ndarray:
+        """float32 stack ``(len(dims), n_samples, width)`` of the projections at each number of components."""
+        Z = self.pca.transform(self.X)  # (n, top)
+        if space == "pca":
+            out = np.zeros((len(dims), Z.shape[0], self.top), dtype=np.float32)
+            for i, m in enumerate(dims):
+                out[i, :, :m] = Z[:, :m]  # zero padding leaves cosine similarities unchanged
+            return out
+        V, mean = self.pca.components_, self.pca.mean_
+        return np.stack([(Z[:, :m] @ V[:m] + mean).astype(np.float32) for m in dims])
+
+
+def _check_dims(dims, top: int, name: str) -> np.ndarray:
+    d = np.atleast_1d(np.asarray(dims))
+    if d.dtype.kind not in "iu" or d.ndim != 1:
+        raise ValueError(f"dims must be a 1-D sequence of ints; got {dims!r}")
+    bad = d[(d < 1) | (d > top)]
+    if bad.size:
+        raise ValueError(f"dims {bad.tolist()} out of range for {name}: PCA keeps 1 to min(n_samples, n_features) "
+                         f"= {top} components (no silent cap; drop them or pass dims=None for 1..{top})")
+    return d.astype(int)
+
+
+def _score_stack(A: np.ndarray, B: np.ndarray, k: int, paired: bool, device) -> np.ndarray:
+    """Mutual k-NN of each ``A[i]`` with ``B[0]`` (``paired=False``) or with ``B[i]`` (``paired=True``)."""
+    n, width = A.shape[1], max(A.shape[2], B.shape[2])
+    step = max(1, _CHUNK_ELEMENTS // (n * width))
+    out = []
+    for s in range(0, len(A), step):
+        a = A[s : s + step]
+        if paired:
+            b = B[s : s + step]
+            out.append(np.array([mutual_knn_layerwise(a[i : i + 1], b[i : i + 1], k=k, device=device)[0, 0]
+                                 for i in range(len(a))]))
+        else:
+            out.append(mutual_knn_layerwise(a, B, k=k, device=device)[:, 0])
+    return np.concatenate(out)
+
+
+def pca_sweep(X, Y, *, compress: str = "x", dims=None, variance=None, k: int = 10, space: str = "original",
+              device=None, labels: dict | None = None) -> CompressionSweep:
+    """Mutual k-NN between ``X`` and ``Y`` with one or both compressed to their top principal components.
+
+    Parameters
+    ----------
+    X : ndarray or Tensor of shape (n_samples, d_x)
+    Y : ndarray or Tensor of shape (n_samples, d_y)
+        Row ``i`` of both describes the same sample (one layer of each model, e.g. after
+        :func:`prh_lib.analysis.clip_features`).
+    compress : {"x", "y", "both"}
+        Which side is replaced by its PCA projection; the other is kept as given.
+    dims : sequence of int, optional
+        Numbers of components to keep, each in ``[1, min(n_samples, d)]`` of the compressed side. Default
+        (with ``variance=None``): :func:`default_dims` of that maximum (every number up to 32, then
+        geometric), so :meth:`CompressionSweep.min_dims` is exact up to 32 dimensions. With
+        ``compress="both"`` the range is that of the wider side, and the narrower side keeps
+        ``min(m, its maximum)`` components (a documented cap; ``dims_y`` records what y kept), so the last
+        default point is full rank on both sides.
+    variance : sequence of float in (0, 1], optional
+        Sweep by variance retained instead (each compressed side keeps the fewest components reaching the
+        fraction, :func:`components_for_variance`). Mutually exclusive with ``dims``.
+    k : int
+        Neighbours of mutual k-NN (the paper: 10).
+    space : {"original", "pca"}
+        Score the rank-``m`` reconstruction in the layer's coordinates (default; full rank reproduces the
+        uncompressed score exactly) or the centred PCA coordinates (see the module docstring).
+    device : str, optional
+        Where mutual k-NN runs (default CPU).
+    labels : dict, optional
+        Stored on the result (e.g. model and layer names).
+
+    Returns
+    -------
+    CompressionSweep
+        Scores in [0, 1] over the grid, the uncompressed reference and the variance retained.
+
+    Raises
+    ------
+    ValueError
+        Unknown ``compress`` or ``space``; ``dims`` and ``variance`` both given; a number of components outside
+        ``[1, min(n_samples, d)]`` of a compressed side (never silently capped); variance fractions outside
+        (0, 1]; different numbers of samples; ``k`` out of range.
+
+    References
+    ----------
+    Herbst et al., Section 3.1 (Figure 2) and Appendix C: alignment under PCA compression of each modality.
+    Huh et al. (2024), App. A (mutual k-NN).
+    """
+    if compress not in COMPRESS:
+        raise ValueError(f"unknown compress={compress!r}; use one of {COMPRESS}")
+    if space not in SPACES:
+        raise ValueError(f"unknown space={space!r}; use one of {SPACES}")
+    if dims is not None and variance is not None:
+        raise ValueError("pass either dims or variance, not both")
+    X, Y = _as_float64(X, "X"), _as_float64(Y, "Y")
+    if X.shape[0] != Y.shape[0]:
+        raise ValueError(f"X and Y must have the same number of samples: shapes {X.shape} and {Y.shape}")
+    ref = float(mutual_knn(X - X.mean(0) if space == "pca" and compress != "y" else X,
+                           Y - Y.mean(0) if space == "pca" and compress != "x" else Y, k=k))
+    sx, sy = _Side(X, "X"), _Side(Y, "Y")
+    sides = {"x": [sx], "y": [sy], "both": [sx, sy]}[compress]
+    top = max(s.top for s in sides)
+    target = None
+    if variance is not None:
+        target = np.atleast_1d(np.asarray(variance, dtype=np.float64))
+        per_side = [components_for_variance(s.pca.explained_variance_ratio_, target) for s in sides]
+    else:
+        grid = default_dims(top) if dims is None else _check_dims(dims, top, "X and Y" if compress == "both" else
+                                                                    sides[0].name)
+        per_side = [np.minimum(grid, s.top) for s in sides]  # only "both" can cap (documented)
+    first = sides[0]
+    stack_a = first.projected(per_side[0], space)
+    if compress == "both":
+        scores = _score_stack(stack_a, sy.projected(per_side[1], space), k, True, device)
+    elif compress == "x":
+        scores = _score_stack(stack_a, Y.astype(np.float32)[None], k, False, device)
+    else:
+        scores = _score_stack(stack_a, X.astype(np.float32)[None], k, False, device)
+    var = first.cum_variance[np.asarray(per_side[0]) - 1]
+    dims_y = per_side[-1] if compress != "x" else np.full(len(per_side[0]), sy.top)
+    return CompressionSweep(np.asarray(per_side[0], dtype=int), np.asarray(dims_y, dtype=int), var, scores, ref,
+                            target, compress, space, int(k), X.shape[0], (sx.top, sy.top), dict(labels or {}))
+
+
+# --------------------------------------------------------------------------------------------------------
+# layer pairs of two models
+
+
+#: Layer pairs compressed by default: the peak of mutual k-NN over all layer pairs, and the final layers.
+LAYER_ROLES = ("peak", "final")
+
+
+def select_layer_pairs(matrix, roles: Sequence[str] = LAYER_ROLES) -> dict[str, tuple[int, int]]:
+    """Row and column of each named layer pair of an :class:`~prh_lib.analysis.AlignmentMatrix`.
+
+    Parameters
+    ----------
+    matrix : AlignmentMatrix
+    roles : sequence of {"peak", "final"}
+        ``"peak"``: the maximum over all layer pairs (:attr:`AlignmentMatrix.peak`); ``"final"``: the last
+        layer of each model.
+
+    Returns
+    -------
+    dict of str to (int, int)
+
+    Raises
+    ------
+    ValueError
+        If a role is unknown.
+    """
+    out = {}
+    for role in roles:
+        if role == "peak":
+            out[role] = matrix.peak[:2]
+        elif role == "final":
+            out[role] = (len(matrix.x_labels) - 1, len(matrix.y_labels) - 1)
+        else:
+            raise ValueError(f"unknown layer role {role!r}; use any of {LAYER_ROLES}")
+    return out
+
+
+def compress_layer_pairs(x, y, layer_pairs: dict, *, compress: Sequence[str] = ("x", "y"), dims=None,
+                         variance=DEFAULT_VARIANCE, k: int = 10, space: str = "original",
+                         device=None) -> list[CompressionSweep]:
+    """:func:`pca_sweep` by dimensions and by variance, for each named layer pair and each side compressed.
+
+    Parameters
+    ----------
+    x, y : LayerFeatures
+        Two models' features on the same pairs (checked), e.g. after :func:`prh_lib.analysis.clip_features`.
+    layer_pairs : dict of str to (int, int)
+        Role -> (layer of x, layer of y), e.g. from :func:`select_layer_pairs`.
+    compress : sequence of {"x", "y", "both"}
+        Sides compressed, one sweep each (default: each modality separately, the other kept whole).
+    dims : sequence of int, optional
+        Grid of the dimension sweep (default :func:`default_dims`, see :func:`pca_sweep`).
+    variance : sequence of float in (0, 1]
+        Grid of the variance sweep.
+    k, space, device
+        As in :func:`pca_sweep`.
+
+    Returns
+    -------
+    list of CompressionSweep
+        ``labels`` hold ``pair`` (``"x × y"``), ``layers`` (the role), ``layer x``, ``layer y``, ``x``, ``y``
+        (model names) and ``sweep`` (``"dims"`` or ``"variance"``).
+
+    Raises
+    ------
+    FeatureMismatchError
+        If ``x`` and ``y`` hold different samples or row orders.
+    ValueError
+        As :func:`pca_sweep`.
+    """
+    from .extract import check_aligned
+
+    check_aligned(x, y)
+    out = []
+    for role, (i, j) in layer_pairs.items():
+        X, Y = x.layer(int(i)), y.layer(int(j))
+        base = {"pair": f"{x.name} × {y.name}", "x": x.name, "y": y.name, "layers": role,
+                "layer x": x.layer_labels[i], "layer y": y.layer_labels[j]}
+        for side in compress:
+            out.append(pca_sweep(X, Y, compress=side, dims=dims, k=k, space=space, device=device,
+                                 labels={**base, "sweep": "dims"}))
+            out.append(pca_sweep(X, Y, compress=side, variance=variance, k=k, space=space, device=device,
+                                 labels={**base, "sweep": "variance"}))
+    return out
+
+
+def compress_comparisons(features: dict, comparisons, *, roles: Sequence[str] = LAYER_ROLES, k: int = 10,
+                         **options) -> list[CompressionSweep]:
+    """:func:`compress_layer_pairs` at the :func:`select_layer_pairs` of each ``(x, y)`` model pair.
+
+    Parameters
+    ----------
+    features : dict of str to LayerFeatures
+        Features of every model named in ``comparisons`` on the same pairs (clip them first if wanted).
+    comparisons : sequence of (str, str)
+    roles : sequence of {"peak", "final"}
+        Layer pairs to compress; the peak is that of mutual k-NN at ``k`` over all layer pairs.
+    k : int
+    **options
+        Passed to :func:`compress_layer_pairs` (``compress``, ``dims``, ``variance``, ``space``, ``device``).
+
+    Raises
+    ------
+    KeyError
+        If a model of ``comparisons`` has no features.
+    """
+    from .analysis import layerwise_alignment
+
+    missing = sorted({m for pair in comparisons for m in pair} - set(features))
+    if missing:
+        raise KeyError(f"no features for {missing}; have {sorted(features)}")
+    out = []
+    for x_name, y_name in comparisons:
+        x, y = features[x_name], features[y_name]
+        matrix = layerwise_alignment(x, y, metric="mutual_knn", k=k, device=options.get("device"))
+        out += compress_layer_pairs(x, y, select_layer_pairs(matrix, roles), k=k, **options)
+    return out
+
+
+def describe(table: pd.DataFrame, *, fraction: float = 0.95) -> str:
+    """A Markdown line per row of :func:`summary_table` stating, in figures, how few dimensions suffice."""
+    col = f"min dims ({fraction:.0%})"
+    lines = []
+    for (pair, role, side), row in table.iterrows():
+        who = {"x": pair.split(" × ")[0], "y": pair.split(" × ")[-1], "both": "both models"}[side]
+        m = row.get(col)
+        if m is None or not np.isfinite(m):
+            kept = f"no swept dimension keeps {fraction:.0%} of it"
+        else:
+            kept = (f"{int(m)} of {int(row['max dims'])} principal components of {who} "
+                    f"({row['variance at min dims']:.0%} of its variance) keep {fraction:.0%} of it")
+        lines.append(f"- **{pair}**, {role} layers ({row['layer x']} × {row['layer y']}): uncompressed "
+                     f"{row['uncompressed']:.3f} (chance {row['chance']:.3f}); {kept}.")
+    return "\n".join(lines)
+
+
+def sweep_frame(sweeps: Sequence[CompressionSweep]) -> pd.DataFrame:
+    """All grid points of several sweeps in one long table (:meth:`CompressionSweep.to_frame`, concatenated)."""
+    return pd.concat([s.to_frame() for s in sweeps], ignore_index=True)
+
+
+def summary_table(sweeps: Sequence[CompressionSweep], *, fraction: float = 0.95,
+                  at_variance: Sequence[float] = (0.5, 0.9)) -> pd.DataFrame:
+    """One row per (model pair, layer pair, side compressed): reference, smallest sufficient dimension, ...
+
+    Columns: ``layer x``, ``layer y``, ``uncompressed`` (reference score), ``chance``, ``max dims``
+    (components of a full PCA of the compressed side), ``min dims (95%)`` (smallest swept dimension keeping
+    ``fraction`` of the reference, from the dimension sweep; NaN if none), ``variance at min dims``, and
+    ``relative @ v var`` (score / reference when keeping a fraction ``v`` of the variance, from the variance
+    sweep, for each ``v`` in ``at_variance`` that was swept).
+    """
+    rows: dict[tuple, dict] = {}
+    pct = f"{fraction:.0%}"
+    for s in sweeps:
+        key = (s.labels.get("pair", "?"), s.labels.get("layers", "?"), s.compress)
+        row = rows.setdefault(key, {"layer x": s.labels.get("layer x"), "layer y": s.labels.get("layer y"),
+                                    "uncompressed": s.reference, "chance": s.chance})
+        if s.labels.get("sweep", "dims" if s.target_variance is None else "variance") == "dims":
+            m = s.min_dims(fraction)
+            row["max dims"] = int(s.dims[-1]) if s.dims.size else np.nan
+            row[f"min dims ({pct})"] = m if m is not None else np.nan
+            row["variance at min dims"] = float(s.variance[s.dims == m][0]) if m is not None else np.nan
+        elif s.target_variance is not None:
+            for v in at_variance:
+                hit = np.isclose(s.target_variance, v)
+                if hit.any():
+                    row[f"relative @ {v:.0%} var"] = float(s.relative[hit][0])
+    index = pd.MultiIndex.from_tuples(list(rows), names=["pair", "layers", "compress"])
+    return pd.DataFrame(list(rows.values()), index=index)
+
+
+def plot_sweeps(sweeps: Sequence[CompressionSweep], *, sweep: str = "variance", ncols: int = 2,
+                relative: bool = False, panel_size: tuple[float, float] = (5.0, 3.6)):
+    """Figure 2-style panels: alignment against variance retained or against dimensions kept.
+
+    One panel per (model pair, layer pair), one line per side compressed; the dashed black line is the
+    uncompressed score (the reference) and the grey line the chance level ``k/(N-1)``.
+
+    Parameters
+    ----------
+    sweeps : sequence of CompressionSweep
+        From :func:`compress_layer_pairs`; only those whose ``labels["sweep"] == sweep`` are drawn.
+    sweep : {"variance", "dims"}
+        x axis: fraction of variance retained, or number of components (log scale).
+    relative : bool
+        Plot ``score / reference`` instead of the score.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    import matplotlib.pyplot as plt
+
+    from . import plots
+
+    if sweep not in ("variance", "dims"):
+        raise ValueError(f"sweep must be 'variance' or 'dims'; got {sweep!r}")
+    panels: dict[str, list[CompressionSweep]] = {}
+    for s in sweeps:
+        if s.labels.get("sweep") == sweep:
+            title = f"{s.labels.get('pair')}\n{s.labels.get('layers')}: {s.labels.get('layer x')} × {s.labels.get('layer y')}"
+            panels.setdefault(title, []).append(s)
+    if not panels:
+        raise ValueError(f"no sweeps of kind {sweep!r} to plot")
+    nrows = int(np.ceil(len(panels) / ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows), squeeze=False)
+    names = {"x": "compress {x}", "y": "compress {y}", "both": "compress both"}
+    for ax, (title, group) in zip(axes.flat, panels.items()):
+        xs = {names[s.compress].format(**s.labels): (s.variance if sweep == "variance" else s.dims) for s in group}
+        ys = {names[s.compress].format(**s.labels): (s.relative if relative else s.scores) for s in group}
+        ref = 1.0 if relative else group[0].reference
+        chance = group[0].chance / (group[0].reference if relative else 1.0)
+        ax.axhline(ref, color="black", linestyle=":", linewidth=1.2, label=f"uncompressed {group[0].reference:.3f}")
+        plots.line_plot(xs, ys, ax=ax, chance=chance, logx=sweep == "dims", title=title,
+                        xlabel="fraction of variance retained" if sweep == "variance" else "principal components kept",
+                        ylabel="score / uncompressed" if relative else f"mutual k-NN (k={group[0].k})",
+                        marker="o" if sweep == "variance" else "")
+        ax.title.set_fontsize(9)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    return fig
