@@ -158,6 +158,13 @@ def peak_table(matrices: dict[str, AlignmentMatrix], controls: dict[str, Alignme
     return pd.DataFrame(rows).set_index("pair")
 
 
+def check_comparisons(features: dict, comparisons) -> None:
+    """Raise KeyError unless every model named in ``comparisons`` (pairs of names) has features."""
+    missing = sorted({m for pair in comparisons for m in pair} - set(features))
+    if missing:
+        raise KeyError(f"no features for {missing}; have {sorted(features)}")
+
+
 @dataclass(frozen=True)
 class PairResult:
     """Everything Section 3.1 reports for one model pair.
@@ -203,9 +210,7 @@ def compare_pairs(features: dict[str, LayerFeatures], comparisons, *, k: int = 1
     """
     from .metrics import bootstrap_ci, permutation_test_layerwise
 
-    missing = sorted({m for pair in comparisons for m in pair} - set(features))
-    if missing:
-        raise KeyError(f"no features for {missing}; have {sorted(features)}")
+    check_comparisons(features, comparisons)
     results = []
     for x_name, y_name in comparisons:
         x, y = features[x_name], features[y_name]

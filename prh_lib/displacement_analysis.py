@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
-from .analysis import AlignmentMatrix, layerwise_alignment
+from .analysis import AlignmentMatrix, check_comparisons, layerwise_alignment
 from .extract import LayerFeatures, check_aligned
 from .metrics import displacement as D
 from .metrics import mutual_knn_chance
@@ -119,9 +119,7 @@ def compare_views(features: dict[str, LayerFeatures], comparisons: Sequence, *, 
     KeyError
         If a model of ``comparisons`` has no features (the message lists those available).
     """
-    missing = sorted({m for pair in comparisons for m in pair} - set(features))
-    if missing:
-        raise KeyError(f"no features for {missing}; have {sorted(features)}")
+    check_comparisons(features, comparisons)
     out = []
     for x_name, y_name in comparisons:
         x, y = features[x_name], features[y_name]
