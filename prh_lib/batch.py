@@ -180,7 +180,7 @@ def resolve_identity(model: str) -> dict:
 
 def planned_cache_file(model: str, pairs: data.Pairs, *, dtype: str, max_length: int | None = None) -> Path:
     """The file :func:`prh_lib.extract.get_features` writes for ``model`` on ``pairs`` (same key, same function)."""
-    return extract.features_path(model, pairs, dtype=dtype, max_length=max_length)
+    return extract.features_path(model, pairs, dtype=dtype, max_length=max_length, identity=resolve_identity(model))
 
 
 def plan_study(

@@ -395,9 +395,14 @@ def _identity(model) -> dict:
     return {"name": model.name, "revision": model.revision, "modality": model.modality, "pooling": model.pooling}
 
 
-def features_path(model, pairs: Pairs, *, dtype: str = "float32", max_length: int | None = None) -> Path:
-    """The cache file :func:`get_features` reads and writes for ``model`` (name or LoadedModel) on ``pairs``."""
-    ident = _identity(model)
+def features_path(model, pairs: Pairs, *, dtype: str = "float32", max_length: int | None = None,
+                  identity: dict | None = None) -> Path:
+    """The cache file :func:`get_features` reads and writes for ``model`` (name or LoadedModel) on ``pairs``.
+
+    ``identity`` (``{"name", "revision", "modality", "pooling"}``) skips resolving the model again when the
+    caller already has it.
+    """
+    ident = identity or _identity(model)
     if not isinstance(model, str):
         dtype = str(model.dtype).replace("torch.", "")
     return features_cache_path(ident["name"], ident["revision"], ident["modality"], pairs, dtype=dtype,
