@@ -108,7 +108,7 @@ def n_grid(n_total: int, ns: Sequence[int] | None = None, *, k: int = 10) -> lis
     return ns
 
 
-def _scores(x: np.ndarray | object, y, k: int, fixed: tuple[int, int], device) -> dict:
+def _scores(x, y, k: int, fixed: tuple[int, int], device) -> dict:
     m = mutual_knn_layerwise(x, y, k=k, device=device)
     i, j = np.unravel_index(int(np.nanargmax(m)), m.shape)
     return {"fixed": float(m[fixed]), "max": float(m[i, j]), "final": float(m[-1, -1]),

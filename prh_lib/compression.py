@@ -583,7 +583,8 @@ def plot_sweeps(sweeps: Sequence[CompressionSweep], *, sweep: str = "variance", 
     panels: dict[str, list[CompressionSweep]] = {}
     for s in sweeps:
         if s.labels.get("sweep") == sweep:
-            title = f"{s.labels.get('pair')}\n{s.labels.get('layers')}: {s.labels.get('layer x')} × {s.labels.get('layer y')}"
+            lab = s.labels
+            title = f"{lab.get('pair')}\n{lab.get('layers')}: {lab.get('layer x')} × {lab.get('layer y')}"
             panels.setdefault(title, []).append(s)
     if not panels:
         raise ValueError(f"no sweeps of kind {sweep!r} to plot")
