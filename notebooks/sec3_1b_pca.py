@@ -84,7 +84,8 @@ print(f"{len(pairs)} pairs from {dataset.name}; k = {k}; chance k/(N-1) = {chanc
 # %% [markdown]
 # ## Compression sweeps
 # For each comparison and layer pair: one sweep by the fraction of variance retained, one by the number of
-# components kept, for each side.
+# components kept, for each side. (A warning about DINOv2's layer 0 is expected: its `embed` CLS token is the
+# same vector for every image, so that layer's scores are undefined and it never becomes the peak.)
 
 # %%
 sweeps = compression.compress_comparisons(

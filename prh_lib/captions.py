@@ -22,9 +22,11 @@ Functions here never plot except :func:`plot_detail`, which takes a table.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -37,10 +39,12 @@ from . import paths
 #: Target lengths of the "less detail" control, as fractions of the source's words.
 DEFAULT_FRACTIONS = (0.1, 0.25, 0.5, 0.75)
 
-#: The fixed instruction (user turn). ``{n_words}`` is the target length in words, ``{text}`` the source.
+#: The fixed instruction (user turn). ``{text}`` is the source, ``{n_words}`` the target length in words. The
+#: text comes first, so the prompts of one text for different fractions share a long token prefix, which is
+#: computed once (:func:`greedy_generate`).
 DEFAULT_PROMPT = (
-    "Shorten the following description of a photo to at most {n_words} words. Keep the most important "
-    "content. Reply with the shortened description only.\n\nDescription: {text}"
+    "Description of a photo: {text}\n\nShorten this description to at most {n_words} words. Keep the most "
+    "important content. Reply with the shortened description only."
 )
 
 #: System turn used with chat templates (short, so that prompts stay cheap on a CPU).
@@ -226,25 +230,149 @@ def max_new_tokens_for(n_words: int, *, tokens_per_word: float = 1.5, slack: int
     return int(math.ceil(tokens_per_word * n_words)) + int(slack)
 
 
-def _generate(module, tok, prompts: list[str], budgets: list[int], *, batch_size: int, progress: bool) -> list[str]:
-    """Greedy generations for ``prompts``, batched by similar budget and length (left padding)."""
+@contextmanager
+def torch_threads(n: int | None):
+    """Run the body with ``torch.set_num_threads(n)`` and restore the previous count afterwards (None: no change).
+
+    Token-by-token decoding runs many small operations; on a shared CPU with other busy processes, one intra-op
+    thread can be several times faster than two. The setting is scoped, never left behind.
+    """
     import torch
 
-    order = sorted(range(len(prompts)), key=lambda i: (budgets[i], len(prompts[i])))
-    out: list[str] = [""] * len(prompts)
+    if n is None:
+        yield
+        return
+    if int(n) < 1:
+        raise ValueError(f"number of threads must be >= 1; got {n}")
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _common_prefix(seqs: list[list[int]]) -> int:
+    n = min(len(q) for q in seqs)
+    for i in range(n):
+        if any(q[i] != seqs[0][i] for q in seqs[1:]):
+            return i
+    return n
+
+
+def _left_pad(seqs: list[list[int]], pad_id: int, device):
+    import torch
+
+    width = max(len(q) for q in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, q in enumerate(seqs):
+        if q:
+            ids[i, width - len(q):] = torch.tensor(q, dtype=torch.long)
+            mask[i, width - len(q):] = 1
+    return ids.to(device), mask.to(device)
+
+
+def greedy_generate(module, tok, prompts: Sequence[Sequence[str]], budgets: Sequence[Sequence[int]], *,
+                    batch_size: int = 16, add_special_tokens: bool = False, progress: bool = False) -> list[list[str]]:
+    """Greedy continuations of several prompts per row, sharing each row's common token prefix.
+
+    Every prompt is tokenized whole; the longest token prefix shared by a row's prompts (e.g. the instruction
+    and the source text, when only a target length differs at the end) runs through the model once, its
+    key-value cache is repeated for each prompt of the row, and the rest of each prompt and the decoding
+    follow. Prompts are left-padded in both blocks, with explicit position ids from the attention mask, so
+    each sequence sees exactly its own tokens at their own positions. Decoding is greedy (argmax) and stops
+    per sequence at an end-of-sequence token or after its own budget of new tokens; finished sequences leave
+    the batch.
+
+    Parameters
+    ----------
+    module : transformers causal LM
+        Must accept ``attention_mask``, ``position_ids``, ``cache`` (or ``past_key_values`` in older
+        transformers) and ``logits_to_keep``.
+    tok : tokenizer
+        With ``pad_token_id`` and ``eos_token_id``.
+    prompts : sequence of sequences of str, shape (n_rows, n_per_row)
+    budgets : sequence of sequences of int >= 1, same shape
+        Maximum new tokens of each prompt.
+    batch_size : int >= 1
+        Rows whose prefixes run together (the decoding batch holds up to ``batch_size * n_per_row`` sequences).
+    add_special_tokens : bool
+        Passed to the tokenizer (False for prompts rendered by a chat template, which hold their own).
+
+    Returns
+    -------
+    list of lists of str, shape (n_rows, n_per_row)
+        The decoded continuations without special tokens.
+
+    Notes
+    -----
+    Equal, token for token up to floating-point ties, to ``module.generate(do_sample=False,
+    max_new_tokens=budget)`` on each prompt alone (tested); the shared prefix saves its recomputation for every
+    prompt but the first of a row.
+    """
+    import torch
+    from transformers import DynamicCache
+
+    n_per = {len(p) for p in prompts}
+    if len(n_per) != 1 or [len(b) for b in budgets] != [len(p) for p in prompts]:
+        raise ValueError("prompts and budgets must be rectangular and of the same shape")
+    (F,) = n_per
+    eos = tok.eos_token_id
+    eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
+    gen_eos = getattr(getattr(module, "generation_config", None), "eos_token_id", None)
+    eos_ids |= set(gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos]) - {None}
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else next(iter(eos_ids))
     device = next(module.parameters()).device
-    for s in range(0, len(order), batch_size):
-        rows = order[s : s + batch_size]
-        enc = tok([prompts[i] for i in rows], return_tensors="pt", padding=True).to(device)
+    # transformers >= 5.2x names the cache argument ``cache`` (``past_key_values`` is deprecated there)
+    cache_kw = "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
+    out: list[list[str]] = []
+    for s in range(0, len(prompts), batch_size):
+        rows = prompts[s : s + batch_size]
+        ids = [[tok(p, add_special_tokens=add_special_tokens)["input_ids"] for p in row] for row in rows]
+        cut = [min(_common_prefix(seqs), min(len(q) for q in seqs) - 1) for seqs in ids]
+        pre_ids, pre_mask = _left_pad([seqs[0][:c] for seqs, c in zip(ids, cut)], pad_id, device)
+        suf_ids, suf_mask = _left_pad([q[c:] for seqs, c in zip(ids, cut) for q in seqs], pad_id, device)
+        cache = DynamicCache()
         with torch.inference_mode():
-            gen = module.generate(**enc, max_new_tokens=max(budgets[i] for i in rows), do_sample=False,
-                                  num_beams=1, pad_token_id=tok.pad_token_id, temperature=None, top_p=None,
-                                  top_k=None)
-        texts = tok.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-        for i, t in zip(rows, texts):
-            out[i] = t
+            if pre_ids.shape[1] > 0 and bool(pre_mask.any()):
+                pos = (pre_mask.cumsum(-1) - 1).clamp_min(0)
+                module(input_ids=pre_ids, attention_mask=pre_mask, position_ids=pos, use_cache=True,
+                       logits_to_keep=1, **{cache_kw: cache})
+                cache.batch_repeat_interleave(F)
+                mask = torch.cat([pre_mask.repeat_interleave(F, 0), suf_mask], dim=1)
+            else:
+                mask = suf_mask
+            pos = (mask.cumsum(-1) - 1).clamp_min(0)[:, -suf_ids.shape[1]:]
+            logits = module(input_ids=suf_ids, attention_mask=mask, position_ids=pos, use_cache=True,
+                            logits_to_keep=1, **{cache_kw: cache}).logits[:, -1]
+            budget = torch.tensor([b for row in budgets[s : s + batch_size] for b in row], device=device)
+            active = torch.arange(len(budget), device=device)
+            new_tokens: list[list[int]] = [[] for _ in range(len(budget))]
+            last = pos[:, -1]
+            while True:
+                nxt = logits.argmax(-1)
+                done = torch.zeros_like(active, dtype=torch.bool)
+                for a, (seq, t) in enumerate(zip(active.tolist(), nxt.tolist())):
+                    if t in eos_ids:
+                        done[a] = True
+                    else:
+                        new_tokens[seq].append(t)
+                        done[a] = len(new_tokens[seq]) >= int(budget[seq])
+                if bool(done.all()):
+                    break
+                if bool(done.any()):
+                    keep = (~done).nonzero().squeeze(1)
+                    cache.batch_select_indices(keep)
+                    active, nxt, mask, last = active[keep], nxt[keep], mask[keep], last[keep]
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+                last = last + 1
+                logits = module(input_ids=nxt[:, None], attention_mask=mask, position_ids=last[:, None],
+                                use_cache=True, logits_to_keep=1, **{cache_kw: cache}).logits[:, -1]
+        texts = tok.batch_decode(new_tokens, skip_special_tokens=True)
+        out += [texts[i * F:(i + 1) * F] for i in range(len(rows))]
         if progress:
-            print(f"[summaries] {min(s + batch_size, len(order))}/{len(order)}", flush=True)
+            print(f"[summaries] {min(s + batch_size, len(prompts))}/{len(prompts)} texts", flush=True)
     return out
 
 
@@ -279,103 +407,129 @@ def finalize_summaries(sources: Sequence[str], raw: Sequence[str], fraction: flo
     return texts, fallback
 
 
-def summarize_texts(texts: Sequence[str], *, fraction: float, model: str = "smollm2-135m",
-                    prompt: str = DEFAULT_PROMPT, system: str = DEFAULT_SYSTEM, device: str = "cpu",
-                    dtype: str = "float32", batch_size: int = 32, tokens_per_word: float = 1.5,
-                    cache: bool = True, progress: bool = False, generator=None) -> Summaries:
-    """Shorten each text to about ``fraction`` of its words with a causal language model (cached).
+def _load_cached(path: Path) -> Summaries:
+    doc = json.loads(path.read_text())
+    return Summaries(tuple(doc["texts"]), tuple(doc["raw"]), tuple(doc["fallback"]), doc["fraction"], doc["model"],
+                     doc["revision"], doc["prompt"], doc["system"], path, doc["meta"])
 
-    Each row gets the prompt ``prompt.format(n_words=target_words(text, fraction), text=text)`` in the model's
-    chat template (with ``system``), greedy decoding (deterministic), at most
-    :func:`max_new_tokens_for` ``(n_words)`` new tokens, batched with left padding. The generation is cleaned
+
+def _versions() -> dict:
+    import torch
+    import transformers
+
+    from . import __version__
+
+    return {"prh_lib": __version__, "torch": torch.__version__, "transformers": transformers.__version__}
+
+
+def summarize_texts(texts: Sequence[str], *, fractions: Sequence[float] = DEFAULT_FRACTIONS,
+                    model: str = "smollm2-135m", prompt: str = DEFAULT_PROMPT, system: str = DEFAULT_SYSTEM,
+                    device: str = "cpu", dtype: str = "float32", batch_size: int = 16, tokens_per_word: float = 1.5,
+                    cache: bool = True, progress: bool = False, generator=None,
+                    num_threads: int | None = None) -> dict[float, Summaries]:
+    """Shorten each text to about each fraction of its words with a causal language model (cached per fraction).
+
+    Each (text, fraction) gets the prompt ``prompt.format(text=text, n_words=target_words(text, fraction))`` in
+    the model's chat template (with ``system``; a model without one gets the plain prompt), greedy decoding
+    (deterministic) with at most :func:`max_new_tokens_for` ``(n_words)`` new tokens (:func:`greedy_generate`,
+    which runs the part of a text's prompts shared by all fractions once). Each generation is cleaned
     (:func:`clean_generation`); degenerate rows (empty, or not shorter than the source in words) fall back to
-    :func:`truncate_text` and are recorded in :attr:`Summaries.fallback`.
+    :func:`truncate_text` and are recorded in :attr:`Summaries.fallback` (:func:`finalize_summaries`).
 
     Parameters
     ----------
     texts : sequence of str
         Source texts (the offline notebook uses the five COCO captions of each image, concatenated).
-    fraction : float in (0, 1)
-        Target length as a fraction of each source's words.
+    fractions : sequence of float in (0, 1)
+        Target lengths as fractions of each source's words.
     model : str
         Zoo name, local folder or Hugging Face id of a causal LM (the paper: ``"Qwen/Qwen3-8B"``).
     prompt : str
-        Template with ``{n_words}`` and ``{text}`` fields.
+        Template with ``{text}`` and ``{n_words}`` fields (text first, so prompts share a prefix).
     system : str
         System turn ("" for none).
     device, dtype : str
         Where and in which precision the generator runs (only when generating).
     batch_size : int >= 1
-        Prompts per ``generate`` call.
+        Texts whose prompts run together (times the number of fractions in the decoding batch).
     tokens_per_word : float > 0
         Sets the generation budget (:func:`max_new_tokens_for`).
     cache : bool
-        Read and write the summary cache (:func:`summaries_path`).
+        Read and write the summary cache (:func:`summaries_path`, one file per fraction).
     progress : bool
         Print a line per batch while generating.
     generator : (module, tokenizer, revision) or callable returning it, optional
-        An already loaded :func:`load_generator` result, or a function called only when generation is needed
-        (so that cached summaries never load the model); reused across fractions.
+        An already loaded :func:`load_generator` result, or a function called only when some fraction is not
+        cached (so that cached summaries never load the model).
+    num_threads : int, optional
+        Torch intra-op threads while generating (:func:`torch_threads`; restored afterwards). None: unchanged.
 
     Returns
     -------
-    Summaries
-        Texts in the input order; every text has at most as many words as its source, fewer unless the
-        source has one word.
+    dict of float to Summaries
+        Per fraction, texts in the input order; every text has fewer words than its source unless the source
+        has one word.
 
     Raises
     ------
     ValueError
-        If ``fraction`` is not in (0, 1), the prompt lacks ``{n_words}`` or ``{text}``, ``texts`` is empty or
-        holds an empty text, or ``batch_size < 1``.
+        If a fraction is not in (0, 1) or repeated, the prompt lacks ``{n_words}`` or ``{text}``, ``texts`` is
+        empty or holds an empty text, or ``batch_size < 1``.
 
     References
     ----------
     Herbst et al., Section 3.2 and Appendices F and H (caption detail; summaries by Qwen3-8B).
     """
-    from . import zoo
     from .models import resolve_identity
 
     texts = [str(t) for t in texts]
-    if not 0 < fraction < 1:
-        raise ValueError(f"fraction must lie in (0, 1); got {fraction}")
+    fractions = [float(f) for f in np.atleast_1d(fractions)]
+    if not fractions or any(not 0 < f < 1 for f in fractions) or len(set(fractions)) != len(fractions):
+        raise ValueError(f"fractions must be distinct values in (0, 1); got {fractions}")
     if "{n_words}" not in prompt or "{text}" not in prompt:
         raise ValueError("prompt must contain the fields {n_words} and {text}")
     if not texts or any(not t.strip() for t in texts):
         raise ValueError("texts must be a non-empty sequence of non-empty strings")
     if int(batch_size) < 1 or tokens_per_word <= 0:
         raise ValueError(f"need batch_size >= 1 and tokens_per_word > 0; got {batch_size}, {tokens_per_word}")
-    targets = [target_words(t, fraction) for t in texts]
-    budgets = [max_new_tokens_for(n, tokens_per_word=tokens_per_word) for n in targets]
+    targets = {f: [target_words(t, f) for t in texts] for f in fractions}
+    budgets = {f: [max_new_tokens_for(n, tokens_per_word=tokens_per_word) for n in targets[f]] for f in fractions}
     decoding = {"strategy": "greedy", "max_new_tokens": f"ceil({tokens_per_word} * n_words) + 4",
-                "chat_template": True, "padding": "left"}
+                "chat_template": "if the tokenizer has one", "padding": "left"}
     revision = generator[2] if isinstance(generator, tuple) else resolve_identity(model)["revision"]
-    path = summaries_path(model, revision, prompt=prompt, system=system, fraction=fraction, texts=texts,
-                          decoding=decoding)
-    if cache and path.is_file():
-        doc = json.loads(path.read_text())
-        return Summaries(tuple(doc["texts"]), tuple(doc["raw"]), tuple(doc["fallback"]), doc["fraction"],
-                         doc["model"], doc["revision"], doc["prompt"], doc["system"], path, doc["meta"])
+    where = {f: summaries_path(model, revision, prompt=prompt, system=system, fraction=f, texts=texts,
+                               decoding=decoding) for f in fractions}
+    out = {f: _load_cached(where[f]) for f in fractions if cache and where[f].is_file()}
+    todo = [f for f in fractions if f not in out]
+    if not todo:
+        return out
     import time
 
     if callable(generator):
         generator = generator()
     module, tok, revision = generator if generator is not None else load_generator(model, device=device, dtype=dtype)
-    prompts = [_render(tok, system, prompt.format(n_words=n, text=t)) for n, t in zip(targets, texts)]
+    chat = bool(getattr(tok, "chat_template", None))
+    prompts = [[_render(tok, system, prompt.format(n_words=targets[f][i], text=t)) for f in todo]
+               for i, t in enumerate(texts)]
     start = time.perf_counter()
-    raw = _generate(module, tok, prompts, budgets, batch_size=int(batch_size), progress=progress)
-    final, fallback = finalize_summaries(texts, raw, fraction)
-    meta = {"decoding": decoding, "target_words": targets, "max_new_tokens": budgets, "device": str(device),
-            "dtype": dtype, "seconds": round(time.perf_counter() - start, 2), "versions": zoo._library_versions(),
-            "source_texts_sha256": _texts_hash(texts), "format": SUMMARY_FORMAT_VERSION}
-    result = Summaries(tuple(final), tuple(raw), tuple(fallback), float(fraction), model, revision, prompt, system,
-                       path if cache else None, meta)
-    if cache:
-        doc = {"model": model, "revision": revision, "prompt": prompt, "system": system, "fraction": float(fraction),
-               "texts": final, "raw": raw, "fallback": fallback, "sources": texts, "meta": meta}
-        with paths.atomic_path(path) as tmp:
-            tmp.write_text(json.dumps(doc, indent=1))
-    return result
+    with torch_threads(num_threads):
+        raw = greedy_generate(module, tok, prompts, [[budgets[f][i] for f in todo] for i in range(len(texts))],
+                              batch_size=int(batch_size), add_special_tokens=not chat, progress=progress)
+    seconds = round(time.perf_counter() - start, 2)
+    for j, f in enumerate(todo):
+        gen = [r[j] for r in raw]
+        final, fallback = finalize_summaries(texts, gen, f)
+        meta = {"decoding": decoding, "target_words": targets[f], "max_new_tokens": budgets[f],
+                "device": str(device), "dtype": dtype, "seconds_all_fractions": seconds, "generated_with": todo,
+                "versions": _versions(), "source_texts_sha256": _texts_hash(texts), "format": SUMMARY_FORMAT_VERSION}
+        out[f] = Summaries(tuple(final), tuple(gen), tuple(fallback), f, model, revision, prompt, system,
+                           where[f] if cache else None, meta)
+        if cache:
+            doc = {"model": model, "revision": revision, "prompt": prompt, "system": system, "fraction": f,
+                   "texts": final, "raw": gen, "fallback": fallback, "sources": texts, "meta": meta}
+            with paths.atomic_path(where[f]) as tmp:
+                tmp.write_text(json.dumps(doc, indent=1))
+    return {f: out[f] for f in fractions}
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -401,6 +555,8 @@ def detail_variants(dataset, *, n: int | None = None, seed: int = 0, max_caption
         Generator of the summaries (None: truncation only).
     summary_rows : sequence of int, optional
         Rows of the pairs used by the "less detail" control (default all); summaries cost a generation each.
+        When given, the "more detail" variants are repeated on these rows (control ``"more detail (subset)"``),
+        so that all controls can also be compared on the same images.
     **summary_options
         Passed to :func:`summarize_texts` (``device``, ``batch_size``, ``prompt``, ...).
 
@@ -421,20 +577,22 @@ def detail_variants(dataset, *, n: int | None = None, seed: int = 0, max_caption
     source = variants[f"concat-{max_captions}"]["pairs"]
     if summary_rows is not None:
         source = source.subset(summary_rows)
+        for j in range(1, max_captions + 1):  # the "more detail" texts on the same images as "less detail"
+            variants[f"concat-{j} (subset)"] = {"control": "more detail (subset)", "level": float(j),
+                                                "pairs": variants[f"concat-{j}"]["pairs"].subset(summary_rows)}
     for control in ("truncation", "summary"):
         variants[f"{control}-1"] = {"control": control, "level": 1.0, "pairs": source}
-    summaries = {}
-    generator = _lazy_generator(summary_model, summary_options) if summary_model is not None else None
     for f in fractions:
         variants[f"truncation-{f:g}"] = {"control": "truncation", "level": float(f),
                                          "pairs": source.with_texts(truncate_texts(source.texts, f),
                                                                     policy=f"truncate-{f:g}")}
-        if summary_model is None:
-            continue
-        s = summarize_texts(source.texts, fraction=f, model=summary_model, generator=generator, **summary_options)
-        summaries[float(f)] = s
-        variants[f"summary-{f:g}"] = {"control": "summary", "level": float(f),
-                                      "pairs": source.with_texts(s.texts, policy=f"summary-{f:g}")}
+    summaries: dict[float, Summaries] = {}
+    if summary_model is not None:
+        summaries = summarize_texts(source.texts, fractions=fractions, model=summary_model,
+                                    generator=_lazy_generator(summary_model, summary_options), **summary_options)
+        for f, s in summaries.items():
+            variants[f"summary-{f:g}"] = {"control": "summary", "level": float(f),
+                                          "pairs": source.with_texts(s.texts, policy=f"summary-{f:g}")}
     return variants, summaries
 
 
@@ -444,19 +602,23 @@ def _lazy_generator(model: str, options: dict):
 
     def get():
         if not held:
-            held.append(load_generator(model, device=options.get("device", "cpu"), dtype=options.get("dtype", "float32")))
+            held.append(load_generator(model, device=options.get("device", "cpu"),
+                                       dtype=options.get("dtype", "float32")))
         return held[0]
 
     return get
 
 
 def detail_alignment(vision: dict, variants: dict, language_models: Sequence[str], *, k: int = 10,
-                     clip_q: float | None = 0.95, tokenizers: dict | None = None, **feature_options) -> pd.DataFrame:
+                     clip_q: float | None = 0.95, tokenizers: dict | None = None, num_threads: int | None = None,
+                     **feature_options) -> pd.DataFrame:
     """Mutual k-NN of a vision model with each language model on every caption variant.
 
     For each language model and variant, features of the variant's texts are extracted (cached; the cache key
-    includes the texts), the vision features are restricted to the variant's rows, both are clipped per layer
-    (:func:`prh_lib.analysis.clip_features`, on those rows) and all layer pairs are scored.
+    includes the texts) or, when every (sample, text) of the variant occurs in a variant extracted before, taken
+    from its rows (features are computed text by text, so this is the same); the vision features are restricted
+    to the variant's rows, both are clipped per layer (:func:`prh_lib.analysis.clip_features`, on those rows)
+    and all layer pairs are scored.
 
     Parameters
     ----------
@@ -471,6 +633,8 @@ def detail_alignment(vision: dict, variants: dict, language_models: Sequence[str
         Outlier clipping quantile (None: off).
     tokenizers : dict of str to tokenizer, optional
         Tokenizer per language model for the token counts (default :func:`load_tokenizer`).
+    num_threads : int, optional
+        Torch intra-op threads while extracting features (:func:`torch_threads`, restored afterwards).
     **feature_options
         Passed to :func:`prh_lib.extract.get_features` (``device``, ``dtype``, ``batch_size``, ``progress``).
 
@@ -504,14 +668,29 @@ def detail_alignment(vision: dict, variants: dict, language_models: Sequence[str
             if dtype not in extract.DTYPES:
                 raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(extract.DTYPES)}")
             loaded[lm] = load_model(lm, device=feature_options.get("device", "cpu"), dtype=extract.DTYPES[dtype])
-        return extract.get_features(loaded[lm], pairs, **feature_options)
+        with torch_threads(num_threads):
+            return extract.get_features(loaded[lm], pairs, **feature_options)
+
+    def reuse_rows(done, pairs):
+        # Features are computed per text, so a variant whose (sample, text) pairs all occur in an extracted
+        # variant takes those rows instead of a new extraction.
+        for feats, text_of in done:
+            if all(text_of.get(sid) == t for sid, t in zip(pairs.sample_ids, pairs.texts)):
+                row_of = {sid: i for i, sid in enumerate(feats.sample_ids)}
+                return feats.rows([row_of[sid] for sid in pairs.sample_ids])
+        return None
 
     rows = []
     for lm in language_models:
         tok = tokenizers.get(lm) or load_tokenizer(lm)
+        done: list = []
         for name, v in variants.items():
             pairs = v["pairs"]
-            lang = analysis.clip_features(language_features(lm, pairs), q=clip_q)
+            raw = reuse_rows(done, pairs)
+            if raw is None:
+                raw = language_features(lm, pairs)
+                done.append((raw, dict(zip(pairs.sample_ids, pairs.texts))))
+            lang = analysis.clip_features(raw, q=clip_q)
             n_tokens = float(np.mean(token_counts(pairs.texts, tok)))
             for vname, vfeat in vision.items():
                 row_of = {sid: i for i, sid in enumerate(vfeat.sample_ids)}
@@ -558,9 +737,10 @@ def plot_detail(table: pd.DataFrame, *, score: str = "peak", panel_size: tuple[f
     nrows = int(np.ceil(len(panels) / ncols))
     fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows), squeeze=False)
     raw = not score.startswith("corrected")
+    order = list(dict.fromkeys(table["control"]))  # the same colour for a control in every panel
     for ax, (vm, lm) in zip(axes.flat, panels):
         sub = table[(table["vision model"] == vm) & (table["language model"] == lm)].sort_values("tokens")
-        controls = list(dict.fromkeys(sub["control"]))
+        controls = [c for c in order if c in set(sub["control"])]
         xs = {c: sub.loc[sub["control"] == c, "tokens"].to_numpy() for c in controls}
         ys = {c: sub.loc[sub["control"] == c, score].to_numpy() for c in controls}
         plots.line_plot(xs, ys, ax=ax, xlabel=f"mean caption length (tokens, {lm})",
@@ -639,7 +819,8 @@ def describe(summary: pd.DataFrame, *, score: str = "peak") -> str:
     """A Markdown line per row of :func:`detail_summary`, in figures."""
     lines = []
     for (vm, lm, control), r in summary.iterrows():
-        lines.append(f"- **{vm} × {lm}**, {control} (N = {int(r['n'])}): {r['tokens short']:.0f} → {r['tokens long']:.0f} "
-                     f"tokens, {score} {r[f'{score} short']:.3f} → {r[f'{score} long']:.3f} (chance-corrected "
+        lines.append(f"- **{vm} × {lm}**, {control} (N = {int(r['n'])}): {r['tokens short']:.0f} → "
+                     f"{r['tokens long']:.0f} tokens, {score} {r[f'{score} short']:.3f} → {r[f'{score} long']:.3f} "
+                     f"(chance-corrected "
                      f"{r['corrected short']:.3f} → {r['corrected long']:.3f}; Spearman ρ = {r['spearman']:.2f}).")
     return "\n".join(lines)

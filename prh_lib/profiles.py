@@ -78,6 +78,12 @@ PROFILES: dict[str, dict[str, object]] = {
         "same_modality_pairs": [["facebook/dinov2-large", "facebook/dinov3-vitl16-pretrain-lvd1689m"],
                                 ["meta-llama/Llama-3.1-8B", "Qwen/Qwen3-8B"]],
         "random_init_seeds": [0, 1, 2],
+        # caption detail (App. F): COCO has 5 captions per image (WIT has one); the paper summarised with Qwen3-8B
+        "summary_model": "Qwen/Qwen3-8B",
+        "summary_pairs": None,
+        "caption_dataset_source": "coco-captions",
+        "caption_data_location": "lmms-lab/COCO-Caption2017",
+        "num_threads": None,
     },
 }
 

@@ -1,0 +1,246 @@
+"""Caption-detail controls (prh_lib.captions): truncation, summaries with a cache and visible fallbacks."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from prh_lib import captions, data
+from fixtures.tiny_models import tiny_llama
+
+SOURCES = [
+    "a man rides a red bike down a busy street next to parked cars and a bus",
+    "two dogs play with a ball on the green grass in a sunny park near a lake",
+    "a plate with a sandwich some fries and a glass of cold beer on a wooden table",
+]
+
+
+def test_truncation():
+    t = "one two three four five six seven eight nine ten"
+    assert captions.target_words(t, 0.25) == 2  # round(2.5) -> 2 (banker's rounding)
+    assert captions.truncate_text(t, 0.5) == "one two three four five"
+    assert captions.truncate_text(t, 0.01) == "one"  # at least one word
+    assert captions.truncate_text(t, 1.0) == t
+    assert [captions.word_count(x) for x in captions.truncate_texts(SOURCES, 0.1)] == [2, 2, 2]
+    with pytest.raises(ValueError, match="fraction"):
+        captions.target_words(t, 0)
+
+
+@pytest.mark.parametrize("raw, clean", [
+    ("A dog on grass.", "A dog on grass."),
+    ("Summary: A dog on grass.\n\nI hope this helps!", "A dog on grass."),
+    ('  "A dog on grass."  ', "A dog on grass."),
+    ("Shortened description: a dog", "a dog"),
+    ("\n\n  ", ""),
+])
+def test_clean_generation(raw, clean):
+    assert captions.clean_generation(raw) == clean
+
+
+def test_finalize_summaries_falls_back_visibly():
+    src = ["a b c d e f g h", "a b c d e f g h", "a b c d e f g h"]
+    texts, reasons = captions.finalize_summaries(src, ["x y", "", "1 2 3 4 5 6 7 8 9"], 0.25)
+    assert texts == ["x y", "a b", "a b"]
+    assert reasons == ["", "empty", "not shorter"]
+    with pytest.raises(ValueError, match="generations"):
+        captions.finalize_summaries(src, ["x"], 0.5)
+
+
+def test_cache_key_covers_every_option():
+    base = dict(prompt=captions.DEFAULT_PROMPT, system="s", fraction=0.25, texts=SOURCES, decoding={"a": 1})
+    p = captions.summaries_path("m", "r1", **base)
+    assert p == captions.summaries_path("m", "r1", **base)
+    changed = [captions.summaries_path("m", "r2", **base), captions.summaries_path("m2", "r1", **base)]
+    for key, value in [("prompt", "{n_words} {text}"), ("system", ""), ("fraction", 0.5),
+                       ("texts", SOURCES[::-1]), ("decoding", {"a": 2})]:
+        changed.append(captions.summaries_path("m", "r1", **{**base, key: value}))
+    assert len({p, *changed}) == len(changed) + 1
+
+
+@pytest.fixture(scope="module")
+def tiny_generator(tmp_path_factory):
+    folder = str(tiny_llama(tmp_path_factory.mktemp("tiny-llm"), SOURCES + [captions.DEFAULT_PROMPT], hidden=16))
+    return folder, captions.load_generator(folder)
+
+
+def test_summaries_are_shorter_cached_and_deterministic(tiny_generator, tmp_path, monkeypatch):
+    monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path))
+    tiny, gen = tiny_generator
+    out = captions.summarize_texts(SOURCES, fractions=[0.25, 0.5], model=tiny, generator=gen, batch_size=2)
+    assert list(out) == [0.25, 0.5]
+    s = out[0.25]
+    assert len(s.texts) == len(SOURCES) and s.fraction == 0.25
+    for src, text, reason in zip(SOURCES, s.texts, s.fallback):
+        assert 1 <= captions.word_count(text) < captions.word_count(src)
+        if reason:
+            assert text == captions.truncate_text(src, 0.25)
+    assert s.n_fallback == sum(bool(r) for r in s.fallback)
+    assert s.meta["max_new_tokens"] == [captions.max_new_tokens_for(captions.target_words(t, 0.25)) for t in SOURCES]
+    # one cache file per fraction, recording how the summaries were made
+    assert s.path.is_file() and s.path.is_relative_to(tmp_path / "summaries") and out[0.5].path != s.path
+    doc = json.loads(s.path.read_text())
+    assert doc["prompt"] == captions.DEFAULT_PROMPT and doc["model"] == tiny and doc["fraction"] == 0.25
+    assert doc["revision"] == gen[2] and doc["sources"] == SOURCES and doc["raw"] == list(s.raw)
+
+    def no_model():
+        raise AssertionError("a cached result must not load the generator")
+
+    again = captions.summarize_texts(SOURCES, fractions=[0.5, 0.25], model=tiny, generator=no_model)
+    assert list(again) == [0.5, 0.25]
+    assert again[0.25].texts == s.texts and again[0.25].fallback == s.fallback and again[0.5].raw == out[0.5].raw
+    # a fraction on its own, another batch size, no cache: the same greedy generations
+    alone = captions.summarize_texts(SOURCES, fractions=[0.5], model=tiny, generator=gen, batch_size=1, cache=False)
+    assert alone[0.5].raw == out[0.5].raw and alone[0.5].path is None
+    # only the missing fraction is generated and cached
+    more = captions.summarize_texts(SOURCES, fractions=[0.25, 0.75], model=tiny, generator=gen)
+    assert more[0.25].raw == s.raw and more[0.75].meta["generated_with"] == [0.75]
+    assert len(list((tmp_path / "summaries").rglob("*.json"))) == 3
+
+
+def test_greedy_generate_equals_transformers_generate(tiny_generator):
+    """The shared-prefix decoder gives, prompt by prompt, what ``generate`` gives on each prompt alone."""
+    import torch
+
+    _, (module, tok, _) = tiny_generator
+    prompts = [[f"{t} shorten to {n} words" for n in (2, 5, 11)] for t in SOURCES]
+    budgets = [[3, 6, 9], [1, 4, 12], [5, 5, 5]]
+    got = captions.greedy_generate(module, tok, prompts, budgets, batch_size=2, add_special_tokens=True)
+    for row_p, row_b, row_g in zip(prompts, budgets, got):
+        for p, b, g in zip(row_p, row_b, row_g):
+            enc = tok(p, return_tensors="pt")
+            with torch.inference_mode():
+                ref = module.generate(**enc, max_new_tokens=b, do_sample=False, pad_token_id=tok.pad_token_id)
+            assert g == tok.decode(ref[0, enc["input_ids"].shape[1]:], skip_special_tokens=True), p
+    with pytest.raises(ValueError, match="rectangular"):
+        captions.greedy_generate(module, tok, [["a"], ["b", "c"]], [[1], [1, 1]])
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"fractions": [1.0]}, "fractions"),
+    ({"fractions": [0.5, 0.5]}, "fractions"),
+    ({"prompt": "no fields"}, "n_words"),
+    ({"batch_size": 0}, "batch_size"),
+])
+def test_summarize_rejects_bad_options(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        captions.summarize_texts(SOURCES, generator=lambda: None, **kwargs)
+    with pytest.raises(ValueError, match="non-empty"):
+        captions.summarize_texts(["a b", " "], generator=lambda: None)
+
+
+def test_detail_variants_without_a_generator():
+    ds = data.load_dataset("coco-folder")
+    variants, summaries = captions.detail_variants(ds, n=12, seed=1, max_captions=3, fractions=[0.25, 0.5],
+                                                   summary_model=None, summary_rows=[0, 3, 5])
+    assert summaries == {}
+    assert list(variants) == ["concat-1", "concat-2", "concat-3", "concat-1 (subset)", "concat-2 (subset)",
+                              "concat-3 (subset)", "truncation-1", "summary-1", "truncation-0.25", "truncation-0.5"]
+    assert variants["concat-2 (subset)"]["pairs"].texts == tuple(variants["concat-2"]["pairs"].texts[i]
+                                                                 for i in (0, 3, 5))
+    c1, c3 = variants["concat-1"]["pairs"], variants["concat-3"]["pairs"]
+    assert c1.sample_ids == c3.sample_ids and len(c1) == 12
+    assert all(b.startswith(a) and len(b) > len(a) for a, b in zip(c1.texts, c3.texts))
+    src = variants["truncation-1"]["pairs"]
+    assert src.sample_ids == tuple(c3.sample_ids[i] for i in (0, 3, 5)) and src.texts[1] == c3.texts[3]
+    t = variants["truncation-0.25"]["pairs"]
+    assert t.sample_ids == src.sample_ids and t.caption_policy == "truncate-0.25"
+    assert all(captions.word_count(a) < captions.word_count(b) for a, b in zip(t.texts, src.texts))
+    assert {v["control"] for v in variants.values()} == {"more detail", "more detail (subset)", "truncation",
+                                                         "summary"}
+    full, _ = captions.detail_variants(ds, n=12, seed=1, max_captions=2, fractions=[0.5], summary_model=None)
+    assert list(full) == ["concat-1", "concat-2", "truncation-1", "summary-1", "truncation-0.5"]
+
+
+def test_summary_report_and_detail_summary():
+    s = captions.Summaries(("x y", "a b"), ("x y", ""), ("", "empty"), 0.25, "m", "r", "p", "s")
+    rep = captions.summary_report({0.25: s}, ["a b c d e f g h", "a b c d e f g h"])
+    assert rep.loc[0.25, "fallbacks"] == 1 and rep.loc[0.25, "reasons"] == "empty: 1"
+    assert rep.loc[0.25, "achieved fraction"] == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="rows"):
+        captions.summary_report({0.25: s}, ["a"])
+    rows = []
+    for control, n, levels in [("more detail", 100, [1, 2, 3]), ("truncation", 50, [0.25, 0.5, 1.0])]:
+        for i, lev in enumerate(levels):
+            peak = 0.1 + 0.05 * i
+            rows.append({"vision model": "v", "language model": "l", "control": control, "level": lev, "n": n,
+                         "tokens": 10.0 * (i + 1), "peak": peak, "chance": 10 / (n - 1),
+                         "corrected peak": (peak - 10 / (n - 1)) / (1 - 10 / (n - 1))})
+    summ = captions.detail_summary(pd.DataFrame(rows))
+    assert summ.loc[("v", "l", "more detail"), "spearman"] == pytest.approx(1.0)
+    assert summ.loc[("v", "l", "truncation"), "peak long"] == pytest.approx(0.2)
+    assert "N = 50" in captions.describe(summ)
+    assert np.isfinite(summ["corrected short"]).all()
+
+
+def _text_features(texts, ids, name):
+    """Deterministic per-text stand-in features (2 layers), so that rows never depend on the batch."""
+    import hashlib
+
+    import torch
+
+    from prh_lib.extract import LayerFeatures
+
+    rows = [np.random.default_rng(int(hashlib.sha256(t.encode()).hexdigest()[:8], 16)).normal(size=(2, 6))
+            for t in texts]
+    values = torch.as_tensor(np.stack(rows, axis=1), dtype=torch.float32)
+    return LayerFeatures(values, ("embed", "layer.1"), tuple(ids), {"model": name})
+
+
+def test_detail_alignment_reuses_rows_and_scores_each_variant(monkeypatch):
+    from prh_lib import extract, models
+    from prh_lib.metrics import mutual_knn_layerwise
+
+    calls = []
+
+    def fake_get_features(model, pairs, **options):
+        calls.append(pairs.caption_policy)
+        return _text_features(pairs.texts, pairs.sample_ids, "lang")
+
+    monkeypatch.setattr(extract, "get_features", fake_get_features)
+    monkeypatch.setattr(extract, "features_path", lambda *a, **k: captions.Path("/nonexistent/never.safetensors"))
+    monkeypatch.setattr(models, "load_model", lambda name, **k: f"loaded {name}")
+    ds = data.load_dataset("coco-folder")
+    variants, _ = captions.detail_variants(ds, n=20, seed=2, max_captions=2, fractions=[0.5], summary_model=None,
+                                           summary_rows=list(range(0, 20, 2)))
+    vision = {"vis": _text_features([s + "img" for s in variants["concat-1"]["pairs"].sample_ids],
+                                    variants["concat-1"]["pairs"].sample_ids, "vis")}
+
+    class Tok:
+        def __call__(self, texts, add_special_tokens=False):
+            return {"input_ids": [t.split() for t in texts]}
+
+    table = captions.detail_alignment(vision, variants, ["lang"], k=3, clip_q=None, tokenizers={"lang": Tok()})
+    # only texts not seen before are extracted: concat-1, concat-2, the truncation; subsets reuse rows
+    assert calls == ["concat", "concat", "truncate-0.5"]
+    assert len(table) == len(variants)
+    row = table.set_index("variant").loc["concat-2 (subset)"]
+    pairs = variants["concat-2 (subset)"]["pairs"]
+    direct = mutual_knn_layerwise(vision["vis"].rows(range(0, 20, 2)).values,
+                                  _text_features(pairs.texts, pairs.sample_ids, "lang").values, k=3)
+    assert row["peak"] == pytest.approx(np.nanmax(direct)) and row["n"] == 10
+    assert row["tokens"] == pytest.approx(np.mean([captions.word_count(t) for t in pairs.texts]))
+    assert row["chance"] == pytest.approx(3 / 9)
+    assert table.set_index("variant").loc["summary-1", "peak"] == table.set_index("variant").loc[
+        "concat-2 (subset)", "peak"]  # the same texts on the same images
+    bad = {"vis": vision["vis"].rows(range(5))}
+    with pytest.raises(ValueError, match="without vis features"):
+        captions.detail_alignment(bad, variants, ["lang"], k=3, clip_q=None, tokenizers={"lang": Tok()})
+
+
+def test_torch_threads_is_scoped():
+    import torch
+
+    before = torch.get_num_threads()
+    with captions.torch_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError):
+        with captions.torch_threads(1):
+            raise RuntimeError("boom")
+    assert torch.get_num_threads() == before
+    with captions.torch_threads(None):
+        assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="threads"):
+        with captions.torch_threads(0):
+            pass
