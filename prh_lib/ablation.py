@@ -22,6 +22,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from .analysis import check_comparisons
 from .extract import LayerFeatures, check_aligned
 from .metrics import mutual_knn_chance, mutual_knn_layerwise
 
@@ -323,9 +324,7 @@ def run_ablation(features: dict, comparisons, *, ks: Sequence[int] | None = None
     KeyError
         If a model of ``comparisons`` has no features.
     """
-    missing = sorted({m for pair in comparisons for m in pair} - set(features))
-    if missing:
-        raise KeyError(f"no features for {missing}; have {sorted(features)}")
+    check_comparisons(features, comparisons)
     out: dict[str, dict] = {"k": {}, "n fixed k": {}, "n fixed k/N": {}}
     for x_name, y_name in comparisons:
         x, y = features[x_name], features[y_name]

@@ -489,11 +489,9 @@ def compress_comparisons(features: dict, comparisons, *, roles: Sequence[str] = 
     KeyError
         If a model of ``comparisons`` has no features.
     """
-    from .analysis import layerwise_alignment
+    from .analysis import check_comparisons, layerwise_alignment
 
-    missing = sorted({m for pair in comparisons for m in pair} - set(features))
-    if missing:
-        raise KeyError(f"no features for {missing}; have {sorted(features)}")
+    check_comparisons(features, comparisons)
     out = []
     for x_name, y_name in comparisons:
         x, y = features[x_name], features[y_name]
