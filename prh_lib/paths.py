@@ -7,7 +7,10 @@ Settings (environment variables, read at call time so tests can override them):
     Default: ``<repo>/../shared/data/coco-mini`` when that folder exists.
 ``PRH_CACHE_DIR``
     Where converted models, extracted features and other derived artefacts are cached.
-    Default: ``<repo>/.cache``.
+    Default: ``<repo>/.cache``. The results table lives in its ``results/`` sub-folder.
+``PRH_RUNS_DIR``
+    Where ``prh-run --sweep`` writes executed notebooks (``<runs>/<notebook>/<parameter-slug>.ipynb``).
+    Default: ``<repo>/runs`` (git-ignored).
 """
 
 from __future__ import annotations
@@ -34,6 +37,11 @@ def notebooks_dir() -> Path:
 def book_dir() -> Path:
     """Jupyter Book source folder; executed notebooks are written here by the runner."""
     return REPO_ROOT / "book"
+
+
+def runs_dir() -> Path:
+    """Folder of the executed notebooks of parameter sweeps (``PRH_RUNS_DIR``, default ``<repo>/runs``)."""
+    return Path(os.environ.get("PRH_RUNS_DIR", REPO_ROOT / "runs")).expanduser().resolve()
 
 
 def data_root() -> Path:

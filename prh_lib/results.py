@@ -1,0 +1,548 @@
+"""One tidy results table: every score a chapter computes is one row, every parameter a column.
+
+The table lives in the cache as Parquet files, one file per *write* of a *run*, under
+``paths.cache_dir("results")``::
+
+    results/<chapter>/<chapter>__<params_hash>__<run_id>__<part>.parquet
+
+A **run** is one execution of a notebook (one Python process, or one ``PRH_RUN_ID``). A run may call
+:func:`write` several times (one *part* per call); all its parts are kept. A **rerun** is a later run with
+the same chapter and parameters: for every ``(chapter, params_hash, dataset, draw)`` it wrote, its rows
+replace those of earlier runs when the table is read, so rerunning a notebook never duplicates rows.
+
+Concurrency. Each file is written under a temporary name in the same folder, flushed to disk and renamed
+into place with :func:`os.replace`, which is atomic on POSIX file systems (local and NFS/Lustre). Two
+processes never write the same file name (the run id holds a timestamp and a random token), so concurrent
+writers (sweep workers, SLURM array tasks on a shared file system) lose no rows, and a reader sees each
+file either complete or not at all. :func:`load` combines the files it finds, skips temporary names and
+files that vanish while it reads (:func:`compact` deletes superseded ones), and drops superseded runs by a
+rule that depends only on the table's content: for each ``(chapter, params_hash, dataset, draw)`` the run
+whose first row there was created last wins (ties broken by run id).
+
+Columns (``COLUMNS``; types after :func:`load`):
+
+============== ========= ===================================================================================
+column         type      meaning
+============== ========= ===================================================================================
+model_x        str       first model (as the zoo / Hugging Face names it); None when the row has no model
+model_y        str       second model
+layer_x        str       layer label of ``model_x`` as the model labels it (``"embed"``, ``"layer.3"``, ...)
+layer_y        str       layer label of ``model_y``
+depth_x        float     relative depth of ``layer_x`` in [0, 1] (0: embedding output, 1: last layer)
+depth_y        float     relative depth of ``layer_y`` in [0, 1]
+metric         str       metric name as in ``prh_lib.metrics`` (``"mutual_knn"``, ``"cka_linear"``, ...)
+k              Int64     neighbours of k-NN metrics; <NA> for metrics without k
+n              Int64     number of image-caption pairs N the score was computed on
+dataset        str       dataset label (source and options, e.g. ``"coco-mini/first"``)
+draw           Int64     index of the independent draw of the pairs (0, 1, ...)
+seed           Int64     seed that made the draw (or of the model / permutation), <NA> when none
+score          float     the score (NaN allowed, e.g. for a degenerate layer)
+calibrated     float     calibrated score (Section 2 of the paper), NaN when not computed
+tau            float     calibration threshold tau (the permutation-null quantile), NaN when not computed
+p              float     permutation p-value in [0, 1], NaN when not computed
+preprocessing  str       named preprocessing applied before scoring, e.g. ``"clip_outliers(q=0.95)"``
+quantity       str       what the row is: ``"peak"``, ``"final"``, ``"layer_pair"``, ``"control:shuffled"``,
+                         ... (free-form; chapters document theirs)
+chapter        str       notebook that wrote the row (set by :func:`write`)
+lib_version    str       ``prh_lib.__version__`` (set by :func:`write`)
+commit         str       git commit of the source checkout, ``""`` when unknown (set by :func:`write`)
+params_hash    str       16 hex digits of the SHA-256 of the notebook parameters (set by :func:`write`)
+params         str       the parameters as canonical JSON (set by :func:`write`)
+run_id         str       the run that wrote the row (set by :func:`write`)
+created        datetime  UTC time of the write (set by :func:`write`)
+extra          str       JSON object of the row's columns that are not in this schema (``"{}"`` when none)
+============== ========= ===================================================================================
+
+Extra columns. A chapter may pass columns beyond the schema (``n_components``, ``ci_low``, ...); they are
+stored per row in the ``extra`` JSON column, so every file has the same Parquet schema and the table always
+combines. ``load(expand_extra=True)`` unpacks them into columns again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import secrets
+import subprocess
+import uuid
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from . import __version__, paths
+
+_STR, _FLOAT, _INT, _TIME = "str", "float", "int", "time"
+
+#: column -> kind, in table order
+COLUMNS: dict[str, str] = {
+    "model_x": _STR, "model_y": _STR, "layer_x": _STR, "layer_y": _STR, "depth_x": _FLOAT, "depth_y": _FLOAT,
+    "metric": _STR, "k": _INT, "n": _INT, "dataset": _STR, "draw": _INT, "seed": _INT,
+    "score": _FLOAT, "calibrated": _FLOAT, "tau": _FLOAT, "p": _FLOAT, "preprocessing": _STR, "quantity": _STR,
+    "chapter": _STR, "lib_version": _STR, "commit": _STR, "params_hash": _STR, "params": _STR,
+    "run_id": _STR, "created": _TIME, "extra": _STR,
+}
+#: columns every row must have (from ``rows`` or from a keyword of :func:`write`), never null
+REQUIRED = ("dataset", "draw", "metric", "score", "quantity")
+#: columns :func:`write` sets itself; ``rows`` must not carry them
+PROVENANCE = ("chapter", "lib_version", "commit", "params_hash", "params", "run_id", "created", "extra")
+#: a rerun replaces earlier runs' rows for the same values of these columns
+RUN_KEY = ("chapter", "params_hash", "dataset", "draw")
+_RANGES = {"depth_x": (0.0, 1.0), "depth_y": (0.0, 1.0), "p": (0.0, 1.0)}
+_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+
+
+def _arrow_schema():
+    import pyarrow as pa
+
+    kinds = {_STR: pa.string(), _FLOAT: pa.float64(), _INT: pa.int64(), _TIME: pa.timestamp("us", tz="UTC")}
+    return pa.schema([(c, kinds[t]) for c, t in COLUMNS.items()])
+
+
+# --------------------------------------------------------------------------------------------- identity
+
+
+def params_hash(params: Mapping[str, object]) -> str:
+    """16 hex digits of the SHA-256 of ``params`` as canonical JSON (keys sorted; tuples as lists).
+
+    Values JSON cannot hold are written as their ``repr`` (NumPy scalars as Python numbers, paths as strings).
+    """
+    return hashlib.sha256(_canonical_json(params).encode()).hexdigest()[:16]
+
+
+def _canonical_json(obj) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=_jsonable, allow_nan=True)
+
+
+def _jsonable(obj):
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, (Path, os.PathLike)):
+        return os.fspath(obj)
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj, key=repr)
+    return repr(obj)
+
+
+def new_run_id() -> str:
+    """A fresh run id: UTC start time to the microsecond and a random token (``20250101T120000.123456Z-ab12cd34``).
+
+    Run ids sort in start order and are safe in file names.
+    """
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ") + "-" + secrets.token_hex(4)
+
+
+_PROCESS_RUN_ID: str | None = None
+
+
+def current_run_id() -> str:
+    """The run id of this process: ``PRH_RUN_ID`` when set (the sweep runner sets it), else one fresh id per
+    process (one papermill execution is one kernel process, so one run).
+
+    Raises
+    ------
+    ValueError
+        If ``PRH_RUN_ID`` is not safe in a file name.
+    """
+    global _PROCESS_RUN_ID
+    env = os.environ.get("PRH_RUN_ID")
+    if env:
+        return _check_safe("PRH_RUN_ID", env)
+    if _PROCESS_RUN_ID is None:
+        _PROCESS_RUN_ID = new_run_id()
+    return _PROCESS_RUN_ID
+
+
+@lru_cache(maxsize=1)
+def source_commit() -> str:
+    """Git commit of the source checkout (``git rev-parse HEAD``), or ``""`` when it is not a git checkout."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=paths.repo_root(), capture_output=True, text=True,
+                             timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.strip()
+
+
+def _check_safe(what: str, value: str) -> str:
+    if not isinstance(value, str) or not _SAFE.match(value):
+        raise ValueError(f"{what}={value!r} must be a non-empty name of letters, digits and _.+- "
+                         "(it is part of a file name)")
+    return value
+
+
+# --------------------------------------------------------------------------------------------- writing
+
+
+def write(rows, *, chapter: str, params: Mapping[str, object], dataset: str | None = None,
+          draw: int | None = None, run_id: str | None = None, root: str | Path | None = None,
+          **constants) -> Path | None:
+    """Add ``rows`` to the results table as one part of the current run; return the file written.
+
+    A typical notebook call is ``results.write(table, chapter="sec3_1_layerwise", params=params,
+    dataset="coco-mini/first", draw=0, k=k, n=len(pairs))`` where ``table`` has one row per score.
+
+    Parameters
+    ----------
+    rows : DataFrame, list of dict or dict of lists
+        One row per score. Columns named as in :data:`COLUMNS`; other columns go to ``extra``.
+    chapter : str
+        Notebook name (letters, digits, ``_.+-``).
+    params : mapping
+        The notebook's parameters; their hash identifies the run's configuration (:func:`params_hash`).
+    dataset, draw : optional
+        Values for every row, when ``rows`` has no such column.
+    run_id : str, optional
+        Run to write into (default :func:`current_run_id`). Writes of one run are all kept; a later run with
+        the same ``chapter``, ``params`` and dataset/draw supersedes them.
+    root : path, optional
+        Folder of the table (default ``paths.cache_dir("results")``).
+    **constants
+        Further schema columns with one value for every row (``k=10``, ``n=239``, ``quantity="peak"``,
+        ``preprocessing="clip_outliers(q=0.95)"``, ...), when ``rows`` has no such column.
+
+    Returns
+    -------
+    Path or None
+        The Parquet file written, or None when ``rows`` is empty (nothing is written).
+
+    Raises
+    ------
+    ValueError
+        If a required column (:data:`REQUIRED`) is missing or null, a value has the wrong type or is out of
+        range (the message names the column), a column is given both in ``rows`` and as a keyword, ``rows``
+        carries a column :func:`write` sets itself, a keyword is not a schema column, or ``chapter`` /
+        ``run_id`` is not safe in a file name.
+
+    Examples
+    --------
+    >>> results.write([{"metric": "mutual_knn", "score": 0.12, "quantity": "peak"}],
+    ...               chapter="demo", params={"k": 10}, dataset="coco-mini/first", draw=0, k=10)  # doctest: +SKIP
+    """
+    _check_safe("chapter", chapter)
+    run_id = current_run_id() if run_id is None else _check_safe("run_id", run_id)
+    df = _validate_rows(rows, dataset=dataset, draw=draw, **constants)
+    if df.empty:
+        return None
+    p_json = _canonical_json(dict(params))
+    p_hash = params_hash(dict(params))
+    df["chapter"] = chapter
+    df["lib_version"] = __version__
+    df["commit"] = source_commit()
+    df["params_hash"] = p_hash
+    df["params"] = p_json
+    df["run_id"] = run_id
+    df["created"] = pd.Timestamp.now(tz="UTC").floor("us")
+    df = df[list(COLUMNS)]
+    # the part name is a hash of what the rows are, so re-executing a cell in the same run replaces its file
+    ident = df[[c for c in COLUMNS if c not in PROVENANCE and c not in ("score", "calibrated", "tau", "p")]]
+    part = hashlib.sha256(ident.to_json(orient="values").encode()).hexdigest()[:12]
+    folder = (Path(root) if root is not None else paths.cache_dir("results")) / chapter
+    final = folder / f"{chapter}__{p_hash}__{run_id}__{part}.parquet"
+    _write_atomic(df, final)
+    return final
+
+
+def _write_atomic(df: pd.DataFrame, final: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    final.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pandas(df, schema=_arrow_schema(), preserve_index=False)
+    tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        pq.write_table(table, tmp)
+        with open(tmp, "rb") as f:  # on disk before the rename makes it visible
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _validate_rows(rows, **constants) -> pd.DataFrame:
+    """Rows as a DataFrame with every schema column (provenance still empty) and ``extra`` filled."""
+    if isinstance(rows, pd.DataFrame):
+        df = rows.reset_index(drop=True).copy()
+    else:
+        try:
+            df = pd.DataFrame(rows)
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"rows must be a DataFrame, a list of dicts or a dict of lists: {err}") from None
+    df.columns = [str(c) for c in df.columns]
+    carried = [c for c in PROVENANCE if c in df.columns]
+    if carried:
+        raise ValueError(f"rows carry column(s) {carried} that write() sets itself; drop them")
+    for name, value in constants.items():
+        if value is None:
+            continue
+        if name not in COLUMNS or name in PROVENANCE:
+            valid = [c for c in COLUMNS if c not in PROVENANCE]
+            raise ValueError(f"write() got an unknown keyword {name!r}; schema columns: {valid}")
+        if name in df.columns:
+            raise ValueError(f"column {name!r} is given both in rows and as a keyword; give it once")
+        df[name] = [value] * len(df)
+    if df.empty:
+        return df
+    extra_cols = [c for c in df.columns if c not in COLUMNS]
+    out = pd.DataFrame(index=df.index)
+    for col, kind in COLUMNS.items():
+        if col in PROVENANCE:
+            continue
+        if col not in df.columns:
+            if col in REQUIRED:
+                raise ValueError(f"required column {col!r} is missing; give it in rows or as write({col}=...)")
+            out[col] = _empty(kind, len(df))
+        else:
+            out[col] = _coerce(col, kind, df[col])
+            if col in REQUIRED and out[col].isna().any() and col != "score":
+                raise ValueError(f"required column {col!r} has null values in rows "
+                                 f"{list(np.flatnonzero(out[col].isna().to_numpy())[:5])}")
+    if extra_cols:
+        out["extra"] = [_canonical_json({c: _plain(r[c]) for c in extra_cols}) for _, r in df.iterrows()]
+    else:
+        out["extra"] = "{}"
+    return out
+
+
+def _plain(v):
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    if v is pd.NA or v is pd.NaT:
+        return None
+    return v
+
+
+def _empty(kind: str, n: int):
+    if kind == _FLOAT:
+        return np.full(n, np.nan)
+    if kind == _INT:
+        return pd.array([pd.NA] * n, dtype="Int64")
+    return [None] * n
+
+
+def _is_null(v) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, (float, np.floating)) and math.isnan(v))
+
+
+def _coerce(col: str, kind: str, values: pd.Series):
+    vals = list(values)
+    bad = None
+    if kind == _STR:
+        bad = next((v for v in vals if not _is_null(v) and not isinstance(v, str)), None)
+        if bad is not None:
+            raise ValueError(f"column {col!r} must hold strings (or None); got {bad!r} ({type(bad).__name__})")
+        return [None if _is_null(v) else v for v in vals]
+    if kind == _FLOAT:
+        for v in vals:
+            if not _is_null(v) and (isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number))):
+                raise ValueError(f"column {col!r} must hold numbers; got {v!r} ({type(v).__name__})")
+        arr = np.array([np.nan if _is_null(v) else float(v) for v in vals], dtype=np.float64)
+        if col in _RANGES:
+            lo, hi = _RANGES[col]
+            out = arr[~np.isnan(arr) & ((arr < lo) | (arr > hi))]
+            if out.size:
+                raise ValueError(f"column {col!r} must lie in [{lo}, {hi}]; got {out[:5].tolist()}")
+        return arr
+    # integers: Python/NumPy ints, or floats that are whole numbers (a column with NaN becomes float)
+    ints = []
+    for v in vals:
+        if _is_null(v):
+            ints.append(pd.NA)
+        elif isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number)) or (
+                isinstance(v, (float, np.floating)) and not float(v).is_integer()):
+            raise ValueError(f"column {col!r} must hold integers; got {v!r} ({type(v).__name__})")
+        else:
+            ints.append(int(v))
+    return pd.array(ints, dtype="Int64")
+
+
+# --------------------------------------------------------------------------------------------- reading
+
+
+def _files(root: Path, chapter=None) -> list[Path]:
+    if not root.is_dir():
+        return []
+    if isinstance(chapter, str):
+        folders = [root / chapter]
+    else:
+        folders = [p for p in root.iterdir() if p.is_dir()]
+    return sorted(f for d in folders if d.is_dir() for f in d.glob("*.parquet") if not f.name.startswith("."))
+
+
+def _read(files: Iterable[Path]) -> pd.DataFrame:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = _arrow_schema()
+    tables = []
+    for f in files:
+        try:
+            tables.append(pq.read_table(f, schema=schema))
+        except FileNotFoundError:  # deleted by compact() between listing and reading
+            continue
+    table = pa.concat_tables(tables) if tables else schema.empty_table()
+    return table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+
+
+def _latest_only(df: pd.DataFrame) -> pd.DataFrame:
+    """Keep, for each RUN_KEY group, only the rows of the winning run (latest first write, then run id)."""
+    if df.empty:
+        return df
+    key = list(RUN_KEY)
+    first = df.groupby(key + ["run_id"], dropna=False, sort=False)["created"].min().reset_index()
+    winner = first.sort_values(["created", "run_id"], kind="stable").drop_duplicates(subset=key, keep="last")
+    return df.merge(winner[key + ["run_id"]], on=key + ["run_id"], how="inner")  # null keys match nulls
+
+
+def load(*, root: str | Path | None = None, include_superseded: bool = False, expand_extra: bool = False,
+         **filters) -> pd.DataFrame:
+    """The results table as a pandas DataFrame (one row per score, columns :data:`COLUMNS`).
+
+    Parameters
+    ----------
+    root : path, optional
+        Folder of the table (default ``paths.cache_dir("results")``).
+    include_superseded : bool, default False
+        Keep the rows of runs that a rerun with the same parameters replaced.
+    expand_extra : bool, default False
+        Unpack the ``extra`` JSON column into one column per key (missing keys: NaN).
+    **filters
+        ``column=value`` keeps the rows equal to ``value``; a list, tuple or set of values keeps the rows
+        equal to any of them. ``params=<mapping>`` selects by the hash of those parameters.
+
+    Returns
+    -------
+    DataFrame
+        Rows in a stable order (chapter, params_hash, dataset, draw, run_id, then as written).
+
+    Raises
+    ------
+    ValueError
+        If a filter names no column of the table (the message lists the columns).
+
+    Examples
+    --------
+    >>> df = results.load(chapter="sec3_1_layerwise", metric="mutual_knn", quantity="peak")  # doctest: +SKIP
+    >>> results.aggregate(df, by=["dataset", "model_x", "model_y"])  # doctest: +SKIP
+    """
+    if "params" in filters and isinstance(filters["params"], Mapping):
+        if "params_hash" in filters:
+            raise ValueError("give params= or params_hash=, not both")
+        filters["params_hash"] = params_hash(dict(filters.pop("params")))
+    unknown = [c for c in filters if c not in COLUMNS]
+    if unknown:
+        raise ValueError(f"unknown filter column(s) {unknown}; columns: {list(COLUMNS)}")
+    root = Path(root) if root is not None else paths.cache_dir("results")
+    df = _read(_files(root, filters.get("chapter")))
+    if not include_superseded:
+        df = _latest_only(df)
+    for col, value in filters.items():
+        if isinstance(value, (list, tuple, set, frozenset)):
+            df = df[df[col].isin(list(value))]
+        elif _is_null(value):
+            df = df[df[col].isna()]
+        else:
+            df = df[df[col] == value]
+    df = df.sort_values(["chapter", "params_hash", "dataset", "draw", "run_id", "created"], kind="stable")
+    df = df.reset_index(drop=True)
+    if expand_extra and not df.empty:
+        extra = pd.DataFrame([json.loads(e) for e in df["extra"]], index=df.index)
+        df = pd.concat([df, extra], axis=1)
+    return df
+
+
+def compact(*, root: str | Path | None = None) -> list[Path]:
+    """Delete the files whose every row is superseded by a rerun; return the files deleted.
+
+    Safe while others write or read: a superseded file's rows are never returned by :func:`load`, and
+    :func:`load` skips files that vanish while it reads.
+    """
+    import pyarrow.parquet as pq
+
+    root = Path(root) if root is not None else paths.cache_dir("results")
+    files = _files(root)
+    if not files:
+        return []
+    frames = []
+    for f in files:
+        try:
+            frames.append(pq.read_table(f, columns=list(RUN_KEY) + ["run_id", "created"]).to_pandas().assign(_file=str(f)))
+        except FileNotFoundError:
+            continue
+    df = pd.concat(frames, ignore_index=True)
+    kept = set(_latest_only(df)["_file"])
+    gone = [Path(f) for f in df["_file"].unique() if f not in kept]
+    for f in gone:
+        f.unlink(missing_ok=True)
+    return gone
+
+
+# --------------------------------------------------------------------------------------------- aggregation
+
+
+def aggregate(df: pd.DataFrame, by: list[str], *, values: str | list[str] = "score") -> pd.DataFrame:
+    """Mean and standard deviation over draws of each group of ``by``.
+
+    Parameters
+    ----------
+    df : DataFrame
+        Rows of the results table (e.g. from :func:`load`), with a ``draw`` column.
+    by : list of str
+        Columns that identify one quantity; within a group, rows must differ only by ``draw`` (one row per
+        draw).
+    values : str or list of str, default "score"
+        Numeric columns to aggregate (e.g. ``["score", "calibrated", "p"]``).
+
+    Returns
+    -------
+    DataFrame
+        One row per group: the ``by`` columns, then for each value ``<value>_mean`` and ``<value>_std``
+        (sample standard deviation, ddof = 1, over the draws with a non-NaN value; NaN, not 0, when fewer
+        than two draws have one), ``n_draws`` (distinct draws in the group) and ``single_draw`` (True when
+        the draws could not be repeated, i.e. ``n_draws < 2``: show no band, say so).
+
+    Raises
+    ------
+    ValueError
+        If a column of ``by`` or ``values`` is missing, or a group holds two rows for the same draw (the
+        message names the columns that vary within it, to add to ``by``).
+    """
+    values = [values] if isinstance(values, str) else list(values)
+    by = list(by)
+    missing = [c for c in by + values + ["draw"] if c not in df.columns]
+    if missing:
+        raise ValueError(f"aggregate: column(s) {missing} not in the table; columns: {list(df.columns)}")
+    if "draw" in by:
+        raise ValueError("aggregate: 'draw' is what is averaged over; leave it out of by")
+    if df.empty:
+        cols = by + [f"{v}_{s}" for v in values for s in ("mean", "std")] + ["n_draws", "single_draw"]
+        return pd.DataFrame(columns=cols)
+    dup = df.duplicated(subset=by + ["draw"], keep=False)
+    if dup.any():
+        sample = df[dup]
+        varying = [c for c in df.columns if c not in by + values and c not in ("created", "run_id", "extra")
+                   and sample.groupby(by + ["draw"], dropna=False)[c].nunique(dropna=False).gt(1).any()]
+        raise ValueError(f"aggregate: {int(dup.sum())} rows share a draw within a group of {by}; "
+                         f"columns that vary within the groups: {varying}")
+    grouped = df.groupby(by, dropna=False, sort=True)
+    out = grouped.agg(**{f"{v}_{s}": (v, fn) for v in values
+                         for s, fn in (("mean", "mean"), ("std", lambda x: x.astype(float).std(ddof=1)))})
+    out["n_draws"] = grouped["draw"].nunique()
+    out["single_draw"] = out["n_draws"] < 2
+    return out.reset_index()
+
+
+def format_mean_std(mean: float, std: float, n_draws: int, *, digits: int = 3) -> str:
+    """``"0.123 ± 0.004 (5 draws)"``, or ``"0.123 (one draw; cannot be repeated)"`` when ``n_draws < 2``."""
+    if n_draws < 2 or not np.isfinite(std):
+        return f"{mean:.{digits}f} (one draw; cannot be repeated)"
+    return f"{mean:.{digits}f} ± {std:.{digits}f} ({n_draws} draws)"
