@@ -6,6 +6,7 @@ Usage (console script ``prh-run`` or ``python -m prh_lib.runner``)::
     prh-run sec3_1_layerwise -p k=5      # one notebook with an override
     prh-run --params smoke --no-build    # small parameters, no book build
     prh-run --list                       # notebooks and their parameters
+    prh-run sec3_1_layerwise --sweep k=5,10 --sweep seed=0,1   # every combination, into runs/
 
 Notebook sources are jupytext percent-format ``notebooks/<name>.py`` files. Each is converted to an
 ``.ipynb`` and executed by papermill (kernel ``python3``) into ``book/<name>.ipynb``; the book is then
@@ -116,6 +117,238 @@ def build_book() -> None:
     subprocess.run([exe, "build", str(paths.book_dir())], cwd=paths.repo_root(), check=True)
 
 
+# --------------------------------------------------------------------------------------------- sweeps
+# ``prh-run NOTEBOOK --sweep k=5,10 --sweep seed=0,1`` executes every combination into
+# ``runs/<notebook>/<slug>.ipynb`` (never into book/), each as its own run of the results table.
+
+
+def parse_sweep(text: str) -> tuple[str, list[object]]:
+    """Parse ``key=v1,v2,...`` into ``(key, [v1, v2, ...])``.
+
+    Values are split at top-level commas and read as Python literals where they are ones
+    (``clip_q=None,0.95`` -> ``[None, 0.95]``; ``fracs=[0.5,1.0],[1.0]`` -> two lists), else kept as strings
+    (``device=cpu,cuda``).
+
+    Raises
+    ------
+    ValueError
+        If ``text`` is not of the form ``key=values``, or a value repeats.
+    """
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or not raw.strip():
+        raise ValueError(f"sweep {text!r} is not of the form key=v1,v2,...")
+    try:
+        values = list(ast.literal_eval(f"({raw},)"))
+    except (ValueError, SyntaxError):
+        values = [parse_override(f"{key}={v}")[1] for v in raw.split(",")]
+    return key, _check_sweep_values(key, values)
+
+
+def _check_sweep_values(key: str, values: list[object]) -> list[object]:
+    if not values:
+        raise ValueError(f"sweep of {key!r} has no values")
+    seen = [repr(v) for v in values]
+    dup = sorted({v for v in seen if seen.count(v) > 1})
+    if dup:
+        raise ValueError(f"sweep of {key!r} repeats value(s) {', '.join(dup)}")
+    return values
+
+
+def read_sweep_file(path: str | Path) -> dict[str, list[object]]:
+    """Read a YAML grid ``{key: [values], ...}`` (a scalar is one value).
+
+    Raises
+    ------
+    ValueError
+        If the file is not a mapping of parameter names to values, or a list is empty or repeats a value.
+    """
+    import yaml
+
+    grid = yaml.safe_load(Path(path).read_text())
+    if not isinstance(grid, dict) or not grid or not all(isinstance(k, str) for k in grid):
+        raise ValueError(f"sweep file {path} must map parameter names to lists of values, "
+                         f"e.g. {{k: [5, 10], seed: [0, 1]}}; got {grid!r}")
+    return {k: _check_sweep_values(k, list(v) if isinstance(v, list) else [v]) for k, v in grid.items()}
+
+
+def sweep_grid(sweeps: list[str], sweep_file: str | Path | None = None) -> dict[str, list[object]]:
+    """The grid of ``--sweep`` texts and an optional ``--sweep-file``; a key may be given once.
+
+    Raises
+    ------
+    ValueError
+        If a key is swept twice, or a sweep is malformed.
+    """
+    grid = read_sweep_file(sweep_file) if sweep_file else {}
+    for text in sweeps:
+        key, values = parse_sweep(text)
+        if key in grid:
+            raise ValueError(f"parameter {key!r} is swept twice; give its values once")
+        grid[key] = values
+    return grid
+
+
+def sweep_combinations(grid: dict[str, list[object]]) -> list[dict[str, object]]:
+    """Every combination of the grid (cartesian product, first key slowest), as parameter dicts."""
+    import itertools
+
+    return [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+
+
+def parameter_slug(combo: dict[str, object]) -> str:
+    """A file-name-safe slug of a combination, ``k=5__seed=0``; long or unusual values are shortened with a hash."""
+    import hashlib
+    import re
+
+    def text(v):
+        return v if isinstance(v, str) else repr(v)
+
+    parts = [f"{k}={re.sub(r'[^A-Za-z0-9._+-]+', '-', text(v)).strip('-') or '-'}" for k, v in combo.items()]
+    slug = "__".join(parts)
+    exact = "__".join(f"{k}={text(v)}" for k, v in combo.items())
+    if slug != exact or len(slug) > 120:  # lossy: a hash of the exact values keeps slugs distinct
+        slug = f"{slug[:100]}__{hashlib.sha256(exact.encode()).hexdigest()[:8]}"
+    return slug
+
+
+def check_sweep_keys(name: str, keys) -> None:
+    """Check that notebook ``name`` declares every swept key in its ``parameters`` cell.
+
+    Raises
+    ------
+    ValueError
+        Naming the undeclared key(s) and the notebook's parameters.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        declared = notebook_parameters(notebook_to_ipynb(name, Path(tmp) / f"{name}.ipynb"))
+    unknown = [k for k in keys if k not in declared]
+    if unknown:
+        raise ValueError(f"notebook {name!r} declares no parameter {', '.join(map(repr, unknown))} to sweep; "
+                         f"its parameters: {', '.join(sorted(declared))}")
+
+
+@contextmanager
+def _env(name: str, value: str):
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+def run_sweep(name: str, params: dict[str, object], grid: dict[str, list[object]], *,
+              runs_dir: Path | None = None, headline: str = "peak", log=print):
+    """Execute notebook ``name`` for every combination of ``grid`` on top of ``params``.
+
+    Each combination runs as its own run of the results table (``PRH_RUN_ID``) and is written to
+    ``<runs_dir>/<name>/<slug>.ipynb`` (default ``paths.runs_dir()``); a failing combination is recorded and
+    the others still run (a stale notebook of a failed slug is removed).
+
+    Returns
+    -------
+    DataFrame
+        One row per combination: the swept parameters, ``status`` (``"ok"`` / ``"failed"``), ``seconds``,
+        ``rows`` (result rows the run wrote), one column per headline score (rows with
+        ``quantity == headline``, averaged over the run's draws; labelled ``metric model_x~model_y``),
+        ``error`` and ``notebook``.
+
+    Raises
+    ------
+    ValueError
+        If the notebook does not declare a swept key (checked before anything runs).
+    """
+    import pandas as pd
+
+    from . import results
+
+    check_sweep_keys(name, grid)
+    out_dir = Path(runs_dir if runs_dir is not None else paths.runs_dir()) / name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    combos = sweep_combinations(grid)
+    records = []
+    for i, combo in enumerate(combos, 1):
+        slug, run_id = parameter_slug(combo), results.new_run_id()
+        final = out_dir / f"{slug}.ipynb"
+        log(f"[prh-run] sweep {name} {i}/{len(combos)}: {slug}", flush=True)
+        t0 = time.perf_counter()
+        tmp = Path(tempfile.mkdtemp(prefix=f".{slug}.", dir=out_dir))
+        try:
+            with _env("PRH_RUN_ID", run_id):
+                out = run_notebook(name, {**params, **combo}, output_dir=tmp, quiet=True)
+            os.replace(out, final)
+            status, error = "ok", ""
+        except Exception as err:  # noqa: BLE001 -- reported in the table; the other combinations still run
+            final.unlink(missing_ok=True)
+            status, error = "failed", f"{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ''}"
+            log(f"[prh-run] {slug} failed: {error}", flush=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        records.append({**{k: repr(v) if isinstance(v, (list, dict, tuple)) else v for k, v in combo.items()},
+                        "status": status, "seconds": round(time.perf_counter() - t0, 1), "run_id": run_id,
+                        "error": error, "notebook": str(final) if status == "ok" else ""})
+    table = pd.DataFrame(records)
+    rows = results.load(run_id=list(table["run_id"]))
+    table["rows"] = table["run_id"].map(rows.groupby("run_id").size()).fillna(0).astype(int)
+    head = rows[rows["quantity"] == headline]
+    if not head.empty:
+        label = head["metric"].astype(str)
+        models = head["model_x"].fillna("").astype(str) + "~" + head["model_y"].fillna("").astype(str)
+        label = label.where(models == "~", label + " " + models)
+        if head["dataset"].nunique() > 1:
+            label = label + " " + head["dataset"].astype(str)
+        wide = head.assign(_label=label).pivot_table(index="run_id", columns="_label", values="score", aggfunc="mean")
+        table = table.join(wide, on="run_id")
+    first = [c for c in table.columns if c not in ("run_id", "error", "notebook")]
+    return table[first + ["error", "notebook", "run_id"]]
+
+
+def format_sweep_table(table) -> str:
+    """The comparison table of :func:`run_sweep` as text (without run ids and notebook paths)."""
+    shown = table.drop(columns=["run_id", "notebook"])
+    if not (shown["error"] != "").any():
+        shown = shown.drop(columns=["error"])
+    return shown.to_string(index=False, float_format=lambda x: f"{x:.4g}")
+
+
+def _add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("sweeps (executed notebooks go to runs/<notebook>/, never to book/)")
+    g.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2,...",
+                   help="sweep one parameter over values (repeatable; every combination runs)")
+    g.add_argument("--sweep-file", type=Path, default=None, metavar="GRID.yaml",
+                   help="YAML grid {key: [values], ...} to sweep")
+    g.add_argument("--runs-dir", type=Path, default=None, help="where sweeps write (default: runs/, PRH_RUNS_DIR)")
+    g.add_argument("--headline", default="peak", metavar="QUANTITY",
+                   help="results-table quantity shown per combination (default: peak)")
+
+
+def _sweep_main(parser: argparse.ArgumentParser, args, params: dict[str, object]) -> int:
+    if not args.notebooks:
+        parser.error("--sweep needs the notebook(s) to sweep, e.g. prh-run sec3_1_layerwise --sweep k=5,10")
+    if args.output_dir is not None or args.build_only or args.list:
+        parser.error("--sweep writes to --runs-dir and builds no book; drop --output-dir/--build-only/--list")
+    try:
+        grid = sweep_grid(args.sweep, args.sweep_file)
+        for n in args.notebooks:  # every notebook is checked before any runs
+            check_sweep_keys(n, grid)
+    except (ValueError, OSError) as err:
+        parser.error(str(err))
+    failed = 0
+    for n in args.notebooks:
+        table = run_sweep(n, params, grid, runs_dir=args.runs_dir, headline=args.headline)
+        failed += int((table["status"] != "ok").sum())
+        where = Path(args.runs_dir if args.runs_dir is not None else paths.runs_dir()) / n
+        print(f"\n[prh-run] sweep of {n} ({args.params} profile), notebooks in {where}:\n{format_sweep_table(table)}",
+              flush=True)
+    if failed:
+        print(f"[prh-run] {failed} combination(s) failed", file=sys.stderr, flush=True)
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="prh-run", description=__doc__.split("\n\n")[0])
     parser.add_argument("notebooks", nargs="*", help="notebook names (default: all)")
@@ -126,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--build-only", action="store_true", help="only build the book")
     parser.add_argument("--output-dir", type=Path, default=None, help="where executed notebooks go (default: book/)")
     parser.add_argument("--list", action="store_true", help="list notebooks and their parameters")
+    _add_sweep_arguments(parser)
     args = parser.parse_args(argv)
 
     names = args.notebooks or available_notebooks()
@@ -143,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         parser.error(str(err))
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    if args.sweep or args.sweep_file:
+        return _sweep_main(parser, args, params)
     if not args.build_only:
         for n in names:
             t0 = time.perf_counter()
