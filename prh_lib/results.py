@@ -307,7 +307,7 @@ def _validate_rows(rows, **constants) -> pd.DataFrame:
                 raise ValueError(f"required column {col!r} has null values in rows "
                                  f"{list(np.flatnonzero(out[col].isna().to_numpy())[:5])}")
     if extra_cols:
-        out["extra"] = [_canonical_json({c: _plain(r[c]) for c in extra_cols}) for _, r in df.iterrows()]
+        out["extra"] = [_canonical_json({c: _plain(v) for c, v in r.items()}) for r in df[extra_cols].to_dict("records")]
     else:
         out["extra"] = "{}"
     return out
@@ -400,7 +400,7 @@ def _latest_only(df: pd.DataFrame) -> pd.DataFrame:
     key = list(RUN_KEY)
     first = df.groupby(key + ["run_id"], dropna=False, sort=False)["created"].min().reset_index()
     winner = first.sort_values(["created", "run_id"], kind="stable").drop_duplicates(subset=key, keep="last")
-    return df.merge(winner[key + ["run_id"]], on=key + ["run_id"], how="inner")  # null keys match nulls
+    return df.merge(winner[key + ["run_id"]], on=key + ["run_id"], how="inner")
 
 
 def load(*, root: str | Path | None = None, include_superseded: bool = False, expand_extra: bool = False,
