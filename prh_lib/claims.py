@@ -1,0 +1,285 @@
+"""The papers' claims, with their numbers, and verdicts computed from this build's numbers.
+
+Every chapter page ends with a section "The paper and this build": one row per claim of the paper that
+the chapter addresses, the paper's value, this build's value (mean ± std over draws, from the results
+table) and a verdict computed from the numbers by :func:`verdict`. The front page collects the same rows
+for the whole book (:func:`checklist`).
+
+The paper's values are quoted from the papers' text as summarised in ``shared/papers/`` (Herbst et al.,
+arXiv 2611.12869; for the displacement chapter, arXiv 2609.24209).
+
+Verdicts
+--------
+``"reproduces"``
+    The qualitative claim holds here *and* this build ran in the paper's setting (its models, data and
+    N), with the value within tolerance of the paper's (``max(claim.tolerance, 2 std)``).
+``"reproduces in kind"``
+    The qualitative claim holds here, but the setting differs (offline models, N = 239, COCO only), so the
+    value itself is not comparable, or it is comparable and outside tolerance.
+``"differs"``
+    The qualitative claim does not hold on this build's numbers.
+``"not testable offline"``
+    This build has no numbers for it (the reason says what is missing).
+
+This module imports nothing else from :mod:`prh_lib`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+PAPER = "Herbst et al. 2026, arXiv 2611.12869"
+COMPANION = "arXiv 2609.24209"
+
+VERDICTS = ("reproduces", "reproduces in kind", "differs", "not testable offline")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of a paper.
+
+    Attributes
+    ----------
+    id : str
+        Stable key, e.g. ``"3.1/cross-modal-peak"``.
+    chapter : str
+        Notebook (page) that tests it.
+    text : str
+        The claim, in one line.
+    paper : str
+        The paper's value as displayed (with dataset and models).
+    source : str
+        Where in the paper (section, figure, table).
+    value : float or None
+        The paper's number, where the claim has one that this build's number can be compared with.
+    tolerance : float
+        Absolute tolerance for "reproduces" (see :func:`verdict`); widened to 2 std of this build's draws.
+    offline : str
+        Why the claim cannot be tested offline, when it cannot ("" if it can).
+    """
+
+    id: str
+    chapter: str
+    text: str
+    paper: str
+    source: str
+    value: float | None = None
+    tolerance: float = 0.02
+    offline: str = ""
+    arxiv: str = "2611.12869"
+
+
+_NO_VLM = "no CLIP-like model installs offline; run the paper profile"
+_NO_BENCH = "the offline language models have no published MMLU/ARC/GSM8K scores; run the paper profile"
+_NO_DATA = "only coco-mini is available offline; run the paper profile"
+
+CLAIMS: dict[str, Claim] = {c.id: c for c in [
+    # Section 3.1 (Fig. 1, WIT)
+    Claim("3.1/cross-modal-peak", "sec3_1_layerwise", "Cross-modal alignment is real but small",
+          "0.143 (WIT; DINOv3 layer 21 × Qwen3-8B layer 30)", "Sec. 3.1, Fig. 1a", value=0.143),
+    Claim("3.1/later-layers", "sec3_1_layerwise", "Cross-modal peaks sit in later layers (relative depth ≥ 0.5 on both sides)",
+          "later layers (DINOv3 21/24, Qwen3-8B 30/36)", "Sec. 3.1, Fig. 1a"),
+    Claim("3.1/final-not-max", "sec3_1_layerwise", "The final-layer pair is never the maximum",
+          "never the maximum, sometimes far from it", "Sec. 3.1"),
+    Claim("3.1/vision-vision", "sec3_1_layerwise", "Vision-vision pairs align far more, in later layers",
+          "up to 0.538; three blocks above 0.3", "Sec. 3.1, Fig. 1b", value=0.538, tolerance=0.05),
+    Claim("3.1/language-language", "sec3_1_layerwise",
+          "Language-language (generative × embedding) reaches about 0.5 at early-middle layers",
+          "about 0.5 at early-middle layer pairs", "Sec. 3.1, Fig. 1c", value=0.5, tolerance=0.05),
+    # PCA (Fig. 2, App. C)
+    Claim("3.1/pca-40", "sec3_1b_pca", "Keeping 40 % of the variance keeps (or slightly raises) alignment for most models",
+          "kept or slightly raised (WIT, DINOv2 × 6 LMs)", "Sec. 3.1, Fig. 2"),
+    Claim("3.1/pca-100", "sec3_1b_pca", "About 100 dimensions keep cross-modal alignment",
+          "~100 dims of 1,536-5,120", "Sec. 3.1, Fig. 2"),
+    Claim("3.1/pca-strong", "sec3_1b_pca", "Stronger compression loses it", "lost below ~100 dims", "Sec. 3.1, Fig. 2"),
+    Claim("3.1/pca-docci", "sec3_1b_pca", "On DOCCI more variance is needed; 100 language dims still mostly hold",
+          "DOCCI needs more variance", "App. C, Fig. 8", offline=_NO_DATA),
+    # Section 3.2 (Figs. 3-4, App. D)
+    Claim("3.2/mmlu-docci", "sec3_2_capability", "Alignment with DINOv3 correlates with MMLU on DOCCI",
+          "r = 0.66 (p = 0.001), same after calibration", "Sec. 3.2, Fig. 3", value=0.66, offline=_NO_BENCH),
+    Claim("3.2/arc-docci", "sec3_2_capability", "... and with ARC-Challenge", "r = 0.73 (p = 0.0002)",
+          "Sec. 3.2, Fig. 4", value=0.73, offline=_NO_BENCH),
+    Claim("3.2/gsm8k", "sec3_2_capability", "GSM8K does not correlate", "not significant", "Sec. 3.2, App. D",
+          offline=_NO_BENCH),
+    Claim("3.2/datasets", "sec3_2_capability", "The trend weakens with noisier captions",
+          "DOCCI-10 % r = 0.59 (p = 0.005); WIT 0.46 (p = 0.03); CC3M 0.26 (p = 0.25)", "Sec. 3.2, Fig. 3",
+          offline=_NO_DATA),
+    Claim("3.2/capability-trend", "sec3_2_capability",
+          "More capable language models align more (offline: capability = lower bits per byte on held-out captions)",
+          "r = 0.66 with MMLU (DOCCI)", "Sec. 3.2"),
+    Claim("3.2/final-less", "sec3_2_capability", "Final-layer alignment predicts capability less than the maximum",
+          "final layer less predictive", "App. D"),
+    # Section 3.3 (Fig. 5, Table 1)
+    Claim("3.3/unimodal", "sec3_3_regimes", "Unimodal vision × language pairs exceed 0.3 on COCO and DOCCI",
+          "> 0.3 (COCO, DOCCI; N = 1024)", "Sec. 3.3, Fig. 5", value=0.3, tolerance=0.05),
+    Claim("3.3/clip", "sec3_3_regimes", "... above CLIP ViT-L/14 (projection layer)", "COCO 0.317 ± 0.005",
+          "Table 1", value=0.317, offline=_NO_VLM),
+    Claim("3.3/siglip", "sec3_3_regimes", "... and SigLIP 2 So400M", "COCO 0.285 ± 0.004", "Table 1",
+          value=0.285, offline=_NO_VLM),
+    Claim("3.3/qwen3-vl", "sec3_3_regimes", "... below Qwen3-VL-Embedding-8B", "DOCCI 0.445 ± 0.003", "Table 1",
+          value=0.445, offline=_NO_VLM),
+    Claim("3.3/same-modality", "sec3_3_regimes", "Same-modality pairs align at about 0.5, far above cross-modal",
+          "about 0.5", "Sec. 3.3, Fig. 5", value=0.5, tolerance=0.05),
+    Claim("3.3/random-init", "sec3_3_regimes", "Randomly initialised models score near chance",
+          "near chance (k/(N-1) = 0.0098 at N = 1024)", "Sec. 3.3, Fig. 5"),
+    Claim("3.3/projection", "sec3_3_regimes", "A VLM's projection layer scores within 0.016 of its best layer pair",
+          "≤ 0.016 (SigLIP 2, COCO); others ≤ 0.006", "App. E, Table 1", value=0.016, offline=_NO_VLM),
+    # Appendix G, F
+    Claim("G/k-order", "appg_k_n_ablation", "Larger k raises scores but keeps the order of the regimes",
+          "k ∈ {1, 5, 10, 100} (DOCCI)", "App. G"),
+    Claim("G/fixed-ratio", "appg_k_n_ablation", "At fixed k/N ≈ 0.01 scores are stable across N",
+          "stable (DOCCI)", "App. G"),
+    Claim("F/detail", "appf_caption_detail", "Less caption detail lowers alignment but keeps the order of models",
+          "DOCCI summarised to 10-75 %: lower, same order", "App. F"),
+    # Displacement geometry (companion paper, sample level, Flickr30k)
+    Claim("D/vision-vision", "ch_displacement", "Cross-Model exceeds Pointwise (vision-vision)", "0.45 vs 0.31",
+          "Table (sample level, Flickr30k)", value=0.45, arxiv="2609.24209"),
+    Claim("D/language-language", "ch_displacement", "Cross-Model exceeds Pointwise (language-language)",
+          "0.73 vs 0.36", "Table (sample level, Flickr30k)", value=0.73, arxiv="2609.24209"),
+    Claim("D/cross-modal", "ch_displacement", "Cross-Model exceeds Pointwise (cross-modal)", "0.31 vs 0.19",
+          "Table (sample level, Flickr30k)", value=0.31, arxiv="2609.24209"),
+]}
+
+
+def claims_for(chapter: str) -> list[Claim]:
+    """The claims a chapter tests, in the order listed in :data:`CLAIMS`.
+
+    Raises
+    ------
+    ValueError
+        If no claim names that chapter (the message lists the chapters that have claims).
+    """
+    found = [c for c in CLAIMS.values() if c.chapter == chapter]
+    if not found:
+        raise ValueError(f"no claims for chapter {chapter!r}; chapters: {sorted({c.chapter for c in CLAIMS.values()})}")
+    return found
+
+
+def verdict(claim: Claim | str, *, holds: bool | None, value: float | None = None, std: float | None = None,
+            comparable: bool = False) -> str:
+    """The verdict for one claim from this build's numbers.
+
+    Parameters
+    ----------
+    claim : Claim or str
+        The claim or its id.
+    holds : bool or None
+        Whether the claim's qualitative statement holds on this build's numbers (computed by the chapter
+        from its results, e.g. ``peak > control``); None when this build has no numbers for it.
+    value, std : float, optional
+        This build's value (mean over draws) and its standard deviation over draws (NaN or None for one
+        draw), compared with ``claim.value`` only when ``comparable``.
+    comparable : bool
+        Whether this build ran in the paper's setting (its models, dataset and N), so that values compare.
+
+    Returns
+    -------
+    str
+        One of :data:`VERDICTS`.
+
+    Raises
+    ------
+    KeyError
+        For an unknown claim id.
+    """
+    claim = CLAIMS[claim] if isinstance(claim, str) else claim
+    if holds is None:
+        return "not testable offline"
+    if not holds:
+        return "differs"
+    if comparable and claim.value is not None and value is not None and math.isfinite(value):
+        spread = 2 * std if std is not None and math.isfinite(std) else 0.0
+        if abs(value - claim.value) <= max(claim.tolerance, spread):
+            return "reproduces"
+    return "reproduces in kind"
+
+
+def finding(claim: Claim | str, *, this_build: str | None, holds: bool | None, value: float | None = None,
+            std: float | None = None, comparable: bool = False, note: str = "") -> dict:
+    """One row of a chapter's "The paper and this build" table.
+
+    ``this_build`` is the displayed value (e.g. from ``results.format_mean_std``); with ``holds=None`` and no
+    ``this_build`` the row says why the claim is not testable offline.
+    """
+    claim = CLAIMS[claim] if isinstance(claim, str) else claim
+    v = verdict(claim, holds=holds, value=value, std=std, comparable=comparable)
+    if v == "not testable offline":
+        reason = note or claim.offline or "this build has no numbers for it"
+        v = f"not testable offline ({reason})"
+        note = ""
+    return {"id": claim.id, "chapter": claim.chapter, "claim": claim.text, "paper": claim.paper,
+            "source": f"{claim.source}, arXiv {claim.arxiv}", "this build": this_build or "–", "verdict": v,
+            "note": note}
+
+
+def untested(chapter: str, done: list[dict]) -> list[dict]:
+    """Rows for the chapter's claims that ``done`` does not cover (each 'not testable offline')."""
+    have = {row["id"] for row in done}
+    return [finding(c, this_build=None, holds=None) for c in claims_for(chapter) if c.id not in have]
+
+
+def claims_table(rows: list[dict], *, chapter: str | None = None) -> pd.DataFrame:
+    """The table shown under "The paper and this build".
+
+    With ``chapter``, claims of that chapter missing from ``rows`` are added as not testable, so every
+    claim of the chapter appears. Columns: claim, paper (with source), this build, verdict.
+
+    Raises
+    ------
+    ValueError
+        If a row names an unknown claim or the same claim twice.
+    """
+    ids = [r["id"] for r in rows]
+    unknown = [i for i in ids if i not in CLAIMS]
+    if unknown:
+        raise ValueError(f"unknown claim ids {unknown}; valid ids: {sorted(CLAIMS)}")
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"a claim appears twice: {sorted(i for i in ids if ids.count(i) > 1)}")
+    rows = list(rows) + (untested(chapter, rows) if chapter else [])
+    order = {cid: i for i, cid in enumerate(CLAIMS)}
+    rows.sort(key=lambda r: order[r["id"]])
+    frame = pd.DataFrame([{
+        "claim": r["claim"] + (f" ({r['note']})" if r.get("note") else ""),
+        "paper": f"{r['paper']} [{r['source']}]",
+        "this build": r["this build"],
+        "verdict": r["verdict"],
+    } for r in rows], index=pd.Index([r["id"] for r in rows], name="id"))
+    return frame
+
+
+def verdict_counts(rows: list[dict]) -> dict[str, int]:
+    """How many rows have each verdict (the 'not testable offline (reason)' rows counted together)."""
+    counts = dict.fromkeys(VERDICTS, 0)
+    for r in rows:
+        key = "not testable offline" if r["verdict"].startswith("not testable") else r["verdict"]
+        counts[key] += 1
+    return counts
+
+
+def checklist(rows_by_chapter: dict[str, list[dict] | None]) -> pd.DataFrame:
+    """The front page's claims checklist over the whole book.
+
+    Parameters
+    ----------
+    rows_by_chapter : dict
+        Chapter name -> the rows its page recorded, or None for a chapter not run in this build (its
+        claims are then listed with the verdict "not run in this build").
+    """
+    rows = []
+    for claim in CLAIMS.values():
+        recorded = rows_by_chapter.get(claim.chapter)
+        match = [r for r in (recorded or []) if r["id"] == claim.id]
+        if recorded is None:
+            row = finding(claim, this_build=None, holds=None) | {"verdict": "not run in this build"}
+        elif match:
+            row = match[0]
+        else:
+            row = finding(claim, this_build=None, holds=None)
+        rows.append(row | {"page": claim.chapter})
+    frame = pd.DataFrame([{"page": r["page"], "claim": r["claim"], "paper": f"{r['paper']} [{r['source']}]",
+                           "this build": r["this build"], "verdict": r["verdict"]} for r in rows],
+                         index=pd.Index([r["id"] for r in rows], name="id"))
+    return frame

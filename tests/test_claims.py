@@ -1,0 +1,73 @@
+"""The paper's claims registry and the verdicts computed from this build's numbers."""
+
+import math
+
+import pytest
+
+from prh_lib import claims, paths
+
+
+def test_every_claim_names_an_existing_chapter():
+    notebooks = {p.stem for p in paths.notebooks_dir().glob("*.py")}
+    assert {c.chapter for c in claims.CLAIMS.values()} <= notebooks
+
+
+def test_the_paper_numbers_the_book_must_show_are_registered():
+    shown = " ".join(c.paper for c in claims.CLAIMS.values())
+    for number in ["0.143", "0.538", "0.317", "0.285", "0.445", "r = 0.66", "r = 0.73", "0.45 vs 0.31",
+                   "0.73 vs 0.36", "0.31 vs 0.19"]:
+        assert number in shown, number
+
+
+@pytest.mark.parametrize("holds, value, std, comparable, expected", [
+    (None, 0.143, 0.0, True, "not testable offline"),
+    (False, 0.143, 0.0, True, "differs"),
+    (True, 0.150, 0.0, True, "reproduces"),            # within the 0.02 tolerance
+    (True, 0.170, 0.0, True, "reproduces in kind"),    # outside it
+    (True, 0.170, 0.015, True, "reproduces"),          # 2 std = 0.03 widens the tolerance
+    (True, 0.170, math.nan, True, "reproduces in kind"),  # one draw: no widening
+    (True, 0.143, 0.0, False, "reproduces in kind"),   # not the paper's setting: values never compare
+    (True, None, None, True, "reproduces in kind"),
+])
+def test_verdict_rules(holds, value, std, comparable, expected):
+    assert claims.verdict("3.1/cross-modal-peak", holds=holds, value=value, std=std,
+                          comparable=comparable) == expected
+
+
+def test_claim_without_number_never_reproduces_exactly():
+    assert claims.verdict("3.1/final-not-max", holds=True, value=0.1, comparable=True) == "reproduces in kind"
+
+
+def test_table_fills_untested_claims_with_their_reason():
+    row = claims.finding("3.1/cross-modal-peak", this_build="0.167 ± 0.010 (5 draws)", holds=True, value=0.167,
+                         std=0.01)
+    table = claims.claims_table([row], chapter="sec3_1_layerwise")
+    assert list(table.index) == [c.id for c in claims.claims_for("sec3_1_layerwise")]
+    assert table.loc["3.1/cross-modal-peak", "verdict"] == "reproduces in kind"
+    assert table.loc["3.1/later-layers", "verdict"].startswith("not testable offline (")
+    assert "arXiv 2611.12869" in table.loc["3.1/cross-modal-peak", "paper"]
+
+
+def test_offline_reason_is_shown():
+    row = claims.finding("3.3/clip", this_build=None, holds=None)
+    assert row["verdict"] == f"not testable offline ({claims.CLAIMS['3.3/clip'].offline})"
+
+
+def test_bad_rows_are_rejected():
+    row = claims.finding("3.1/cross-modal-peak", this_build="x", holds=True)
+    with pytest.raises(ValueError, match="twice"):
+        claims.claims_table([row, row])
+    with pytest.raises(ValueError, match="unknown claim"):
+        claims.claims_table([dict(row, id="nope")])
+    with pytest.raises(ValueError, match="no claims for chapter"):
+        claims.claims_for("nope")
+
+
+def test_checklist_covers_every_claim_and_marks_chapters_not_run():
+    row = claims.finding("3.1/cross-modal-peak", this_build="0.167", holds=True)
+    table = claims.checklist({"sec3_1_layerwise": [row]})
+    assert list(table.index) == list(claims.CLAIMS)
+    assert table.loc["3.1/cross-modal-peak", "this build"] == "0.167"
+    assert table.loc["3.3/unimodal", "verdict"] == "not run in this build"
+    counts = claims.verdict_counts([row, claims.finding("3.3/clip", this_build=None, holds=None)])
+    assert counts == {"reproduces": 0, "reproduces in kind": 1, "differs": 0, "not testable offline": 1}
