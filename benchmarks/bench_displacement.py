@@ -53,6 +53,7 @@ def main(argv=None) -> None:
 
     from threadpoolctl import threadpool_limits
 
+    from prh_lib import displacement_consensus as C
     from prh_lib.metrics import displacement as D
 
     with threadpool_limits(args.threads or None):
@@ -75,8 +76,8 @@ def main(argv=None) -> None:
         n_sh = max(1, min(10, r // 4))
 
         def consensus():
-            res = D.consensus_subspaces(feats, n_components=args.n_components, n_shared=n_sh)
-            return D.subspace_alignment(res, n_pairs=args.n_pairs, n_random=5)
+            res = C.consensus_subspaces(feats, n_components=args.n_components, n_shared=n_sh)
+            return C.subspace_alignment(res, n_pairs=args.n_pairs, n_random=5)
 
         t_c, _ = _timed(consensus, args.repeat)
 

@@ -37,7 +37,8 @@
 # over several models finds, from the eigenvectors of their symmetric cross-model covariance, a *shared*
 # subspace (top eigenvectors) and a *private* one (bottom); we report how mutual k-NN and Cross-Model change
 # when the features are projected onto each. Every function used is in
-# `prh_lib.metrics.displacement` (the measures) and `prh_lib.displacement_analysis` (tables, figures).
+# `prh_lib.metrics.displacement` (the measures), `prh_lib.displacement_analysis` (tables, figures) and
+# `prh_lib.displacement_consensus` (the decomposition).
 #
 # **What runs here by default.** The four offline models of Section 3.1 on the 239 COCO pairs, in four
 # pairs: vision-language (DINOv2-S × SmolLM2-135M, DINOv2-S × MiniLM-L6), vision-vision (DINOv2-S ×
@@ -82,6 +83,7 @@ from IPython.display import Markdown
 
 from prh_lib import analysis, data, extract, report, zoo
 from prh_lib import displacement_analysis as da
+from prh_lib import displacement_consensus as dc
 from prh_lib.metrics import knn
 
 # the constant CLS token of a ViT's embedding output gives NaN scores by design (explained below)
@@ -198,17 +200,17 @@ fig = da.depth_profile_figure(profiles)
 
 # %%
 layers = dict(consensus_layers) if consensus_layers else da.best_layers(results, consensus_models)
-consensus = da.consensus_summary(features, layers, n_components=n_components, n_shared=n_shared,
+consensus = dc.consensus_summary(features, layers, n_components=n_components, n_shared=n_shared,
                                  n_private=n_private, k=k, test_fraction=test_fraction,
                                  n_pairs=n_displacement_pairs, seed=seed, n_random=n_random)
-fig = da.consensus_figure(consensus)
+fig = dc.consensus_figure(consensus)
 consensus.table
 
 # %% [markdown]
 # ## Measured on this build
 
 # %%
-Markdown(da.describe(best, views, consensus))
+Markdown(da.describe(best, views) + "\n" + dc.describe_consensus(consensus))
 
 # %% [markdown]
 # ## Reading the two views side by side

@@ -14,6 +14,7 @@ from threadpoolctl import threadpool_limits
 matplotlib.use("Agg")
 
 from prh_lib import displacement_analysis as da  # noqa: E402
+from prh_lib import displacement_consensus as dc  # noqa: E402
 from prh_lib.extract import FeatureMismatchError, LayerFeatures  # noqa: E402
 from prh_lib.metrics import displacement as D  # noqa: E402
 
@@ -194,10 +195,10 @@ def test_depth_profiles_are_rows_of_the_layerwise_matrices(views, feats):
 
 def test_consensus_summary_shared_beats_random_beats_private(feats):
     layers = {"vit": "layer.2", "lm": "layer.1", "cnn": "stage.1"}
-    s = da.consensus_summary(feats, layers, n_components=6, n_shared=3, n_private=2, k=10, n_pairs=2000,
+    s = dc.consensus_summary(feats, layers, n_components=6, n_shared=3, n_private=2, k=10, n_pairs=2000,
                              n_random=5, seed=0)
     assert list(s.table.index) == ["vit × lm", "vit × cnn", "lm × cnn"]
-    assert list(s.table.columns) == [(m, sub) for m in ("mutual k-NN", "Cross-Model") for sub in da.SUBSPACES]
+    assert list(s.table.columns) == [(m, sub) for m in ("mutual k-NN", "Cross-Model") for sub in dc.SUBSPACES]
     cm = s.table["Cross-Model"]
     assert (cm["shared"] > 0.9).all() and (cm["private"].abs() < 0.2).all()
     assert (cm["shared"] > cm["random"]).all() and (cm["random"] > cm["private"]).all()
@@ -223,17 +224,19 @@ def test_figures_have_the_expected_panels_and_nan_safe_peak(views, feats):
     fig = da.sweep_figure(da.n_components_sweep(views, feats, n_components=(2, 4)))
     assert len(fig.axes[0].lines) >= len(views)
     plt.close(fig)
-    s = da.consensus_summary(feats, {"vit": "layer.2", "lm": "layer.1"}, n_components=6, n_shared=2, n_pairs=500,
+    s = dc.consensus_summary(feats, {"vit": "layer.2", "lm": "layer.1"}, n_components=6, n_shared=2, n_pairs=500,
                              n_random=2)
-    fig = da.consensus_figure(s)
-    assert len(fig.axes) == 3 and len(fig.axes[1].patches) == len(da.SUBSPACES)  # 1 pair x 4 subspaces
+    fig = dc.consensus_figure(s)
+    assert len(fig.axes) == 3 and len(fig.axes[1].patches) == len(dc.SUBSPACES)  # 1 pair x 4 subspaces
     plt.close(fig)
 
 
 def test_describe_states_the_measured_figures(views, feats):
     best, table = da.best_pair_table(views, feats, n_splits=2), da.views_table(views)
-    s = da.consensus_summary(feats, {"vit": "layer.2", "lm": "layer.1"}, n_components=6, n_shared=2, n_pairs=500)
-    text = da.describe(best, table, s)
-    assert text.count("\n- ") == len(views)  # one bullet per pair plus the consensus bullet
+    s = dc.consensus_summary(feats, {"vit": "layer.2", "lm": "layer.1"}, n_components=6, n_shared=2, n_pairs=500)
+    text = da.describe(best, table)
+    assert text.count("- **") == len(views)  # one bullet per pair
     assert f"{best.loc['vit × lm', 'Cross-Model']:.3f}" in text and "layer.2 × layer.1" in text
-    assert "**Consensus** of vit (layer.2), lm (layer.1)" in text
+    bullet = dc.describe_consensus(s)
+    assert bullet.startswith("- **Consensus** of vit (layer.2), lm (layer.1)")
+    assert f"{s.result.eigenvalues[0]:.2f}" in bullet and f"{s.chance:.3f}" in bullet
