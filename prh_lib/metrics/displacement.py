@@ -60,28 +60,13 @@ from sklearn.decomposition import PCA
 
 from prh_lib.metrics._validation import check_fraction, check_int
 
-__all__ = [
-    "MEASURES",
-    "Whitening",
-    "DisplacementResult",
-    "split_indices",
-    "fit_whitening",
-    "procrustes",
-    "cosine_measures",
-    "displacement_similarity",
-    "displacement_layerwise",
-]
+__all__ = ["MEASURES", "Whitening", "DisplacementResult", "split_indices", "fit_whitening", "procrustes",
+           "cosine_measures", "displacement_similarity", "displacement_layerwise"]
 
 #: Names of the measures returned by :func:`cosine_measures` (and the keys of
 #: :func:`displacement_layerwise`), in a fixed order.
-MEASURES = (
-    "pointwise",
-    "cross_model",
-    "cross_object",
-    "pointwise_shuffled",
-    "cross_model_shuffled",
-    "cross_object_shuffled",
-)
+MEASURES = ("pointwise", "cross_model", "cross_object",
+            "pointwise_shuffled", "cross_model_shuffled", "cross_object_shuffled")
 
 #: A vector whose norm is at most this fraction of the RMS sample norm is treated as
 #: exactly zero, so its cosine is undefined (float64 Procrustes residuals of an exact
@@ -121,10 +106,8 @@ def _as_float64(x, name: str, ndim: int, shape_doc: str) -> np.ndarray:
 def _split_sizes(n: int, test_fraction: float) -> tuple[int, int]:
     n_test = int(round(n * check_fraction(test_fraction, "test_fraction")))
     if n_test < 2 or n - n_test < 2:
-        raise ValueError(
-            f"n_samples={n} is too small for test_fraction={test_fraction}: the split gives "
-            f"{n - n_test} train and {n_test} test samples, and both need at least 2"
-        )
+        raise ValueError(f"n_samples={n} is too small for test_fraction={test_fraction}: the split gives "
+                         f"{n - n_test} train and {n_test} test samples, and both need at least 2")
     return n - n_test, n_test
 
 
@@ -178,8 +161,7 @@ class Whitening:
     scale : ndarray of shape (r,)
         Standard deviation (``ddof=1``) along each kept axis; all ``> sqrt(eps) * scale[0]``.
     n_dropped : int
-        Components among the first ``min(n_components, n_train, d)`` dropped for
-        near-zero variance.
+        Components of the first ``min(n_components, n_train, d)`` dropped as near-zero.
     """
 
     mean: np.ndarray
@@ -209,15 +191,13 @@ class Whitening:
 def fit_whitening(X_train, *, n_components: int = 100, eps: float = 1e-10) -> Whitening:
     """Fit centring + PCA + whitening on training rows.
 
-    PCA uses :class:`sklearn.decomposition.PCA` with the exact (``"full"``) SVD solver,
-    keeping ``q = min(n_components, n_train, d)`` components. Of those, components whose
-    variance is ``<= eps * (largest variance)`` are **dropped**, not floored: a floored
-    direction carries no signal but, after whitening, enters the common space and the
-    Procrustes fit with inflated rounding noise. Centring makes the rank at most
-    ``n_train - 1``, so at least the last of ``n_train`` components is always dropped.
-    The default ``eps = 1e-10`` (a singular-value ratio of ``1e-5``) separates the
-    rounding floor of float32-stored features (``~1e-14``) from real low-variance
-    structure; raise it (e.g. ``1e-6``) for features stored in half precision.
+    :class:`sklearn.decomposition.PCA` with the exact (``"full"``) solver keeps
+    ``q = min(n_components, n_train, d)`` components; those with variance ``<= eps *
+    (largest variance)`` are **dropped**, not floored (a floored direction carries only
+    rounding noise, inflated by whitening, into the Procrustes fit). Centring leaves rank at
+    most ``n_train - 1``. The default ``eps = 1e-10`` separates the rounding floor of
+    float32-stored features (``~1e-14``) from real structure; raise it (e.g. ``1e-6``) for
+    half-precision features.
 
     Parameters
     ----------
@@ -231,9 +211,8 @@ def fit_whitening(X_train, *, n_components: int = 100, eps: float = 1e-10) -> Wh
     Returns
     -------
     Whitening
-        With ``r <= min(n_components, n_train - 1, d)`` components for any ``eps`` above the
-        float64 rounding floor (``eps = 0`` keeps even the null component left by
-        centring); the whitened training rows have zero mean and identity covariance
+        With ``r <= min(n_components, n_train - 1, d)`` components for ``eps`` above the
+        float64 rounding floor; whitened training rows have zero mean and identity covariance
         (``ddof=1``).
 
     Raises
@@ -260,12 +239,8 @@ def _fit_whitening(X: np.ndarray, n_components: int, eps: float, name: str = "X_
     if not var[0] > 0.0:
         raise _ZeroVariance(f"{name} of shape {X.shape} has zero variance; nothing to whiten")
     keep = var > eps * var[0]
-    return Whitening(
-        mean=pca.mean_.copy(),
-        components=pca.components_[keep].copy(),
-        scale=np.sqrt(var[keep]),
-        n_dropped=int(q - keep.sum()),
-    )
+    return Whitening(mean=pca.mean_.copy(), components=pca.components_[keep].copy(), scale=np.sqrt(var[keep]),
+                     n_dropped=int(q - keep.sum()))
 
 
 # --------------------------------------------------------------------------- procrustes
@@ -323,12 +298,9 @@ def _add_cosines(num: np.ndarray, nu: np.ndarray, nv: np.ndarray, tol: float, ac
 
 def _finish(acc: list, name: str) -> float:
     if acc[1] == 0:
-        warnings.warn(
-            f"{name}: every vector pair has (numerically) zero norm, so the cosine is undefined; "
-            "returning NaN (for cross_object this means the aligned representations are identical)",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+        warnings.warn(f"{name}: every vector pair has (numerically) zero norm, so the cosine is undefined; "
+                      "returning NaN (for cross_object this means the aligned representations are identical)",
+                      RuntimeWarning, stacklevel=3)
         return float("nan")
     return acc[0] / acc[1]
 
@@ -357,7 +329,7 @@ def _cosine_measures(A: np.ndarray, B: np.ndarray, i: np.ndarray, j: np.ndarray,
     return {k: _finish(acc[k], k) for k in MEASURES}
 
 
-def cosine_measures(A, B, *, n_pairs: int = 10_000, seed: int = 0) -> dict[str, float]:
+def cosine_measures(A, B, *, n_pairs: int = 10_000, seed: int = 0, pairs=None) -> dict[str, float]:
     """Pointwise, Cross-Model and Cross-Object cosines of aligned representations.
 
     With ``a_i`` = row ``i`` of ``A`` and ``b_i`` = row ``i`` of ``B`` (already in a common,
@@ -370,18 +342,16 @@ def cosine_measures(A, B, *, n_pairs: int = 10_000, seed: int = 0) -> dict[str, 
       residual between the models (the "modality gap" of an object) the same for
       different objects?
 
-    Pairs ``(i, j)``, ``i != j``, are drawn uniformly with replacement. Each ``*_shuffled``
-    control recomputes its measure with ``b_i`` replaced by ``b_pi(i)``, where ``pi`` is a
-    random derangement (a single cycle, so no sample keeps its partner).
+    Pairs ``(i, j)``, ``i != j``, are drawn uniformly with replacement (or given as
+    ``pairs``). Each ``*_shuffled`` control recomputes its measure with ``b_i`` replaced by
+    ``b_pi(i)``, where ``pi`` is a random derangement (a single cycle, so no sample keeps
+    its partner).
 
     **Undefined cosines.** A vector whose norm is ``<= ZERO_NORM_RTOL`` (1e-8) times the RMS
     row norm of ``A`` and ``B`` is treated as exactly zero and its pair is left out of the
-    mean. If every pair is left out the measure is NaN and a ``RuntimeWarning`` is issued.
-    This matters for ``cross_object`` of identical inputs (``A == B``, or a representation
-    against an exactly rotated copy of itself after Procrustes): every residual
-    ``a_i - b_i`` is zero, the measure is 0/0 and is returned as NaN - there is no residual
-    whose direction could be shared. For a rotated copy plus small independent noise the
-    residuals are that noise, and ``cross_object`` is ~0 while the other two are ~1.
+    mean; if every pair is left out the measure is NaN with a ``RuntimeWarning``. So
+    ``cross_object`` of identical inputs (or of an exactly rotated copy after Procrustes) is
+    NaN: every residual ``a_i - b_i`` is zero, and no residual direction can be shared.
 
     Parameters
     ----------
@@ -391,6 +361,10 @@ def cosine_measures(A, B, *, n_pairs: int = 10_000, seed: int = 0) -> dict[str, 
         Number of sampled ordered pairs for the two pairwise measures.
     seed : int >= 0, default 0
         Seed for pairs and the derangement (``np.random.default_rng([seed, 1])``).
+    pairs : tuple of two int arrays of shape (n_pairs,), optional
+        Explicit ordered pairs ``(i, j)`` with ``i != j``, used instead of sampled ones (and
+        ``n_pairs`` ignored), e.g. each sample with its predecessor as in the public reference
+        code (:func:`prh_lib.displacement_reference.predecessor_pairs`).
 
     Returns
     -------
@@ -400,7 +374,9 @@ def cosine_measures(A, B, *, n_pairs: int = 10_000, seed: int = 0) -> dict[str, 
     Raises
     ------
     ValueError
-        If the inputs are not 2-D, differ in shape, contain NaN/inf or have fewer than 2 rows.
+        If the inputs are not 2-D, differ in shape, contain NaN/inf or have fewer than 2 rows;
+        if ``pairs`` are not two equal-length integer arrays of indices in ``[0, n_samples)``
+        with ``i != j``.
     """
     A = _as_float64(A, "A", 2, "(n_samples, r)")
     B = _as_float64(B, "B", 2, "(n_samples, r)")
@@ -410,7 +386,23 @@ def cosine_measures(A, B, *, n_pairs: int = 10_000, seed: int = 0) -> dict[str, 
         raise ValueError(f"need at least 2 samples to form pairs, got shape {A.shape}")
     n_pairs = check_int(n_pairs, "n_pairs", low=1)
     seed = check_int(seed, "seed", low=0)
-    return _cosine_measures(A, B, *_draw_pairs(A.shape[0], n_pairs, seed))
+    i, j, perm = _draw_pairs(A.shape[0], n_pairs, seed)
+    if pairs is not None:
+        i, j = _check_pairs(pairs, A.shape[0])
+    return _cosine_measures(A, B, i, j, perm)
+
+
+def _check_pairs(pairs, n: int) -> tuple[np.ndarray, np.ndarray]:
+    if not isinstance(pairs, (tuple, list)) or len(pairs) != 2:
+        raise TypeError(f"pairs must be a tuple (i, j) of two index arrays, got {type(pairs).__name__}")
+    i, j = (np.asarray(p) for p in pairs)
+    if i.dtype.kind not in "iu" or j.dtype.kind not in "iu" or i.ndim != 1 or i.shape != j.shape or not i.size:
+        raise ValueError(f"pairs must be two non-empty 1-D integer arrays of equal length, got {i.dtype} "
+                         f"{i.shape} and {j.dtype} {j.shape}")
+    if min(i.min(), j.min()) < 0 or max(i.max(), j.max()) >= n or np.any(i == j):
+        raise ValueError(f"pairs must index [0, {n}) with i != j; got i in [{i.min()}, {i.max()}], "
+                         f"j in [{j.min()}, {j.max()}], {int(np.sum(i == j))} pairs with i == j")
+    return i.astype(np.intp), j.astype(np.intp)
 
 
 # --------------------------------------------------------------------------- one pair
@@ -462,12 +454,8 @@ def _warn_degenerate(layers: list, name: str, metric: str, single: bool) -> None
     """One RuntimeWarning naming the zero-variance inputs (same wording as the k-NN family)."""
     if layers:
         where = "the representation" if single else f"layers {layers}"
-        warnings.warn(
-            f"{metric}: {name} is degenerate (zero variance on the training rows, nothing to whiten) "
-            f"in {where}; their scores are NaN",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+        warnings.warn(f"{metric}: {name} is degenerate (zero variance on the training rows, nothing to whiten) "
+                      f"in {where}; their scores are NaN", RuntimeWarning, stacklevel=3)
 
 
 _NAN_MEASURES = dict.fromkeys(MEASURES, float("nan"))
@@ -483,24 +471,15 @@ def _pair_measures(x: tuple | None, y: tuple | None, draws: tuple) -> tuple[dict
     return _cosine_measures(xte[:, :r], yte[:, :r] @ R, *draws), r
 
 
-def displacement_similarity(
-    X,
-    Y,
-    *,
-    n_components: int = 100,
-    test_fraction: float = 0.5,
-    n_pairs: int = 10_000,
-    seed: int = 0,
-    eps: float = 1e-10,
-) -> DisplacementResult:
+def displacement_similarity(X, Y, *, n_components: int = 100, test_fraction: float = 0.5, n_pairs: int = 10_000,
+                            seed: int = 0, eps: float = 1e-10) -> DisplacementResult:
     """Displacement-geometry similarity of two representations of the same samples [1]_.
 
-    Split the samples (:func:`split_indices`); on the training rows fit a whitening per model
-    (:func:`fit_whitening`, at most ``n_components`` kept components each), truncate both to
-    the common dimension ``r = min(r_x, r_y)`` (the leading PCA axes, which equals fitting
-    with ``r`` components) and fit :func:`procrustes` mapping ``Y``'s whitened training rows
-    onto ``X``'s. On the held-out rows compute :func:`cosine_measures`. Nothing fitted sees
-    a test row. The three main measures are symmetric in ``X`` and ``Y``.
+    Split the samples (:func:`split_indices`); on the training rows whiten each model
+    (:func:`fit_whitening`), truncate both to the common dimension ``r = min(r_x, r_y)`` and
+    fit :func:`procrustes` mapping ``Y``'s whitened training rows onto ``X``'s; on the
+    held-out rows compute :func:`cosine_measures`. Nothing fitted sees a test row. The
+    three main measures are symmetric in ``X`` and ``Y``.
 
     Parameters
     ----------
@@ -520,11 +499,9 @@ def displacement_similarity(
     Returns
     -------
     DisplacementResult
-        Measures in [-1, 1] (``cross_object`` NaN for exactly identical aligned inputs).
-        If ``X`` or ``Y`` has zero variance on the training rows (e.g. a ViT's CLS token at
-        hidden state 0, the same learned vector for every image) there is nothing to whiten:
-        every measure is NaN, ``n_components`` is 0 and a ``RuntimeWarning`` names the input,
-        as :func:`prh_lib.metrics.knn.mutual_knn` does for degenerate inputs.
+        Measures in [-1, 1] (``cross_object`` NaN for exactly identical aligned inputs). If
+        ``X`` or ``Y`` has zero variance on the training rows, every measure is NaN,
+        ``n_components`` is 0 and a ``RuntimeWarning`` names the input.
 
     Raises
     ------
@@ -548,16 +525,8 @@ def displacement_similarity(
     return DisplacementResult(**m, n_components=r, n_train=len(train), n_test=len(test), n_pairs=n_pairs, seed=seed)
 
 
-def displacement_layerwise(
-    XL,
-    YL,
-    *,
-    n_components: int = 100,
-    test_fraction: float = 0.5,
-    n_pairs: int = 10_000,
-    seed: int = 0,
-    eps: float = 1e-10,
-) -> dict[str, np.ndarray]:
+def displacement_layerwise(XL, YL, *, n_components: int = 100, test_fraction: float = 0.5, n_pairs: int = 10_000,
+                           seed: int = 0, eps: float = 1e-10) -> dict[str, np.ndarray]:
     """:func:`displacement_similarity` for every pair of layers.
 
     Each layer's whitening is fitted once (``L_x + L_y`` PCA fits, not ``L_x * L_y``); one
@@ -577,10 +546,9 @@ def displacement_layerwise(
     dict of str to ndarray of shape (L_x, L_y)
         One float array per name in :data:`MEASURES` (values in [-1, 1] or NaN), plus
         ``"n_components"``: the int array of common whitened dimensions used. A layer with
-        zero variance on the training rows (a ViT's constant CLS token at ``"embed"``) gets
-        NaN in its whole row or column and ``n_components`` 0; one ``RuntimeWarning`` lists
-        such layers, as :func:`prh_lib.metrics.knn.mutual_knn_layerwise` does. Zero-padded
-        columns (narrow CNN stages in a padded stack) change nothing: PCA ignores them.
+        zero variance on the training rows gets NaN in its whole row or column and
+        ``n_components`` 0 (one ``RuntimeWarning`` lists such layers). Zero-padded columns
+        (narrow CNN stages in a padded stack) change nothing: PCA ignores them.
 
     Raises
     ------
