@@ -384,3 +384,121 @@ def describe(best: pd.DataFrame, views: pd.DataFrame) -> str:
                  f"{v['rank correlation']:.2f}.")
         lines.append(text)
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the paper and this build
+#: The companion paper's headline numbers (arXiv:2609.24209, main results table, quoted from the
+#: summary in shared/papers): mean Cross-Model and Pointwise cosine per level and kind of pair.
+PAPER_CLAIMS = (
+    {"level": "concept", "kind": "vision-vision", "cross_model": 0.73, "pointwise": 0.41},
+    {"level": "concept", "kind": "language-language", "cross_model": 0.91, "pointwise": 0.36},
+    {"level": "concept", "kind": "vision-language", "cross_model": 0.49, "pointwise": 0.25},
+    {"level": "sample", "kind": "vision-vision", "cross_model": 0.45, "pointwise": 0.31},
+    {"level": "sample", "kind": "language-language", "cross_model": 0.73, "pointwise": 0.36},
+    {"level": "sample", "kind": "vision-language", "cross_model": 0.31, "pointwise": 0.19},
+)
+_CONCEPT_REASON = "needs concept-level features: ImageNet-22k classes matched to CommonWords79k words"
+_DATA = {"concept": "ImageNet-22k × CommonWords79k concepts", "sample": "Flickr30k image-caption pairs"}
+VERDICTS = ("reproduces", "reproduces in kind", "differs", "not testable offline")
+
+
+def claim_verdict(paper, draws=None, *, tol: float = 0.05, n_sd: float = 2.0, reason: str | None = None) -> str:
+    """Verdict on one claim of a paper from this build's repeated measurements of it.
+
+    A claim is ``k`` values (e.g. Cross-Model and Pointwise); its *kind* is their ordering (each
+    non-zero difference ``paper[a] - paper[b]`` with its sign).
+
+    * ``"reproduces"``: every build mean is within ``max(tol, n_sd * sd)`` of the paper's value;
+    * ``"reproduces in kind"``: otherwise, if every ordering of the paper holds in the build and is
+      resolved (the mean difference exceeds ``max(tol, n_sd * sd of the difference)``; for ``k = 1``
+      the sign of the value);
+    * ``"differs"``: neither;
+    * ``"not testable offline (<reason>)"`` when there are no draws.
+
+    Parameters
+    ----------
+    paper : sequence of k floats
+    draws : array-like of shape (n_draws, k), optional
+        This build's values, one row per draw (split, seed); one row: ``sd`` is taken as 0.
+    tol : float >= 0, default 0.05
+        Agreement tolerance in the measures' units.
+    n_sd : float >= 0, default 2.0
+    reason : str, optional
+        Required when ``draws`` is None or empty.
+
+    Returns
+    -------
+    str
+        One of :data:`VERDICTS` (the last with its reason in parentheses).
+
+    Raises
+    ------
+    ValueError
+        If ``draws`` is not ``(n_draws, k)``, holds NaN, or is missing without a ``reason``.
+    """
+    p = np.asarray(paper, dtype=float).ravel()
+    if draws is None or np.size(draws) == 0:
+        if not reason:
+            raise ValueError("a claim without draws needs a reason (why it is not testable offline)")
+        return f"not testable offline ({reason})"
+    d = np.asarray(draws, dtype=float)
+    if d.ndim != 2 or d.shape[1] != p.size or not np.isfinite(d).all():
+        raise ValueError(f"draws must be a finite (n_draws, {p.size}) array, got shape {d.shape}")
+    sd = lambda x: float(np.std(x, ddof=1)) if len(x) > 1 else 0.0  # noqa: E731
+    if all(abs(d[:, c].mean() - p[c]) <= max(tol, n_sd * sd(d[:, c])) for c in range(p.size)):
+        return "reproduces"
+    diffs = [(d[:, a] - d[:, b], p[a] - p[b]) for a in range(p.size) for b in range(a + 1, p.size) if p[a] != p[b]]
+    if p.size == 1:
+        diffs = [(d[:, 0], p[0])]
+    if diffs and all(np.sign(x.mean()) == np.sign(q) and abs(x.mean()) > max(tol, n_sd * sd(x)) for x, q in diffs):
+        return "reproduces in kind"
+    return "differs"
+
+
+def _mean_sd(x: np.ndarray) -> str:
+    return f"{x.mean():.2f} ± {x.std(ddof=1):.2f}" if len(x) > 1 else f"{x.mean():.2f} (one draw, not repeated)"
+
+
+def paper_table(table: pd.DataFrame, *, steps=("reference code", "our procedure"), claims=PAPER_CLAIMS,
+                tol: float = 0.05, n_sd: float = 2.0) -> pd.DataFrame:
+    """"The paper and this build": one row per claim, the paper's values, this build's and the verdicts.
+
+    Parameters
+    ----------
+    table : DataFrame
+        :func:`prh_lib.displacement_reference.compare_procedures` (columns ``kind``, ``step``,
+        ``split``, ``cross_model``, ``pointwise``).
+    steps : sequence of str
+        Procedures reported, each with its own value and verdict columns.
+    claims : sequence of dict
+        :data:`PAPER_CLAIMS`; sample-level claims are tested on this build's pairs of their kind
+        (per split, the mean over those pairs), concept-level ones are not testable offline.
+    tol, n_sd
+        As in :func:`claim_verdict`.
+
+    Returns
+    -------
+    DataFrame
+        Indexed by claim; columns ``paper``, then ``<step>`` (Cross-Model vs Pointwise, mean ± sd
+        over splits), ``<step> verdict`` and ``<step> draws`` (the ``(n_splits, 2)`` values) per step.
+    """
+    rows = {}
+    for c in claims:
+        name = f"Cross-Model > Pointwise, {c['kind']}, {c['level']} level ({_DATA.get(c['level'], '?')})"
+        row = {"paper": f"{c['cross_model']:.2f} vs {c['pointwise']:.2f}"}
+        for step in steps:
+            sub = table[(table["kind"] == c["kind"]) & (table["step"] == step)]
+            draws = None
+            reason = _CONCEPT_REASON if c["level"] != "sample" else f"no {c['kind']} pair in this build"
+            if c["level"] == "sample" and len(sub):
+                draws = sub.groupby("split")[["cross_model", "pointwise"]].mean().to_numpy()
+                row[step] = f"{_mean_sd(draws[:, 0])} vs {_mean_sd(draws[:, 1])}"
+            else:
+                row[step] = "—"
+            row[f"{step} verdict"] = claim_verdict((c["cross_model"], c["pointwise"]), draws, tol=tol, n_sd=n_sd,
+                                                   reason=reason)
+            row[f"{step} draws"] = None if draws is None else draws.tolist()
+        rows[name] = row
+    out = pd.DataFrame.from_dict(rows, orient="index")
+    out.index.name = "claim"
+    return out
