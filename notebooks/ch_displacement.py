@@ -356,8 +356,9 @@ dr.formula_check(procedures)
 # the offline pairs above, every split.
 
 # %%
-sweep = dr.synthetic_sweep(synthetic_offsets, n=synthetic_n, n_seeds=synthetic_seeds, n_pairs=n_displacement_pairs)
-fig = dr.procedure_figure(sweep, procedures)
+synthetic = dr.synthetic_sweep(synthetic_offsets, n=synthetic_n, n_seeds=synthetic_seeds,
+                               n_pairs=n_displacement_pairs)
+fig = dr.procedure_figure(synthetic, procedures)
 
 # %% [markdown]
 # ### The smaller differences
@@ -374,7 +375,7 @@ dr.step_table(procedures)
 # ### What the numbers say
 
 # %%
-Markdown(dr.procedure_verdict(procedures, sweep, tol=claim_tol))
+Markdown(dr.procedure_verdict(procedures, synthetic, tol=claim_tol))
 
 # %% [markdown]
 # ## The paper and this build
@@ -406,9 +407,9 @@ record = report.record("ch_displacement", {
         "table": {f"{view} | {sub}": col for (view, sub), col in consensus.table.to_dict().items()},
     },
     "procedures": procedures.to_dict(orient="records"),
-    "synthetic": sweep.to_dict(orient="records"),
-    "procedure_verdict": dr.procedure_verdict(procedures, sweep, tol=claim_tol),
-    "claims": claims, "claim_tol": claim_tol,
+    "synthetic": synthetic.to_dict(orient="records"),
+    "procedure_verdict": dr.procedure_verdict(procedures, synthetic, tol=claim_tol),
+    "claims": claims.reset_index().to_dict(orient="records"), "claim_tol": claim_tol,
     "matrices": {r.label: {"mutual_knn": r.knn.scores, "cross_model": r.cross_model.scores,
                            "pointwise": r.displacement["pointwise"].scores,
                            "cross_model_shuffled": r.displacement["cross_model_shuffled"].scores,

@@ -147,6 +147,8 @@ def reference_whitening(X, *, n_components: int = 100, seed: int = 42, fit_rows=
     fit = X if fit_rows is None else X[np.asarray(fit_rows)]
     if n_components > fit.shape[0]:
         raise ValueError(f"n_components={n_components} exceeds the {fit.shape[0]} rows the whitening is fitted on")
+    if not np.ptp(fit, axis=0).any():
+        raise ValueError(f"X of shape {X.shape} has zero variance on the fitted rows; nothing to whiten")
     pca = PCA(n_components=n_components, whiten=True, random_state=check_int(seed, "seed", low=0)).fit(fit)
     scale = np.sqrt(pca.explained_variance_)
     if not np.all(scale > 1e-12 * max(scale[0], 1e-300)):

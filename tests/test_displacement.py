@@ -166,6 +166,30 @@ def test_cosine_measures_hand_worked_two_sample_example():
         assert m[k] == pytest.approx(v, abs=1e-12), k
 
 
+def test_cosine_measures_with_explicit_predecessor_pairs_hand_worked():
+    # pairs (0, 2), (1, 0), (2, 1): each row with its predecessor, cyclically (the reference code's pairing)
+    A = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    B = np.array([[2.0, 0.0], [0.0, 2.0], [2.0, 1.0]])
+    m = D.cosine_measures(A, B, pairs=(np.arange(3), np.array([2, 0, 1])))
+    # displacements: (0,-1)/(0,-1) -> 1; (-1,1)/(-2,2) -> 1; (1,0)/(2,-1) -> 2/sqrt(5)
+    assert m["cross_model"] == pytest.approx((2 + 2 / np.sqrt(5)) / 3, abs=1e-12)
+    # residuals a - b: (-1,0), (0,-1), (-1,0): cos(e0, e2) = 1, cos(e1, e0) = 0, cos(e2, e1) = 0
+    assert m["cross_object"] == pytest.approx(1 / 3, abs=1e-12)
+    assert m["pointwise"] == pytest.approx((2 + 3 / np.sqrt(10)) / 3, abs=1e-12)  # pairs do not enter it
+
+
+def test_explicit_pairs_are_validated():
+    A = np.random.default_rng(0).standard_normal((5, 3))
+    with pytest.raises(ValueError, match="i != j"):
+        D.cosine_measures(A, A + 1, pairs=(np.array([0, 1]), np.array([0, 2])))
+    with pytest.raises(ValueError, match=r"index \[0, 5\)"):
+        D.cosine_measures(A, A + 1, pairs=(np.array([0, 5]), np.array([1, 2])))
+    with pytest.raises(ValueError, match="equal length"):
+        D.cosine_measures(A, A + 1, pairs=(np.array([0, 1]), np.array([1])))
+    with pytest.raises(TypeError, match="tuple"):
+        D.cosine_measures(A, A + 1, pairs=np.array([[0, 1], [1, 0]]))
+
+
 def test_cross_object_is_one_for_a_constant_offset():
     rng = np.random.default_rng(0)
     A = rng.standard_normal((30, 5))

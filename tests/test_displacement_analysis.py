@@ -240,3 +240,64 @@ def test_describe_states_the_measured_figures(views, feats):
     bullet = dc.describe_consensus(s)
     assert bullet.startswith("- **Consensus** of vit (layer.2), lm (layer.1)")
     assert f"{s.result.eigenvalues[0]:.2f}" in bullet and f"{s.chance:.3f}" in bullet
+
+
+# --------------------------------------------------------------------------- the paper and this build
+def _draws(means, sd=0.01, n=5, seed=0):
+    rng = np.random.default_rng(seed)
+    return np.asarray(means) + sd * rng.standard_normal((n, len(means)))
+
+
+@pytest.mark.parametrize("means,expected", [
+    ((0.46, 0.30), "reproduces"),            # both within 0.05 of (0.45, 0.31)
+    ((0.60, 0.10), "reproduces in kind"),    # the ordering holds and is resolved, the values do not match
+    ((0.56, 0.56), "differs"),               # no gap
+    ((0.20, 0.40), "differs"),               # reversed
+    ((0.60, 0.57), "differs"),               # a gap below the tolerance, values off
+])
+def test_claim_verdict_cases(means, expected):
+    assert da.claim_verdict((0.45, 0.31), _draws(means)) == expected
+
+
+def test_claim_verdict_uses_the_spread_and_handles_one_draw():
+    noisy = _draws((0.55, 0.35), sd=0.08, n=40)  # 0.10 off, but within two standard deviations
+    assert da.claim_verdict((0.45, 0.31), noisy) == "reproduces"
+    assert da.claim_verdict((0.45, 0.31), [[0.55, 0.35]]) == "reproduces in kind"  # one draw: sd taken as 0
+    assert da.claim_verdict((0.3,), [[0.29], [0.31]]) == "reproduces"
+    assert da.claim_verdict((0.3,), [[-0.2], [-0.25]]) == "differs"
+    assert da.claim_verdict((0.3,), [[0.6], [0.62]]) == "reproduces in kind"
+
+
+def test_claim_verdict_not_testable_and_bad_input():
+    assert da.claim_verdict((0.7, 0.4), None, reason="no data") == "not testable offline (no data)"
+    with pytest.raises(ValueError, match="needs a reason"):
+        da.claim_verdict((0.7, 0.4), None)
+    with pytest.raises(ValueError, match=r"\(n_draws, 2\)"):
+        da.claim_verdict((0.7, 0.4), [0.7, 0.4, 0.1])
+    with pytest.raises(ValueError, match="finite"):
+        da.claim_verdict((0.7, 0.4), [[np.nan, 0.4]])
+
+
+def test_paper_table_rows_values_and_verdicts():
+    import pandas as pd
+
+    rows = []
+    for split in range(3):
+        for pair, kind, cm, pw in (("a × b", "vision-vision", 0.50, 0.10), ("c × d", "vision-language", 0.20, 0.05),
+                                   ("e × f", "vision-language", 0.30, 0.15)):
+            rows.append({"pair": pair, "kind": kind, "step": "reference code", "split": split,
+                         "cross_model": cm + 0.01 * split, "pointwise": pw})
+            rows.append({"pair": pair, "kind": kind, "step": "our procedure", "split": split,
+                         "cross_model": cm, "pointwise": cm})
+    t = da.paper_table(pd.DataFrame(rows))
+    assert len(t) == len(da.PAPER_CLAIMS) == 6
+    concept = t[t.index.str.contains("concept level")]
+    assert (concept["reference code verdict"].str.startswith("not testable offline (needs concept-level")).all()
+    vv = t.loc["Cross-Model > Pointwise, vision-vision, sample level (Flickr30k image-caption pairs)"]
+    assert vv["paper"] == "0.45 vs 0.31" and vv["reference code"] == "0.51 ± 0.01 vs 0.10 ± 0.00"
+    assert vv["reference code verdict"] == "reproduces in kind" and vv["our procedure verdict"] == "differs"
+    vl = t.loc["Cross-Model > Pointwise, vision-language, sample level (Flickr30k image-caption pairs)"]
+    np.testing.assert_allclose(vl["reference code draws"], [[0.25, 0.10], [0.26, 0.10], [0.27, 0.10]])  # pair means
+    ll = t.loc["Cross-Model > Pointwise, language-language, sample level (Flickr30k image-caption pairs)"]
+    assert ll["reference code verdict"] == "not testable offline (no language-language pair in this build)"
+    assert set(t["our procedure verdict"].str.split(" \\(").str[0]) <= set(da.VERDICTS)
