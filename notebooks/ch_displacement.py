@@ -356,8 +356,8 @@ dr.formula_check(procedures)
 # the offline pairs above, every split.
 
 # %%
-synthetic = dr.synthetic_sweep(synthetic_offsets, n=synthetic_n, n_seeds=synthetic_seeds,
-                               n_pairs=n_displacement_pairs)
+synthetic = dr.synthetic_sweep(synthetic_offsets, n=synthetic_n, r=32, n_shared=16, correlation=0.9,
+                               n_seeds=synthetic_seeds, n_pairs=n_displacement_pairs)
 fig = dr.procedure_figure(synthetic, procedures)
 
 # %% [markdown]

@@ -344,7 +344,8 @@ def subspace_alignment(
                 vals = []
                 for basis in bases:
                     Pa, Pb = (test[a], test[b]) if basis is None else (test[a] @ basis, test[b] @ basis)
-                    vals.append((float(mutual_knn(Pa, Pb, k=k)), D.cosine_measures(Pa, Pb, n_pairs=n_pairs, seed=seed)["cross_model"]))
+                    cm_ab = D.cosine_measures(Pa, Pb, n_pairs=n_pairs, seed=seed)["cross_model"]
+                    vals.append((float(mutual_knn(Pa, Pb, k=k)), cm_ab))
                 mk[a, b] = mk[b, a] = float(np.mean([v[0] for v in vals]))
                 cm[a, b] = cm[b, a] = float(np.mean([v[1] for v in vals]))
         out[name] = {"mutual_knn": mk, "cross_model": cm}

@@ -55,6 +55,7 @@ import numpy as np
 import pandas as pd
 from sklearn.decomposition import PCA
 
+from .extract import check_aligned
 from .metrics import displacement as D
 from .metrics._validation import check_int
 
@@ -65,7 +66,8 @@ _as_float64 = D._as_float64
 __all__ = [
     "PAIRINGS", "WHITEN_ROWS", "ReferenceResult", "reference_split", "reference_whitening", "predecessor_pairs",
     "reference_procedure", "predicted_measures", "synthetic_pair", "OURS", "REFERENCE", "compare_procedures",
-    "summarise", "side_by_side", "step_table", "formula_check", "synthetic_sweep", "procedure_figure", "procedure_verdict",
+    "summarise", "side_by_side", "step_table", "formula_check", "synthetic_sweep", "procedure_figure",
+    "procedure_verdict",
 ]
 
 #: Pairings of step 5: ``"predecessor"`` (the reference's), ``"random"`` (ours: sampled pairs).
@@ -410,6 +412,11 @@ def compare_procedures(features: dict, best: pd.DataFrame, *, n_components: int 
         ~31 800 Flickr30k images, about a third).
     reference_components : int
 
+    Raises
+    ------
+    FeatureMismatchError
+        If a pair's rows are not the same samples in the same order.
+
     Returns
     -------
     DataFrame
@@ -421,6 +428,7 @@ def compare_procedures(features: dict, best: pd.DataFrame, *, n_components: int 
     rows = []
     for label, b in best.iterrows():
         x_name, y_name = label.split(" × ")
+        check_aligned(features[x_name], features[y_name])
         X, Y = (np.asarray(features[m].layer(b[col]), dtype=np.float64)
                 for m, col in ((x_name, "layer x"), (y_name, "layer y")))
         n = X.shape[0]
@@ -601,7 +609,8 @@ def procedure_verdict(table: pd.DataFrame, sweep: pd.DataFrame, *, tol: float = 
     explained = err <= tol and err_syn <= tol
     ref_gap, ours_small, closes = gap[REFERENCE].min() > tol, np.abs(gap[OURS]).max() <= tol, \
         np.abs(gap[_NO_MEANS]).max() <= tol
-    lines = [f"- Reference code: Cross-Model − Pointwise = {gap[REFERENCE].min():+.2f} to {gap[REFERENCE].max():+.2f} "
+    lines = [f"- Reference code: Cross-Model − Pointwise = {gap[REFERENCE].min():+.2f} to "
+             f"{gap[REFERENCE].max():+.2f} "
              f"over the {len(pairs)} pairs; our procedure: {gap[OURS].min():+.2f} to {gap[OURS].max():+.2f}; the "
              f"reference with its means not added back: {gap[_NO_MEANS].min():+.2f} to {gap[_NO_MEANS].max():+.2f}.",
              f"- Adding the means back changes Cross-Model by at most {cm_moved:.2g} in any pair (offsets cancel in "
@@ -611,8 +620,7 @@ def procedure_verdict(table: pd.DataFrame, sweep: pd.DataFrame, *, tol: float = 
     others = [s for s in dict.fromkeys(table["step"]) if s not in (OURS, REFERENCE, _NO_MEANS)]
     for step in others:
         d = np.array([[m.loc[(p, step), k] - m.loc[(p, REFERENCE), k] for k in _MAIN] for p in pairs])
-        what = step.removeprefix("reference, ")
-        lines.append(f"- {what[0].upper() + what[1:]}: "
+        lines.append(f"- Reference with {step.removeprefix('reference, ')}: "
                      + ", ".join(f"{_LABELS[k]} {d[:, c].min():+.2f} to {d[:, c].max():+.2f}"
                                  for c, k in enumerate(_MAIN)) + " against the reference code.")
     if explained and ref_gap and ours_small and closes:

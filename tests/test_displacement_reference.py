@@ -226,7 +226,8 @@ def test_compare_procedures_table(table):
     assert (table.loc[~last, "r"] == 6).all() and (table.loc[last, "r"] == 11).all()  # capped at d - 1
     assert (table.loc[table["step"] == dr.OURS, "rho"].isna()).all()
     # the mean added back changes nothing but Pointwise and Cross-Object
-    ref, nomean = (table[table["step"] == s].set_index("split") for s in (dr.REFERENCE, "reference, means not added back"))
+    ref, nomean = (table[table["step"] == s].set_index("split")
+                   for s in (dr.REFERENCE, "reference, means not added back"))
     np.testing.assert_allclose(ref["cross_model"], nomean["cross_model"], atol=1e-9)
     assert (nomean["offset2_a"] == 0).all() and (ref["offset2_a"] > 1).all()
     np.testing.assert_allclose(nomean["predicted_pointwise"], nomean["rho"])
@@ -249,7 +250,8 @@ def test_summaries_and_formula_check(table):
 def _verdict_inputs(gap_ref, err):
     rows = []
     for step, pw, cm in ((dr.OURS, 0.5, 0.5), (dr.REFERENCE, 0.5 - gap_ref, 0.5),
-                         ("reference, means not added back", 0.5, 0.5), ("reference, random pairs", 0.5 - gap_ref, 0.51)):
+                         ("reference, means not added back", 0.5, 0.5),
+                         ("reference, random pairs", 0.5 - gap_ref, 0.51)):
         rows.append({"pair": "a × b", "step": step, "split": 0, "pointwise": pw, "cross_model": cm,
                      "cross_object": 0.0, "predicted_pointwise": pw + err, "predicted_cross_model": cm,
                      "predicted_cross_object": 0.0})
@@ -261,7 +263,7 @@ def _verdict_inputs(gap_ref, err):
 def test_procedure_verdict_follows_the_numbers():
     text = dr.procedure_verdict(*_verdict_inputs(gap_ref=0.3, err=0.01), tol=0.05)
     assert "because it adds the projected means back" in text and "+0.30 to +0.30" in text
-    assert "Random pairs: Pointwise +0.00 to +0.00, Cross-Model +0.01 to +0.01" in text
+    assert "- Reference with random pairs: Pointwise +0.00 to +0.00, Cross-Model +0.01 to +0.01" in text
     assert "does not predict" in dr.procedure_verdict(*_verdict_inputs(gap_ref=0.3, err=0.2), tol=0.05)
     assert "too small" in dr.procedure_verdict(*_verdict_inputs(gap_ref=0.01, err=0.01), tol=0.05)
 

@@ -150,7 +150,8 @@ def test_both_procedures_for_every_pair_and_split(rec, procs):
             assert all(-1 <= r[k] <= 1 for r in rows for k in ("pointwise", "cross_model", "cross_object"))
         # like with like: the same r and training rows for both procedures (the chapter's r, capped)
         assert {r["r"] for r in procs if r["pair"] == pair and r["step"] != STEPS[-1]} == {best["r"]}
-        assert {r["n_train"] for r in _rows(procs, pair, "our procedure") + _rows(procs, pair, "reference code")} == {24}
+        both = _rows(procs, pair, "our procedure") + _rows(procs, pair, "reference code")
+        assert {r["n_train"] for r in both} == {24}
         # split s of our procedure is the chapter's split with seed s: split 0 is the heatmaps' own
         assert _rows(procs, pair, "our procedure")[0]["cross_model"] == pytest.approx(best["Cross-Model"])
 
