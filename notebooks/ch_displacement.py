@@ -42,7 +42,9 @@
 #
 # **What runs here by default.** The four offline models of Section 3.1 on the 239 COCO pairs, in four
 # pairs: vision-language (DINOv2-S × SmolLM2-135M, DINOv2-S × MiniLM-L6), vision-vision (DINOv2-S ×
-# EfficientNet-Lite0) and language-language (SmolLM2-135M × MiniLM-L6).
+# EfficientNet-Lite0) and language-language (SmolLM2-135M × MiniLM-L6). The last two sections run the
+# paper's public code's own procedure beside ours on the same features, derive why the two differ, and set
+# the paper's numbers against this build's (`prh_lib.displacement_reference`).
 
 # %% tags=["parameters"]
 dataset_source = "coco-folder"  # a name in prh_lib.data.SOURCES
