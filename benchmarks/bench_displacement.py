@@ -6,6 +6,8 @@ Cases:
 ``layerwise``  ``displacement_layerwise``: whitening once per layer, then Procrustes and the six cosine
                measures for each of the ``L_x * L_y`` layer pairs.
 ``consensus``  ``consensus_subspaces`` + ``subspace_alignment`` of ``--models`` models at one layer each.
+``reference``  ``reference_procedure`` (the public reference code's steps) for one layer pair, against
+               ``displacement_similarity`` (ours) on the same pair.
 
 Usage::
 
@@ -53,6 +55,8 @@ def main(argv=None) -> None:
 
     from threadpoolctl import threadpool_limits
 
+    from prh_lib import displacement_consensus as C
+    from prh_lib import displacement_reference as R
     from prh_lib.metrics import displacement as D
 
     with threadpool_limits(args.threads or None):
@@ -75,10 +79,15 @@ def main(argv=None) -> None:
         n_sh = max(1, min(10, r // 4))
 
         def consensus():
-            res = D.consensus_subspaces(feats, n_components=args.n_components, n_shared=n_sh)
-            return D.subspace_alignment(res, n_pairs=args.n_pairs, n_random=5)
+            res = C.consensus_subspaces(feats, n_components=args.n_components, n_shared=n_sh)
+            return C.subspace_alignment(res, n_pairs=args.n_pairs, n_random=5)
 
         t_c, _ = _timed(consensus, args.repeat)
+        r_ref = min(args.n_components, args.dx - 1, args.dy - 1)
+        t_r, _ = _timed(lambda: R.reference_procedure(XL[0], YL[0], n_components=r_ref, train_size=args.n // 2),
+                        args.repeat)
+        t_o, _ = _timed(lambda: D.displacement_similarity(XL[0], YL[0], n_components=r_ref, n_pairs=args.n_pairs),
+                        args.repeat)
 
     print(f"sizes: {args.lx} x {args.ly} layers, N={args.n}, d={args.dx}/{args.dy}, n_components={args.n_components}, "
           f"n_pairs={args.n_pairs}, threads={args.threads or 'default'}")
@@ -86,6 +95,7 @@ def main(argv=None) -> None:
     print(f"layerwise  {t_l:8.2f} s  ({n_lp} layer pairs, {1e3 * (t_l - t_w) / n_lp:.1f} ms per pair after whitening)"
           f"; r = {int(out['n_components'].max())}, max cross_model {np.nanmax(out['cross_model']):.3f}")
     print(f"consensus  {t_c:8.2f} s  ({args.models} models, n_shared={n_sh}, with subspace_alignment)")
+    print(f"reference  {t_r:8.2f} s  (one layer pair; ours {t_o:.2f} s with {args.n_pairs} pairs and shuffled controls)")
 
 
 if __name__ == "__main__":

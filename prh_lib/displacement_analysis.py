@@ -2,8 +2,10 @@
 
 Glue between :class:`~prh_lib.extract.LayerFeatures` and :mod:`prh_lib.metrics.displacement`:
 layer-pair matrices of the three cosine measures next to mutual k-NN, the measures at the best
-layer pair with their controls, a sweep over the whitened dimension, per-model best layers and
-the shared/private consensus decomposition. The last section draws the chapter's figures from
+layer pair with their controls, a sweep over the whitened dimension, per-model best layers, and
+the verdict of the chapter's "The paper and this build" table (:func:`claim_verdict`). The
+shared/private decomposition is :mod:`prh_lib.displacement_consensus`; the public reference code's
+procedure is :mod:`prh_lib.displacement_reference`. The last section draws the chapter's figures from
 these results (arrays and tables in, matplotlib figures out; it reuses
 :func:`prh_lib.plots.alignment_heatmap` and :func:`prh_lib.plots.line_plot`).
 
@@ -29,13 +31,9 @@ from scipy.stats import spearmanr
 from .analysis import AlignmentMatrix, check_comparisons, layerwise_alignment
 from .extract import LayerFeatures, check_aligned
 from .metrics import displacement as D
-from .metrics import mutual_knn_chance
 
 #: Display names of the three measures (arXiv:2609.24209).
 MEASURE_NAMES = {"pointwise": "Pointwise", "cross_model": "Cross-Model", "cross_object": "Cross-Object"}
-#: Subspaces reported by :func:`consensus_summary`, in order.
-SUBSPACES = ("full", "shared", "random", "private")
-_VIEWS = (("mutual k-NN", "mutual_knn"), ("Cross-Model", "cross_model"))
 
 
 def _argmax(scores: np.ndarray) -> tuple[int, int]:
@@ -305,77 +303,6 @@ def best_layers(results: list[ViewComparison], models: Sequence[str] | None = No
     return out
 
 
-@dataclass(frozen=True)
-class ConsensusSummary:
-    """Shared/private decomposition of several models at one layer each.
-
-    Attributes
-    ----------
-    layers : dict of str to str
-        Model -> layer used, in the order of the decomposition (model 0 fixes the frame).
-    result : prh_lib.metrics.displacement.ConsensusResult
-    table : DataFrame
-        One row per model pair; columns ``(measure, subspace)`` for measure ``"mutual k-NN"`` (on
-        the whitened, aligned held-out rows) and ``"Cross-Model"``, subspaces in the order of
-        :data:`SUBSPACES`.
-    chance : float
-        Mutual k-NN chance level ``k / (n_test - 1)`` on the held-out rows.
-    held_out_eigenvalues : ndarray of shape (r,)
-        ``v.T @ S_cross(test rows) @ v`` for each eigenvector ``v`` (fitted on training rows):
-        what each direction's cross-model agreement is on samples no fit has seen. The fitted
-        eigenvalues are biased upward (Procrustes and the eigenvectors are fitted to the same
-        training rows); these are not.
-    """
-
-    layers: dict
-    result: object
-    table: pd.DataFrame
-    chance: float
-    held_out_eigenvalues: np.ndarray
-
-
-def consensus_summary(features: dict[str, LayerFeatures], layers: dict[str, str], *, n_components: int = 100,
-                      n_shared: int = 10, n_private: int | None = None, k: int = 10, test_fraction: float = 0.5,
-                      n_pairs: int = 10_000, seed: int = 0, n_random: int = 20) -> ConsensusSummary:
-    """:func:`~prh_lib.metrics.displacement.consensus_subspaces` of ``layers`` and its subspace scores.
-
-    Parameters
-    ----------
-    features : dict of str to LayerFeatures
-        All on the same samples in the same order.
-    layers : dict of str to str
-        Model -> layer label (e.g. from :func:`best_layers`); at least two models.
-    n_components, n_shared, n_private, test_fraction, seed
-        As in :func:`~prh_lib.metrics.displacement.consensus_subspaces`.
-    k, n_pairs, n_random
-        As in :func:`~prh_lib.metrics.displacement.subspace_alignment` (``n_random`` random
-        subspaces of the shared dimension form the ``"random"`` control).
-
-    Raises
-    ------
-    FeatureMismatchError
-        If the models' rows are not the same samples in the same order.
-    """
-    names = list(layers)
-    for name in names[1:]:
-        check_aligned(features[names[0]], features[name])
-    res = D.consensus_subspaces([features[m].layer(layers[m]) for m in names], n_components=n_components,
-                                n_shared=n_shared, n_private=n_private, test_fraction=test_fraction, seed=seed)
-    scores = D.subspace_alignment(res, k=k, n_pairs=n_pairs, seed=seed, n_random=n_random)
-    subs = [sub for sub in SUBSPACES if sub in scores]
-    rows = {}
-    for a in range(len(names)):
-        for b in range(a + 1, len(names)):
-            rows[f"{names[a]} × {names[b]}"] = {(col, sub): scores[sub][key][a, b] for col, key in _VIEWS
-                                                 for sub in subs}
-    table = pd.DataFrame.from_dict(rows, orient="index")
-    table.columns = pd.MultiIndex.from_tuples(table.columns, names=["measure", "subspace"])
-    table.index.name = "pair"
-    V = res.eigenvectors
-    held_out = np.diag(V.T @ D.cross_covariance([f[res.test_idx] for f in res.features]) @ V)
-    return ConsensusSummary(dict(layers), res, table, mutual_knn_chance(len(res.test_idx), k), held_out)
-
-
 # --------------------------------------------------------------------------- figures
 def heatmaps_side_by_side(results: list[ViewComparison], *, chance: float | None = None,
                           panel_size: tuple[float, float] = (5.0, 4.2)):
@@ -438,47 +365,10 @@ def depth_profile_figure(profiles: dict[str, pd.DataFrame], *, panel_size: tuple
     return fig
 
 
-def consensus_figure(summary: ConsensusSummary):
-    """Eigenvalues of ``S_cross`` (shared and private ranges shaded) and grouped bars of both views per subspace."""
-    import matplotlib.pyplot as plt
-
-    from .plots import line_plot
-
-    res = summary.result
-    ev = res.eigenvalues
-    n_sh, n_pr = res.shared_basis.shape[1], res.private_basis.shape[1]
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8), gridspec_kw={"width_ratios": [1, 1.4, 1.4]})
-    line_plot(np.arange(1, len(ev) + 1), {"training rows (fitted)": ev, "held-out rows": summary.held_out_eigenvalues},
-              ax=axes[0], xlabel="eigenvector (descending)", ylabel="v' S_cross v",
-              title="Cross-model covariance spectrum", marker=".")
-    axes[0].axhline(0.0, color="black", linewidth=0.6)
-    axes[0].axvspan(0.5, n_sh + 0.5, color="tab:green", alpha=0.15, label="shared")
-    axes[0].axvspan(len(ev) - n_pr + 0.5, len(ev) + 0.5, color="tab:red", alpha=0.15, label="private")
-    axes[0].legend(fontsize=7)
-    table = summary.table
-    pairs = list(table.index)
-    for ax, (col, _) in zip(axes[1:], _VIEWS):
-        subs = list(table[col].columns)
-        width = 0.8 / len(subs)
-        for s, sub in enumerate(subs):
-            ax.bar(np.arange(len(pairs)) + (s - (len(subs) - 1) / 2) * width, table[(col, sub)], width, label=sub)
-        if col == "mutual k-NN":
-            ax.axhline(summary.chance, color="grey", linestyle="--", linewidth=1, label="chance")
-        ax.axhline(0.0, color="black", linewidth=0.6)
-        ax.set_xticks(np.arange(len(pairs)), [p.replace(" × ", "\n× ") for p in pairs], fontsize=7, rotation=30,
-                      ha="right")
-        ax.set_ylabel(col)
-        ax.set_title(f"{col} by subspace (held-out rows)", fontsize=10)
-        ax.legend(fontsize=7)
-        ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    return fig
-
-
 # --------------------------------------------------------------------------- prose
-def describe(best: pd.DataFrame, views: pd.DataFrame, consensus: ConsensusSummary | None = None) -> str:
-    """Markdown bullets stating the measured figures of :func:`best_pair_table`, :func:`views_table`
-    and :func:`consensus_summary`."""
+def describe(best: pd.DataFrame, views: pd.DataFrame) -> str:
+    """Markdown bullets stating the measured figures of :func:`best_pair_table` and :func:`views_table`
+    (the consensus bullet is :func:`prh_lib.displacement_consensus.describe_consensus`)."""
     lines = []
     for pair, b in best.iterrows():
         v = views.loc[pair]
@@ -493,16 +383,122 @@ def describe(best: pd.DataFrame, views: pd.DataFrame, consensus: ConsensusSummar
                  f"{v['Cross-Model at k-NN peak']:.3f}; the two heatmaps have rank correlation "
                  f"{v['rank correlation']:.2f}.")
         lines.append(text)
-    if consensus is not None:
-        mean = consensus.table.mean()
-        parts = ", ".join(f"{s} {mean[('Cross-Model', s)]:.3f} / {mean[('mutual k-NN', s)]:.3f}"
-                          for s in consensus.table["Cross-Model"].columns)
-        ev = consensus.result.eigenvalues
-        n_sh = consensus.result.shared_basis.shape[1]
-        lines.append(f"- **Consensus** of {', '.join(f'{m} ({l})' for m, l in consensus.layers.items())}: "
-                     f"top {n_sh} eigenvalues of S_cross {ev[0]:.2f} to {ev[n_sh - 1]:.2f} on the training rows "
-                     f"({consensus.held_out_eigenvalues[:n_sh].mean():.2f} on average held out), bottom "
-                     f"{ev[-1]:.2f}; "
-                     f"mean over model pairs, Cross-Model / mutual k-NN: {parts} "
-                     f"(k-NN chance {consensus.chance:.3f}).")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the paper and this build
+#: The companion paper's headline numbers (arXiv:2609.24209, main results table, quoted from the
+#: summary in shared/papers): mean Cross-Model and Pointwise cosine per level and kind of pair.
+PAPER_CLAIMS = (
+    {"level": "concept", "kind": "vision-vision", "cross_model": 0.73, "pointwise": 0.41},
+    {"level": "concept", "kind": "language-language", "cross_model": 0.91, "pointwise": 0.36},
+    {"level": "concept", "kind": "vision-language", "cross_model": 0.49, "pointwise": 0.25},
+    {"level": "sample", "kind": "vision-vision", "cross_model": 0.45, "pointwise": 0.31},
+    {"level": "sample", "kind": "language-language", "cross_model": 0.73, "pointwise": 0.36},
+    {"level": "sample", "kind": "vision-language", "cross_model": 0.31, "pointwise": 0.19},
+)
+_CONCEPT_REASON = "needs concept-level features: ImageNet-22k classes matched to CommonWords79k words"
+_DATA = {"concept": "ImageNet-22k × CommonWords79k concepts", "sample": "Flickr30k image-caption pairs"}
+VERDICTS = ("reproduces", "reproduces in kind", "differs", "not testable offline")
+
+
+def claim_verdict(paper, draws=None, *, tol: float = 0.05, n_sd: float = 2.0, reason: str | None = None) -> str:
+    """Verdict on one claim of a paper from this build's repeated measurements of it.
+
+    A claim is ``k`` values (e.g. Cross-Model and Pointwise); its *kind* is their ordering (each
+    non-zero difference ``paper[a] - paper[b]`` with its sign).
+
+    * ``"reproduces"``: every build mean is within ``max(tol, n_sd * sd)`` of the paper's value;
+    * ``"reproduces in kind"``: otherwise, if every ordering of the paper holds in the build and is
+      resolved (the mean difference exceeds ``max(tol, n_sd * sd of the difference)``; for ``k = 1``
+      the sign of the value);
+    * ``"differs"``: neither;
+    * ``"not testable offline (<reason>)"`` when there are no draws.
+
+    Parameters
+    ----------
+    paper : sequence of k floats
+    draws : array-like of shape (n_draws, k), optional
+        This build's values, one row per draw (split, seed); one row: ``sd`` is taken as 0.
+    tol : float >= 0, default 0.05
+        Agreement tolerance in the measures' units.
+    n_sd : float >= 0, default 2.0
+    reason : str, optional
+        Required when ``draws`` is None or empty.
+
+    Returns
+    -------
+    str
+        One of :data:`VERDICTS` (the last with its reason in parentheses).
+
+    Raises
+    ------
+    ValueError
+        If ``draws`` is not ``(n_draws, k)``, holds NaN, or is missing without a ``reason``.
+    """
+    p = np.asarray(paper, dtype=float).ravel()
+    if draws is None or np.size(draws) == 0:
+        if not reason:
+            raise ValueError("a claim without draws needs a reason (why it is not testable offline)")
+        return f"not testable offline ({reason})"
+    d = np.asarray(draws, dtype=float)
+    if d.ndim != 2 or d.shape[1] != p.size or not np.isfinite(d).all():
+        raise ValueError(f"draws must be a finite (n_draws, {p.size}) array, got shape {d.shape}")
+    sd = lambda x: float(np.std(x, ddof=1)) if len(x) > 1 else 0.0  # noqa: E731
+    if all(abs(d[:, c].mean() - p[c]) <= max(tol, n_sd * sd(d[:, c])) for c in range(p.size)):
+        return "reproduces"
+    diffs = [(d[:, a] - d[:, b], p[a] - p[b]) for a in range(p.size) for b in range(a + 1, p.size) if p[a] != p[b]]
+    if p.size == 1:
+        diffs = [(d[:, 0], p[0])]
+    if diffs and all(np.sign(x.mean()) == np.sign(q) and abs(x.mean()) > max(tol, n_sd * sd(x)) for x, q in diffs):
+        return "reproduces in kind"
+    return "differs"
+
+
+def _mean_sd(x: np.ndarray) -> str:
+    return f"{x.mean():.2f} ± {x.std(ddof=1):.2f}" if len(x) > 1 else f"{x.mean():.2f} (one draw, not repeated)"
+
+
+def paper_table(table: pd.DataFrame, *, steps=("reference code", "our procedure"), claims=PAPER_CLAIMS,
+                tol: float = 0.05, n_sd: float = 2.0) -> pd.DataFrame:
+    """"The paper and this build": one row per claim, the paper's values, this build's and the verdicts.
+
+    Parameters
+    ----------
+    table : DataFrame
+        :func:`prh_lib.displacement_reference.compare_procedures` (columns ``kind``, ``step``,
+        ``split``, ``cross_model``, ``pointwise``).
+    steps : sequence of str
+        Procedures reported, each with its own value and verdict columns.
+    claims : sequence of dict
+        :data:`PAPER_CLAIMS`; sample-level claims are tested on this build's pairs of their kind
+        (per split, the mean over those pairs), concept-level ones are not testable offline.
+    tol, n_sd
+        As in :func:`claim_verdict`.
+
+    Returns
+    -------
+    DataFrame
+        Indexed by claim; columns ``paper``, then ``<step>`` (Cross-Model vs Pointwise, mean ± sd
+        over splits), ``<step> verdict`` and ``<step> draws`` (the ``(n_splits, 2)`` values) per step.
+    """
+    rows = {}
+    for c in claims:
+        name = f"Cross-Model > Pointwise, {c['kind']}, {c['level']} level ({_DATA.get(c['level'], '?')})"
+        row = {"paper": f"{c['cross_model']:.2f} vs {c['pointwise']:.2f}"}
+        for step in steps:
+            sub = table[(table["kind"] == c["kind"]) & (table["step"] == step)]
+            draws = None
+            reason = _CONCEPT_REASON if c["level"] != "sample" else f"no {c['kind']} pair in this build"
+            if c["level"] == "sample" and len(sub):
+                draws = sub.groupby("split")[["cross_model", "pointwise"]].mean().to_numpy()
+                row[step] = f"{_mean_sd(draws[:, 0])} vs {_mean_sd(draws[:, 1])}"
+            else:
+                row[step] = "—"
+            row[f"{step} verdict"] = claim_verdict((c["cross_model"], c["pointwise"]), draws, tol=tol, n_sd=n_sd,
+                                                   reason=reason)
+            row[f"{step} draws"] = None if draws is None else draws.tolist()
+        rows[name] = row
+    out = pd.DataFrame.from_dict(rows, orient="index")
+    out.index.name = "claim"
+    return out

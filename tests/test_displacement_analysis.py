@@ -14,6 +14,7 @@ from threadpoolctl import threadpool_limits
 matplotlib.use("Agg")
 
 from prh_lib import displacement_analysis as da  # noqa: E402
+from prh_lib import displacement_consensus as dc  # noqa: E402
 from prh_lib.extract import FeatureMismatchError, LayerFeatures  # noqa: E402
 from prh_lib.metrics import displacement as D  # noqa: E402
 
@@ -194,10 +195,10 @@ def test_depth_profiles_are_rows_of_the_layerwise_matrices(views, feats):
 
 def test_consensus_summary_shared_beats_random_beats_private(feats):
     layers = {"vit": "layer.2", "lm": "layer.1", "cnn": "stage.1"}
-    s = da.consensus_summary(feats, layers, n_components=6, n_shared=3, n_private=2, k=10, n_pairs=2000,
+    s = dc.consensus_summary(feats, layers, n_components=6, n_shared=3, n_private=2, k=10, n_pairs=2000,
                              n_random=5, seed=0)
     assert list(s.table.index) == ["vit × lm", "vit × cnn", "lm × cnn"]
-    assert list(s.table.columns) == [(m, sub) for m in ("mutual k-NN", "Cross-Model") for sub in da.SUBSPACES]
+    assert list(s.table.columns) == [(m, sub) for m in ("mutual k-NN", "Cross-Model") for sub in dc.SUBSPACES]
     cm = s.table["Cross-Model"]
     assert (cm["shared"] > 0.9).all() and (cm["private"].abs() < 0.2).all()
     assert (cm["shared"] > cm["random"]).all() and (cm["random"] > cm["private"]).all()
@@ -223,17 +224,80 @@ def test_figures_have_the_expected_panels_and_nan_safe_peak(views, feats):
     fig = da.sweep_figure(da.n_components_sweep(views, feats, n_components=(2, 4)))
     assert len(fig.axes[0].lines) >= len(views)
     plt.close(fig)
-    s = da.consensus_summary(feats, {"vit": "layer.2", "lm": "layer.1"}, n_components=6, n_shared=2, n_pairs=500,
+    s = dc.consensus_summary(feats, {"vit": "layer.2", "lm": "layer.1"}, n_components=6, n_shared=2, n_pairs=500,
                              n_random=2)
-    fig = da.consensus_figure(s)
-    assert len(fig.axes) == 3 and len(fig.axes[1].patches) == len(da.SUBSPACES)  # 1 pair x 4 subspaces
+    fig = dc.consensus_figure(s)
+    assert len(fig.axes) == 3 and len(fig.axes[1].patches) == len(dc.SUBSPACES)  # 1 pair x 4 subspaces
     plt.close(fig)
 
 
 def test_describe_states_the_measured_figures(views, feats):
     best, table = da.best_pair_table(views, feats, n_splits=2), da.views_table(views)
-    s = da.consensus_summary(feats, {"vit": "layer.2", "lm": "layer.1"}, n_components=6, n_shared=2, n_pairs=500)
-    text = da.describe(best, table, s)
-    assert text.count("\n- ") == len(views)  # one bullet per pair plus the consensus bullet
+    s = dc.consensus_summary(feats, {"vit": "layer.2", "lm": "layer.1"}, n_components=6, n_shared=2, n_pairs=500)
+    text = da.describe(best, table)
+    assert text.count("- **") == len(views)  # one bullet per pair
     assert f"{best.loc['vit × lm', 'Cross-Model']:.3f}" in text and "layer.2 × layer.1" in text
-    assert "**Consensus** of vit (layer.2), lm (layer.1)" in text
+    bullet = dc.describe_consensus(s)
+    assert bullet.startswith("- **Consensus** of vit (layer.2), lm (layer.1)")
+    assert f"{s.result.eigenvalues[0]:.2f}" in bullet and f"{s.chance:.3f}" in bullet
+
+
+# --------------------------------------------------------------------------- the paper and this build
+def _draws(means, sd=0.01, n=5, seed=0):
+    rng = np.random.default_rng(seed)
+    return np.asarray(means) + sd * rng.standard_normal((n, len(means)))
+
+
+@pytest.mark.parametrize("means,expected", [
+    ((0.46, 0.30), "reproduces"),            # both within 0.05 of (0.45, 0.31)
+    ((0.60, 0.10), "reproduces in kind"),    # the ordering holds and is resolved, the values do not match
+    ((0.56, 0.56), "differs"),               # no gap
+    ((0.20, 0.40), "differs"),               # reversed
+    ((0.60, 0.57), "differs"),               # a gap below the tolerance, values off
+])
+def test_claim_verdict_cases(means, expected):
+    assert da.claim_verdict((0.45, 0.31), _draws(means)) == expected
+
+
+def test_claim_verdict_uses_the_spread_and_handles_one_draw():
+    noisy = _draws((0.55, 0.35), sd=0.08, n=40)  # 0.10 off, but within two standard deviations
+    assert da.claim_verdict((0.45, 0.31), noisy) == "reproduces"
+    assert da.claim_verdict((0.45, 0.31), [[0.55, 0.35]]) == "reproduces in kind"  # one draw: sd taken as 0
+    assert da.claim_verdict((0.3,), [[0.29], [0.31]]) == "reproduces"
+    assert da.claim_verdict((0.3,), [[-0.2], [-0.25]]) == "differs"
+    assert da.claim_verdict((0.3,), [[0.6], [0.62]]) == "reproduces in kind"
+
+
+def test_claim_verdict_not_testable_and_bad_input():
+    assert da.claim_verdict((0.7, 0.4), None, reason="no data") == "not testable offline (no data)"
+    with pytest.raises(ValueError, match="needs a reason"):
+        da.claim_verdict((0.7, 0.4), None)
+    with pytest.raises(ValueError, match=r"\(n_draws, 2\)"):
+        da.claim_verdict((0.7, 0.4), [0.7, 0.4, 0.1])
+    with pytest.raises(ValueError, match="finite"):
+        da.claim_verdict((0.7, 0.4), [[np.nan, 0.4]])
+
+
+def test_paper_table_rows_values_and_verdicts():
+    import pandas as pd
+
+    rows = []
+    for split in range(3):
+        for pair, kind, cm, pw in (("a × b", "vision-vision", 0.50, 0.10), ("c × d", "vision-language", 0.20, 0.05),
+                                   ("e × f", "vision-language", 0.30, 0.15)):
+            rows.append({"pair": pair, "kind": kind, "step": "reference code", "split": split,
+                         "cross_model": cm + 0.01 * split, "pointwise": pw})
+            rows.append({"pair": pair, "kind": kind, "step": "our procedure", "split": split,
+                         "cross_model": cm, "pointwise": cm})
+    t = da.paper_table(pd.DataFrame(rows))
+    assert len(t) == len(da.PAPER_CLAIMS) == 6
+    concept = t[t.index.str.contains("concept level")]
+    assert (concept["reference code verdict"].str.startswith("not testable offline (needs concept-level")).all()
+    vv = t.loc["Cross-Model > Pointwise, vision-vision, sample level (Flickr30k image-caption pairs)"]
+    assert vv["paper"] == "0.45 vs 0.31" and vv["reference code"] == "0.51 ± 0.01 vs 0.10 ± 0.00"
+    assert vv["reference code verdict"] == "reproduces in kind" and vv["our procedure verdict"] == "differs"
+    vl = t.loc["Cross-Model > Pointwise, vision-language, sample level (Flickr30k image-caption pairs)"]
+    np.testing.assert_allclose(vl["reference code draws"], [[0.25, 0.10], [0.26, 0.10], [0.27, 0.10]])  # pair means
+    ll = t.loc["Cross-Model > Pointwise, language-language, sample level (Flickr30k image-caption pairs)"]
+    assert ll["reference code verdict"] == "not testable offline (no language-language pair in this build)"
+    assert set(t["our procedure verdict"].str.split(" \\(").str[0]) <= set(da.VERDICTS)

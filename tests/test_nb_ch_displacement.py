@@ -8,6 +8,7 @@ import nbformat
 import numpy as np
 import pytest
 
+from prh_lib import displacement_analysis as da
 from prh_lib import report
 from prh_lib.profiles import get_profile
 
@@ -30,9 +31,21 @@ def _arr(x):
 def test_figures_present(executed):
     nb = nbformat.read(str(executed), as_version=4)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
-    # heatmaps side by side, r sweep, depth profiles, consensus
-    assert sum("image/png" in o.get("data", {}) for o in outputs) == 4
+    # heatmaps side by side, r sweep, depth profiles, consensus, the reference code's procedure
+    assert sum("image/png" in o.get("data", {}) for o in outputs) == 5
     assert not [o for o in outputs if o.get("output_type") == "error"]
+    # no logs or warnings on the page: the only stream is the one-line summary of the data
+    streams = [o for o in outputs if o.get("output_type") == "stream"]
+    assert [o["name"] for o in streams] == ["stdout"] and streams[0]["text"].count("\n") == 1
+
+
+def test_page_has_the_new_sections(executed):
+    nb = nbformat.read(str(executed), as_version=4)
+    md = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    for title in ("## The reference code's procedure", "### Why the two procedures part",
+                  "### A synthetic pair with a known shared component", "### The smaller differences",
+                  "## The paper and this build"):
+        assert title in md, title
 
 
 def test_parameters_reached_the_record(rec):
@@ -110,3 +123,83 @@ def test_consensus_outputs(rec):
     for col, values in c["table"].items():
         assert len(values) == 6  # 4 models: 6 pairs
         assert all(v is not None and math.isfinite(v) and -1.0 <= v <= 1.0 for v in values.values()), col
+
+
+# --------------------------------------------------------------------------- the reference code's procedure
+STEPS = ["our procedure", "reference code", "reference, means not added back", "reference, whitening on training rows",
+         "reference, random pairs", "reference, all three steps ours", "reference, 30% training rows",
+         "reference, 70% training rows", "reference, r = 100 (capped)"]
+
+
+@pytest.fixture(scope="module")
+def procs(rec):
+    return rec["procedures"]
+
+
+def _rows(procs, pair, step):
+    return sorted((r for r in procs if r["pair"] == pair and r["step"] == step), key=lambda r: r["split"])
+
+
+def test_both_procedures_for_every_pair_and_split(rec, procs):
+    n_splits = get_profile("smoke")["n_splits"]
+    for pair, best in rec["best"].items():
+        for step in STEPS:
+            rows = _rows(procs, pair, step)
+            assert [r["split"] for r in rows] == list(range(n_splits)), (pair, step)
+            assert all(r["layers"] == f"{best['layer x']} × {best['layer y']}" for r in rows)
+            assert all(-1 <= r[k] <= 1 for r in rows for k in ("pointwise", "cross_model", "cross_object"))
+        # like with like: the same r and training rows for both procedures (the chapter's r, capped)
+        assert {r["r"] for r in procs if r["pair"] == pair and r["step"] != STEPS[-1]} == {best["r"]}
+        both = _rows(procs, pair, "our procedure") + _rows(procs, pair, "reference code")
+        assert {r["n_train"] for r in both} == {24}
+        # split s of our procedure is the chapter's split with seed s: split 0 is the heatmaps' own
+        assert _rows(procs, pair, "our procedure")[0]["cross_model"] == pytest.approx(best["Cross-Model"])
+
+
+def test_means_added_back_leave_cross_model_and_open_the_gap(rec, procs):
+    for pair in rec["best"]:
+        ref, nomean, ours = (_rows(procs, pair, s) for s in ("reference code", "reference, means not added back",
+                                                              "our procedure"))
+        for a, b in zip(ref, nomean):
+            assert a["cross_model"] == pytest.approx(b["cross_model"], abs=1e-9)  # offsets cancel
+            assert a["offset2_a"] > 0 and b["offset2_a"] == 0
+            assert a["pointwise"] < b["pointwise"] and a["cross_object"] > b["cross_object"] + 0.2
+        assert all(abs(r["cross_model"] - r["pointwise"]) < 0.1 for r in ours)
+
+
+def test_formula_predictions_against_measurements(rec, procs):
+    ref = [r for r in procs if r["step"] == "reference code"]
+    err = max(abs(r[k] - r[f"predicted_{k}"]) for r in ref for k in ("pointwise", "cross_model", "cross_object"))
+    assert err < 0.15  # 24 evaluation rows at smoke size; the offline run is within 0.03
+    syn = [r for r in rec["synthetic"] if r["procedure"] == "reference code"]
+    err_syn = max(abs(r[k] - r[f"predicted_{k}"]) for r in syn for k in ("pointwise", "cross_model", "cross_object"))
+    assert err_syn < 0.05
+    # the verdict states exactly these numbers
+    assert f"within {err:.3f} on the offline pairs" in rec["procedure_verdict"]
+    assert f"within {err_syn:.3f} on the synthetic pairs" in rec["procedure_verdict"]
+    assert rec["procedure_verdict"].count("**Verdict:") == 1
+    # synthetic: Pointwise falls and Cross-Object rises with the offset, Cross-Model does not move
+    by = {}
+    for r in syn:
+        by.setdefault(r["offset2"], []).append(r)
+    offsets = sorted(by)
+    mean = lambda o, k: np.mean([r[k] for r in by[o]])  # noqa: E731
+    assert mean(offsets[-1], "pointwise") < mean(offsets[0], "pointwise") - 0.2
+    assert mean(offsets[-1], "cross_object") > mean(offsets[0], "cross_object") + 0.5
+    assert mean(offsets[-1], "cross_model") == pytest.approx(mean(offsets[0], "cross_model"), abs=1e-9)
+
+
+def test_paper_table_verdicts_are_computed_from_the_recorded_draws(rec):
+    claims = rec["claims"]
+    assert len(claims) == len(da.PAPER_CLAIMS)
+    for claim, paper in zip(claims, da.PAPER_CLAIMS):
+        assert paper["kind"] in claim["claim"] and f"{paper['level']} level" in claim["claim"]
+        assert claim["paper"] == f"{paper['cross_model']:.2f} vs {paper['pointwise']:.2f}"
+        for step in ("reference code", "our procedure"):
+            draws = claim[f"{step} draws"]
+            if paper["level"] == "concept":
+                assert draws is None and claim[f"{step} verdict"].startswith("not testable offline (")
+            else:
+                assert np.array(draws).shape == (get_profile("smoke")["n_splits"], 2)
+                assert claim[f"{step} verdict"] == da.claim_verdict(
+                    (paper["cross_model"], paper["pointwise"]), draws, tol=rec["claim_tol"])

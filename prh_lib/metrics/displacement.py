@@ -2,10 +2,8 @@
 
 The companion result [1]_ argues that what vision and language models share is the
 direction of differences between samples rather than where samples sit. This module
-measures that, for one pair of representations, layer by layer, and over a consensus
-of ``M >= 2`` models.
-
-Pipeline (each step is also a public function, so a caller can compose it):
+measures that for one pair of representations and layer by layer, as pure functions on
+arrays. Pipeline (each step is public, so a caller can compose it):
 
 1. :func:`split_indices` - seeded train/test split of the shared sample axis.
 2. :func:`fit_whitening` - centre, PCA to at most ``n_components`` and whiten, fitted on
@@ -14,87 +12,61 @@ Pipeline (each step is also a public function, so a caller can compose it):
 4. :func:`cosine_measures` - Pointwise, Cross-Model and Cross-Object cosines on the
    held-out rows, with shuffled-pairing controls.
 
-:func:`displacement_similarity` runs 1-4 for one pair, :func:`displacement_layerwise`
-for all layer pairs (each layer's whitening is fitted once), and
-:func:`consensus_subspaces` / :func:`cross_covariance` / :func:`project` /
-:func:`subspace_alignment` give the shared/private decomposition.
+:func:`displacement_similarity` runs 1-4 for one pair, :func:`displacement_layerwise` for
+all layer pairs (each layer's whitening fitted once). The consensus (shared/private)
+decomposition is :mod:`prh_lib.displacement_consensus`; the public reference code's own
+procedure, which adds the projected means back before the measures, is
+:mod:`prh_lib.displacement_reference`.
 
 Degenerate inputs: a representation with zero variance on the training rows (a ViT's CLS
 token at hidden state 0 is the same vector for every image) has nothing to whiten.
-:func:`fit_whitening` and :func:`consensus_subspaces` raise ``ValueError`` for it;
-:func:`displacement_similarity` and :func:`displacement_layerwise` return NaN for every
-measure involving it and warn once (``RuntimeWarning``), as the k-NN family does, so a
-layer-wise heatmap keeps a blank row instead of failing.
+:func:`fit_whitening` raises ``ValueError`` for it; :func:`displacement_similarity` and
+:func:`displacement_layerwise` return NaN for every measure involving it and warn once
+(``RuntimeWarning``), as the k-NN family does.
 
-Reading the numbers: whitening gives every kept component unit variance, so a measure
-is roughly (shared dimensions) / (kept dimensions ``r``) once ``r`` exceeds the shared
-dimension, whatever the signal-to-noise ratio. With a 16-dimensional shared latent,
-``cross_model`` is 0.99 at ``n_components=16`` and 0.24 at ``n_components=100``.
-Compare values only at the same ``n_components`` and report it (``DisplacementResult``
-records the ``r`` used). ``cross_object`` compares residuals ``a_i - b_i`` of different
-samples; with train-centred features its expectation is ~0 unless the residuals have a
-common direction (a consistent "gap"), so values near 0 are the typical outcome.
+Reading the numbers: whitening gives every kept component unit variance, so a measure is
+roughly (shared dimensions) / (kept dimensions ``r``) once ``r`` exceeds the shared
+dimension. With a 16-dimensional shared latent, ``cross_model`` is 0.99 at
+``n_components=16`` and 0.24 at ``n_components=100``: compare values only at the same ``r``
+(``DisplacementResult`` records it). ``cross_object`` compares residuals ``a_i - b_i`` of
+different samples; after per-model centring its expectation is ~0 unless the residuals
+share a direction.
 
 Everything is computed in float64 on purpose: whitening divides by the square root of
-variances that can be ``1e-6`` of the largest, where float32 rounding (``~1e-7``
-relative) would dominate, and the orthogonality of the Procrustes map is checked to
-``1e-10``. At the sizes used here (``N ~ 1e3``, ``r <= 100``) the cost is negligible.
-
+variances that can be ``1e-6`` of the largest, where float32 rounding would dominate.
 Random streams: ``seed`` feeds ``np.random.default_rng([seed, 0])`` for the split and
-``np.random.default_rng([seed, 1])`` for pair sampling and the shuffled pairing, so
-the split of :func:`split_indices` and the pairs of :func:`cosine_measures` are exactly
-those used by :func:`displacement_similarity` with the same seed.
+``np.random.default_rng([seed, 1])`` for pairs and the shuffled pairing, so
+:func:`split_indices` and :func:`cosine_measures` with a seed reproduce exactly what
+:func:`displacement_similarity` uses with that seed.
 
 References
 ----------
 .. [1] "Displacement geometry captures platonic shared reality across models and
    modalities", arXiv:2609.24209, Sec. "Method" (whitening, Procrustes, the three
-   cosine measures and the consensus decomposition).
+   cosine measures).
 .. [2] Schönemann, P. H. (1966). A generalized solution of the orthogonal Procrustes
    problem. Psychometrika 31, 1-10.
-.. [3] Gower, J. C. (1975). Generalized Procrustes analysis. Psychometrika 40, 33-51.
 """
 
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
 from scipy.linalg import orthogonal_procrustes
 from sklearn.decomposition import PCA
 
-from prh_lib.metrics._validation import check_fraction, check_int, check_k
+from prh_lib.metrics._validation import check_fraction, check_int
 
-__all__ = [
-    "MEASURES",
-    "Whitening",
-    "DisplacementResult",
-    "ConsensusResult",
-    "split_indices",
-    "fit_whitening",
-    "procrustes",
-    "cosine_measures",
-    "displacement_similarity",
-    "displacement_layerwise",
-    "consensus_subspaces",
-    "project",
-    "subspace_alignment",
-    "cross_covariance",
-]
+__all__ = ["MEASURES", "Whitening", "DisplacementResult", "split_indices", "fit_whitening", "procrustes",
+           "cosine_measures", "displacement_similarity", "displacement_layerwise"]
 
 #: Names of the measures returned by :func:`cosine_measures` (and the keys of
 #: :func:`displacement_layerwise`), in a fixed order.
-MEASURES = (
-    "pointwise",
-    "cross_model",
-    "cross_object",
-    "pointwise_shuffled",
-    "cross_model_shuffled",
-    "cross_object_shuffled",
-)
+MEASURES = ("pointwise", "cross_model", "cross_object",
+            "pointwise_shuffled", "cross_model_shuffled", "cross_object_shuffled")
 
 #: A vector whose norm is at most this fraction of the RMS sample norm is treated as
 #: exactly zero, so its cosine is undefined (float64 Procrustes residuals of an exact
@@ -102,7 +74,6 @@ MEASURES = (
 ZERO_NORM_RTOL = 1e-8
 
 _SPLIT_STREAM, _PAIR_STREAM = 0, 1
-_RANDOM_STREAM = 2  # random subspaces of :func:`subspace_alignment`
 _CHUNK = 65536  # pairs per block in the cosine kernel (bounds memory for huge n_pairs)
 
 
@@ -135,10 +106,8 @@ def _as_float64(x, name: str, ndim: int, shape_doc: str) -> np.ndarray:
 def _split_sizes(n: int, test_fraction: float) -> tuple[int, int]:
     n_test = int(round(n * check_fraction(test_fraction, "test_fraction")))
     if n_test < 2 or n - n_test < 2:
-        raise ValueError(
-            f"n_samples={n} is too small for test_fraction={test_fraction}: the split gives "
-            f"{n - n_test} train and {n_test} test samples, and both need at least 2"
-        )
+        raise ValueError(f"n_samples={n} is too small for test_fraction={test_fraction}: the split gives "
+                         f"{n - n_test} train and {n_test} test samples, and both need at least 2")
     return n - n_test, n_test
 
 
@@ -192,8 +161,7 @@ class Whitening:
     scale : ndarray of shape (r,)
         Standard deviation (``ddof=1``) along each kept axis; all ``> sqrt(eps) * scale[0]``.
     n_dropped : int
-        Components among the first ``min(n_components, n_train, d)`` dropped for
-        near-zero variance.
+        Components of the first ``min(n_components, n_train, d)`` dropped as near-zero.
     """
 
     mean: np.ndarray
@@ -223,15 +191,13 @@ class Whitening:
 def fit_whitening(X_train, *, n_components: int = 100, eps: float = 1e-10) -> Whitening:
     """Fit centring + PCA + whitening on training rows.
 
-    PCA uses :class:`sklearn.decomposition.PCA` with the exact (``"full"``) SVD solver,
-    keeping ``q = min(n_components, n_train, d)`` components. Of those, components whose
-    variance is ``<= eps * (largest variance)`` are **dropped**, not floored: a floored
-    direction carries no signal but, after whitening, enters the common space and the
-    Procrustes fit with inflated rounding noise. Centring makes the rank at most
-    ``n_train - 1``, so at least the last of ``n_train`` components is always dropped.
-    The default ``eps = 1e-10`` (a singular-value ratio of ``1e-5``) separates the
-    rounding floor of float32-stored features (``~1e-14``) from real low-variance
-    structure; raise it (e.g. ``1e-6``) for features stored in half precision.
+    :class:`sklearn.decomposition.PCA` with the exact (``"full"``) solver keeps
+    ``q = min(n_components, n_train, d)`` components; those with variance ``<= eps *
+    (largest variance)`` are **dropped**, not floored (a floored direction carries only
+    rounding noise, inflated by whitening, into the Procrustes fit). Centring leaves rank at
+    most ``n_train - 1``. The default ``eps = 1e-10`` separates the rounding floor of
+    float32-stored features (``~1e-14``) from real structure; raise it (e.g. ``1e-6``) for
+    half-precision features.
 
     Parameters
     ----------
@@ -245,9 +211,8 @@ def fit_whitening(X_train, *, n_components: int = 100, eps: float = 1e-10) -> Wh
     Returns
     -------
     Whitening
-        With ``r <= min(n_components, n_train - 1, d)`` components for any ``eps`` above the
-        float64 rounding floor (``eps = 0`` keeps even the null component left by
-        centring); the whitened training rows have zero mean and identity covariance
+        With ``r <= min(n_components, n_train - 1, d)`` components for ``eps`` above the
+        float64 rounding floor; whitened training rows have zero mean and identity covariance
         (``ddof=1``).
 
     Raises
@@ -274,12 +239,8 @@ def _fit_whitening(X: np.ndarray, n_components: int, eps: float, name: str = "X_
     if not var[0] > 0.0:
         raise _ZeroVariance(f"{name} of shape {X.shape} has zero variance; nothing to whiten")
     keep = var > eps * var[0]
-    return Whitening(
-        mean=pca.mean_.copy(),
-        components=pca.components_[keep].copy(),
-        scale=np.sqrt(var[keep]),
-        n_dropped=int(q - keep.sum()),
-    )
+    return Whitening(mean=pca.mean_.copy(), components=pca.components_[keep].copy(), scale=np.sqrt(var[keep]),
+                     n_dropped=int(q - keep.sum()))
 
 
 # --------------------------------------------------------------------------- procrustes
@@ -337,12 +298,9 @@ def _add_cosines(num: np.ndarray, nu: np.ndarray, nv: np.ndarray, tol: float, ac
 
 def _finish(acc: list, name: str) -> float:
     if acc[1] == 0:
-        warnings.warn(
-            f"{name}: every vector pair has (numerically) zero norm, so the cosine is undefined; "
-            "returning NaN (for cross_object this means the aligned representations are identical)",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+        warnings.warn(f"{name}: every vector pair has (numerically) zero norm, so the cosine is undefined; "
+                      "returning NaN (for cross_object this means the aligned representations are identical)",
+                      RuntimeWarning, stacklevel=3)
         return float("nan")
     return acc[0] / acc[1]
 
@@ -371,7 +329,7 @@ def _cosine_measures(A: np.ndarray, B: np.ndarray, i: np.ndarray, j: np.ndarray,
     return {k: _finish(acc[k], k) for k in MEASURES}
 
 
-def cosine_measures(A, B, *, n_pairs: int = 10_000, seed: int = 0) -> dict[str, float]:
+def cosine_measures(A, B, *, n_pairs: int = 10_000, seed: int = 0, pairs=None) -> dict[str, float]:
     """Pointwise, Cross-Model and Cross-Object cosines of aligned representations.
 
     With ``a_i`` = row ``i`` of ``A`` and ``b_i`` = row ``i`` of ``B`` (already in a common,
@@ -384,18 +342,16 @@ def cosine_measures(A, B, *, n_pairs: int = 10_000, seed: int = 0) -> dict[str, 
       residual between the models (the "modality gap" of an object) the same for
       different objects?
 
-    Pairs ``(i, j)``, ``i != j``, are drawn uniformly with replacement. Each ``*_shuffled``
-    control recomputes its measure with ``b_i`` replaced by ``b_pi(i)``, where ``pi`` is a
-    random derangement (a single cycle, so no sample keeps its partner).
+    Pairs ``(i, j)``, ``i != j``, are drawn uniformly with replacement (or given as
+    ``pairs``). Each ``*_shuffled`` control recomputes its measure with ``b_i`` replaced by
+    ``b_pi(i)``, where ``pi`` is a random derangement (a single cycle, so no sample keeps
+    its partner).
 
     **Undefined cosines.** A vector whose norm is ``<= ZERO_NORM_RTOL`` (1e-8) times the RMS
     row norm of ``A`` and ``B`` is treated as exactly zero and its pair is left out of the
-    mean. If every pair is left out the measure is NaN and a ``RuntimeWarning`` is issued.
-    This matters for ``cross_object`` of identical inputs (``A == B``, or a representation
-    against an exactly rotated copy of itself after Procrustes): every residual
-    ``a_i - b_i`` is zero, the measure is 0/0 and is returned as NaN - there is no residual
-    whose direction could be shared. For a rotated copy plus small independent noise the
-    residuals are that noise, and ``cross_object`` is ~0 while the other two are ~1.
+    mean; if every pair is left out the measure is NaN with a ``RuntimeWarning``. So
+    ``cross_object`` of identical inputs (or of an exactly rotated copy after Procrustes) is
+    NaN: every residual ``a_i - b_i`` is zero, and no residual direction can be shared.
 
     Parameters
     ----------
@@ -405,6 +361,10 @@ def cosine_measures(A, B, *, n_pairs: int = 10_000, seed: int = 0) -> dict[str, 
         Number of sampled ordered pairs for the two pairwise measures.
     seed : int >= 0, default 0
         Seed for pairs and the derangement (``np.random.default_rng([seed, 1])``).
+    pairs : tuple of two int arrays of shape (n_pairs,), optional
+        Explicit ordered pairs ``(i, j)`` with ``i != j``, used instead of sampled ones (and
+        ``n_pairs`` ignored), e.g. each sample with its predecessor as in the public reference
+        code (:func:`prh_lib.displacement_reference.predecessor_pairs`).
 
     Returns
     -------
@@ -414,7 +374,9 @@ def cosine_measures(A, B, *, n_pairs: int = 10_000, seed: int = 0) -> dict[str, 
     Raises
     ------
     ValueError
-        If the inputs are not 2-D, differ in shape, contain NaN/inf or have fewer than 2 rows.
+        If the inputs are not 2-D, differ in shape, contain NaN/inf or have fewer than 2 rows;
+        if ``pairs`` are not two equal-length integer arrays of indices in ``[0, n_samples)``
+        with ``i != j``.
     """
     A = _as_float64(A, "A", 2, "(n_samples, r)")
     B = _as_float64(B, "B", 2, "(n_samples, r)")
@@ -424,7 +386,23 @@ def cosine_measures(A, B, *, n_pairs: int = 10_000, seed: int = 0) -> dict[str, 
         raise ValueError(f"need at least 2 samples to form pairs, got shape {A.shape}")
     n_pairs = check_int(n_pairs, "n_pairs", low=1)
     seed = check_int(seed, "seed", low=0)
-    return _cosine_measures(A, B, *_draw_pairs(A.shape[0], n_pairs, seed))
+    i, j, perm = _draw_pairs(A.shape[0], n_pairs, seed)
+    if pairs is not None:
+        i, j = _check_pairs(pairs, A.shape[0])
+    return _cosine_measures(A, B, i, j, perm)
+
+
+def _check_pairs(pairs, n: int) -> tuple[np.ndarray, np.ndarray]:
+    if not isinstance(pairs, (tuple, list)) or len(pairs) != 2:
+        raise TypeError(f"pairs must be a tuple (i, j) of two index arrays, got {type(pairs).__name__}")
+    i, j = (np.asarray(p) for p in pairs)
+    if i.dtype.kind not in "iu" or j.dtype.kind not in "iu" or i.ndim != 1 or i.shape != j.shape or not i.size:
+        raise ValueError(f"pairs must be two non-empty 1-D integer arrays of equal length, got {i.dtype} "
+                         f"{i.shape} and {j.dtype} {j.shape}")
+    if min(i.min(), j.min()) < 0 or max(i.max(), j.max()) >= n or np.any(i == j):
+        raise ValueError(f"pairs must index [0, {n}) with i != j; got i in [{i.min()}, {i.max()}], "
+                         f"j in [{j.min()}, {j.max()}], {int(np.sum(i == j))} pairs with i == j")
+    return i.astype(np.intp), j.astype(np.intp)
 
 
 # --------------------------------------------------------------------------- one pair
@@ -476,12 +454,8 @@ def _warn_degenerate(layers: list, name: str, metric: str, single: bool) -> None
     """One RuntimeWarning naming the zero-variance inputs (same wording as the k-NN family)."""
     if layers:
         where = "the representation" if single else f"layers {layers}"
-        warnings.warn(
-            f"{metric}: {name} is degenerate (zero variance on the training rows, nothing to whiten) "
-            f"in {where}; their scores are NaN",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+        warnings.warn(f"{metric}: {name} is degenerate (zero variance on the training rows, nothing to whiten) "
+                      f"in {where}; their scores are NaN", RuntimeWarning, stacklevel=3)
 
 
 _NAN_MEASURES = dict.fromkeys(MEASURES, float("nan"))
@@ -497,24 +471,15 @@ def _pair_measures(x: tuple | None, y: tuple | None, draws: tuple) -> tuple[dict
     return _cosine_measures(xte[:, :r], yte[:, :r] @ R, *draws), r
 
 
-def displacement_similarity(
-    X,
-    Y,
-    *,
-    n_components: int = 100,
-    test_fraction: float = 0.5,
-    n_pairs: int = 10_000,
-    seed: int = 0,
-    eps: float = 1e-10,
-) -> DisplacementResult:
+def displacement_similarity(X, Y, *, n_components: int = 100, test_fraction: float = 0.5, n_pairs: int = 10_000,
+                            seed: int = 0, eps: float = 1e-10) -> DisplacementResult:
     """Displacement-geometry similarity of two representations of the same samples [1]_.
 
-    Split the samples (:func:`split_indices`); on the training rows fit a whitening per model
-    (:func:`fit_whitening`, at most ``n_components`` kept components each), truncate both to
-    the common dimension ``r = min(r_x, r_y)`` (the leading PCA axes, which equals fitting
-    with ``r`` components) and fit :func:`procrustes` mapping ``Y``'s whitened training rows
-    onto ``X``'s. On the held-out rows compute :func:`cosine_measures`. Nothing fitted sees
-    a test row. The three main measures are symmetric in ``X`` and ``Y``.
+    Split the samples (:func:`split_indices`); on the training rows whiten each model
+    (:func:`fit_whitening`), truncate both to the common dimension ``r = min(r_x, r_y)`` and
+    fit :func:`procrustes` mapping ``Y``'s whitened training rows onto ``X``'s; on the
+    held-out rows compute :func:`cosine_measures`. Nothing fitted sees a test row. The
+    three main measures are symmetric in ``X`` and ``Y``.
 
     Parameters
     ----------
@@ -534,11 +499,9 @@ def displacement_similarity(
     Returns
     -------
     DisplacementResult
-        Measures in [-1, 1] (``cross_object`` NaN for exactly identical aligned inputs).
-        If ``X`` or ``Y`` has zero variance on the training rows (e.g. a ViT's CLS token at
-        hidden state 0, the same learned vector for every image) there is nothing to whiten:
-        every measure is NaN, ``n_components`` is 0 and a ``RuntimeWarning`` names the input,
-        as :func:`prh_lib.metrics.knn.mutual_knn` does for degenerate inputs.
+        Measures in [-1, 1] (``cross_object`` NaN for exactly identical aligned inputs). If
+        ``X`` or ``Y`` has zero variance on the training rows, every measure is NaN,
+        ``n_components`` is 0 and a ``RuntimeWarning`` names the input.
 
     Raises
     ------
@@ -562,16 +525,8 @@ def displacement_similarity(
     return DisplacementResult(**m, n_components=r, n_train=len(train), n_test=len(test), n_pairs=n_pairs, seed=seed)
 
 
-def displacement_layerwise(
-    XL,
-    YL,
-    *,
-    n_components: int = 100,
-    test_fraction: float = 0.5,
-    n_pairs: int = 10_000,
-    seed: int = 0,
-    eps: float = 1e-10,
-) -> dict[str, np.ndarray]:
+def displacement_layerwise(XL, YL, *, n_components: int = 100, test_fraction: float = 0.5, n_pairs: int = 10_000,
+                           seed: int = 0, eps: float = 1e-10) -> dict[str, np.ndarray]:
     """:func:`displacement_similarity` for every pair of layers.
 
     Each layer's whitening is fitted once (``L_x + L_y`` PCA fits, not ``L_x * L_y``); one
@@ -591,10 +546,9 @@ def displacement_layerwise(
     dict of str to ndarray of shape (L_x, L_y)
         One float array per name in :data:`MEASURES` (values in [-1, 1] or NaN), plus
         ``"n_components"``: the int array of common whitened dimensions used. A layer with
-        zero variance on the training rows (a ViT's constant CLS token at ``"embed"``) gets
-        NaN in its whole row or column and ``n_components`` 0; one ``RuntimeWarning`` lists
-        such layers, as :func:`prh_lib.metrics.knn.mutual_knn_layerwise` does. Zero-padded
-        columns (narrow CNN stages in a padded stack) change nothing: PCA ignores them.
+        zero variance on the training rows gets NaN in its whole row or column and
+        ``n_components`` 0 (one ``RuntimeWarning`` lists such layers). Zero-padded columns
+        (narrow CNN stages in a padded stack) change nothing: PCA ignores them.
 
     Raises
     ------
@@ -621,302 +575,4 @@ def displacement_layerwise(
             for k, v in res.items():
                 out[k][l, m] = v
             out["n_components"][l, m] = r
-    return out
-
-
-# --------------------------------------------------------------------------- consensus
-@dataclass(frozen=True, eq=False)
-class ConsensusResult:
-    """Shared/private decomposition of ``M`` models (see :func:`consensus_subspaces`).
-
-    Attributes
-    ----------
-    eigenvalues : ndarray of shape (r,)
-        Eigenvalues of ``S_cross``, descending, in [-1, 1]: ~1 where all models agree.
-    eigenvectors : ndarray of shape (r, r)
-        Orthonormal columns matching ``eigenvalues``.
-    shared_basis : ndarray of shape (r, n_shared)
-        Top ``n_shared`` eigenvectors.
-    private_basis : ndarray of shape (r, n_private)
-        Bottom ``n_private`` eigenvectors (lowest eigenvalues last).
-    features : tuple of M ndarrays of shape (n_samples, r)
-        All samples, whitened and aligned into the common frame (model 0's whitened axes).
-    rotations : tuple of M ndarrays of shape (r, r)
-        Orthogonal alignment of each model's whitened features; ``rotations[0]`` is ``I``.
-    whitenings : tuple of M :class:`Whitening`
-    train_idx, test_idx : ndarray of int
-        The split; everything above was fitted on ``train_idx`` only.
-    n_iter : int
-        Generalized Procrustes iterations used.
-    """
-
-    eigenvalues: np.ndarray
-    eigenvectors: np.ndarray
-    shared_basis: np.ndarray
-    private_basis: np.ndarray
-    features: tuple
-    rotations: tuple
-    whitenings: tuple
-    train_idx: np.ndarray
-    test_idx: np.ndarray
-    n_iter: int
-
-
-def _generalized_procrustes(Z: list, max_iter: int, tol: float) -> tuple[list, int]:
-    """Gower's GPA [3]_: rotate each ``Z[m]`` towards the running mean until the loss settles."""
-    Q = [np.eye(Z[0].shape[1])] + [_procrustes(z, Z[0]) for z in Z[1:]]
-    total = sum(float(np.sum(z * z)) for z in Z)
-    prev = np.inf
-    for it in range(1, max_iter + 1):
-        G = sum(z @ q for z, q in zip(Z, Q)) / len(Z)
-        Q = [_procrustes(z, G) for z in Z]
-        loss = sum(float(np.sum((z @ q - G) ** 2)) for z, q in zip(Z, Q))
-        if prev - loss <= tol * total:
-            break
-        prev = loss
-    else:
-        warnings.warn(f"generalized Procrustes did not converge in {max_iter} iterations", RuntimeWarning, stacklevel=3)
-    Q0t = Q[0].T
-    return [q @ Q0t for q in Q], it  # pin the frame to model 0's whitened axes
-
-
-def _cross_covariance(Z: list) -> np.ndarray:
-    T = sum(Z)
-    M, n = len(Z), Z[0].shape[0]
-    S = (T.T @ T - sum(z.T @ z for z in Z)) / (M * (M - 1) * (n - 1))
-    return 0.5 * (S + S.T)
-
-
-def cross_covariance(features: Sequence) -> np.ndarray:
-    """Symmetric cross-model covariance ``S_cross`` of ``M >= 2`` aligned representations [1]_.
-
-    ``S_cross = 1 / (M (M - 1)) * sum_{m != n} (Z_m.T Z_n + Z_n.T Z_m) / (2 (n_samples - 1))``:
-    the mean over ordered model pairs of the symmetrised cross-covariances. Rows are *not*
-    re-centred: pass features centred on the statistics that defined the frame (whitened
-    training rows have zero mean; held-out rows of the same frame are used as they are, so
-    ``v.T @ cross_covariance(test rows) @ v`` is the held-out value of a direction ``v``
-    fitted on training rows).
-
-    Parameters
-    ----------
-    features : sequence of M ndarrays or torch.Tensors of shape (n_samples, r)
-        Same samples, same common frame (e.g. ``ConsensusResult.features``); ``n_samples >= 2``.
-
-    Returns
-    -------
-    ndarray of shape (r, r)
-        Symmetric. For whitened, aligned features its eigenvalues lie in [-1, 1] on the rows
-        the whitening was fitted on: 1 where all models coincide, ~0 where they are unrelated.
-
-    Raises
-    ------
-    ValueError
-        If fewer than 2 models, shapes differ, fewer than 2 rows, or NaN/inf.
-    """
-    if isinstance(features, np.ndarray) or not isinstance(features, Sequence):
-        raise TypeError(f"features must be a list of (n_samples, r) arrays, got {type(features).__name__}")
-    if len(features) < 2:
-        raise ValueError(f"need at least 2 models, got {len(features)}")
-    Z = [_as_float64(f, f"features[{m}]", 2, "(n_samples, r)") for m, f in enumerate(features)]
-    if len({z.shape for z in Z}) != 1:
-        raise ValueError(f"all features must have the same shape (n_samples, r), got {[z.shape for z in Z]}")
-    if Z[0].shape[0] < 2:
-        raise ValueError(f"need at least 2 samples, got shape {Z[0].shape}")
-    return _cross_covariance(Z)
-
-
-def consensus_subspaces(
-    features: Sequence,
-    *,
-    n_components: int = 100,
-    n_shared: int = 10,
-    n_private: int | None = None,
-    test_fraction: float = 0.5,
-    seed: int = 0,
-    eps: float = 1e-10,
-    max_iter: int = 1000,
-    tol: float = 1e-10,
-) -> ConsensusResult:
-    """Shared and private subspaces of ``M >= 2`` models from the cross-model covariance [1]_.
-
-    On the training rows: whiten each model (:func:`fit_whitening`), truncate all to the
-    common dimension ``r``, align them by generalized Procrustes [3]_ (for ``M = 2`` this is
-    exactly :func:`procrustes` of model 1 onto model 0), then form
-
-    ``S_cross = 1 / (M (M - 1)) * sum_{m != n} (Z_m.T Z_n + Z_n.T Z_m) / (2 (n_train - 1))``
-
-    with ``Z_m`` the whitened, aligned training features. Its top eigenvectors span the
-    shared subspace, its bottom ones the private subspace. Eigenvector signs are fixed so
-    the largest-magnitude entry is positive (deterministic output).
-
-    Parameters
-    ----------
-    features : sequence of M ndarrays or torch.Tensors of shape (n_samples, d_m)
-        Rows are the same samples in the same order; ``d_m`` may differ.
-    n_components : int >= 1, default 100
-        Upper bound on ``r``.
-    n_shared : int >= 1, default 10
-    n_private : int >= 1, optional
-        Defaults to ``n_shared``. Requires ``n_shared + n_private <= r``.
-    test_fraction, seed, eps
-        As in :func:`displacement_similarity`.
-    max_iter : int, default 1000
-    tol : float, default 1e-10
-        GPA stops when the loss decreases by at most ``tol`` times the total sum of squares
-        (a ``RuntimeWarning`` if ``max_iter`` is reached). Convergence is linear and slow in
-        directions where models are unrelated (the loss is flat there), typically 50-200
-        iterations of ``M`` ``r x r`` SVDs each - cheap next to the whitening.
-
-    Returns
-    -------
-    ConsensusResult
-
-    Raises
-    ------
-    ValueError
-        If fewer than 2 models, inputs not 2-D, differing ``n_samples``, NaN/inf, too few
-        samples for the split, or ``n_shared + n_private > r``.
-    """
-    if isinstance(features, np.ndarray) or not isinstance(features, Sequence):
-        raise TypeError(f"features must be a list of (n_samples, d_m) arrays, got {type(features).__name__}")
-    if len(features) < 2:
-        raise ValueError(f"need at least 2 models, got {len(features)}")
-    F = [_as_float64(f, f"features[{m}]", 2, "(n_samples, d_m)") for m, f in enumerate(features)]
-    shapes = [f.shape for f in F]
-    if len({s[0] for s in shapes}) != 1:
-        raise ValueError(f"all models must have the same n_samples, got shapes {shapes}")
-    n = shapes[0][0]
-    n_components, n_train, _, seed, eps = _check_options(n, n_components, test_fraction, 1, seed, eps)
-    n_shared = check_int(n_shared, "n_shared", low=1)
-    n_private = n_shared if n_private is None else check_int(n_private, "n_private", low=1)
-    max_iter = check_int(max_iter, "max_iter", low=1)
-    train, test = _split(n, n_train, seed)
-
-    whitenings = [
-        _fit_whitening(f[train], n_components, eps, name=f"training rows of features[{m}]") for m, f in enumerate(F)
-    ]
-    r = min(w.n_components for w in whitenings)
-    if n_shared + n_private > r:
-        raise ValueError(f"n_shared + n_private = {n_shared} + {n_private} exceeds the common whitened dimension r={r}")
-    Z = [w._transform(f)[:, :r] for w, f in zip(whitenings, F)]
-    Q, n_iter = _generalized_procrustes([z[train] for z in Z], max_iter, float(tol))
-    aligned = [z @ q for z, q in zip(Z, Q)]
-
-    S = _cross_covariance([a[train] for a in aligned])
-    evals, evecs = np.linalg.eigh(S)
-    evals, evecs = evals[::-1], evecs[:, ::-1]
-    big = np.argmax(np.abs(evecs), axis=0)
-    evecs = evecs * np.sign(evecs[big, np.arange(r)])
-    return ConsensusResult(
-        eigenvalues=evals,
-        eigenvectors=evecs,
-        shared_basis=evecs[:, :n_shared].copy(),
-        private_basis=evecs[:, r - n_private :].copy(),
-        features=tuple(aligned),
-        rotations=tuple(Q),
-        whitenings=tuple(whitenings),
-        train_idx=train,
-        test_idx=test,
-        n_iter=n_iter,
-    )
-
-
-def project(features, basis) -> np.ndarray | list:
-    """Coordinates of features in an orthonormal basis: ``features @ basis``.
-
-    Parameters
-    ----------
-    features : ndarray of shape (n_samples, r), or a list of them
-        Features in the common frame (e.g. ``ConsensusResult.features``).
-    basis : ndarray of shape (r, k)
-        Orthonormal columns (e.g. ``ConsensusResult.shared_basis``). Distances and
-        displacement directions within the subspace are preserved.
-
-    Returns
-    -------
-    ndarray of shape (n_samples, k), or a list of them for list input
-
-    Raises
-    ------
-    ValueError
-        If shapes do not match or inputs contain NaN/inf.
-    """
-    basis = _as_float64(basis, "basis", 2, "(r, k)")
-    single = not isinstance(features, (list, tuple))
-    out = []
-    for m, f in enumerate([features] if single else features):
-        f = _as_float64(f, "features" if single else f"features[{m}]", 2, "(n_samples, r)")
-        if f.shape[1] != basis.shape[0]:
-            raise ValueError(f"features have r={f.shape[1]} columns but basis has shape {basis.shape}")
-        out.append(f @ basis)
-    return out[0] if single else out
-
-
-def subspace_alignment(
-    result: ConsensusResult, *, k: int = 10, n_pairs: int = 10_000, seed: int = 0, n_random: int = 0
-) -> dict:
-    """Mutual k-NN and Cross-Model similarity in the full, shared and private subspaces.
-
-    For every pair of models ``m < n`` in ``result``, on the held-out rows
-    (``result.test_idx``) of ``result.features`` projected onto each subspace
-    (:func:`project`), compute :func:`prh_lib.metrics.knn.mutual_knn` and the
-    ``cross_model`` measure of :func:`cosine_measures`. Features are already aligned, so
-    nothing is refitted. Mutual k-NN here is computed in the whitened, aligned frame (the
-    ``"full"`` entry is its reference), not on the raw features.
-
-    Parameters
-    ----------
-    result : ConsensusResult
-    k : int >= 1, default 10
-        Neighbours for mutual k-NN; must be below the number of test samples.
-    n_pairs, seed
-        As in :func:`cosine_measures`.
-    n_random : int >= 0, default 0
-        If positive, add a ``"random"`` control: the mean over ``n_random`` random
-        subspaces of the shared subspace's dimension (orthonormal bases from the QR
-        decomposition of Gaussian matrices, ``np.random.default_rng([seed, 2])``). A shared
-        subspace that beats it is more aligned than an arbitrary one of its size; a private
-        subspace should fall below it.
-
-    Returns
-    -------
-    dict
-        ``{"full" | "shared" | "private" [| "random"]: {"mutual_knn": ndarray (M, M),
-        "cross_model": ndarray (M, M)}}``; symmetric, diagonal NaN (no self-comparison).
-
-    Raises
-    ------
-    ValueError
-        If ``k >= n_test`` or ``n_random < 0``.
-    """
-    from prh_lib.metrics.knn import mutual_knn  # lazy: metrics families stay independent at import
-
-    if not isinstance(result, ConsensusResult):
-        raise TypeError(f"result must be a ConsensusResult, got {type(result).__name__}")
-    n_test = len(result.test_idx)
-    k = check_k(k, n_test)
-    n_pairs = check_int(n_pairs, "n_pairs", low=1)
-    seed = check_int(seed, "seed", low=0)
-    n_random = check_int(n_random, "n_random", low=0)
-    draws = _draw_pairs(n_test, n_pairs, seed)
-    test = [f[result.test_idx] for f in result.features]
-    M = len(test)
-    r, n_sh = result.shared_basis.shape
-    rng = np.random.default_rng([seed, _RANDOM_STREAM])
-    random_bases = [np.linalg.qr(rng.standard_normal((r, n_sh)))[0] for _ in range(n_random)]
-    subspaces = {"full": [None], "shared": [result.shared_basis], "private": [result.private_basis]}
-    if n_random:
-        subspaces["random"] = random_bases
-    out = {}
-    for name, bases in subspaces.items():
-        mk, cm = np.full((M, M), np.nan), np.full((M, M), np.nan)
-        for a in range(M):
-            for b in range(a + 1, M):
-                vals = []
-                for basis in bases:
-                    Pa, Pb = (test[a], test[b]) if basis is None else (test[a] @ basis, test[b] @ basis)
-                    vals.append((float(mutual_knn(Pa, Pb, k=k)), _cosine_measures(Pa, Pb, *draws)["cross_model"]))
-                mk[a, b] = mk[b, a] = float(np.mean([v[0] for v in vals]))
-                cm[a, b] = cm[b, a] = float(np.mean([v[1] for v in vals]))
-        out[name] = {"mutual_knn": mk, "cross_model": cm}
     return out
