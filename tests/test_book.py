@@ -21,6 +21,13 @@ def _toc_files():
     return files
 
 
+def _text(html: str) -> str:
+    """The text of an HTML fragment, tags dropped and entities decoded (inline code is split into spans)."""
+    import html as html_lib
+
+    return html_lib.unescape(re.sub(r"<[^>]+>", "", html))
+
+
 def test_toc_lists_every_notebook_and_nothing_missing():
     files = _toc_files()
     notebooks = runner.available_notebooks()
@@ -51,7 +58,7 @@ def test_pages_show_no_stderr_and_the_parameters_once_folded(built_book):
         boxes = re.findall(r'<details class="[^"]*hide above-input">(.*?)</details>', page, flags=re.S)
         assert len(boxes) == 1, f"{name}.html has {len(boxes)} folded input boxes, expected the parameters once"
         assert runner.PARAMETERS_PROMPT in boxes[0]
-        assert "The notebook&#39;s defaults" in boxes[0] and "Set for this run" in boxes[0]
+        assert f"defaults (notebooks/{name}.py)" in _text(boxes[0]) and "Set for this run" in boxes[0]
         assert page.count("tag_parameters") == 0, f"{name}.html still shows the notebook's own parameters cell"
 
 
@@ -118,7 +125,7 @@ def test_partial_build_gives_placeholder_pages_without_warnings(tmp_path, capsys
     assert runner.write_placeholders(book) == missing  # still placeholders; the executed one is kept
     assert not runner.is_placeholder(book / f"{run_one}.ipynb")
     for name in missing:
-        page = (html / f"{name}.html").read_text()
+        page = _text((html / f"{name}.html").read_text())
         assert "has not been run in this build" in page and f"prh-run {name}" in page
     assert "has not been run" not in (html / f"{run_one}.html").read_text()
 
