@@ -8,8 +8,9 @@ Usage (console script ``prh-run`` or ``python -m prh_lib.runner``)::
     prh-run --list                       # notebooks and their parameters
 
 Notebook sources are jupytext percent-format ``notebooks/<name>.py`` files. Each is converted to an
-``.ipynb`` and executed by papermill (kernel ``python3``) into ``book/<name>.ipynb``; the book is then
-built with ``jupyter-book build book``.
+``.ipynb`` and executed by papermill (kernel ``python3``) into ``book/<name>.ipynb``, with its parameters
+folded into one box (:func:`fold_parameters`); the book is then built with ``jupyter-book build -W book``
+(warnings are errors), chapters not run yet showing a placeholder page that says how to run them.
 """
 
 from __future__ import annotations
@@ -197,7 +198,9 @@ def write_placeholders(book: Path | None = None) -> list[str]:
     missing = []
     for name in toc_notebooks(book):
         out = book / f"{name}.ipynb"
-        if out.is_file() and not is_placeholder(out):
+        if out.is_file():
+            if is_placeholder(out):
+                missing.append(name)
             continue
         missing.append(name)
         title = _notebook_title(name)
