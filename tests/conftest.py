@@ -66,3 +66,22 @@ def executed_notebook(tmp_path_factory):
         return done[key]
 
     return run
+
+
+@pytest.fixture(scope="session")
+def built_book(executed_notebook, tmp_path_factory):
+    """HTML folder of the Jupyter Book built once per session from every notebook on the ``smoke`` profile.
+
+    The book's sources (configuration, Markdown pages, ``_static``) are copied into a temporary folder
+    with the executed notebooks, and built by the runner's ``build_book`` with warnings as errors, as
+    ``prh-run`` does. Shared by ``test_book.py`` and ``test_browser.py``.
+    """
+    import shutil
+
+    from prh_lib import paths, runner
+
+    book = tmp_path_factory.mktemp("book") / "book"
+    shutil.copytree(paths.book_dir(), book, ignore=shutil.ignore_patterns("_build", "*.ipynb"))
+    for name in runner.available_notebooks():
+        shutil.copy(executed_notebook(name), book / f"{name}.ipynb")
+    return runner.build_book(book, strict=True, quiet=True)

@@ -1,11 +1,12 @@
-"""Every notebook executed on small parameters, then the Jupyter Book built from them (in a temporary copy)."""
+"""Every notebook executed on small parameters, then the Jupyter Book built from them (in a temporary copy).
+
+The build itself is the session fixture ``built_book`` (tests/conftest.py), shared with the browser test.
+"""
 
 import re
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
+import nbformat
 import pytest
 import yaml
 
@@ -20,27 +21,24 @@ def _toc_files():
     return files
 
 
+def _text(html: str) -> str:
+    """The text of an HTML fragment, tags dropped and entities decoded (inline code is split into spans)."""
+    import html as html_lib
+
+    return html_lib.unescape(re.sub(r"<[^>]+>", "", html))
+
+
 def test_toc_lists_every_notebook_and_nothing_missing():
     files = _toc_files()
     notebooks = runner.available_notebooks()
     assert sorted(set(notebooks) - set(files)) == []
     for f in files:
         assert f in notebooks or (paths.book_dir() / f"{f}.md").is_file(), f"_toc.yml names {f!r}, which has no source"
+    assert runner.toc_notebooks() == [f for f in files if f in notebooks]
 
 
-def test_book_builds_with_every_page_and_its_figures(executed_notebook, tmp_path):
-    book = tmp_path / "book"
-    book.mkdir()
-    for name in ("_config.yml", "_toc.yml"):
-        shutil.copy(paths.repo_root() / name, book / name)
-    for md in paths.book_dir().glob("*.md"):
-        shutil.copy(md, book / md.name)
-    for name in runner.available_notebooks():
-        shutil.copy(executed_notebook(name), book / f"{name}.ipynb")
-    exe = Path(sys.executable).with_name("jupyter-book")
-    proc = subprocess.run([str(exe), "build", str(book)], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    html = book / "_build" / "html"
+def test_book_builds_with_every_page_and_its_figures(built_book):
+    html = built_book
     assert (html / "index.html").is_file()
     for name in runner.available_notebooks():
         page = (html / f"{name}.html").read_text()
@@ -49,3 +47,92 @@ def test_book_builds_with_every_page_and_its_figures(executed_notebook, tmp_path
         for src in images:
             assert (html / src).is_file(), f"{name}.html links a missing image {src}"
         assert "Traceback" not in page
+        assert "has not been run" not in page
+
+
+def test_pages_show_no_stderr_and_the_parameters_once_folded(built_book):
+    for name in runner.available_notebooks():
+        page = (built_book / f"{name}.html").read_text()
+        assert "output stderr" not in page, f"{name}.html shows a stderr block"
+        assert "Kernel is running over TCP" not in page
+        boxes = re.findall(r'<details class="[^"]*hide above-input">(.*?)</details>', page, flags=re.S)
+        assert len(boxes) == 1, f"{name}.html has {len(boxes)} folded input boxes, expected the parameters once"
+        assert runner.PARAMETERS_PROMPT in boxes[0]
+        assert f"defaults (notebooks/{name}.py)" in _text(boxes[0]) and "Set for this run" in boxes[0]
+        assert page.count("tag_parameters") == 0, f"{name}.html still shows the notebook's own parameters cell"
+
+
+def test_mathjax_is_served_from_the_build(built_book):
+    page = (built_book / "intro.html").read_text()
+    scripts = re.findall(r'<script[^>]+src="([^"?]*mathjax[^"?]*)[^"]*"', page, flags=re.I)  # drop any ?v=
+    assert scripts == ["_static/mathjax/tex-chtml.js"], scripts
+    assert (built_book / scripts[0]).stat().st_size > 100_000
+    assert (built_book / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2").is_dir()
+
+
+TINY = '''# %% [markdown]
+# # A tiny chapter
+#
+# With math $k/(N-1)$.
+
+# %% tags=["parameters"]
+n = 3
+
+# %%
+import sys
+print("on stderr", file=sys.stderr)
+print("n =", n)
+'''
+
+
+def test_fold_parameters_merges_defaults_and_values_set(tmp_path, monkeypatch):
+    src = tmp_path / "notebooks"
+    src.mkdir()
+    (src / "tiny.py").write_text(TINY)
+    monkeypatch.setattr(paths, "notebooks_dir", lambda: src)
+    out = runner.run_notebook("tiny", {"n": 5}, output_dir=tmp_path / "out", quiet=True)
+    nb = nbformat.read(str(out), as_version=4)
+    defaults = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert len(defaults) == 1 and "remove-cell" in defaults[0].metadata["tags"]
+    assert len(injected) == 1 and "hide-input" in injected[0].metadata["tags"]
+    text = injected[0].source
+    assert text.index("n = 3") < text.index("# Set for this run") < text.index("n = 5")
+    assert injected[0].metadata["mystnb"]["code_prompt_show"] == runner.PARAMETERS_PROMPT
+    assert "n = 5" in "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+    before = out.read_text()
+    runner.fold_parameters(out)  # idempotent
+    assert out.read_text() == before
+
+    plain = runner.run_notebook("tiny", {}, output_dir=tmp_path / "plain", quiet=True)
+    cells = [c for c in nbformat.read(str(plain), as_version=4).cells if "parameters" in c.metadata.get("tags", [])]
+    assert "hide-input" in cells[0].metadata["tags"] and "nothing was set" in cells[0].source
+
+
+def test_partial_build_gives_placeholder_pages_without_warnings(tmp_path, capsys):
+    """Build with warnings as errors after running only one notebook: the others get a page saying how to run them."""
+    book = tmp_path / "book"
+    shutil.copytree(paths.book_dir(), book, ignore=shutil.ignore_patterns("_build", "*.ipynb"))
+    run_one = runner.toc_notebooks()[0]
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# Executed\n\nA page that was run.")]
+    nbformat.write(nb, str(book / f"{run_one}.ipynb"))
+
+    html = runner.build_book(book, strict=True, quiet=True)
+    missing = [n for n in runner.toc_notebooks() if n != run_one]
+    note = capsys.readouterr().out
+    assert "not run yet" in note and all(n in note for n in missing)
+    assert runner.write_placeholders(book) == missing  # still placeholders; the executed one is kept
+    assert not runner.is_placeholder(book / f"{run_one}.ipynb")
+    for name in missing:
+        page = _text((html / f"{name}.html").read_text())
+        assert "has not been run in this build" in page and f"prh-run {name}" in page
+    assert "has not been run" not in (html / f"{run_one}.html").read_text()
+
+
+def test_strict_build_fails_on_a_warning(tmp_path):
+    book = tmp_path / "book"
+    shutil.copytree(paths.book_dir(), book, ignore=shutil.ignore_patterns("_build", "*.ipynb"))
+    (book / "intro.md").write_text((book / "intro.md").read_text() + "\n\nSee {ref}`no-such-label`.\n")
+    with pytest.raises(runner.BookBuildError, match="no-such-label"):
+        runner.build_book(book, strict=True, quiet=True)
