@@ -80,9 +80,10 @@ import pandas as pd
 import threadpoolctl
 from IPython.display import Markdown
 
-from prh_lib import analysis, data, extract, report, zoo
+from prh_lib import analysis, data, extract, report
 from prh_lib import displacement_analysis as da
 from prh_lib.metrics import knn
+from prh_lib.models import zoo
 
 # the constant CLS token of a ViT's embedding output gives NaN scores by design (explained below)
 warnings.filterwarnings("ignore", message=".*degenerate.*")

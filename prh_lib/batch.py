@@ -39,12 +39,11 @@ from typing import Callable, Iterable, Sequence
 import submitit
 
 from . import data, extract, paper, paths
+from .models import DTYPES, dtype_bytes
 from .profiles import PROFILES, get_profile
 
 EXECUTORS = ("inline", "debug", "local", "slurm")
 
-#: Bytes per weight for each extraction dtype (sizes GPU requests).
-_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -171,16 +170,15 @@ def clear_caches() -> None:
     study_pairs.cache_clear()
 
 
-def resolve_identity(model: str) -> dict:
-    """Name, revision, modality and pooling of a model, as :func:`prh_lib.extract.get_features` keys its cache."""
-    from .models import resolve_identity as _resolve
-
-    return _resolve(model)
-
-
 def planned_cache_file(model: str, pairs: data.Pairs, *, dtype: str, max_length: int | None = None) -> Path:
-    """The file :func:`prh_lib.extract.get_features` writes for ``model`` on ``pairs`` (same key, same function)."""
-    return extract.features_path(model, pairs, dtype=dtype, max_length=max_length, identity=resolve_identity(model))
+    """The file :func:`prh_lib.extract.get_features` writes for ``model`` on ``pairs`` (same key, same function).
+
+    Raises
+    ------
+    prh_lib.models.ModelNotAvailableError
+        If the model cannot be resolved (without loading it) here.
+    """
+    return extract.features_path(model, pairs, dtype=dtype, max_length=max_length)
 
 
 def plan_study(
@@ -228,8 +226,8 @@ def plan_study(
         raise ValueError("plan_study needs at least one model")
     if not datasets:
         raise ValueError("plan_study needs at least one dataset")
-    if dtype not in extract.DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(extract.DTYPES)}")
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPES)}")
     specs = []
     for d in datasets:
         s = DatasetSpec.coerce(d)
@@ -370,9 +368,10 @@ def run_job(job: Job, extractor: Callable | None = None) -> JobOutcome:
     fn = extractor or extract.get_features
     t0 = time.perf_counter()
     try:
-        if job.note and job.cache_file is None:
-            resolve_identity(job.model)  # raises the planning-time error again, with its traceback
         pairs = job.pairs()
+        if job.note and job.cache_file is None:
+            # raises the planning-time error again, with its traceback
+            planned_cache_file(job.model, pairs, dtype=job.dtype, max_length=job.max_length)
         _, used = choose_batch_size(
             lambda b: fn(job.model, pairs, device=job.device, dtype=job.dtype, batch_size=b,
                          max_length=job.max_length, progress=False),
@@ -452,7 +451,7 @@ def gpus_needed(model: str, *, dtype: str = "bfloat16", gpu_mem_gb: float = 80.0
     info = paper.model_info(model)
     if info is None:
         return 1
-    need_gb = info["params_b"] * _BYTES.get(dtype, 4) * overhead
+    need_gb = info["params_b"] * dtype_bytes(dtype) * overhead
     return max(1, math.ceil(need_gb / gpu_mem_gb))
 
 
@@ -682,7 +681,7 @@ def main(argv: list[str] | None = None) -> int:
     common.add_argument("--repetitions", type=int, help="seeded draws per dataset (default: the profile's)")
     common.add_argument("--n-pairs", type=int, help="pairs per draw (default: the profile's)")
     common.add_argument("--device", help="default: the profile's")
-    common.add_argument("--dtype", choices=sorted(extract.DTYPES), help="default: the profile's")
+    common.add_argument("--dtype", choices=sorted(DTYPES), help="default: the profile's")
     common.add_argument("--batch-size", type=int, help="first batch size tried (halved on out-of-memory)")
     sub.add_parser("plan", parents=[common], help="show what is cached and what is left")
     run = sub.add_parser("run", parents=[common], help="run what is left")

@@ -76,7 +76,7 @@ def stub_hub(monkeypatch):
 
 
 def _needs_zoo(name: str) -> None:
-    from prh_lib import zoo
+    from prh_lib.models import zoo
 
     base = name.split("@")[0]
     if base in zoo.ZOO and zoo.installed_version(base) is None and not zoo.is_converted(base):
@@ -103,16 +103,16 @@ def test_feature_cache_file_names_are_frozen(name, options, expected, stub_hub):
 
 
 def test_bits_per_byte_cache_file_name_is_frozen():
-    from prh_lib.capability import _bpb_cache_path
+    from prh_lib.lm import bpb_cache_path
 
-    path = _bpb_cache_path("smollm2-135m", "sha256:abc", "float32", ["a b", "c d"])
+    path = bpb_cache_path("smollm2-135m", "sha256:abc", "float32", ["a b", "c d"])
     assert path.relative_to(paths.cache_root()).as_posix() == "bpb/smollm2-135m/n2-b7233336c296460c.json"
 
 
 def test_summary_cache_file_name_is_frozen():
-    from prh_lib import captions
+    from prh_lib import lm
 
-    path = captions.summaries_path("smollm2-135m", "sha256:abc", prompt=captions.DEFAULT_PROMPT,
-                                   system=captions.DEFAULT_SYSTEM, fraction=0.25, texts=["a b c", "d e f"],
-                                   decoding={"strategy": "greedy"})
+    path = lm.summaries_path("smollm2-135m", "sha256:abc", prompt=lm.DEFAULT_PROMPT,
+                             system=lm.DEFAULT_SYSTEM, fraction=0.25, texts=["a b c", "d e f"],
+                             decoding={"strategy": "greedy"})
     assert path.relative_to(paths.cache_root()).as_posix() == "summaries/smollm2-135m/n2-f0.25-d7a762aa59631dbe.json"
