@@ -81,7 +81,7 @@ import threadpoolctl
 from IPython.display import Markdown
 
 from prh_lib import analysis, data, extract, report
-from prh_lib import displacement_analysis as da
+from prh_lib.analysis import displacement as da
 from prh_lib.metrics import knn
 from prh_lib.models import zoo
 

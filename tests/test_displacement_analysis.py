@@ -13,7 +13,7 @@ from threadpoolctl import threadpool_limits
 
 matplotlib.use("Agg")
 
-from prh_lib import displacement_analysis as da  # noqa: E402
+from prh_lib.analysis import displacement as da  # noqa: E402
 from prh_lib.extract import FeatureMismatchError, LayerFeatures  # noqa: E402
 from prh_lib.metrics import displacement as D  # noqa: E402
 

@@ -26,10 +26,10 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
-from .analysis import AlignmentMatrix, check_comparisons, layerwise_alignment
-from .extract import LayerFeatures, check_aligned
-from .metrics import displacement as D
-from .metrics import mutual_knn_chance
+from .core import AlignmentMatrix, check_comparisons, layerwise_alignment
+from ..features import LayerFeatures, check_aligned
+from ..metrics import displacement as D
+from ..metrics import mutual_knn_chance
 
 #: Display names of the three measures (arXiv:2609.24209).
 MEASURE_NAMES = {"pointwise": "Pointwise", "cross_model": "Cross-Model", "cross_object": "Cross-Object"}
@@ -387,7 +387,7 @@ def heatmaps_side_by_side(results: list[ViewComparison], *, chance: float | None
     """
     import matplotlib.pyplot as plt
 
-    from .plots import alignment_heatmap
+    from ..plots import alignment_heatmap
 
     fig, axes = plt.subplots(len(results), 2, figsize=(2 * panel_size[0], panel_size[1] * len(results)),
                              squeeze=False)
@@ -404,7 +404,7 @@ def sweep_figure(sweep: pd.DataFrame, *, measure: str = "cross_model"):
     """``measure`` against the whitened dimension ``r`` for each pair of :func:`n_components_sweep`."""
     import matplotlib.pyplot as plt
 
-    from .plots import line_plot
+    from ..plots import line_plot
 
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     groups = {p: g.drop_duplicates("r").sort_values("r") for p, g in sweep.groupby("pair", sort=False)}
@@ -420,7 +420,7 @@ def depth_profile_figure(profiles: dict[str, pd.DataFrame], *, panel_size: tuple
     """One panel per pair of :func:`depth_profiles`: Cross-Model per ``r`` (left axis), mutual k-NN (dashed, right)."""
     import matplotlib.pyplot as plt
 
-    from .plots import line_plot
+    from ..plots import line_plot
 
     n = len(profiles)
     fig, axes = plt.subplots(1, n, figsize=(panel_size[0] * n, panel_size[1]), squeeze=False)
@@ -442,7 +442,7 @@ def consensus_figure(summary: ConsensusSummary):
     """Eigenvalues of ``S_cross`` (shared and private ranges shaded) and grouped bars of both views per subspace."""
     import matplotlib.pyplot as plt
 
-    from .plots import line_plot
+    from ..plots import line_plot
 
     res = summary.result
     ev = res.eigenvalues
