@@ -23,12 +23,9 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import Any, Callable, Literal
 
 import torch
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .two_tower import TextChunking
 
 __all__ = ["LoadedModel", "DTYPES", "torch_dtype", "dtype_name", "dtype_bytes", "MODALITIES", "dtype_kwarg", "placement",
            "freeze", "input_device", "hf_labels", "timm_all_stages"]
@@ -114,7 +111,8 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     #: Text towers of two-tower models: how captions longer than the text context are split (else None).
-    text_chunking: "TextChunking | None" = None
+    #: (a :class:`prh_lib.models.two_tower.TextChunking`; typed loosely so this module imports no loader)
+    text_chunking: Any = None
 
     @property
     def n_layers(self) -> int:
