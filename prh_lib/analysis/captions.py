@@ -137,11 +137,12 @@ def detail_alignment(vision: dict, variants: dict, language_models: Sequence[str
     clip_q : float or None
         Outlier clipping quantile (None: off).
     tokenizers : dict of str to tokenizer, optional
-        Tokenizer per language model for the token counts (default :func:`load_tokenizer`).
+        Tokenizer per language model for the token counts (default :func:`prh_lib.lm.load_tokenizer`).
     num_threads : int, optional
-        Torch intra-op threads while extracting features (:func:`torch_threads`, restored afterwards).
+        Torch intra-op threads while extracting features (:func:`prh_lib.extract.torch_threads`, restored afterwards).
     **feature_options
-        Passed to :func:`prh_lib.extract.get_features` (``device``, ``dtype``, ``batch_size``, ``progress``).
+        Passed to :func:`prh_lib.extract.features_for_pairs` (``device``, ``dtype``, ``batch_size``, ``progress``);
+        each language model is loaded at most once, and only if a variant is not cached.
 
     Returns
     -------

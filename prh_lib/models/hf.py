@@ -172,8 +172,11 @@ def load_causal_lm(name: str, *, device: str = "cpu", dtype="float32") -> Causal
     """
     dtype = torch_dtype(dtype)
     spec = parse_model_name(name)
+    if spec.seed is not None:
+        raise ValueError(f"{name!r} names seeded random weights; load the trained model and draw them with "
+                         "prh_lib.lm.random_weights (or prh_lib.models.random_init)")
     ident = spec.identity()
-    if ident.modality != "language" or ident.family != "hf-text" or spec.seed is not None:
+    if ident.modality != "language" or ident.family != "hf-text":
         raise ValueError(f"{name!r} is a {ident.modality} model ({ident.family}), not a causal language model")
     path = location(spec)
     config = hf_config(name, path)
