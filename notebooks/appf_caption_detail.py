@@ -63,7 +63,8 @@ batch_size = 32
 import pandas as pd
 from IPython.display import Markdown
 
-from prh_lib import ablation, captions, data, extract, report
+from prh_lib import data, extract, figures, lm, report
+from prh_lib.analysis import captions
 
 pd.set_option("display.precision", 3)
 pd.set_option("display.max_colwidth", 120)
@@ -73,12 +74,9 @@ pd.set_option("display.max_colwidth", 120)
 
 # %%
 dataset = data.load_dataset(caption_dataset_source, caption_data_location)
-n_total = len(dataset) if n_pairs is None else n_pairs
-summary_rows = (None if summary_pairs is None or summary_pairs >= n_total
-                else ablation.subsample_rows(n_total, summary_pairs, seed=seed))
 variants, summaries = captions.detail_variants(
     dataset, n=n_pairs, seed=seed, max_captions=max_captions, fractions=summary_fractions,
-    summary_model=summary_model, summary_rows=summary_rows, device=device, batch_size=summary_batch_size,
+    summary_model=summary_model, summary_pairs=summary_pairs, device=device, batch_size=summary_batch_size,
     num_threads=num_threads, progress=False,
 )
 source = variants["summary-1"]["pairs"]
@@ -96,10 +94,7 @@ summary_table
 # One image's texts under every variant:
 
 # %%
-row = 0
-pd.DataFrame({name: [v["pairs"].texts[v["pairs"].sample_ids.index(source.sample_ids[row])]]
-              for name, v in variants.items() if source.sample_ids[row] in v["pairs"].sample_ids},
-             index=[source.sample_ids[row]]).T.rename(columns=str)
+captions.example_texts(variants, row=0)
 
 # %% [markdown]
 # ## Alignment against caption length
@@ -119,13 +114,13 @@ table.drop(columns=["vision model"]).set_index(["language model", "variant"])
 # the 64-image subset share the higher one).
 
 # %%
-fig_raw = captions.plot_detail(table, score="peak")
+fig_raw = figures.plot_detail(table, score="peak")
 
 # %% [markdown]
 # Chance-corrected, (score - c) / (1 - c) with c = k/(N-1): 0 is chance for every control.
 
 # %%
-fig_corrected = captions.plot_detail(table, score="corrected peak")
+fig_corrected = figures.plot_detail(table, score="corrected peak")
 
 # %% [markdown]
 # ## Measured on this build
@@ -138,15 +133,8 @@ detail
 Markdown(captions.describe(detail))
 
 # %%
-record = report.record("appf_caption_detail", {
-    "k": k, "n_more": len(variants["concat-1"]["pairs"]), "n_less": len(source),
-    "summary_model": summary_model, "prompt": captions.DEFAULT_PROMPT,
-    "summaries": summary_table.reset_index().to_dict(orient="records"),
-    "fallbacks": int(summary_table["fallbacks"].sum()) if len(summary_table) else 0,
-    "table": table.to_dict(orient="records"),
-    "detail": [{"vision": v, "language": l, "control": c, **row}
-               for (v, l, c), row in detail.to_dict(orient="index").items()],
-})
+record = report.record("appf_caption_detail", captions.to_record(
+    variants, summary_table, table, detail, k=k, summary_model=summary_model, prompt=lm.DEFAULT_PROMPT))
 
 # %% [markdown]
 # ## Reading the result

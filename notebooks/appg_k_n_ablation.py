@@ -56,7 +56,8 @@ batch_size = 32
 import pandas as pd
 from IPython.display import Markdown
 
-from prh_lib import ablation, analysis, data, extract, report
+from prh_lib import analysis, data, figures, report
+from prh_lib.analysis import ablation
 
 pd.set_option("display.precision", 3)
 
@@ -66,11 +67,8 @@ pd.set_option("display.precision", 3)
 # %%
 dataset = data.load_dataset(dataset_source, data_location)
 pairs = data.sample_pairs(dataset, n=n_pairs, seed=seed, caption_policy=caption_policy)
-features = extract.features_for_models(
-    sorted({m for pair in comparisons for m in pair}), pairs, device=device, dtype=dtype, batch_size=batch_size,
-    progress=False,
-)
-features = {name: analysis.clip_features(f, q=clip_q) for name, f in features.items()}
+features = analysis.prepare_features(comparisons, pairs, clip_q=clip_q, device=device, dtype=dtype,
+                                     batch_size=batch_size)
 print(f"{len(pairs)} pairs from {dataset.name}; reference k = {k}")
 
 # %% [markdown]
@@ -88,19 +86,19 @@ results = ablation.run_ablation(features, comparisons, ks=ks, ns=n_sizes, k=k, n
 # Right (with permutations): the calibrated score at the fixed layer pair.
 
 # %%
-fig_k = ablation.plot_sweep(results["k"], x="k")
+fig_k = figures.plot_sweep(results["k"], x="k")
 
 # %% [markdown]
 # ## Varying N at fixed k
 
 # %%
-fig_n = ablation.plot_sweep(results["n fixed k"], x="n")
+fig_n = figures.plot_sweep(results["n fixed k"], x="n")
 
 # %% [markdown]
 # ## Varying N at fixed k/N
 
 # %%
-fig_nk = ablation.plot_sweep(results["n fixed k/N"], x="n")
+fig_nk = figures.plot_sweep(results["n fixed k/N"], x="n")
 
 # %% [markdown]
 # ## Measured on this build
@@ -114,43 +112,4 @@ table
 Markdown(ablation.describe(table))
 
 # %%
-full = {label: df[df["n"] == df["n"].max()] for label, df in results["n fixed k"].items()}
-record = report.record("appg_k_n_ablation", {
-    "n": len(pairs), "k": k,
-    "summary": [{"pair": p, "sweep": s, **row} for (p, s), row in table.to_dict(orient="index").items()],
-    "k_sweep": {label: df[["k", "chance", "raw fixed", "corrected fixed", "raw max"]].to_dict(orient="list")
-                for label, df in results["k"].items()},
-    "n_full": {label: {"raw fixed": df["raw fixed"].tolist(), "raw max": df["raw max"].tolist(),
-                       "raw final": df["raw final"].tolist()} for label, df in full.items()},
-    "n_fixed_k": {label: ablation.summarize(df)[("raw fixed", "mean")].to_dict()
-                  for label, df in results["n fixed k"].items()},
-    "n_fixed_k_corrected": {label: ablation.summarize(df)[("corrected fixed", "mean")].to_dict()
-                            for label, df in results["n fixed k"].items()},
-    "n_fixed_ratio": {label: ablation.summarize(df)[("raw fixed", "mean")].to_dict()
-                      for label, df in results["n fixed k/N"].items()},
-})
-
-# %% [markdown]
-# ## Reading the result
-#
-# What the offline models show at the defaults (239 pairs; the figures above and the table give the exact
-# numbers of this build):
-#
-# - **Most of the raw growth with k is the chance floor.** From k = 1 to k = 200 the raw score climbs from
-#   about 0.05 to about 0.85, while chance k/(N-1) climbs from 0.004 to 0.84. Once chance is removed, what
-#   is left still depends on k: the chance-corrected score rises from about 0.05 at k = 1 to about 0.2 at
-#   k = 50-75 (a fifth to a third of the pairs) and falls again as k approaches N. The calibrated score has
-#   the same shape. The models agree more on coarse neighbourhoods than on each sample's few nearest
-#   neighbours, which matches the [PCA page](sec3_1b_pca.ipynb): a few dominant directions carry the
-#   alignment. k = 10 measures the fine end of this curve.
-# - **At fixed k, fewer pairs inflate the raw score.** With k = 10 the raw score goes from about 0.17
-#   (N = 239) to about 0.55 (N = 24) because chance goes from 0.04 to 0.43. The chance-corrected score moves
-#   far less (within about 0.1, with a wide spread over subsets). Raw mutual k-NN from studies with
-#   different N is not comparable unless k/N, or the chance level, is held fixed.
-# - **At fixed k/N the raw score at a fixed layer pair is roughly flat in N**, but the spread over subsets
-#   grows as N shrinks, and the maximum over layer pairs rises well above the fixed pair at small N (about
-#   0.3 against 0.13-0.18 at N = 24): the selection margin the paper's selection-aware calibration removes.
-#   The calibrated score falls at small N because the permutation null widens.
-#
-# These are properties of the metric, so they hold for the paper's models as well. The paper fixes k = 10
-# and N = 1024, where chance is about 0.0098 (here: 0.042 with 239 pairs).
+record = report.record("appg_k_n_ablation", ablation.to_record(results, table, n=len(pairs), k=k))

@@ -37,14 +37,14 @@
 # over several models finds, from the eigenvectors of their symmetric cross-model covariance, a *shared*
 # subspace (top eigenvectors) and a *private* one (bottom); we report how mutual k-NN and Cross-Model change
 # when the features are projected onto each. Every function used is in
-# `prh_lib.metrics.displacement` (the measures), `prh_lib.displacement_analysis` (tables, figures) and
-# `prh_lib.displacement_consensus` (the decomposition).
+# `prh_lib.metrics.displacement` (the measures), `prh_lib.analysis.displacement` (tables, figures) and
+# `prh_lib.analysis.displacement_consensus` (the decomposition).
 #
 # **What runs here by default.** The four offline models of Section 3.1 on the 239 COCO pairs, in four
 # pairs: vision-language (DINOv2-S × SmolLM2-135M, DINOv2-S × MiniLM-L6), vision-vision (DINOv2-S ×
 # EfficientNet-Lite0) and language-language (SmolLM2-135M × MiniLM-L6). The last two sections run the
 # paper's public code's own procedure beside ours on the same features, derive why the two differ, and set
-# the paper's numbers against this build's (`prh_lib.displacement_reference`).
+# the paper's numbers against this build's (`prh_lib.analysis.displacement_reference`).
 
 # %% tags=["parameters"]
 dataset_source = "coco-folder"  # a name in prh_lib.data.SOURCES
@@ -92,11 +92,12 @@ from IPython.display import Markdown
 
 warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm without widgets: not for the page
 
-from prh_lib import analysis, data, extract, report, zoo  # noqa: E402
-from prh_lib import displacement_analysis as da  # noqa: E402
-from prh_lib import displacement_consensus as dc  # noqa: E402
-from prh_lib import displacement_reference as dr  # noqa: E402
+from prh_lib import analysis, data, extract, report  # noqa: E402
+from prh_lib.analysis import displacement as da  # noqa: E402
+from prh_lib.analysis import displacement_consensus as dc  # noqa: E402
+from prh_lib.analysis import displacement_reference as dr  # noqa: E402
 from prh_lib.metrics import knn  # noqa: E402
+from prh_lib.models import zoo  # noqa: E402
 
 # the constant CLS token of a ViT's embedding output gives NaN scores by design (explained below)
 warnings.filterwarnings("ignore", message=".*degenerate.*")
@@ -125,8 +126,8 @@ models = list(dict.fromkeys([m for pair in displacement_comparisons for m in pai
 zoo.describe(models)
 
 # %%
-features = extract.features_for_models(models, pairs, device=device, dtype=dtype, batch_size=batch_size)
-features = {name: analysis.clip_features(f, q=clip_q) for name, f in features.items()}
+features = analysis.prepare_features(displacement_comparisons, pairs, models=consensus_models, clip_q=clip_q,
+                                    device=device, dtype=dtype, batch_size=batch_size)
 n_train = len(pairs) - round(len(pairs) * test_fraction)
 print(f"{len(pairs)} pairs from {dataset.name}; {n_train} training / {len(pairs) - n_train} held-out samples; "
       f"r = {n_components}; k = {k} (mutual k-NN chance {chance:.4f})")
@@ -301,7 +302,7 @@ Markdown(da.describe(best, views) + "\n" + dc.describe_consensus(consensus))
 # 5. **The measures** on the evaluation rows, each paired with its predecessor in evaluation order
 #    (cyclically, one pair per row) for Cross-Model and Cross-Object.
 #
-# `prh_lib.displacement_reference.reference_procedure` runs these steps (written from reading the code,
+# `prh_lib.analysis.displacement_reference.reference_procedure` runs these steps (written from reading the code,
 # none of it copied), with one switch for each step where our procedure differs: whitening fitted on the
 # training rows only, no means added, random pairs. Below, both procedures see the same (clipped) features
 # at each pair's best Cross-Model layer pair, at the same `r`, with as many training rows; each value is

@@ -57,7 +57,8 @@ import warnings
 import pandas as pd
 from IPython.display import Markdown
 
-from prh_lib import analysis, data, extract, plots, report, zoo
+from prh_lib import analysis, data, figures, models, report
+from prh_lib.analysis import layerwise
 from prh_lib.metrics import knn
 
 # the constant CLS token of a ViT's embedding output gives NaN scores by design (explained below)
@@ -88,15 +89,12 @@ pd.DataFrame({"sample id": pairs.sample_ids[:5], "caption": pairs.texts[:5]})
 # same learned vector for every image, so its row in the heatmaps is undefined (blank).
 
 # %%
-zoo.describe([m for pair in comparisons for m in pair])
+models.describe(analysis.model_names(comparisons))
 
 # %%
-features = extract.features_for_models(
-    sorted({m for pair in comparisons for m in pair}), pairs, device=device, dtype=dtype, batch_size=batch_size
-)
-features = {name: analysis.clip_features(f, q=clip_q) for name, f in features.items()}
-pd.DataFrame({name: {"layers": f.n_layers, "dim": f.values.shape[-1], "pooling": f.meta["pooling"]}
-              for name, f in features.items()}).T
+features = analysis.prepare_features(comparisons, pairs, clip_q=clip_q, device=device, dtype=dtype,
+                                     batch_size=batch_size)
+analysis.describe_features(features)
 
 # %% [markdown]
 # ## Mutual k-NN over all layer pairs
@@ -105,7 +103,7 @@ pd.DataFrame({name: {"layers": f.n_layers, "dim": f.values.shape[-1], "pooling":
 results = analysis.compare_pairs(
     features, comparisons, k=k, n_permutations=n_permutations, alpha=alpha, n_boot=n_boot, seed=seed
 )
-fig = plots.heatmap_grid({r.label: r.matrix for r in results}, chance=chance, ncols=2)
+fig = figures.heatmap_grid({r.label: r.matrix for r in results}, chance=chance, ncols=2)
 
 # %% [markdown]
 # ## Peak versus final layer, against chance and a shuffled-pairs control
@@ -147,9 +145,5 @@ Markdown(analysis.describe_peaks(table))
 # contrastively on text pairs, not a generative model.
 
 # %%
-record = report.record("sec3_1_layerwise", {
-    "n_pairs": len(pairs), "k": k, "chance": chance, "clip_q": clip_q,
-    "summary": table,
-    "matrices": {r.label: {"scores": r.matrix.scores, "x_labels": r.matrix.x_labels, "y_labels": r.matrix.y_labels}
-                 for r in results},
-})
+record = report.record("sec3_1_layerwise", layerwise.to_record(results, table, n_pairs=len(pairs), k=k, chance=chance,
+                                                                clip_q=clip_q))

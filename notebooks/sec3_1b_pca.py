@@ -59,7 +59,8 @@ batch_size = 32
 import pandas as pd
 from IPython.display import Markdown
 
-from prh_lib import analysis, compression, data, extract, report
+from prh_lib import analysis, data, figures, report
+from prh_lib.analysis import compression
 from prh_lib.metrics import knn
 
 pd.set_option("display.precision", 3)
@@ -73,11 +74,8 @@ pd.set_option("display.precision", 3)
 dataset = data.load_dataset(dataset_source, data_location)
 pairs = data.sample_pairs(dataset, n=n_pairs, seed=seed, caption_policy=caption_policy)
 chance = knn.mutual_knn_chance(len(pairs), k)
-features = extract.features_for_models(
-    sorted({m for pair in comparisons for m in pair}), pairs, device=device, dtype=dtype, batch_size=batch_size,
-    progress=False,
-)
-features = {name: analysis.clip_features(f, q=clip_q) for name, f in features.items()}
+features = analysis.prepare_features(comparisons, pairs, clip_q=clip_q, device=device, dtype=dtype,
+                                     batch_size=batch_size)
 print(f"{len(pairs)} pairs from {dataset.name}; k = {k}; chance k/(N-1) = {chance:.4f}; "
       f"PCA keeps at most min(N, d) components per layer")
 
@@ -101,14 +99,14 @@ table
 # dotted black line is the uncompressed score, the dashed grey line chance.
 
 # %%
-fig_variance = compression.plot_sweeps(sweeps, sweep="variance")
+fig_variance = figures.plot_sweeps(sweeps, sweep="variance")
 
 # %% [markdown]
 # ## Alignment against the number of components
 # The same on a log scale of components kept (every number up to 32, then a geometric grid to min(N, d)).
 
 # %%
-fig_dims = compression.plot_sweeps(sweeps, sweep="dims")
+fig_dims = figures.plot_sweeps(sweeps, sweep="dims")
 
 # %% [markdown]
 # ## Measured on this build
@@ -117,43 +115,5 @@ fig_dims = compression.plot_sweeps(sweeps, sweep="dims")
 Markdown(compression.describe(table, fraction=keep_fraction))
 
 # %%
-min_col = f"min dims ({keep_fraction:.0%})"
-record = report.record("sec3_1b_pca", {
-    "n": len(pairs), "k": k, "chance": chance, "space": pca_space, "keep_fraction": keep_fraction,
-    "rows": [
-        {"pair": pair, "layers": role, "compress": side, "layer_x": row["layer x"], "layer_y": row["layer y"],
-         "uncompressed": row["uncompressed"], "max_dims": row["max dims"], "min_dims": row[min_col],
-         "variance_at_min_dims": row["variance at min dims"],
-         **{c: row[c] for c in table.columns if c.startswith("relative @")}}
-        for (pair, role, side), row in table.iterrows()
-    ],
-    "full_rank_scores": [float(s.scores[-1]) for s in sweeps if s.labels["sweep"] == "dims"],
-    "references": [float(s.reference) for s in sweeps if s.labels["sweep"] == "dims"],
-})
-
-# %% [markdown]
-# ## Reading the result
-#
-# What the offline models show at the defaults (239 pairs, k = 10; the table above gives this build's
-# exact numbers):
-#
-# - **A few components carry the alignment.** For every comparison, layer pair and side, between about 6
-#   and 22 of the 239 available principal components keep 95 % of the uncompressed mutual k-NN score:
-#   fewer than a tenth of the dimensions. One component alone keeps roughly a quarter to two thirds of the
-#   score.
-# - **Variance is not the same as alignment for every model.** Compressing a language model, its
-#   top-variance directions are enough: keeping 50 % of its variance keeps about 95 % or more of the score
-#   in every case, and so does EfficientNet's. DINOv2's final layer is the exception: 95 % of the score needs
-#   about 80 % of its variance, and at 50 % of the variance only about 55 % of the score is left, so the
-#   directions of that layer that agree with language are not its dominant ones. At DINOv2's peak layer
-#   (layer 11) about 55 % of the variance suffices.
-# - **Compression can raise the score.** Some curves pass above the uncompressed line at intermediate
-#   ranks (EfficientNet's head, for one): dropping low-variance directions removes noise as well as signal.
-#
-# This agrees with the picture of the layer-wise page and the [k and N ablation](appg_k_n_ablation.ipynb):
-# the shared structure that mutual k-NN detects is coarse, a low-dimensional agreement on which images are
-# roughly alike, not a match of fine detail. Compare the shape of these curves with the paper's Figure 2
-# (its models, N = 1024, up to 1024 components). Caveats of this setting: N = 239 pairs bounds PCA at 239
-# components; the scores are a few times chance, so a 95 % threshold sits close to the metric's noise (the
-# ablation page shows how much mutual k-NN varies between subsamples); and the per-point curves are
-# jagged for the same reason.
+record = report.record("sec3_1b_pca", compression.to_record(sweeps, table, n=len(pairs), k=k, chance=chance,
+                                                           space=pca_space, keep_fraction=keep_fraction))

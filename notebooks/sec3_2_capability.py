@@ -61,7 +61,9 @@ import warnings
 import pandas as pd
 from IPython.display import Markdown
 
-from prh_lib import analysis, capability, data, extract, plots, report
+from prh_lib import analysis, data, figures, lm, plots, report
+from prh_lib.analysis import capability
+from prh_lib.data import benchmarks
 from prh_lib.metrics import knn
 
 warnings.filterwarnings("ignore", message=".*degenerate.*")  # constant CLS token at a ViT's embedding output
@@ -93,13 +95,12 @@ pd.set_option("display.max_colwidth", 90)
 # the CSV, passed as `capability_csv`.
 
 # %%
-capabilities = capability.load_capability_table(capability_csv)
-missing = capability.missing_counts(capabilities)
+capabilities = benchmarks.load_capability_table(capability_csv)
 capabilities[["mmlu_5shot", "arc_challenge", "arc_shots", "gsm8k_5shot", "notes"]]
 
 # %%
-Markdown(capability.describe_missing(capabilities)
-         + ("\n\n" + capability.describe_missing(capabilities, language_models) if language_models else ""))
+Markdown(benchmarks.describe_missing(capabilities)
+         + ("\n\n" + benchmarks.describe_missing(capabilities, language_models) if language_models else ""))
 
 # %% [markdown]
 # ## Data and held-out text
@@ -112,7 +113,7 @@ Markdown(capability.describe_missing(capabilities)
 # %%
 dataset = data.load_dataset(dataset_source, data_location)
 pairs = data.sample_pairs(dataset, n=n_pairs, seed=seed, caption_policy=caption_policy)
-heldout, bpb_used = capability.bpb_corpus(dataset, pairs, source=bpb_source, per_image=heldout_per_image,
+heldout, bpb_used = lm.bpb_corpus(dataset, pairs, source=bpb_source, per_image=heldout_per_image,
                                           max_texts=n_heldout)
 chance = knn.mutual_knn_chance(len(pairs), k)
 print(f"{len(pairs)} pairs from {dataset.name}; bits per byte on {len(heldout)} {bpb_used} captions; k = {k}; "
@@ -130,10 +131,10 @@ print(f"{len(pairs)} pairs from {dataset.name}; bits per byte on {len(heldout)} 
 # %%
 language = []
 if ladder_fractions:
-    language += capability.ladder_models(ladder_model, ladder_fractions, seed=ladder_seed, pairs=pairs,
+    language += lm.ladder_models(ladder_model, ladder_fractions, seed=ladder_seed, pairs=pairs,
                                          bpb_texts=heldout, device=device, dtype=dtype, batch_size=batch_size)
 if language_models:
-    language += capability.pretrained_models(language_models, pairs=pairs, bpb_texts=heldout, device=device,
+    language += lm.pretrained_models(language_models, pairs=pairs, bpb_texts=heldout, device=device,
                                              dtype=dtype, batch_size=batch_size)
 bpb = capability.bpb_table(language)
 bpb
@@ -154,9 +155,8 @@ if monotone is not None:
 # pair against its own null; both are 0 unless the score clears the null's 95 % quantile.
 
 # %%
-vision = {name: analysis.clip_features(extract.get_features(name, pairs, device=device, dtype=dtype,
-                                                            batch_size=batch_size), q=clip_q)
-          for name in vision_models}
+vision = analysis.prepare_features([], pairs, models=vision_models, clip_q=clip_q, device=device, dtype=dtype,
+                                   batch_size=batch_size)
 language = [r.with_features(analysis.clip_features(r.features, q=clip_q)) for r in language]
 table = capability.alignment_table(vision, language, k=k, n_permutations=n_permutations, alpha=alpha, seed=seed)
 table = capability.join_capabilities(table, capabilities)
@@ -178,7 +178,7 @@ correlations = capability.correlation_table(table, alignment=alignment_cols, cap
 correlations
 
 # %%
-fig = capability.scatter_grid(table, x=caps, ys=["peak", "calibrated (max)"], correlations=correlations)
+fig = figures.scatter_grid(table, x=caps, ys=["peak", "calibrated (max)"], correlations=correlations)
 
 # %% [markdown]
 # ## Measured on this build
@@ -211,10 +211,7 @@ Markdown(capability.describe_correlations(correlations) + "\n\n" + capability.de
 # the `lm_eval` commands above for a uniform comparison.
 
 # %%
-record = report.record("sec3_2_capability", {
-    "n_pairs": len(pairs), "k": k, "chance": chance, "clip_q": clip_q, "n_heldout": len(heldout), "bpb_texts": bpb_used,
-    "vision_models": list(vision_models), "language": [r.label for r in language],
-    "fractions": [r.fraction for r in language], "bpb": bpb, "ladder_monotone": monotone,
-    "alignment": table.to_dict(orient="records"), "correlations": correlations.to_dict(orient="records"),
-    "capability_missing": missing, "n_capability_models": len(capabilities),
-})
+record = report.record("sec3_2_capability", capability.to_record(
+    n_pairs=len(pairs), k=k, chance=chance, clip_q=clip_q, n_heldout=len(heldout), bpb_texts=bpb_used,
+    vision_models=vision_models, language=language, bpb=bpb, monotone=monotone, table=table,
+    correlations=correlations, capabilities=capabilities))

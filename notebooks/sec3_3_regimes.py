@@ -69,7 +69,8 @@ import pandas as pd
 from IPython.display import Markdown
 from transformers.utils import logging as hf_logging
 
-from prh_lib import analysis, data, extract, plots, regimes, report, zoo
+from prh_lib import analysis, data, figures, models, report
+from prh_lib.analysis import regimes
 from prh_lib.metrics import knn
 
 # the constant CLS token of a ViT's embedding output gives NaN scores by design (see Section 3.1)
@@ -91,7 +92,7 @@ comparisons = regimes.regime_comparisons(
     seeds=random_init_seeds, aligned=aligned_models,
 )
 print(f"{len(pairs)} pairs from {dataset.name}; k = {k}; chance level k/(N-1) = {chance:.4f}")
-pd.DataFrame(comparisons).set_index("label")[["regime", "x", "y"]]
+regimes.comparison_table(comparisons)
 
 # %% [markdown]
 # ## Models and features
@@ -109,16 +110,12 @@ pd.DataFrame(comparisons).set_index("label")[["regime", "x", "y"]]
 # number of caption tokens in each.
 
 # %%
-zoo.describe(list(dict.fromkeys(m.split("@")[0] for c in comparisons for m in (c.x, c.y))))
+models.describe(analysis.model_names(comparisons))
 
 # %%
-features = extract.features_for_models(
-    sorted({m for c in comparisons for m in (c.x, c.y)}), pairs, device=device, dtype=dtype, batch_size=batch_size,
-    progress=False,
-)
-features = {name: analysis.clip_features(f, q=clip_q) for name, f in features.items()}
-pd.DataFrame({name: {"layers": f.n_layers, "dim": f.values.shape[-1], "pooling": f.meta["pooling"]}
-              for name, f in features.items()}).T
+features = analysis.prepare_features(comparisons, pairs, clip_q=clip_q, device=device, dtype=dtype,
+                                     batch_size=batch_size)
+analysis.describe_features(features)
 
 # %% [markdown]
 # ## Scores of every comparison
@@ -143,7 +140,7 @@ table.drop(columns=["x", "y", "seed"])
 
 # %%
 raw, calibrated = regimes.regime_groups(table)
-fig = plots.regime_figure(raw, calibrated, chance=chance, missing_note=MISSING)
+fig = figures.regime_figure(raw, calibrated, chance=chance, missing_note=MISSING)
 
 # %%
 summary = regimes.regime_summary(table)
@@ -193,8 +190,6 @@ projection if len(projection) else Markdown(f"*No aligned models in this run ({M
 # architectures with one seed for both models of a pair.
 
 # %%
-record = report.record("sec3_3_regimes", {
-    "n_pairs": len(pairs), "k": k, "chance": chance, "clip_q": clip_q,
-    "random_init_seeds": list(random_init_seeds), "aligned_models": list(aligned_models),
-    "table": table, "summary": summary,
-})
+record = report.record("sec3_3_regimes", regimes.to_record(
+    table, summary, n_pairs=len(pairs), k=k, chance=chance, clip_q=clip_q, random_init_seeds=random_init_seeds,
+    aligned_models=aligned_models))

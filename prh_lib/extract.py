@@ -1,4 +1,4 @@
-"""Layer-wise feature extraction with pooling, length-sorted batching and an atomic safetensors cache.
+"""Layer-wise feature extraction: pooling, length-sorted batching and the feature cache.
 
 Pooling (Herbst et al., Section 2; Huh et al. 2024, Section 3):
 
@@ -13,118 +13,35 @@ Pooling (Herbst et al., Section 2; Huh et al. 2024, Section 3):
 
 Hidden state 0 (the embedding output in Hugging Face ``hidden_states``) is included and labelled ``"embed"``.
 Features are pooled in float32 whatever the model dtype.
+
+The feature cache (:func:`get_features`): one safetensors file per model and set of pairs, named by
+:func:`features_cache_path` (through :func:`prh_lib.paths.cache_file`) from every option that changes the
+numbers, written atomically. Models are reached through :mod:`prh_lib.models` only here.
 """
 
 from __future__ import annotations
 
-import hashlib
 import inspect
-import json
-from dataclasses import dataclass, field
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import torch
-from safetensors import safe_open
-from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
-from . import __version__, paths
+from . import __version__, models, paths
 from .data import Pairs
+from .features import FeatureMismatchError, LayerFeatures, check_aligned, load_features, save_features
+
+__all__ = ["FEATURES_FORMAT_VERSION", "mean_pool", "cls_pool", "gap_pool", "stack_layers", "extract_features",
+           "features_cache_path", "features_path", "get_features", "features_for_models", "features_for_pairs",
+           "torch_threads",
+           # re-exported from prh_lib.features: what extraction returns
+           "LayerFeatures", "FeatureMismatchError", "check_aligned", "save_features", "load_features"]
 
 #: Bump when a change to extraction changes the numbers; it is part of every cache key.
 FEATURES_FORMAT_VERSION = 1
-
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
-
-
-class FeatureMismatchError(ValueError):
-    """Two feature sets do not describe the same samples in the same order."""
-
-
-@dataclass(frozen=True)
-class LayerFeatures:
-    """Pooled features of every layer of one model on one set of pairs.
-
-    Attributes
-    ----------
-    values : torch.Tensor of shape (n_layers, n_samples, dim), float32, on CPU
-        Layers narrower than ``dim`` (CNN stages) are zero-padded on the right; see ``layer_dims``.
-        Zero padding leaves every inner product, norm and distance unchanged, so metrics that work on
-        Gram matrices or distances (mutual k-NN, CKA) give exactly the same scores on the padded stack.
-    layer_labels : tuple of str, length n_layers
-        ``"embed"``, ``"layer.1"``, ... for transformers; the model's own stage names for CNNs.
-    sample_ids : tuple of str, length n_samples
-        The sample of each row.
-    meta : dict of str to str
-        How the features were made: model, revision, pooling, dtype, dataset, library version, ...
-    layer_dims : tuple of int, length n_layers, optional
-        True width of each layer (default: ``dim`` for every layer).
-    """
-
-    values: torch.Tensor
-    layer_labels: tuple[str, ...]
-    sample_ids: tuple[str, ...]
-    meta: dict = field(default_factory=dict)
-    layer_dims: tuple[int, ...] | None = None
-
-    def __post_init__(self):
-        if self.values.ndim != 3:
-            raise ValueError(f"values must have shape (n_layers, n_samples, dim), got {tuple(self.values.shape)}")
-        L, N, d = self.values.shape
-        if len(self.layer_labels) != L or len(self.sample_ids) != N:
-            raise ValueError(
-                f"values of shape {tuple(self.values.shape)} do not match {len(self.layer_labels)} layer labels "
-                f"and {len(self.sample_ids)} sample ids"
-            )
-        if self.layer_dims is None:
-            object.__setattr__(self, "layer_dims", (d,) * L)
-        elif len(self.layer_dims) != L or max(self.layer_dims) > d or min(self.layer_dims) < 1:
-            raise ValueError(f"layer_dims {self.layer_dims} do not fit values of shape {tuple(self.values.shape)}")
-
-    @property
-    def n_layers(self) -> int:
-        return self.values.shape[0]
-
-    @property
-    def name(self) -> str:
-        return self.meta.get("model", "?")
-
-    def layer(self, label: str | int) -> torch.Tensor:
-        """Features of one layer without padding, by label or index (negative counts from the last).
-
-        Returns
-        -------
-        torch.Tensor of shape (n_samples, layer_dims[layer])
-        """
-        if isinstance(label, str):
-            if label not in self.layer_labels:
-                raise KeyError(f"no layer {label!r}; layers are {list(self.layer_labels)}")
-            label = self.layer_labels.index(label)
-        return self.values[label, :, : self.layer_dims[label]]
-
-    def rows(self, indices: Sequence[int]) -> "LayerFeatures":
-        """The same layers restricted to the given rows (in the given order)."""
-        idx = torch.as_tensor(list(indices), dtype=torch.long)
-        return LayerFeatures(self.values[:, idx], self.layer_labels, tuple(self.sample_ids[i] for i in idx.tolist()),
-                             dict(self.meta), self.layer_dims)
-
-    def replace(self, values: torch.Tensor, **meta) -> "LayerFeatures":
-        """Same labels and rows, other values of the same shape (e.g. a transformed copy); ``meta`` is added."""
-        return LayerFeatures(values, self.layer_labels, self.sample_ids, {**self.meta, **meta}, self.layer_dims)
-
-
-def check_aligned(a: LayerFeatures, b: LayerFeatures) -> None:
-    """Raise :class:`FeatureMismatchError` unless ``a`` and ``b`` hold the same samples in the same row order."""
-    if a.sample_ids != b.sample_ids:
-        if set(a.sample_ids) == set(b.sample_ids):
-            problem = "the same samples in a different row order"
-        else:
-            problem = f"different samples ({len(set(a.sample_ids) ^ set(b.sample_ids))} not shared)"
-        raise FeatureMismatchError(
-            f"features of {a.name!r} ({len(a.sample_ids)} rows) and {b.name!r} ({len(b.sample_ids)} rows) hold {problem}"
-        )
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -315,7 +232,7 @@ def extract_features(
         "family": model.family,
         "modality": model.modality,
         "pooling": model.pooling,
-        "dtype": str(model.dtype).replace("torch.", ""),
+        "dtype": models.dtype_name(model.dtype),
         "device": str(model.device),
         "dataset": pairs.dataset,
         "data_fingerprint": data_key,
@@ -333,43 +250,6 @@ def extract_features(
 # cache
 
 
-def save_features(features: LayerFeatures, path: str | Path) -> Path:
-    """Write features atomically as safetensors with their labels, sample ids and provenance as metadata."""
-    path = Path(path)
-    metadata = {k: str(v) for k, v in features.meta.items()}
-    metadata["layer_labels"] = json.dumps(list(features.layer_labels))
-    metadata["sample_ids"] = json.dumps(list(features.sample_ids))
-    metadata["layer_dims"] = json.dumps(list(features.layer_dims))
-    with paths.atomic_path(path) as tmp:
-        save_file({"values": features.values.contiguous()}, str(tmp), metadata=metadata)
-    return path
-
-
-def load_features(path: str | Path, *, expected_sample_ids: Sequence[str] | None = None) -> LayerFeatures:
-    """Read features written by :func:`save_features`.
-
-    Raises
-    ------
-    FileNotFoundError
-        If ``path`` does not exist.
-    FeatureMismatchError
-        If ``expected_sample_ids`` is given and the file's rows are other samples or in another order.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no feature file at {path}")
-    with safe_open(str(path), framework="pt") as f:
-        meta = dict(f.metadata() or {})
-        values = f.get_tensor("values")
-    labels = tuple(json.loads(meta.pop("layer_labels")))
-    ids = tuple(json.loads(meta.pop("sample_ids")))
-    dims = tuple(json.loads(meta.pop("layer_dims"))) if "layer_dims" in meta else None
-    feats = LayerFeatures(values, labels, ids, meta, dims)
-    if expected_sample_ids is not None and tuple(expected_sample_ids) != ids:
-        raise FeatureMismatchError(f"cached features at {path} hold other rows than the requested pairs")
-    return feats
-
-
 def features_cache_path(model_name: str, revision: str, modality: str, pairs: Pairs, *, dtype: str,
                         max_length: int | None = None, pooling: str = "") -> Path:
     """Cache file of one model on one set of pairs; the name encodes every option that changes the numbers.
@@ -377,21 +257,23 @@ def features_cache_path(model_name: str, revision: str, modality: str, pairs: Pa
     The key hashes: model name and revision, pooling, dtype, modality, the data fingerprint (sample ids
     in row order plus texts or image identities), truncation and :data:`FEATURES_FORMAT_VERSION`. Batch
     size and padding side are left out because results do not depend on them (tested). The device is
-    recorded in the metadata, not the key.
+    recorded in the metadata, not the key. Frozen by ``tests/test_cache_keys.py``.
+
+    Returns
+    -------
+    Path
+        ``PRH_CACHE_DIR/features/<model>/<dataset>-n<N>-<modality>-<digest>.safetensors``.
     """
     data_key = pairs.text_fingerprint() if modality == "language" else pairs.image_fingerprint()
-    key = json.dumps([model_name, revision, pooling, dtype, modality, data_key, max_length, FEATURES_FORMAT_VERSION])
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in model_name)[-80:]
-    return paths.cache_dir("features") / safe / f"{pairs.dataset}-n{len(pairs)}-{modality}-{digest}.safetensors"
+    key = [model_name, revision, pooling, dtype, modality, data_key, max_length, FEATURES_FORMAT_VERSION]
+    return paths.cache_file("features", model_name, key, prefix=f"{pairs.dataset}-n{len(pairs)}-{modality}",
+                            suffix=".safetensors")
 
 
 def _identity(model) -> dict:
     """Cache identity of a model given by name (resolved without loading weights) or as a LoadedModel."""
-    from .models import resolve_identity
-
     if isinstance(model, str):
-        return resolve_identity(model)
+        return models.resolve_identity(model)
     return {"name": model.name, "revision": model.revision, "modality": model.modality, "pooling": model.pooling}
 
 
@@ -401,10 +283,15 @@ def features_path(model, pairs: Pairs, *, dtype: str = "float32", max_length: in
 
     ``identity`` (``{"name", "revision", "modality", "pooling"}``) skips resolving the model again when the
     caller already has it.
+
+    Raises
+    ------
+    prh_lib.models.ModelNotAvailableError
+        If a model given by name cannot be resolved.
     """
     ident = identity or _identity(model)
     if not isinstance(model, str):
-        dtype = str(model.dtype).replace("torch.", "")
+        dtype = models.dtype_name(model.dtype)
     return features_cache_path(ident["name"], ident["revision"], ident["modality"], pairs, dtype=dtype,
                                max_length=max_length, pooling=ident.get("pooling", ""))
 
@@ -440,29 +327,89 @@ def get_features(
     cache : bool
         Read and write the feature cache (default True).
 
+    Returns
+    -------
+    LayerFeatures
+        ``values`` of shape (n_layers, n_samples, dim), float32, rows in the order of ``pairs``.
+
     Raises
     ------
     ValueError
         If ``dtype`` is unknown.
-    prh_lib.zoo.ModelNotAvailableError
+    prh_lib.models.ModelNotAvailableError
         If the model is neither installed nor reachable (the message names the package or command).
     FeatureMismatchError
         If a cache file holds other rows than ``pairs``.
     """
-    from .models import load_model
-
-    if dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPES)}")
-    path = features_path(model, pairs, dtype=dtype, max_length=max_length)
-    if cache and path.is_file():
-        return load_features(path, expected_sample_ids=pairs.sample_ids)
-    loaded = load_model(model, device=device, dtype=DTYPES[dtype]) if isinstance(model, str) else model
-    feats = extract_features(loaded, pairs, batch_size=batch_size, max_length=max_length, progress=progress)
-    if cache:
-        save_features(feats, path)
-    return feats
+    return features_for_pairs(model, [pairs], device=device, dtype=dtype, batch_size=batch_size,
+                              max_length=max_length, progress=progress, cache=cache)[0]
 
 
-def features_for_models(models, pairs: Pairs, **options) -> dict[str, LayerFeatures]:
+def features_for_pairs(model, pairs_list: Sequence[Pairs], *, device: str = "cpu", dtype: str = "float32",
+                       batch_size: int = 32, max_length: int | None = None, progress: bool = True,
+                       cache: bool = True, num_threads: int | None = None) -> list[LayerFeatures]:
+    """:func:`get_features` of one model on several sets of pairs, loading the model at most once.
+
+    The model is loaded only if some set of pairs is not cached (e.g. caption variants of the same images).
+
+    Parameters
+    ----------
+    model : str or prh_lib.models.LoadedModel
+    pairs_list : sequence of Pairs
+    device, dtype, batch_size, max_length, progress, cache
+        As in :func:`get_features`.
+    num_threads : int, optional
+        Torch intra-op threads while extracting (:func:`torch_threads`, restored afterwards); None: unchanged.
+
+    Returns
+    -------
+    list of LayerFeatures
+        One per set of pairs, in order.
+    """
+    models.torch_dtype(dtype)  # unknown dtype: ValueError before anything is loaded
+    loaded = None if isinstance(model, str) else model
+    out = []
+    for pairs in pairs_list:
+        path = features_path(model, pairs, dtype=dtype, max_length=max_length)
+        if cache and path.is_file():
+            out.append(load_features(path, expected_sample_ids=pairs.sample_ids))
+            continue
+        if loaded is None:
+            loaded = models.load_model(model, device=device, dtype=models.torch_dtype(dtype))
+        with torch_threads(num_threads):
+            feats = extract_features(loaded, pairs, batch_size=batch_size, max_length=max_length, progress=progress)
+        if cache:
+            save_features(feats, path)
+        out.append(feats)
+    return out
+
+
+def features_for_models(model_names, pairs: Pairs, **options) -> dict[str, LayerFeatures]:
     """:func:`get_features` for several models on the same pairs: ``{name: LayerFeatures}`` in the given order."""
-    return {name: get_features(name, pairs, **options) for name in models}
+    return {name: get_features(name, pairs, **options) for name in model_names}
+
+
+@contextmanager
+def torch_threads(n: int | None):
+    """Run the body with ``torch.set_num_threads(n)`` and restore the previous count afterwards (None: no change).
+
+    Token-by-token decoding and small forward passes run many small operations; on a shared CPU with other
+    busy processes, one intra-op thread can be several times faster than two. The setting is scoped,
+    never left behind.
+
+    Raises
+    ------
+    ValueError
+        If ``n`` is below 1.
+    """
+    if n is None:
+        yield
+        return
+    if int(n) < 1:
+        raise ValueError(f"number of threads must be >= 1; got {n}")
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

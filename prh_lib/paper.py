@@ -61,7 +61,7 @@ How ambiguous names were resolved (the ``notes`` field of each entry repeats thi
 
 Datasets (:data:`DATASETS`): WIT-1024 (its fixed 1024 pairs, once), COCO captions, DOCCI and CC3M with
 DreamLIP captions (N = 1024 pairs drawn with seeds 0-4). Sources and accepted local formats are described
-in :mod:`prh_lib.sources`.
+in :mod:`prh_lib.data.sources`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
 """Every path the project reads or writes is derived here, and only here.
 
+The roots (repository, notebooks, book, data, cache), atomic writes (:func:`atomic_path`) and the one
+function that names cache files (:func:`cache_file`): features, bits per byte and summaries are all keyed
+by it, so a key that covers an option covers it the same way everywhere.
+
 Settings (environment variables, read at call time so tests can override them):
 
 ``PRH_DATA_ROOT``
@@ -15,11 +19,13 @@ Settings (environment variables, read at call time so tests can override them):
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -112,3 +118,46 @@ def atomic_path(final: Path, *, is_dir: bool = False) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def safe_name(name: str, *, max_length: int = 80) -> str:
+    """``name`` as one folder name: characters other than letters, digits, ``-``, ``_`` and ``.`` become
+    ``_``; the last ``max_length`` characters are kept (``"openai/clip:text"`` -> ``"openai_clip_text"``)."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[-max_length:]
+
+
+def digest(key, *, length: int = 16) -> str:
+    """First ``length`` hex digits of the SHA-256 of ``key`` written as JSON (dict keys sorted)."""
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:length]
+
+
+def digest_texts(texts: Iterable[str], *, separator: bytes = b"\x00", length: int = 16) -> str:
+    """First ``length`` hex digits of the SHA-256 of ``texts`` in order, each followed by ``separator``."""
+    h = hashlib.sha256()
+    for text in texts:
+        h.update(text.encode() + separator)
+    return h.hexdigest()[:length]
+
+
+def cache_file(kind: str, owner: str, key, *, prefix: str, suffix: str) -> Path:
+    """The cache file of one artefact: ``cache_dir(kind) / safe_name(owner) / f"{prefix}-{digest(key)}{suffix}"``.
+
+    Parameters
+    ----------
+    kind : str
+        Kind of artefact, a sub-folder of the cache (``"features"``, ``"bpb"``, ``"summaries"``).
+    owner : str
+        What produced it, usually a model name; one folder per owner (:func:`safe_name`).
+    key : JSON-serialisable
+        Every option that changes the artefact (model revision, data fingerprint, format version, ...); its
+        :func:`digest` is part of the file name, so a change of any option names another file.
+    prefix, suffix : str
+        Human-readable start of the file name (e.g. ``"coco-mini-n239-vision"``) and its extension.
+
+    Returns
+    -------
+    Path
+        Under :func:`cache_root`; nothing is created but ``cache_dir(kind)`` (writers use :func:`atomic_path`).
+    """
+    folder = cache_dir(kind) / safe_name(owner)
+    return folder / f"{prefix}-{digest(key)}{suffix}"

@@ -1,4 +1,7 @@
-"""Figures. Plots take arrays and labels (never models) and return matplotlib objects."""
+"""Plot primitives: they take arrays and labels (never models or result objects) and return matplotlib objects.
+
+Chapter figures, drawn from result tables with these primitives, are in :mod:`prh_lib.figures`.
+"""
 
 from __future__ import annotations
 
@@ -30,13 +33,15 @@ def alignment_heatmap(
     vmax: float | None = None,
     mark_peak: bool = True,
     mark_final: bool = True,
+    peak: tuple[int, int] | None = None,
     cmap: str = "viridis",
 ):
     """Heatmap of a ``(n_layers_x, n_layers_y)`` score matrix: rows are x's layers, columns y's.
 
     The maximum is marked with a white star and the final-layer pair with a red square; the colour bar
     shows the chance level as a line when ``chance`` is given. NaN entries (undefined scores, e.g. a ViT's
-    constant embedding-output CLS token) are left blank and ignored by the markers.
+    constant embedding-output CLS token) are left blank and ignored by the markers. ``peak`` is the
+    (row, column) to star, e.g. :attr:`prh_lib.analysis.AlignmentMatrix.peak`; default the NaN-aware maximum.
 
     Returns
     -------
@@ -60,7 +65,7 @@ def alignment_heatmap(
     ax.set_xlabel(y_name)
     ax.set_ylabel(x_name)
     if mark_peak:
-        i, j = np.unravel_index(int(np.nanargmax(scores)), scores.shape)
+        i, j = peak if peak is not None else np.unravel_index(int(np.nanargmax(scores)), scores.shape)
         ax.plot(j, i, marker="*", color="white", markersize=13, markeredgecolor="black", linestyle="none",
                 label=f"max {scores[i, j]:.3f}")
     if mark_final:
@@ -77,30 +82,6 @@ def alignment_heatmap(
     if title:
         ax.set_title(title, fontsize=10)
     return im
-
-
-def heatmap_grid(matrices: dict, *, chance: float | None = None, ncols: int = 2, shared_scale: bool = False,
-                 panel_size: tuple[float, float] = (5.0, 4.2)):
-    """One :func:`alignment_heatmap` per entry of ``matrices`` (label -> AlignmentMatrix-like object).
-
-    Each value needs ``scores``, ``x_labels``, ``y_labels``, ``x_name`` and ``y_name`` attributes.
-    With ``shared_scale`` all panels use the same colour range, so colours compare across pairs; by default
-    each panel has its own range, so the layer structure of weakly aligned pairs stays visible.
-    """
-    n = len(matrices)
-    nrows = int(np.ceil(n / ncols))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows), squeeze=False)
-    vmin = vmax = None
-    if shared_scale:
-        vmin = min(float(np.nanmin(m.scores)) for m in matrices.values())
-        vmax = max(float(np.nanmax(m.scores)) for m in matrices.values())
-    for ax, (label, m) in zip(axes.flat, matrices.items()):
-        alignment_heatmap(m.scores, m.x_labels, m.y_labels, ax=ax, title=label, x_name=m.x_name,
-                          y_name=m.y_name, chance=chance, vmin=vmin, vmax=vmax)
-    for ax in list(axes.flat)[n:]:
-        ax.set_visible(False)
-    fig.tight_layout()
-    return fig
 
 
 def line_plot(x, ys: dict, *, ax=None, xlabel: str = "", ylabel: str = "", title: str | None = None,
@@ -125,11 +106,6 @@ def line_plot(x, ys: dict, *, ax=None, xlabel: str = "", ylabel: str = "", title
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     return ax
-
-
-# --------------------------------------------------------------------------------------------------
-# Section 3.3: the four regimes (Figure 5). Added by the regimes notebook's owner, with the lead's leave.
-# --------------------------------------------------------------------------------------------------
 
 
 def regime_bars(groups: dict, *, ax=None, chance: float | None = None, ylabel: str = "", title: str | None = None,
@@ -184,17 +160,53 @@ def regime_bars(groups: dict, *, ax=None, chance: float | None = None, ylabel: s
     return ax
 
 
-def regime_figure(raw: dict, calibrated: dict, *, chance: float | None = None, missing_note: str = "not run",
-                  metric: str = "mutual k-NN"):
-    """Figure 5 layout: raw maxima (with the chance level) and calibrated maxima, side by side.
+def scatter_with_labels(x, y, labels: Sequence[str], *, ax=None, xlabel: str = "", ylabel: str = "",
+                        title: str | None = None, note: str | None = None, invert_x: bool = False):
+    """Scatter of one point per model, each labelled, with a least-squares line (Figures 3 and 4).
 
-    ``raw`` and ``calibrated`` are :func:`regime_bars` groups (see :func:`prh_lib.regimes.regime_groups`).
-    The calibrated panel's chance level is 0 by construction.
+    Parameters
+    ----------
+    x, y : array_like of shape (n_models,)
+        NaN points are not drawn.
+    labels : sequence of str, length n_models
+    ax : matplotlib Axes, optional
+    xlabel, ylabel, title : str
+    note : str, optional
+        Text in the upper-left corner (e.g. ``"r = 0.81, p = 0.02"``).
+    invert_x : bool, default=False
+        Draw the x axis decreasing (for bits per byte, so that capability grows to the right).
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+
+    Raises
+    ------
+    ValueError
+        If ``x``, ``y`` and ``labels`` differ in length.
     """
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
-    regime_bars(raw, ax=a, chance=chance, ylabel=f"{metric}, max over layer pairs", title="raw (95% bootstrap CI)",
-                missing_note=missing_note)
-    regime_bars(calibrated, ax=b, ylabel="calibrated score", title="calibrated (selection-aware null)",
-                missing_note=missing_note)
-    fig.tight_layout()
-    return fig
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    if not (x.shape == y.shape == (len(labels),)):
+        raise ValueError(f"x {x.shape}, y {y.shape} and {len(labels)} labels must have the same length")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.0, 3.8))
+    ok = ~(np.isnan(x) | np.isnan(y))
+    ax.scatter(x[ok], y[ok], s=24, zorder=3)
+    for xi, yi, lab in zip(x[ok], y[ok], np.asarray(labels, dtype=object)[ok]):
+        ax.annotate(str(lab), (xi, yi), textcoords="offset points", xytext=(4, 3), fontsize=7)
+    if ok.sum() >= 2 and np.ptp(x[ok]) > 0:
+        slope, intercept = np.polyfit(x[ok], y[ok], 1)
+        xs = np.linspace(x[ok].min(), x[ok].max(), 50)
+        ax.plot(xs, slope * xs + intercept, color="grey", linestyle="--", linewidth=1)
+    if invert_x:
+        ax.invert_xaxis()
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title, fontsize=10)
+    if note:
+        ax.text(0.02, 0.97, note, transform=ax.transAxes, va="top", fontsize=8,
+                bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0})
+    ax.grid(alpha=0.3)
+    return ax

@@ -26,7 +26,7 @@ def zoo_model(zoo_cache):
 
     Skips (with the install command) when the model's package is not installed.
     """
-    from prh_lib import zoo
+    from prh_lib.models import zoo
     from prh_lib.models import load_model
 
     loaded = {}

@@ -1,10 +1,10 @@
-"""k and N sweeps (prh_lib.ablation): full-N equals the plain score, chance correction, validation."""
+"""k and N sweeps (prh_lib.analysis.ablation): full-N equals the plain score, chance correction, validation."""
 
 import numpy as np
 import pytest
 import torch
 
-from prh_lib import ablation
+from prh_lib.analysis import ablation
 from prh_lib.extract import FeatureMismatchError, LayerFeatures
 from prh_lib.metrics import mutual_knn, mutual_knn_layerwise
 

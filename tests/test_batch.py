@@ -18,10 +18,10 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from fixtures import fake_extract, hf_data  # noqa: E402
-from prh_lib import batch, data, extract, paper, paths, profiles  # noqa: E402
+from prh_lib import batch, data, extract, models, paper, paths, profiles  # noqa: E402
 
 TESTS_DIR = Path(__file__).resolve().parent
-REAL_RESOLVE_IDENTITY = batch.resolve_identity  # the fixture below swaps in a fake for most tests
+REAL_RESOLVE_IDENTITY = models.resolve_identity  # the fixture below swaps in a fake for most tests
 VISION, TEXT = "fake/vision-a", "fake/lm-b"
 
 
@@ -33,7 +33,7 @@ def _isolated(monkeypatch, tmp_path):
     monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(batch, "resolve_identity", fake_extract.identity)
+    monkeypatch.setattr(models, "resolve_identity", fake_extract.identity)
     paths.cache_root()
     batch.clear_caches()
     yield
@@ -93,7 +93,7 @@ def test_unresolvable_model_is_planned_as_unknown_and_fails_with_the_reason(stud
             raise OSError(f"{model} is gated: log in")
         return fake_extract.identity(model)
 
-    monkeypatch.setattr(batch, "resolve_identity", identity)
+    monkeypatch.setattr(models, "resolve_identity", identity)
     jobs = batch.plan_study([VISION, TEXT], [study[0].dataset])
     assert [j.status() for j in jobs] == ["left"] * 3 + ["unknown"] * 3
     assert "gated" in batch.describe_plan(jobs) and "3 unknown" in batch.describe_plan(jobs)
@@ -259,7 +259,7 @@ def test_real_tiny_models_through_submitit_then_get_features_reads_the_cache(tmp
     texts = [c for caps in data.load_dataset("wit", wit).captions for c in caps]
     lm = str(tiny_models.tiny_llama(tmp_path / "tiny-llama", texts))
     vit = str(tiny_models.tiny_dinov2(tmp_path / "tiny-dinov2"))
-    monkeypatch.setattr(batch, "resolve_identity", REAL_RESOLVE_IDENTITY)
+    monkeypatch.setattr(models, "resolve_identity", REAL_RESOLVE_IDENTITY)
     spec = {"name": "wit", "source": "wit", "location": str(wit), "n_pairs": 10, "repetitions": 2}
     jobs = batch.plan_study([vit, lm], [spec], batch_size=4)
     assert [j.status() for j in jobs] == ["left"] * 4

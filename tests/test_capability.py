@@ -1,4 +1,4 @@
-"""prh_lib.capability: capability table, bits per byte, the interpolation ladder and the correlation helper."""
+"""prh_lib.data.benchmarks, prh_lib.lm and prh_lib.analysis.capability: capability table, bits per byte, the interpolation ladder and the correlation helper."""
 
 import math
 import warnings
@@ -10,7 +10,11 @@ import pytest
 import torch
 from scipy import stats
 
-from prh_lib import capability as C
+from prh_lib import figures
+from prh_lib import lm as L
+from prh_lib.analysis import capability as C
+from prh_lib.data import benchmarks
+from prh_lib.lm import ladder
 from prh_lib import paper
 from prh_lib.data import ImageCaptionDataset, Pairs
 from tests.fixtures.tiny_models import tiny_llama
@@ -131,47 +135,47 @@ def _csv(tmp_path, body, header=_HEADER):
 
 
 def test_packaged_table_covers_the_paper_models_and_every_value_has_a_source():
-    table = C.load_capability_table()
+    table = benchmarks.load_capability_table()
     assert set(paper.models("language")) <= set(table.index)
     assert "smollm2-135m" in table.index
-    for bench in C.BENCHMARKS:
+    for bench in benchmarks.BENCHMARKS:
         values = table[bench]
         assert values.dtype == np.float64
         assert ((values >= 0) & (values <= 100) | values.isna()).all()
-        assert (table.loc[values.notna(), C.SOURCE_COLUMNS[bench]].str.len() > 10).all()
-    counts = C.missing_counts(table, paper.models("language"))
-    assert set(counts) == set(C.BENCHMARKS) and all(0 <= n <= 21 for n in counts.values())
+        assert (table.loc[values.notna(), benchmarks.SOURCE_COLUMNS[bench]].str.len() > 10).all()
+    counts = benchmarks.missing_counts(table, paper.models("language"))
+    assert set(counts) == set(benchmarks.BENCHMARKS) and all(0 <= n <= 21 for n in counts.values())
 
 
 def test_empty_cells_are_missing_not_zero(tmp_path):
     path = _csv(tmp_path, "m1,50.5,card,,,,,\n# a comment line\nm2,,,30,https://x.org/a#b,1.0,lb,\n")
-    table = C.load_capability_table(path)
+    table = benchmarks.load_capability_table(path)
     assert table.loc["m1", "mmlu_5shot"] == 50.5 and np.isnan(table.loc["m1", "arc_challenge"])
     assert table.loc["m2", "arc_source"] == "https://x.org/a#b" and list(table.index) == ["m1", "m2"]
-    assert C.missing_counts(table) == {"mmlu_5shot": 1, "arc_challenge": 1, "gsm8k_5shot": 1}
-    scores = C.capability_scores(table, ["m2", "m1"], benchmarks=["mmlu_5shot"])
+    assert benchmarks.missing_counts(table) == {"mmlu_5shot": 1, "arc_challenge": 1, "gsm8k_5shot": 1}
+    scores = benchmarks.capability_scores(table, ["m2", "m1"], benchmarks=["mmlu_5shot"])
     assert list(scores.index) == ["m2", "m1"] and np.isnan(scores.iloc[0, 0])
 
 
 def test_missing_column_is_named(tmp_path):
     path = _csv(tmp_path, "m1,50,card,,,\n", header="model,mmlu_5shot,mmlu_source,arc_challenge,arc_source,notes\n")
     with pytest.raises(ValueError, match="gsm8k_5shot"):
-        C.load_capability_table(path)
+        benchmarks.load_capability_table(path)
 
 
 def test_describe_missing_counts_models_outside_the_table(tmp_path):
-    table = C.load_capability_table(_csv(tmp_path, "m1,50,card,,,,,\nm2,,,30,paper,,,\n"))
-    assert "mmlu_5shot 1 of 2, arc_challenge 1 of 2, gsm8k_5shot 2 of 2" in C.describe_missing(table)
-    text = C.describe_missing(table, ["m1", "other/model"])
+    table = benchmarks.load_capability_table(_csv(tmp_path, "m1,50,card,,,,,\nm2,,,30,paper,,,\n"))
+    assert "mmlu_5shot 1 of 2, arc_challenge 1 of 2, gsm8k_5shot 2 of 2" in benchmarks.describe_missing(table)
+    text = benchmarks.describe_missing(table, ["m1", "other/model"])
     assert "mmlu_5shot 1 of 2" in text and "gsm8k_5shot 2 of 2" in text and "other/model" in text
 
 
 def test_unknown_model_is_named():
-    table = C.load_capability_table()
+    table = benchmarks.load_capability_table()
     with pytest.raises(ValueError, match="no/such-model"):
-        C.capability_scores(table, ["google/gemma-7b", "no/such-model"])
+        benchmarks.capability_scores(table, ["google/gemma-7b", "no/such-model"])
     with pytest.raises(ValueError, match="unknown benchmarks"):
-        C.capability_scores(table, ["google/gemma-7b"], benchmarks=["hellaswag"])
+        benchmarks.capability_scores(table, ["google/gemma-7b"], benchmarks=["hellaswag"])
 
 
 @pytest.mark.parametrize("body, match", [
@@ -183,20 +187,20 @@ def test_unknown_model_is_named():
 ])
 def test_malformed_tables_are_refused(tmp_path, body, match):
     with pytest.raises(ValueError, match=match):
-        C.load_capability_table(_csv(tmp_path, body))
+        benchmarks.load_capability_table(_csv(tmp_path, body))
 
 
 def test_missing_file():
     with pytest.raises(FileNotFoundError):
-        C.load_capability_table("/nonexistent/caps.csv")
+        benchmarks.load_capability_table("/nonexistent/caps.csv")
 
 
 def test_join_capabilities_leaves_unknown_models_missing():
-    table = C.load_capability_table()
+    table = benchmarks.load_capability_table()
     df = pd.DataFrame({"vision": ["v", "v"], "language": ["google/gemma-2-9b", "t=0.5"], "peak": [0.2, 0.1]})
     out = C.join_capabilities(df, table)
     assert out.loc[0, "mmlu_5shot"] == table.loc["google/gemma-2-9b", "mmlu_5shot"]
-    assert out.loc[1, list(C.BENCHMARKS)].isna().all()
+    assert out.loc[1, list(benchmarks.BENCHMARKS)].isna().all()
     assert C.capability_columns(out.assign(bpb=[1.0, 2.0])) == ["bpb"]  # no benchmark has 3 values
 
 
@@ -224,13 +228,13 @@ def tiny_lm_folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny_lm(tiny_lm_folder):
-    return C.load_causal_lm(str(tiny_lm_folder))
+    return L.load_causal_lm(str(tiny_lm_folder))
 
 
 def test_uniform_model_costs_log2_vocab_bits_per_token(tiny_lm):
     tok = tiny_lm.tokenizer
     V = len(tok)
-    res = C.bits_per_byte(_UniformLM(V), tok, TEXTS[:3], batch_size=2)
+    res = L.bits_per_byte(_UniformLM(V), tok, TEXTS[:3], batch_size=2)
     assert res.context == "first-token"  # the tiny tokenizer has no BOS token
     ids = [tok(t, add_special_tokens=False)["input_ids"] for t in TEXTS[:3]]
     assert res.n_tokens == sum(len(i) - 1 for i in ids)
@@ -250,18 +254,18 @@ def test_bos_context_scores_every_token_and_every_byte(tiny_lm):
         def __call__(self, texts, **kw):
             return tok(texts, **kw)
 
-    res = C.bits_per_byte(_UniformLM(len(tok)), WithBos(), TEXTS[:2])
+    res = L.bits_per_byte(_UniformLM(len(tok)), WithBos(), TEXTS[:2])
     assert res.context == "bos"
     assert res.n_tokens == sum(len(tok(t, add_special_tokens=False)["input_ids"]) for t in TEXTS[:2])
     assert list(res.n_bytes) == [len(t.encode()) for t in TEXTS[:2]]
     with pytest.raises(ValueError, match="no BOS"):
-        C.bits_per_byte(_UniformLM(len(tok)), tok, TEXTS[:2], use_bos=True)
+        L.bits_per_byte(_UniformLM(len(tok)), tok, TEXTS[:2], use_bos=True)
 
 
 def test_bits_per_byte_equals_an_unbatched_loop_and_ignores_batch_size(tiny_lm):
     lm, tok = tiny_lm.lm, tiny_lm.tokenizer
-    res1 = C.bits_per_byte(lm, tok, TEXTS, batch_size=1)
-    res4 = C.bits_per_byte(lm, tok, TEXTS, batch_size=4)
+    res1 = L.bits_per_byte(lm, tok, TEXTS, batch_size=1)
+    res4 = L.bits_per_byte(lm, tok, TEXTS, batch_size=4)
     np.testing.assert_allclose(res4.bits, res1.bits, rtol=1e-5)
     bits = 0.0
     for text in TEXTS:  # plain reference: log-softmax of one unpadded sequence
@@ -276,39 +280,39 @@ def test_bits_per_byte_equals_an_unbatched_loop_and_ignores_batch_size(tiny_lm):
 @pytest.mark.parametrize("texts, match", [([], "empty"), (["ok text", "  "], "empty"), (["single"], "single token")])
 def test_bits_per_byte_validates(tiny_lm, texts, match):
     with pytest.raises(ValueError, match=match):
-        C.bits_per_byte(tiny_lm.lm, tiny_lm.tokenizer, texts)
+        L.bits_per_byte(tiny_lm.lm, tiny_lm.tokenizer, texts)
     with pytest.raises(TypeError):
-        C.bits_per_byte(tiny_lm.lm, tiny_lm.tokenizer, "a string")
+        L.bits_per_byte(tiny_lm.lm, tiny_lm.tokenizer, "a string")
 
 
 def test_heldout_captions_exclude_the_aligned_text():
     ds = ImageCaptionDataset("d", ("1", "2"), ("a.jpg", "b.jpg"),
                              (("first one", "second one", "third one"), ("only caption",)), "test")
     pairs = Pairs("d", ("2", "1"), ("b.jpg", "a.jpg"), ("only caption", "first one"))
-    assert C.heldout_captions(ds, pairs) == ["second one"]
-    assert C.heldout_captions(ds, pairs, per_image=5) == ["second one", "third one"]
-    assert C.heldout_captions(ds, pairs, per_image=5, max_texts=1) == ["second one"]
+    assert L.heldout_captions(ds, pairs) == ["second one"]
+    assert L.heldout_captions(ds, pairs, per_image=5) == ["second one", "third one"]
+    assert L.heldout_captions(ds, pairs, per_image=5, max_texts=1) == ["second one"]
     with pytest.raises(ValueError, match="max_texts"):
-        C.heldout_captions(ds, pairs, max_texts=0)
+        L.heldout_captions(ds, pairs, max_texts=0)
     concat = Pairs("d", ("1",), ("a.jpg",), ("first one second one",))
-    assert C.heldout_captions(ds, concat) == ["third one"]
+    assert L.heldout_captions(ds, concat) == ["third one"]
     with pytest.raises(ValueError, match="not in dataset"):
-        C.heldout_captions(ds, Pairs("d", ("9",), ("x.jpg",), ("t",)))
+        L.heldout_captions(ds, Pairs("d", ("9",), ("x.jpg",), ("t",)))
     with pytest.raises(ValueError, match="no held-out"):
-        C.heldout_captions(ds, Pairs("d", ("2",), ("b.jpg",), ("only caption",)))
+        L.heldout_captions(ds, Pairs("d", ("2",), ("b.jpg",), ("only caption",)))
 
 
 def test_bpb_corpus_falls_back_to_the_aligned_texts_only_when_asked_or_automatic():
     ds = ImageCaptionDataset("d", ("1", "2"), ("a.jpg", "b.jpg"), (("one a", "one b"), ("two",)), "test")
     pairs = Pairs("d", ("1", "2"), ("a.jpg", "b.jpg"), ("one a", "two"))
-    assert C.bpb_corpus(ds, pairs) == (["one b"], "heldout")
+    assert L.bpb_corpus(ds, pairs) == (["one b"], "heldout")
     single = Pairs("d", ("2",), ("b.jpg",), ("two",))  # one text per image, as in WIT
-    assert C.bpb_corpus(ds, single) == (["two"], "aligned")
-    assert C.bpb_corpus(ds, pairs, source="aligned", max_texts=1) == (["one a"], "aligned")
+    assert L.bpb_corpus(ds, single) == (["two"], "aligned")
+    assert L.bpb_corpus(ds, pairs, source="aligned", max_texts=1) == (["one a"], "aligned")
     with pytest.raises(ValueError, match="no held-out"):
-        C.bpb_corpus(ds, single, source="heldout")
+        L.bpb_corpus(ds, single, source="heldout")
     with pytest.raises(ValueError, match="unknown bits-per-byte source"):
-        C.bpb_corpus(ds, pairs, source="wiki")
+        L.bpb_corpus(ds, pairs, source="wiki")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -317,24 +321,24 @@ def test_bpb_corpus_falls_back_to_the_aligned_texts_only_when_asked_or_automatic
 
 def test_random_weights_are_reproducible_from_their_seed_and_leave_the_global_rng_alone(tiny_lm):
     state = torch.random.get_rng_state()
-    a, b = C.random_weights(tiny_lm, seed=0), C.random_weights(tiny_lm, seed=0)
+    a, b = L.random_weights(tiny_lm, seed=0), L.random_weights(tiny_lm, seed=0)
     assert torch.equal(state, torch.random.get_rng_state())
-    c = C.random_weights(tiny_lm, seed=1)
+    c = L.random_weights(tiny_lm, seed=1)
     names = [n for n, _ in tiny_lm.lm.named_parameters()]
     assert set(a.tensors) == set(names)  # including the untied head of the tiny model
     assert all(torch.equal(a.tensors[n], b.tensors[n]) for n in names)
     assert any(not torch.equal(a.tensors[n], c.tensors[n]) for n in names if "norm" not in n)
     assert "lm_head.weight" in names and not torch.equal(a.tensors["lm_head.weight"], c.tensors["lm_head.weight"])
     with pytest.raises(TypeError):
-        C.random_weights(tiny_lm, seed=0.5)
+        L.random_weights(tiny_lm, seed=0.5)
 
 
 def test_ladder_ends_are_exactly_random_init_and_trained(tiny_lm):
     from prh_lib.models import random_init
 
-    rw = C.random_weights(tiny_lm, seed=0)
+    rw = L.random_weights(tiny_lm, seed=0)
     before = {n: p.detach().clone() for n, p in tiny_lm.lm.named_parameters()}
-    zero, one, half = (C.ladder_weights(tiny_lm, rw, t) for t in (0.0, 1.0, 0.5))
+    zero, one, half = (L.ladder_weights(tiny_lm, rw, t) for t in (0.0, 1.0, 0.5))
     base = random_init(tiny_lm.loaded, seed=0).module.state_dict()
     for name, p in zero.lm.base_model.named_parameters():
         assert torch.equal(p, base[name])
@@ -343,13 +347,13 @@ def test_ladder_ends_are_exactly_random_init_and_trained(tiny_lm):
     for name, p in half.lm.named_parameters():
         torch.testing.assert_close(p, 0.5 * before[name] + 0.5 * rw.tensors[name])
     assert all(torch.equal(p, before[n]) for n, p in tiny_lm.lm.named_parameters())  # trained model untouched
-    reused = C.ladder_weights(tiny_lm, rw, 0.5, out=zero.lm)  # overwrite an earlier copy in place
+    reused = L.ladder_weights(tiny_lm, rw, 0.5, out=zero.lm)  # overwrite an earlier copy in place
     assert reused.lm is zero.lm
     assert all(torch.equal(p, q) for p, q in zip(reused.lm.parameters(), half.lm.parameters()))
     assert half.name == f"{tiny_lm.name}@interp:t=0.5:seed=0" and half.loaded.revision.startswith("interp:t=0.5")
     assert half.loaded.module is half.lm.base_model and half.loaded.layer_labels == tiny_lm.loaded.layer_labels
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
-        C.ladder_weights(tiny_lm, rw, 1.5)
+        L.ladder_weights(tiny_lm, rw, 1.5)
 
 
 def test_tied_head_stays_tied_along_the_ladder(tmp_path):
@@ -360,10 +364,10 @@ def test_tied_head_stays_tied_along_the_ladder(tmp_path):
     config.tie_word_embeddings = True
     torch.manual_seed(0)
     LlamaForCausalLM(config).save_pretrained(folder)
-    model = C.load_causal_lm(str(folder))
-    point = C.ladder_weights(model, C.random_weights(model, seed=0), 0.3)
+    model = L.load_causal_lm(str(folder))
+    point = L.ladder_weights(model, L.random_weights(model, seed=0), 0.3)
     assert point.lm.lm_head.weight.data_ptr() == point.lm.model.embed_tokens.weight.data_ptr()
-    assert "lm_head.weight" not in C.random_weights(model, seed=0).tensors
+    assert "lm_head.weight" not in L.random_weights(model, seed=0).tensors
 
 
 def test_ladder_models_cache_features_and_bpb_apart(tiny_lm_folder, tmp_path, monkeypatch):
@@ -371,7 +375,7 @@ def test_ladder_models_cache_features_and_bpb_apart(tiny_lm_folder, tmp_path, mo
     pairs = Pairs("d", tuple(str(i) for i in range(len(TEXTS))), tuple(f"{i}.jpg" for i in range(len(TEXTS))),
                   tuple(TEXTS))
     kw = dict(seed=0, pairs=pairs, bpb_texts=TEXTS[::-1], batch_size=4)
-    first = C.ladder_models(str(tiny_lm_folder), [0.0, 0.5, 1.0], **kw)
+    first = L.ladder_models(str(tiny_lm_folder), [0.0, 0.5, 1.0], **kw)
     assert [r.label for r in first] == ["t=0", "t=0.5", "t=1"]
     assert len({r.name for r in first}) == 3 and first[2].name == str(tiny_lm_folder)
     assert all(np.isfinite(r.bpb.bpb) and r.bpb.bpb > 0 for r in first)
@@ -380,15 +384,15 @@ def test_ladder_models_cache_features_and_bpb_apart(tiny_lm_folder, tmp_path, mo
     def boom(*a, **k):
         raise AssertionError("a model was built although everything is cached")
 
-    monkeypatch.setattr(C, "load_causal_lm", boom)
-    again = C.ladder_models(str(tiny_lm_folder), [0.0, 0.5, 1.0], **kw)
+    monkeypatch.setattr(ladder, "load_causal_lm", boom)
+    again = L.ladder_models(str(tiny_lm_folder), [0.0, 0.5, 1.0], **kw)
     for a, b in zip(first, again):
         assert a.bpb.bpb == pytest.approx(b.bpb.bpb) and torch.equal(a.features.values, b.features.values)
     table = C.bpb_table(again)
     assert list(table.index) == ["t=0", "t=0.5", "t=1"] and (table["bytes"] > 0).all()
     assert C.ladder_is_monotone(again) in (True, False) and "t = 0" in C.describe_ladder(table)
     with pytest.raises(ValueError, match="distinct"):
-        C.ladder_models(str(tiny_lm_folder), [0.5, 0.5], **kw)
+        L.ladder_models(str(tiny_lm_folder), [0.5, 0.5], **kw)
 
 
 def test_load_causal_lm_refuses_encoders(tmp_path):
@@ -397,7 +401,7 @@ def test_load_causal_lm_refuses_encoders(tmp_path):
     config = BertConfig(vocab_size=30, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16)
     BertModel(config).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="not a causal language model"):
-        C.load_causal_lm(str(tmp_path))
+        L.load_causal_lm(str(tmp_path))
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -421,8 +425,8 @@ def test_alignment_table_tracks_a_planted_capability_axis():
     for i, t in enumerate([0.0, 0.5, 1.0]):
         layer = t * shared + (1 - t) * rng.normal(size=(N, 8))
         feats = _features(np.stack([rng.normal(size=(N, 8)), layer]), f"lm{i}")
-        bpb = C.BitsPerByte(3.0 - 2 * t, np.ones(2), np.ones(2, dtype=np.int64), 2, "bos")
-        language.append(C.LanguageModelResult(f"t={t:g}", f"lm{i}", t, feats, bpb))
+        bpb = L.BitsPerByte(3.0 - 2 * t, np.ones(2), np.ones(2, dtype=np.int64), 2, "bos")
+        language.append(L.LanguageModelResult(f"t={t:g}", f"lm{i}", t, feats, bpb))
     table = C.alignment_table(vision, language, k=5, n_permutations=19, seed=0)
     assert list(table["language"]) == ["t=0", "t=0.5", "t=1"]
     assert table["peak"].is_monotonic_increasing and table.loc[2, "peak"] > 0.5
@@ -431,7 +435,7 @@ def test_alignment_table_tracks_a_planted_capability_axis():
     assert ((table[["peak", "final"]] >= 0) & (table[["peak", "final"]] <= 1)).all().all()
     corr = C.correlate(table["peak"], table["bpb"], n_boot=0)
     assert corr.r < -0.9
-    fig = C.scatter_grid(table.assign(mmlu_5shot=[1.0, 2.0, 3.0]), x=["bpb", "mmlu_5shot"], ys=["peak"],
+    fig = figures.scatter_grid(table.assign(mmlu_5shot=[1.0, 2.0, 3.0]), x=["bpb", "mmlu_5shot"], ys=["peak"],
                          correlations=C.correlation_table(table, alignment=["peak"], capability=["bpb"], n_boot=10))
     assert len(fig.axes) == 2 and fig.axes[0].xaxis_inverted()
     assert any(t.get_text().startswith("r = ") for t in fig.axes[0].texts)

@@ -1,4 +1,4 @@
-"""Caption-detail controls (prh_lib.captions): truncation, summaries with a cache and visible fallbacks."""
+"""Caption-detail controls (prh_lib.lm summaries, prh_lib.analysis.captions): truncation, summaries with a cache and visible fallbacks."""
 
 import json
 
@@ -6,7 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from prh_lib import captions, data
+from pathlib import Path
+
+from prh_lib import data, extract
+from prh_lib import lm as L
+from prh_lib.analysis import captions
 from fixtures.tiny_models import tiny_llama
 
 SOURCES = [
@@ -18,13 +22,13 @@ SOURCES = [
 
 def test_truncation():
     t = "one two three four five six seven eight nine ten"
-    assert captions.target_words(t, 0.25) == 2  # round(2.5) -> 2 (banker's rounding)
-    assert captions.truncate_text(t, 0.5) == "one two three four five"
-    assert captions.truncate_text(t, 0.01) == "one"  # at least one word
-    assert captions.truncate_text(t, 1.0) == t
-    assert [captions.word_count(x) for x in captions.truncate_texts(SOURCES, 0.1)] == [2, 2, 2]
+    assert L.target_words(t, 0.25) == 2  # round(2.5) -> 2 (banker's rounding)
+    assert L.truncate_text(t, 0.5) == "one two three four five"
+    assert L.truncate_text(t, 0.01) == "one"  # at least one word
+    assert L.truncate_text(t, 1.0) == t
+    assert [L.word_count(x) for x in L.truncate_texts(SOURCES, 0.1)] == [2, 2, 2]
     with pytest.raises(ValueError, match="fraction"):
-        captions.target_words(t, 0)
+        L.target_words(t, 0)
 
 
 @pytest.mark.parametrize("raw, clean", [
@@ -35,65 +39,65 @@ def test_truncation():
     ("\n\n  ", ""),
 ])
 def test_clean_generation(raw, clean):
-    assert captions.clean_generation(raw) == clean
+    assert L.clean_generation(raw) == clean
 
 
 def test_finalize_summaries_falls_back_visibly():
     src = ["a b c d e f g h", "a b c d e f g h", "a b c d e f g h"]
-    texts, reasons = captions.finalize_summaries(src, ["x y", "", "1 2 3 4 5 6 7 8 9"], 0.25)
+    texts, reasons = L.finalize_summaries(src, ["x y", "", "1 2 3 4 5 6 7 8 9"], 0.25)
     assert texts == ["x y", "a b", "a b"]
     assert reasons == ["", "empty", "not shorter"]
     with pytest.raises(ValueError, match="generations"):
-        captions.finalize_summaries(src, ["x"], 0.5)
+        L.finalize_summaries(src, ["x"], 0.5)
 
 
 def test_cache_key_covers_every_option():
-    base = dict(prompt=captions.DEFAULT_PROMPT, system="s", fraction=0.25, texts=SOURCES, decoding={"a": 1})
-    p = captions.summaries_path("m", "r1", **base)
-    assert p == captions.summaries_path("m", "r1", **base)
-    changed = [captions.summaries_path("m", "r2", **base), captions.summaries_path("m2", "r1", **base)]
+    base = dict(prompt=L.DEFAULT_PROMPT, system="s", fraction=0.25, texts=SOURCES, decoding={"a": 1})
+    p = L.summaries_path("m", "r1", **base)
+    assert p == L.summaries_path("m", "r1", **base)
+    changed = [L.summaries_path("m", "r2", **base), L.summaries_path("m2", "r1", **base)]
     for key, value in [("prompt", "{n_words} {text}"), ("system", ""), ("fraction", 0.5),
                        ("texts", SOURCES[::-1]), ("decoding", {"a": 2})]:
-        changed.append(captions.summaries_path("m", "r1", **{**base, key: value}))
+        changed.append(L.summaries_path("m", "r1", **{**base, key: value}))
     assert len({p, *changed}) == len(changed) + 1
 
 
 @pytest.fixture(scope="module")
 def tiny_generator(tmp_path_factory):
-    folder = str(tiny_llama(tmp_path_factory.mktemp("tiny-llm"), SOURCES + [captions.DEFAULT_PROMPT], hidden=16))
-    return folder, captions.load_generator(folder)
+    folder = str(tiny_llama(tmp_path_factory.mktemp("tiny-llm"), SOURCES + [L.DEFAULT_PROMPT], hidden=16))
+    return folder, L.load_generator(folder)
 
 
 def test_summaries_are_shorter_cached_and_deterministic(tiny_generator, tmp_path, monkeypatch):
     monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path))
     tiny, gen = tiny_generator
-    out = captions.summarize_texts(SOURCES, fractions=[0.25, 0.5], model=tiny, generator=gen, batch_size=2)
+    out = L.summarize_texts(SOURCES, fractions=[0.25, 0.5], model=tiny, generator=gen, batch_size=2)
     assert list(out) == [0.25, 0.5]
     s = out[0.25]
     assert len(s.texts) == len(SOURCES) and s.fraction == 0.25
     for src, text, reason in zip(SOURCES, s.texts, s.fallback):
-        assert 1 <= captions.word_count(text) < captions.word_count(src)
+        assert 1 <= L.word_count(text) < L.word_count(src)
         if reason:
-            assert text == captions.truncate_text(src, 0.25)
+            assert text == L.truncate_text(src, 0.25)
     assert s.n_fallback == sum(bool(r) for r in s.fallback)
-    assert s.meta["max_new_tokens"] == [captions.max_new_tokens_for(captions.target_words(t, 0.25)) for t in SOURCES]
+    assert s.meta["max_new_tokens"] == [L.max_new_tokens_for(L.target_words(t, 0.25)) for t in SOURCES]
     # one cache file per fraction, recording how the summaries were made
     assert s.path.is_file() and s.path.is_relative_to(tmp_path / "summaries") and out[0.5].path != s.path
     doc = json.loads(s.path.read_text())
-    assert doc["prompt"] == captions.DEFAULT_PROMPT and doc["model"] == tiny and doc["fraction"] == 0.25
+    assert doc["prompt"] == L.DEFAULT_PROMPT and doc["model"] == tiny and doc["fraction"] == 0.25
     assert doc["revision"] == gen[2] and doc["sources"] == SOURCES and doc["raw"] == list(s.raw)
 
     def no_model():
         raise AssertionError("a cached result must not load the generator")
 
-    again = captions.summarize_texts(SOURCES, fractions=[0.5, 0.25], model=tiny, generator=no_model)
+    again = L.summarize_texts(SOURCES, fractions=[0.5, 0.25], model=tiny, generator=no_model)
     assert list(again) == [0.5, 0.25]
     assert again[0.25].texts == s.texts and again[0.25].fallback == s.fallback and again[0.5].raw == out[0.5].raw
     # a fraction on its own, another batch size, no cache: the same greedy generations
-    alone = captions.summarize_texts(SOURCES, fractions=[0.5], model=tiny, generator=gen, batch_size=1, cache=False)
+    alone = L.summarize_texts(SOURCES, fractions=[0.5], model=tiny, generator=gen, batch_size=1, cache=False)
     assert alone[0.5].raw == out[0.5].raw and alone[0.5].path is None
     # only the missing fraction is generated and cached
-    more = captions.summarize_texts(SOURCES, fractions=[0.25, 0.75], model=tiny, generator=gen)
+    more = L.summarize_texts(SOURCES, fractions=[0.25, 0.75], model=tiny, generator=gen)
     assert more[0.25].raw == s.raw and more[0.75].meta["generated_with"] == [0.75]
     assert len(list((tmp_path / "summaries").rglob("*.json"))) == 3
 
@@ -105,7 +109,7 @@ def test_greedy_generate_equals_transformers_generate(tiny_generator):
     _, (module, tok, _) = tiny_generator
     prompts = [[f"{t} shorten to {n} words" for n in (2, 5, 11)] for t in SOURCES]
     budgets = [[3, 6, 9], [1, 4, 12], [5, 5, 5]]
-    got = captions.greedy_generate(module, tok, prompts, budgets, batch_size=2, add_special_tokens=True)
+    got = L.greedy_generate(module, tok, prompts, budgets, batch_size=2, add_special_tokens=True)
     for row_p, row_b, row_g in zip(prompts, budgets, got):
         for p, b, g in zip(row_p, row_b, row_g):
             enc = tok(p, return_tensors="pt")
@@ -113,7 +117,7 @@ def test_greedy_generate_equals_transformers_generate(tiny_generator):
                 ref = module.generate(**enc, max_new_tokens=b, do_sample=False, pad_token_id=tok.pad_token_id)
             assert g == tok.decode(ref[0, enc["input_ids"].shape[1]:], skip_special_tokens=True), p
     with pytest.raises(ValueError, match="rectangular"):
-        captions.greedy_generate(module, tok, [["a"], ["b", "c"]], [[1], [1, 1]])
+        L.greedy_generate(module, tok, [["a"], ["b", "c"]], [[1], [1, 1]])
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -124,9 +128,9 @@ def test_greedy_generate_equals_transformers_generate(tiny_generator):
 ])
 def test_summarize_rejects_bad_options(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        captions.summarize_texts(SOURCES, generator=lambda: None, **kwargs)
+        L.summarize_texts(SOURCES, generator=lambda: None, **kwargs)
     with pytest.raises(ValueError, match="non-empty"):
-        captions.summarize_texts(["a b", " "], generator=lambda: None)
+        L.summarize_texts(["a b", " "], generator=lambda: None)
 
 
 def test_detail_variants_without_a_generator():
@@ -145,7 +149,7 @@ def test_detail_variants_without_a_generator():
     assert src.sample_ids == tuple(c3.sample_ids[i] for i in (0, 3, 5)) and src.texts[1] == c3.texts[3]
     t = variants["truncation-0.25"]["pairs"]
     assert t.sample_ids == src.sample_ids and t.caption_policy == "truncate-0.25"
-    assert all(captions.word_count(a) < captions.word_count(b) for a, b in zip(t.texts, src.texts))
+    assert all(L.word_count(a) < L.word_count(b) for a, b in zip(t.texts, src.texts))
     assert {v["control"] for v in variants.values()} == {"more detail", "more detail (subset)", "truncation",
                                                          "summary"}
     full, _ = captions.detail_variants(ds, n=12, seed=1, max_captions=2, fractions=[0.5], summary_model=None)
@@ -153,7 +157,7 @@ def test_detail_variants_without_a_generator():
 
 
 def test_summary_report_and_detail_summary():
-    s = captions.Summaries(("x y", "a b"), ("x y", ""), ("", "empty"), 0.25, "m", "r", "p", "s")
+    s = L.Summaries(("x y", "a b"), ("x y", ""), ("", "empty"), 0.25, "m", "r", "p", "s")
     rep = captions.summary_report({0.25: s}, ["a b c d e f g h", "a b c d e f g h"])
     assert rep.loc[0.25, "fallbacks"] == 1 and rep.loc[0.25, "reasons"] == "empty: 1"
     assert rep.loc[0.25, "achieved fraction"] == pytest.approx(0.25)
@@ -191,15 +195,17 @@ def test_detail_alignment_reuses_rows_and_scores_each_variant(monkeypatch):
     from prh_lib import extract, models
     from prh_lib.metrics import mutual_knn_layerwise
 
-    calls = []
+    calls, loads = [], []
 
-    def fake_get_features(model, pairs, **options):
+    def fake_extract_features(model, pairs, **options):
+        assert model == "loaded lang"
         calls.append(pairs.caption_policy)
         return _text_features(pairs.texts, pairs.sample_ids, "lang")
 
-    monkeypatch.setattr(extract, "get_features", fake_get_features)
-    monkeypatch.setattr(extract, "features_path", lambda *a, **k: captions.Path("/nonexistent/never.safetensors"))
-    monkeypatch.setattr(models, "load_model", lambda name, **k: f"loaded {name}")
+    monkeypatch.setattr(extract, "extract_features", fake_extract_features)
+    monkeypatch.setattr(extract, "features_path", lambda *a, **k: Path("/nonexistent/never.safetensors"))
+    monkeypatch.setattr(extract, "save_features", lambda *a, **k: None)
+    monkeypatch.setattr(models, "load_model", lambda name, **k: loads.append(name) or f"loaded {name}")
     ds = data.load_dataset("coco-folder")
     variants, _ = captions.detail_variants(ds, n=20, seed=2, max_captions=2, fractions=[0.5], summary_model=None,
                                            summary_rows=list(range(0, 20, 2)))
@@ -213,13 +219,14 @@ def test_detail_alignment_reuses_rows_and_scores_each_variant(monkeypatch):
     table = captions.detail_alignment(vision, variants, ["lang"], k=3, clip_q=None, tokenizers={"lang": Tok()})
     # only texts not seen before are extracted: concat-1, concat-2, the truncation; subsets reuse rows
     assert calls == ["concat", "concat", "truncate-0.5"]
+    assert loads == ["lang"]  # the language model is loaded once for every variant
     assert len(table) == len(variants)
     row = table.set_index("variant").loc["concat-2 (subset)"]
     pairs = variants["concat-2 (subset)"]["pairs"]
     direct = mutual_knn_layerwise(vision["vis"].rows(range(0, 20, 2)).values,
                                   _text_features(pairs.texts, pairs.sample_ids, "lang").values, k=3)
     assert row["peak"] == pytest.approx(np.nanmax(direct)) and row["n"] == 10
-    assert row["tokens"] == pytest.approx(np.mean([captions.word_count(t) for t in pairs.texts]))
+    assert row["tokens"] == pytest.approx(np.mean([L.word_count(t) for t in pairs.texts]))
     assert row["chance"] == pytest.approx(3 / 9)
     assert table.set_index("variant").loc["summary-1", "peak"] == table.set_index("variant").loc[
         "concat-2 (subset)", "peak"]  # the same texts on the same images
@@ -232,15 +239,15 @@ def test_torch_threads_is_scoped():
     import torch
 
     before = torch.get_num_threads()
-    with captions.torch_threads(1):
+    with extract.torch_threads(1):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
     with pytest.raises(RuntimeError):
-        with captions.torch_threads(1):
+        with extract.torch_threads(1):
             raise RuntimeError("boom")
     assert torch.get_num_threads() == before
-    with captions.torch_threads(None):
+    with extract.torch_threads(None):
         assert torch.get_num_threads() == before
     with pytest.raises(ValueError, match="threads"):
-        with captions.torch_threads(0):
+        with extract.torch_threads(0):
             pass

@@ -1,11 +1,11 @@
-"""PCA compression sweeps (prh_lib.compression): exactness at full rank, scikit-learn agreement, validation."""
+"""PCA compression sweeps (prh_lib.analysis.compression): exactness at full rank, scikit-learn agreement, validation."""
 
 import numpy as np
 import pytest
 import torch
 from sklearn.decomposition import PCA
 
-from prh_lib import compression
+from prh_lib.analysis import compression
 from prh_lib.analysis import AlignmentMatrix
 from prh_lib.extract import FeatureMismatchError, LayerFeatures
 from prh_lib.metrics import mutual_knn

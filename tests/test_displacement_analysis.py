@@ -1,4 +1,4 @@
-"""Tests for prh_lib.displacement_analysis (the displacement chapter's tables and figures)."""
+"""Tests for prh_lib.analysis.displacement (the displacement chapter's tables and figures)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from threadpoolctl import threadpool_limits
 
 matplotlib.use("Agg")
 
-from prh_lib import displacement_analysis as da  # noqa: E402
-from prh_lib import displacement_consensus as dc  # noqa: E402
+from prh_lib.analysis import displacement as da  # noqa: E402
+from prh_lib.analysis import displacement_consensus as dc  # noqa: E402
 from prh_lib.extract import FeatureMismatchError, LayerFeatures  # noqa: E402
 from prh_lib.metrics import displacement as D  # noqa: E402
 

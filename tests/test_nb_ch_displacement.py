@@ -8,7 +8,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from prh_lib import displacement_analysis as da
+from prh_lib.analysis import displacement as da
 from prh_lib import report
 from prh_lib.profiles import get_profile
 

@@ -6,7 +6,9 @@ import nbformat
 import numpy as np
 import pytest
 
-from prh_lib import capability, report
+from prh_lib import report
+from prh_lib.analysis import capability
+from prh_lib.data import benchmarks
 
 
 @pytest.fixture(scope="module")
@@ -70,9 +72,9 @@ def test_correlations_match_a_recomputation_from_the_table(rec):
 
 
 def test_capability_table_and_its_gaps_are_reported(rec):
-    table = capability.load_capability_table()
+    table = benchmarks.load_capability_table()
     assert rec["n_capability_models"] == len(table)
-    assert rec["capability_missing"] == capability.missing_counts(table)
+    assert rec["capability_missing"] == benchmarks.missing_counts(table)
 
 
 def test_the_page_shows_its_figures_and_no_errors(nb):

@@ -7,7 +7,7 @@ matplotlib.use("Agg")
 import numpy as np
 import pytest
 
-from prh_lib import plots
+from prh_lib import figures, plots
 
 
 def test_heatmap_marks_the_nan_aware_maximum_and_final_pair():
@@ -34,6 +34,6 @@ def test_grid_has_one_visible_panel_per_matrix():
         def __init__(self, s):
             self.scores, self.x_labels, self.y_labels, self.x_name, self.y_name = s, ["a", "b"], ["x", "y"], "X", "Y"
 
-    fig = plots.heatmap_grid({"p": M(np.eye(2)), "q": M(np.ones((2, 2)) * 0.3), "r": M(np.eye(2) * 0.5)}, ncols=2)
+    fig = figures.heatmap_grid({"p": M(np.eye(2)), "q": M(np.ones((2, 2)) * 0.3), "r": M(np.eye(2) * 0.5)}, ncols=2)
     heat_axes = [ax for ax in fig.axes if ax.get_visible() and ax.get_title()]
     assert [ax.get_title() for ax in heat_axes] == ["p", "q", "r"]

@@ -8,7 +8,8 @@ import torch
 from PIL import Image
 
 from fixtures import tiny_models  # noqa: E402
-from prh_lib import extract, plots, regimes
+from prh_lib import extract, figures
+from prh_lib.analysis import regimes
 from prh_lib.data import Pairs
 from prh_lib.extract import LayerFeatures
 from prh_lib.metrics import mutual_knn_layerwise
@@ -167,7 +168,7 @@ def test_summary_aggregates_per_regime_and_keeps_empty_regimes():
     assert raw[regimes.REGIME_LABELS["unimodal"]]["b"] == (0.4, 0.3, 0.5)
     assert cal[regimes.REGIME_LABELS["unimodal"]]["b"] == (0.3, 0.2, 0.4)
 
-    fig = plots.regime_figure(raw, cal, chance=0.1, missing_note="needs the paper profile")
+    fig = figures.regime_figure(raw, cal, chance=0.1, missing_note="needs the paper profile")
     assert len(fig.axes) == 2
     for ax in fig.axes:
         assert sum(len(c.lines) > 0 for c in ax.containers if hasattr(c, "lines")) == 4  # one errorbar per comparison

@@ -16,7 +16,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from fixtures import hf_data  # noqa: E402
-from prh_lib import data, sources  # noqa: E402
+from prh_lib import data  # noqa: E402
+from prh_lib.data import sources  # noqa: E402
 from prh_lib.data import DataError  # noqa: E402
 
 
@@ -48,7 +49,7 @@ def test_wit_from_save_to_disk_keeps_rows_captions_and_pixels(wit_dir):
     assert ds.name == "wit-1024" and len(ds) == 12
     assert ds.sample_ids == tuple(str(i) for i in range(12))
     assert ds.captions[3] == ("wiki caption 3", "reference description 3")
-    assert all(isinstance(im, sources.TableImage) for im in ds.images)
+    assert all(isinstance(im, data.TableImage) for im in ds.images)
     pairs = data.sample_pairs(ds)  # all pairs in dataset order, first caption (as Huh et al.)
     assert pairs.texts[:2] == ("wiki caption 0", "wiki caption 1")
     loaded = pairs.load_images([0, 7])

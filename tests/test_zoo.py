@@ -12,7 +12,8 @@ import pytest
 import torch
 from PIL import Image
 
-from prh_lib import paths, zoo
+from prh_lib import paths
+from prh_lib.models import zoo
 from prh_lib.models import ModelNotAvailableError, load_model, resolve_identity
 
 EXPECTED_ZOO = {

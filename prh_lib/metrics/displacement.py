@@ -14,9 +14,9 @@ arrays. Pipeline (each step is public, so a caller can compose it):
 
 :func:`displacement_similarity` runs 1-4 for one pair, :func:`displacement_layerwise` for
 all layer pairs (each layer's whitening fitted once). The consensus (shared/private)
-decomposition is :mod:`prh_lib.displacement_consensus`; the public reference code's own
+decomposition is :mod:`prh_lib.analysis.displacement_consensus`; the public reference code's own
 procedure, which adds the projected means back before the measures, is
-:mod:`prh_lib.displacement_reference`.
+:mod:`prh_lib.analysis.displacement_reference`.
 
 Degenerate inputs: a representation with zero variance on the training rows (a ViT's CLS
 token at hidden state 0 is the same vector for every image) has nothing to whiten.
@@ -364,7 +364,7 @@ def cosine_measures(A, B, *, n_pairs: int = 10_000, seed: int = 0, pairs=None) -
     pairs : tuple of two int arrays of shape (n_pairs,), optional
         Explicit ordered pairs ``(i, j)`` with ``i != j``, used instead of sampled ones (and
         ``n_pairs`` ignored), e.g. each sample with its predecessor as in the public reference
-        code (:func:`prh_lib.displacement_reference.predecessor_pairs`).
+        code (:func:`prh_lib.analysis.displacement_reference.predecessor_pairs`).
 
     Returns
     -------

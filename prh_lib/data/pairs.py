@@ -1,9 +1,8 @@
-"""Image-caption pairs: loading a dataset source and choosing N pairs with a caption policy.
+"""Image-caption pairs: a dataset of images with all their captions, and N pairs drawn from it.
 
-A *source* turns a location into an :class:`ImageCaptionDataset` (every image with all of its captions).
-:func:`sample_pairs` then draws ``n`` images with a seed and picks one text per image with a caption
-policy, keeping sample ids in row order. Extraction reads :class:`Pairs` only, so adding a source (WIT,
-DOCCI, CC3M with DreamLIP captions, ...) means adding one loader to :data:`SOURCES`.
+An :class:`ImageCaptionDataset` holds every image of a source with all of its captions (the sources are in
+:mod:`prh_lib.data.sources`). :func:`sample_pairs` draws ``n`` images with a seed and picks one text per
+image with a caption policy, keeping sample ids in row order. Extraction reads :class:`Pairs` only.
 
 The paper samples N = 1024 pairs per dataset (Herbst et al., Section 2); the offline default is the
 239-image ``coco-mini`` folder found through :func:`prh_lib.paths.data_root`.
@@ -12,14 +11,13 @@ The paper samples N = 1024 pairs per dataset (Herbst et al., Section 2); the off
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from . import paths
+__all__ = ["CAPTION_POLICIES", "DataError", "ImageCaptionDataset", "Pairs", "sample_pairs"]
 
 CAPTION_POLICIES = ("first", "random", "concat")
 
@@ -175,85 +173,6 @@ class Pairs:
             seed=self.seed,
             info=dict(self.info),
         )
-
-
-def load_coco_folder(root: str | Path | None = None, *, name: str | None = None) -> ImageCaptionDataset:
-    """Load a folder in COCO caption format: ``captions.json`` (``images`` + ``annotations``) and ``images/``.
-
-    Parameters
-    ----------
-    root : path, optional
-        The folder. Default: :func:`prh_lib.paths.data_root` (``PRH_DATA_ROOT``).
-    name : str, optional
-        Dataset name for labels and cache keys. Default: the folder's name.
-
-    Returns
-    -------
-    ImageCaptionDataset
-        Images sorted by COCO image id; captions of each image sorted by annotation id.
-
-    Raises
-    ------
-    DataError
-        If the folder, ``captions.json`` or an image file listed in it is missing, or the JSON is not in
-        COCO caption format.
-    """
-    root = paths.data_root() if root is None else Path(root).expanduser()
-    ann_path = root / "captions.json"
-    if not root.is_dir():
-        raise DataError(f"dataset folder {root} does not exist; set PRH_DATA_ROOT to a COCO-format folder")
-    if not ann_path.is_file():
-        raise DataError(
-            f"{ann_path} not found: a COCO caption folder needs captions.json (with 'images' and "
-            "'annotations') next to images/"
-        )
-    try:
-        meta = json.loads(ann_path.read_text())
-        images = meta["images"]
-        annotations = meta["annotations"]
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
-        raise DataError(f"{ann_path} is not in COCO caption format ({err!r})") from err
-
-    by_image: dict[int, list[tuple[int, str]]] = {}
-    for ann in annotations:
-        by_image.setdefault(ann["image_id"], []).append((ann["id"], ann["caption"].strip()))
-    records = sorted(images, key=lambda im: im["id"])
-    missing = [im["file_name"] for im in records if not (root / "images" / im["file_name"]).is_file()]
-    if missing:
-        raise DataError(f"{len(missing)} image files listed in {ann_path} are missing under {root / 'images'}: {missing[:3]}")
-    return ImageCaptionDataset(
-        name=name or root.name,
-        sample_ids=tuple(str(im["id"]) for im in records),
-        images=tuple(root / "images" / im["file_name"] for im in records),
-        captions=tuple(tuple(c for _, c in sorted(by_image.get(im["id"], []))) for im in records),
-        source=str(root.resolve()),
-    )
-
-
-from .sources import load_cc3m_dreamlip, load_coco_captions, load_docci, load_hf_table, load_wit  # noqa: E402
-
-#: Dataset sources by name. Each takes a location (or None for the default) and keyword options.
-SOURCES: dict[str, Callable[..., ImageCaptionDataset]] = {
-    "coco-folder": load_coco_folder,
-    "wit": load_wit,
-    "coco-captions": load_coco_captions,
-    "docci": load_docci,
-    "cc3m-dreamlip": load_cc3m_dreamlip,
-    "hf-table": load_hf_table,
-}
-
-
-def load_dataset(source: str = "coco-folder", location: str | Path | None = None, **options) -> ImageCaptionDataset:
-    """Load a dataset through a named source (see :data:`SOURCES`).
-
-    Raises
-    ------
-    ValueError
-        If ``source`` is not a known source name (the message lists them).
-    """
-    if source not in SOURCES:
-        raise ValueError(f"unknown dataset source {source!r}; known sources: {sorted(SOURCES)}")
-    return SOURCES[source](location, **options)
 
 
 def sample_pairs(

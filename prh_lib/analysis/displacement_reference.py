@@ -55,9 +55,9 @@ import numpy as np
 import pandas as pd
 from sklearn.decomposition import PCA
 
-from .extract import check_aligned
-from .metrics import displacement as D
-from .metrics._validation import check_int
+from ..features import check_aligned
+from ..metrics import displacement as D
+from ..metrics._validation import check_int
 
 # One input check for the displacement family (float64, finite, of the stated ndim); it belongs in
 # prh_lib.metrics._validation next to ``to_tensor`` and is imported from the metric module until it moves.
@@ -401,7 +401,7 @@ def compare_procedures(features: dict, best: pd.DataFrame, *, n_components: int 
     ----------
     features : dict of str to LayerFeatures
     best : DataFrame
-        :func:`prh_lib.displacement_analysis.best_pair_table`: index ``"x × y"``, columns
+        :func:`prh_lib.analysis.displacement.best_pair_table`: index ``"x × y"``, columns
         ``"kind"``, ``"layer x"``, ``"layer y"``.
     n_components, test_fraction, n_pairs
         As in :func:`prh_lib.metrics.displacement.displacement_similarity`.

@@ -4,8 +4,8 @@ Glue between :class:`~prh_lib.extract.LayerFeatures` and :mod:`prh_lib.metrics.d
 layer-pair matrices of the three cosine measures next to mutual k-NN, the measures at the best
 layer pair with their controls, a sweep over the whitened dimension, per-model best layers, and
 the verdict of the chapter's "The paper and this build" table (:func:`claim_verdict`). The
-shared/private decomposition is :mod:`prh_lib.displacement_consensus`; the public reference code's
-procedure is :mod:`prh_lib.displacement_reference`. The last section draws the chapter's figures from
+shared/private decomposition is :mod:`prh_lib.analysis.displacement_consensus`; the public reference code's
+procedure is :mod:`prh_lib.analysis.displacement_reference`. The last section draws the chapter's figures from
 these results (arrays and tables in, matplotlib figures out; it reuses
 :func:`prh_lib.plots.alignment_heatmap` and :func:`prh_lib.plots.line_plot`).
 
@@ -28,9 +28,9 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
-from .analysis import AlignmentMatrix, check_comparisons, layerwise_alignment
-from .extract import LayerFeatures, check_aligned
-from .metrics import displacement as D
+from .core import AlignmentMatrix, check_comparisons, layerwise_alignment
+from ..features import LayerFeatures, check_aligned
+from ..metrics import displacement as D
 
 #: Display names of the three measures (arXiv:2609.24209).
 MEASURE_NAMES = {"pointwise": "Pointwise", "cross_model": "Cross-Model", "cross_object": "Cross-Object"}
@@ -314,7 +314,7 @@ def heatmaps_side_by_side(results: list[ViewComparison], *, chance: float | None
     """
     import matplotlib.pyplot as plt
 
-    from .plots import alignment_heatmap
+    from ..plots import alignment_heatmap
 
     fig, axes = plt.subplots(len(results), 2, figsize=(2 * panel_size[0], panel_size[1] * len(results)),
                              squeeze=False)
@@ -331,7 +331,7 @@ def sweep_figure(sweep: pd.DataFrame, *, measure: str = "cross_model"):
     """``measure`` against the whitened dimension ``r`` for each pair of :func:`n_components_sweep`."""
     import matplotlib.pyplot as plt
 
-    from .plots import line_plot
+    from ..plots import line_plot
 
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     groups = {p: g.drop_duplicates("r").sort_values("r") for p, g in sweep.groupby("pair", sort=False)}
@@ -347,7 +347,7 @@ def depth_profile_figure(profiles: dict[str, pd.DataFrame], *, panel_size: tuple
     """One panel per pair of :func:`depth_profiles`: Cross-Model per ``r`` (left axis), mutual k-NN (dashed, right)."""
     import matplotlib.pyplot as plt
 
-    from .plots import line_plot
+    from ..plots import line_plot
 
     n = len(profiles)
     fig, axes = plt.subplots(1, n, figsize=(panel_size[0] * n, panel_size[1]), squeeze=False)
@@ -368,7 +368,7 @@ def depth_profile_figure(profiles: dict[str, pd.DataFrame], *, panel_size: tuple
 # --------------------------------------------------------------------------- prose
 def describe(best: pd.DataFrame, views: pd.DataFrame) -> str:
     """Markdown bullets stating the measured figures of :func:`best_pair_table` and :func:`views_table`
-    (the consensus bullet is :func:`prh_lib.displacement_consensus.describe_consensus`)."""
+    (the consensus bullet is :func:`prh_lib.analysis.displacement_consensus.describe_consensus`)."""
     lines = []
     for pair, b in best.iterrows():
         v = views.loc[pair]
@@ -466,7 +466,7 @@ def paper_table(table: pd.DataFrame, *, steps=("reference code", "our procedure"
     Parameters
     ----------
     table : DataFrame
-        :func:`prh_lib.displacement_reference.compare_procedures` (columns ``kind``, ``step``,
+        :func:`prh_lib.analysis.displacement_reference.compare_procedures` (columns ``kind``, ``step``,
         ``split``, ``cross_model``, ``pointwise``).
     steps : sequence of str
         Procedures reported, each with its own value and verdict columns.

@@ -22,9 +22,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .analysis import check_comparisons
-from .extract import LayerFeatures, check_aligned
-from .metrics import mutual_knn_chance, mutual_knn_layerwise
+from ..features import LayerFeatures, check_aligned
+from ..metrics import mutual_knn_chance, mutual_knn_layerwise, permutation_test
+from .core import check_comparisons, find_peak
 
 #: Default neighbourhood sizes of the k sweep (those above N - 1 are dropped by :func:`k_grid`).
 DEFAULT_KS = (1, 2, 5, 10, 20, 30, 50, 75, 100, 150, 200)
@@ -111,14 +111,12 @@ def n_grid(n_total: int, ns: Sequence[int] | None = None, *, k: int = 10) -> lis
 
 def _scores(x, y, k: int, fixed: tuple[int, int], device) -> dict:
     m = mutual_knn_layerwise(x, y, k=k, device=device)
-    i, j = np.unravel_index(int(np.nanargmax(m)), m.shape)
-    return {"fixed": float(m[fixed]), "max": float(m[i, j]), "final": float(m[-1, -1]),
+    i, j, best = find_peak(m)
+    return {"fixed": float(m[fixed]), "max": best, "final": float(m[-1, -1]),
             "max layer x": int(i), "max layer y": int(j)}
 
 
 def _calibrated(x, y, k, fixed, n_permutations, seed, device) -> dict:
-    from .metrics import permutation_test
-
     res = permutation_test(x[fixed[0]], y[fixed[1]], k=k, n_permutations=n_permutations, seed=seed, device=device)
     return {"calibrated fixed": res.calibrated, "null mean fixed": float(np.mean(res.null)), "p fixed": res.p_value}
 
@@ -378,57 +376,20 @@ def describe(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def plot_sweep(frames: dict[str, pd.DataFrame], *, x: str, scores: Sequence[str] = ("fixed", "max"),
-               chance: bool = True, panel_size: tuple[float, float] = (4.6, 3.5)):
-    """Raw, chance-corrected (and calibrated) scores against ``k`` or ``n``: one row of panels per entry of ``frames``.
-
-    Parameters
-    ----------
-    frames : dict of str to DataFrame
-        Title -> a :func:`k_sweep` or :func:`n_sweep` table (several seeds per ``x`` value are averaged, with a
-        band of ± one standard deviation).
-    x : {"k", "n"}
-        The swept column.
-    scores : sequence of {"fixed", "max", "final"}
-        Which scores to draw as lines in the raw and corrected panels.
-    chance : bool
-        Draw the chance level ``k/(N-1)`` in the raw panel (a curve when it varies with ``x``).
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-        Columns: raw scores; chance-corrected scores (0 = chance); the calibrated score at the fixed layer pair
-        when the tables hold one.
-    """
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullFormatter, ScalarFormatter
-
-    from . import plots
-
-    if x not in ("k", "n"):
-        raise ValueError(f"x must be 'k' or 'n'; got {x!r}")
-    kinds = ["raw", "corrected"] + (["calibrated"] if all("calibrated fixed" in df for df in frames.values()) else [])
-    fig, axes = plt.subplots(len(frames), len(kinds), figsize=(panel_size[0] * len(kinds), panel_size[1] * len(frames)),
-                             squeeze=False)
-    ylabels = {"raw": "mutual k-NN", "corrected": "(score - chance) / (1 - chance)", "calibrated": "calibrated score"}
-    for row, (title, df) in enumerate(frames.items()):
-        g = df.groupby(x)
-        xs = np.asarray(list(g.groups), dtype=float)
-        for col, kind in enumerate(kinds):
-            names = [f"{kind} {s}" for s in (scores if kind != "calibrated" else ("fixed",))]
-            ys = {c: g[c].mean().to_numpy() for c in names}
-            bands = None
-            if g.size().max() > 1:
-                sd = {c: g[c].std().fillna(0).to_numpy() for c in names}
-                bands = {c: (ys[c] - sd[c], ys[c] + sd[c]) for c in names}
-            if kind == "raw" and chance:
-                ys["chance k/(N-1)"] = g["chance"].first().to_numpy()
-            ax = axes[row, col]
-            plots.line_plot(xs, ys, ax=ax, bands=bands, logx=x == "k", xlabel=x, title=f"{title}: {kind}",
-                            ylabel=ylabels[kind], chance=0.0 if kind == "corrected" else None)
-            if x == "k":
-                ax.xaxis.set_major_formatter(ScalarFormatter())
-                ax.xaxis.set_minor_formatter(NullFormatter())
-            ax.title.set_fontsize(9)
-    fig.tight_layout()
-    return fig
+def to_record(results: dict, table: pd.DataFrame, *, n: int, k: int) -> dict:
+    """What the Appendix G page records for the book and the tests (:func:`prh_lib.report.record`)."""
+    full = {label: df[df["n"] == df["n"].max()] for label, df in results["n fixed k"].items()}
+    return {
+        "n": n, "k": k,
+        "summary": [{"pair": p, "sweep": s, **row} for (p, s), row in table.to_dict(orient="index").items()],
+        "k_sweep": {label: df[["k", "chance", "raw fixed", "corrected fixed", "raw max"]].to_dict(orient="list")
+                    for label, df in results["k"].items()},
+        "n_full": {label: {"raw fixed": df["raw fixed"].tolist(), "raw max": df["raw max"].tolist(),
+                           "raw final": df["raw final"].tolist()} for label, df in full.items()},
+        "n_fixed_k": {label: summarize(df)[("raw fixed", "mean")].to_dict()
+                      for label, df in results["n fixed k"].items()},
+        "n_fixed_k_corrected": {label: summarize(df)[("corrected fixed", "mean")].to_dict()
+                                for label, df in results["n fixed k"].items()},
+        "n_fixed_ratio": {label: summarize(df)[("raw fixed", "mean")].to_dict()
+                          for label, df in results["n fixed k/N"].items()},
+    }

@@ -4,9 +4,8 @@ One side (or both) of a vision-language layer pair is replaced by its projection
 components, and mutual k-NN against the other modality is recomputed. Two sweeps: by the number of
 components kept and by the fraction of variance retained.
 
-PCA is scikit-learn's (``svd_solver="full"``: exact, deterministic signs via ``svd_flip``), fitted on each
-layer's features alone, in float64. One fit per layer serves every number of components: the projection on
-the first ``m`` components of a full fit equals a fit with ``n_components=m`` (tested).
+PCA is scikit-learn's, exact and fitted on each layer alone (:mod:`prh_lib.analysis.pca`, whose helpers are
+re-exported here).
 
 Where the projection lives (``space``):
 
@@ -18,7 +17,8 @@ Where the projection lives (``space``):
 - ``"pca"``: the PCA coordinates ``Z[:, :m]`` (``PCA.transform``), centred. At full rank this equals the
   *centred* layer up to a rotation; the reference score is then that of the centred layer.
 
-Functions take arrays (one layer per side) or :class:`~prh_lib.extract.LayerFeatures` and never plot.
+Functions take arrays (one layer per side) or :class:`~prh_lib.features.LayerFeatures` and never plot
+(figures: :func:`prh_lib.figures.plot_sweeps`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,11 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .metrics import mutual_knn, mutual_knn_chance, mutual_knn_layerwise
+from ..features import check_aligned
+from ..metrics import mutual_knn, mutual_knn_chance, mutual_knn_layerwise
+from ..validation import as_float64_matrix
+from .core import check_comparisons, layerwise_alignment
+from .pca import DENSE_DIMS, components_for_variance, default_dims, fit_pca, max_components
 
 COMPRESS = ("x", "y", "both")
 SPACES = ("original", "pca")
@@ -37,132 +41,11 @@ SPACES = ("original", "pca")
 #: Default grid of the variance sweep (fractions of the total variance retained).
 DEFAULT_VARIANCE = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
 
-#: Every number of components up to this is swept by default; beyond it a geometric grid (:func:`default_dims`).
-DENSE_DIMS = 32
-
 _CHUNK_ELEMENTS = 1 << 24  # float32 elements of the reconstructions scored in one call
 
-
-def _as_float64(X, name: str) -> np.ndarray:
-    if hasattr(X, "detach"):
-        X = X.detach().cpu().numpy()
-    if not isinstance(X, np.ndarray):
-        raise TypeError(f"{name} must be a numpy.ndarray or torch.Tensor; got {type(X).__name__}")
-    if X.ndim != 2 or min(X.shape) == 0:
-        raise ValueError(f"{name} must be 2-D (n_samples, n_features) and non-empty; got shape {X.shape}")
-    if X.dtype.kind not in "fiu":
-        raise TypeError(f"{name} must hold real numbers; got dtype {X.dtype}")
-    X = X.astype(np.float64)
-    if not np.isfinite(X).all():
-        raise ValueError(f"{name} of shape {X.shape} holds NaN or infinite values")
-    return X
-
-
-def max_components(n_samples: int, n_features: int) -> int:
-    """Largest number of principal components scikit-learn's PCA accepts: ``min(n_samples, n_features)``.
-
-    The centred data have rank at most ``n_samples - 1``, so with ``n_features >= n_samples`` the last
-    component carries zero variance; it is allowed (and harmless) so that "full" means the same as in
-    scikit-learn.
-    """
-    return int(min(n_samples, n_features))
-
-
-def fit_pca(X, *, n_components: int | None = None):
-    """scikit-learn PCA of one layer's features, exact and deterministic.
-
-    Parameters
-    ----------
-    X : ndarray or Tensor of shape (n_samples, n_features)
-    n_components : int in [1, min(n_samples, n_features)], optional
-        Default: all, ``min(n_samples, n_features)``.
-
-    Returns
-    -------
-    sklearn.decomposition.PCA
-        Fitted with ``svd_solver="full"`` on ``X`` in float64; component signs are fixed by ``svd_flip``.
-
-    Raises
-    ------
-    ValueError
-        If ``n_components`` exceeds ``min(n_samples, n_features)`` or is below 1 (never silently capped),
-        or ``X`` is not a finite 2-D array.
-
-    References
-    ----------
-    Herbst et al., Section 3.1 and Appendix C (PCA compression of each model's features).
-    """
-    from sklearn.decomposition import PCA
-
-    X = _as_float64(X, "X")
-    top = max_components(*X.shape)
-    if n_components is None:
-        n_components = top
-    if isinstance(n_components, bool) or not isinstance(n_components, (int, np.integer)):
-        raise TypeError(f"n_components must be an int; got {n_components!r}")
-    if not 1 <= n_components <= top:
-        raise ValueError(f"n_components={n_components} is out of range [1, min(n_samples, n_features)] = "
-                         f"[1, {top}] for features of shape {X.shape}")
-    return PCA(n_components=int(n_components), svd_solver="full").fit(X)
-
-
-def default_dims(top: int, *, dense: int = DENSE_DIMS, ratio: float = 1.25) -> np.ndarray:
-    """Default grid of the dimension sweep: every integer from 1 to ``dense``, then a geometric grid to ``top``.
-
-    Parameters
-    ----------
-    top : int >= 1
-        The largest number of components (:func:`max_components`); always the last grid point.
-    dense : int
-        Up to here every number is swept, so a smallest sufficient dimension up to ``dense`` is exact.
-    ratio : float > 1
-        Step of the geometric part.
-
-    Returns
-    -------
-    ndarray of int, strictly increasing, from 1 to ``top``
-    """
-    if top < 1 or dense < 1 or ratio <= 1:
-        raise ValueError(f"need top >= 1, dense >= 1 and ratio > 1; got top={top}, dense={dense}, ratio={ratio}")
-    grid = list(range(1, min(dense, top) + 1))
-    m = float(grid[-1])
-    while grid[-1] < top:
-        m *= ratio
-        grid.append(min(top, max(grid[-1] + 1, int(round(m)))))
-    return np.asarray(grid, dtype=int)
-
-
-def components_for_variance(explained_variance_ratio, fractions) -> np.ndarray:
-    """Smallest number of components whose cumulative explained variance reaches each fraction.
-
-    Parameters
-    ----------
-    explained_variance_ratio : ndarray of shape (n_components,)
-        ``PCA.explained_variance_ratio_`` of a full fit (sums to 1 up to rounding).
-    fractions : float or sequence of float in (0, 1]
-
-    Returns
-    -------
-    ndarray of int, shape (n_fractions,)
-        ``m`` with ``cumsum(ratio)[m - 1] >= fraction`` for the smallest such ``m``, compared with a tolerance
-        of 1e-9 so that ``fraction=1`` means "all the variance" despite rounding (the rank of the centred data,
-        at most ``n_components``).
-
-    Raises
-    ------
-    ValueError
-        If a fraction is outside (0, 1] or the ratios are not a non-increasing non-negative vector.
-    """
-    ratio = np.asarray(explained_variance_ratio, dtype=np.float64)
-    if ratio.ndim != 1 or ratio.size == 0 or (ratio < -1e-12).any() or (np.diff(ratio) > 1e-12).any():
-        raise ValueError("explained_variance_ratio must be a non-empty, non-negative, non-increasing 1-D array")
-    f = np.atleast_1d(np.asarray(fractions, dtype=np.float64))
-    bad = f[(f <= 0) | (f > 1) | ~np.isfinite(f)]
-    if bad.size:
-        raise ValueError(f"variance fractions must lie in (0, 1]; got {bad.tolist()}")
-    cum = np.cumsum(ratio) / max(ratio.sum(), 1e-300)
-    m = np.searchsorted(cum, f - 1e-9, side="left") + 1
-    return np.minimum(m, ratio.size).astype(int)
+__all__ = ["COMPRESS", "SPACES", "DEFAULT_VARIANCE", "DENSE_DIMS", "max_components", "fit_pca", "default_dims",
+           "components_for_variance", "CompressionSweep", "pca_sweep", "LAYER_ROLES", "select_layer_pairs",
+           "compress_layer_pairs", "compress_comparisons", "describe", "summary_table", "to_record"]
 
 
 @dataclass(frozen=True)
@@ -352,7 +235,7 @@ def pca_sweep(X, Y, *, compress: str = "x", dims=None, variance=None, k: int = 1
         raise ValueError(f"unknown space={space!r}; use one of {SPACES}")
     if dims is not None and variance is not None:
         raise ValueError("pass either dims or variance, not both")
-    X, Y = _as_float64(X, "X"), _as_float64(Y, "Y")
+    X, Y = as_float64_matrix(X, "X"), as_float64_matrix(Y, "Y")
     if X.shape[0] != Y.shape[0]:
         raise ValueError(f"X and Y must have the same number of samples: shapes {X.shape} and {Y.shape}")
     ref = float(mutual_knn(X - X.mean(0) if space == "pca" and compress != "y" else X,
@@ -453,8 +336,6 @@ def compress_layer_pairs(x, y, layer_pairs: dict, *, compress: Sequence[str] = (
     ValueError
         As :func:`pca_sweep`.
     """
-    from .extract import check_aligned
-
     check_aligned(x, y)
     out = []
     for role, (i, j) in layer_pairs.items():
@@ -489,8 +370,6 @@ def compress_comparisons(features: dict, comparisons, *, roles: Sequence[str] = 
     KeyError
         If a model of ``comparisons`` has no features.
     """
-    from .analysis import check_comparisons, layerwise_alignment
-
     check_comparisons(features, comparisons)
     out = []
     for x_name, y_name in comparisons:
@@ -515,11 +394,6 @@ def describe(table: pd.DataFrame, *, fraction: float = 0.95) -> str:
         lines.append(f"- **{pair}**, {role} layers ({row['layer x']} × {row['layer y']}): uncompressed "
                      f"{row['uncompressed']:.3f} (chance {row['chance']:.3f}); {kept}.")
     return "\n".join(lines)
-
-
-def sweep_frame(sweeps: Sequence[CompressionSweep]) -> pd.DataFrame:
-    """All grid points of several sweeps in one long table (:meth:`CompressionSweep.to_frame`, concatenated)."""
-    return pd.concat([s.to_frame() for s in sweeps], ignore_index=True)
 
 
 def summary_table(sweeps: Sequence[CompressionSweep], *, fraction: float = 0.95,
@@ -552,55 +426,19 @@ def summary_table(sweeps: Sequence[CompressionSweep], *, fraction: float = 0.95,
     return pd.DataFrame(list(rows.values()), index=index)
 
 
-def plot_sweeps(sweeps: Sequence[CompressionSweep], *, sweep: str = "variance", ncols: int = 2,
-                relative: bool = False, panel_size: tuple[float, float] = (5.0, 3.6)):
-    """Figure 2-style panels: alignment against variance retained or against dimensions kept.
-
-    One panel per (model pair, layer pair), one line per side compressed; the dashed black line is the
-    uncompressed score (the reference) and the grey line the chance level ``k/(N-1)``.
-
-    Parameters
-    ----------
-    sweeps : sequence of CompressionSweep
-        From :func:`compress_layer_pairs`; only those whose ``labels["sweep"] == sweep`` are drawn.
-    sweep : {"variance", "dims"}
-        x axis: fraction of variance retained, or number of components (log scale).
-    relative : bool
-        Plot ``score / reference`` instead of the score.
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-    """
-    import matplotlib.pyplot as plt
-
-    from . import plots
-
-    if sweep not in ("variance", "dims"):
-        raise ValueError(f"sweep must be 'variance' or 'dims'; got {sweep!r}")
-    panels: dict[str, list[CompressionSweep]] = {}
-    for s in sweeps:
-        if s.labels.get("sweep") == sweep:
-            lab = s.labels
-            title = f"{lab.get('pair')}\n{lab.get('layers')}: {lab.get('layer x')} × {lab.get('layer y')}"
-            panels.setdefault(title, []).append(s)
-    if not panels:
-        raise ValueError(f"no sweeps of kind {sweep!r} to plot")
-    nrows = int(np.ceil(len(panels) / ncols))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows), squeeze=False)
-    names = {"x": "compress {x}", "y": "compress {y}", "both": "compress both"}
-    for ax, (title, group) in zip(axes.flat, panels.items()):
-        xs = {names[s.compress].format(**s.labels): (s.variance if sweep == "variance" else s.dims) for s in group}
-        ys = {names[s.compress].format(**s.labels): (s.relative if relative else s.scores) for s in group}
-        ref = 1.0 if relative else group[0].reference
-        chance = group[0].chance / (group[0].reference if relative else 1.0)
-        ax.axhline(ref, color="black", linestyle=":", linewidth=1.2, label=f"uncompressed {group[0].reference:.3f}")
-        plots.line_plot(xs, ys, ax=ax, chance=chance, logx=sweep == "dims", title=title,
-                        xlabel="fraction of variance retained" if sweep == "variance" else "principal components kept",
-                        ylabel="score / uncompressed" if relative else f"mutual k-NN (k={group[0].k})",
-                        marker="o" if sweep == "variance" else "")
-        ax.title.set_fontsize(9)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.set_visible(False)
-    fig.tight_layout()
-    return fig
+def to_record(sweeps: Sequence[CompressionSweep], table: pd.DataFrame, *, n: int, k: int, chance: float,
+              space: str, keep_fraction: float) -> dict:
+    """What the Section 3.1 PCA page records for the book and the tests (:func:`prh_lib.report.record`)."""
+    min_col = f"min dims ({keep_fraction:.0%})"
+    return {
+        "n": n, "k": k, "chance": chance, "space": space, "keep_fraction": keep_fraction,
+        "rows": [
+            {"pair": pair, "layers": role, "compress": side, "layer_x": row["layer x"], "layer_y": row["layer y"],
+             "uncompressed": row["uncompressed"], "max_dims": row["max dims"], "min_dims": row[min_col],
+             "variance_at_min_dims": row["variance at min dims"],
+             **{c: row[c] for c in table.columns if c.startswith("relative @")}}
+            for (pair, role, side), row in table.iterrows()
+        ],
+        "full_rank_scores": [float(s.scores[-1]) for s in sweeps if s.labels["sweep"] == "dims"],
+        "references": [float(s.reference) for s in sweeps if s.labels["sweep"] == "dims"],
+    }

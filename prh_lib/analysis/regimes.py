@@ -10,7 +10,7 @@ Mutual k-NN alignment of two models is compared across four regimes:
   embedding space (``"projection"``);
 - ``"same-modality"``: vision x vision and language x language pairs.
 
-Every comparison is scored as in Section 3.1 (:func:`prh_lib.analysis.compare_pairs`): the maximum of
+Every comparison is scored as in Section 3.1 (:func:`prh_lib.analysis.layerwise.compare_pairs`): the maximum of
 mutual k-NN over all layer pairs, the final-layer score, the selection-aware permutation-calibrated
 maximum (Groeger et al. 2026) and a bootstrap interval at the peak layer pair. Features are expected to
 be preprocessed by the caller (e.g. :func:`prh_lib.analysis.clip_features`).
@@ -32,11 +32,12 @@ from typing import NamedTuple, Sequence
 import numpy as np
 import pandas as pd
 
-from .analysis import compare_pairs
-from .extract import LayerFeatures
+from ..features import LayerFeatures
+from ..validation import check_model_pairs, check_seeds
+from .layerwise import compare_pairs
 
 __all__ = ["REGIMES", "REGIME_LABELS", "Comparison", "regime_comparisons", "regime_table", "regime_summary",
-           "regime_groups", "projection_table", "describe_regimes"]
+           "regime_groups", "projection_table", "describe_regimes", "comparison_table", "to_record"]
 
 #: Regime keys in the order of the paper's Figure 5.
 REGIMES = ("random-init", "unimodal", "aligned", "same-modality")
@@ -74,17 +75,6 @@ class Comparison(NamedTuple):
     seed: int | None = None
 
 
-def _check_pairs(pairs, what: str) -> list[tuple[str, str]]:
-    out = []
-    for pair in pairs:
-        if isinstance(pair, str) or len(pair) != 2 or not all(isinstance(m, str) and m for m in pair):
-            raise ValueError(f"{what} must be (x, y) pairs of model names; got {pair!r}")
-        if pair[0] == pair[1]:
-            raise ValueError(f"{what}: a model compared with itself scores 1 by definition; got {pair!r}")
-        out.append((pair[0], pair[1]))
-    return out
-
-
 def regime_comparisons(
     *,
     unimodal: Sequence[Sequence[str]],
@@ -118,15 +108,12 @@ def regime_comparisons(
         If a pair is not two distinct model names, ``unimodal`` is empty, seeds are not distinct
         non-negative ints, or ``aligned`` names carry a tower suffix already.
     """
-    unimodal = _check_pairs(unimodal, "unimodal")
+    unimodal = check_model_pairs(unimodal, "unimodal", distinct=True)
     if not unimodal:
         raise ValueError("unimodal needs at least one (vision, language) pair")
-    same_modality = _check_pairs(same_modality, "same_modality")
-    random_init = unimodal if random_init is None else _check_pairs(random_init, "random_init")
-    seeds = list(seeds)
-    if random_init and (not seeds or any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in seeds)
-                        or len(set(seeds)) != len(seeds)):
-        raise ValueError(f"seeds must be distinct non-negative ints; got {seeds!r}")
+    same_modality = check_model_pairs(same_modality, "same_modality", distinct=True)
+    random_init = unimodal if random_init is None else check_model_pairs(random_init, "random_init", distinct=True)
+    seeds = check_seeds(seeds) if random_init else list(seeds)
     for m in aligned:
         if not isinstance(m, str) or not m or m.endswith((":vision", ":text")):
             raise ValueError(f"aligned takes model names without a tower suffix; got {m!r}")
@@ -343,3 +330,16 @@ def describe_regimes(summary: pd.DataFrame, *, chance: float | None = None,
         lines.append("Every unimodal pair scores above every random-init comparison." if above else
                      "Some random-init comparison scores as high as a unimodal pair.")
     return "\n".join(lines)
+
+
+def comparison_table(comparisons: Sequence[Comparison]) -> pd.DataFrame:
+    """The comparisons as a table indexed by label: ``regime``, ``x``, ``y``."""
+    return pd.DataFrame(list(comparisons), columns=list(Comparison._fields)).set_index("label")[["regime", "x", "y"]]
+
+
+def to_record(table: pd.DataFrame, summary: pd.DataFrame, *, n_pairs: int, k: int, chance: float,
+              clip_q: float | None, random_init_seeds: Sequence[int], aligned_models: Sequence[str]) -> dict:
+    """What the Section 3.3 page records for the book and the tests (:func:`prh_lib.report.record`)."""
+    return {"n_pairs": n_pairs, "k": k, "chance": chance, "clip_q": clip_q,
+            "random_init_seeds": list(random_init_seeds), "aligned_models": list(aligned_models),
+            "table": table, "summary": summary}

@@ -27,10 +27,10 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .extract import LayerFeatures, check_aligned
-from .metrics import displacement as D
-from .metrics import mutual_knn, mutual_knn_chance
-from .metrics._validation import check_int, check_k
+from ..features import LayerFeatures, check_aligned
+from ..metrics import displacement as D
+from ..metrics import mutual_knn, mutual_knn_chance
+from ..metrics._validation import check_int, check_k
 
 # One input check for the whole displacement family (float64, finite, of the stated ndim); it belongs in
 # prh_lib.metrics._validation next to ``to_tensor`` and is imported from the metric module until it moves.
@@ -392,7 +392,7 @@ def consensus_summary(features: dict[str, LayerFeatures], layers: dict[str, str]
     features : dict of str to LayerFeatures
         All on the same samples in the same order.
     layers : dict of str to str
-        Model -> layer label (e.g. from :func:`prh_lib.displacement_analysis.best_layers`); at least two models.
+        Model -> layer label (e.g. from :func:`prh_lib.analysis.displacement.best_layers`); at least two models.
     n_components, n_shared, n_private, test_fraction, seed
         As in :func:`consensus_subspaces`.
     k, n_pairs, n_random
@@ -428,7 +428,7 @@ def consensus_figure(summary: ConsensusSummary):
     """Eigenvalues of ``S_cross`` (shared and private ranges shaded) and grouped bars of both views per subspace."""
     import matplotlib.pyplot as plt
 
-    from .plots import line_plot
+    from ..plots import line_plot
 
     res = summary.result
     ev = res.eigenvalues

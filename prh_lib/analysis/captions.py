@@ -1,0 +1,299 @@
+"""Caption detail as a control (Section 3.2's caption argument; Appendices F and H).
+
+If cross-modal alignment reflects shared *content*, it should grow when a caption says more about its image
+and shrink when it says less, with the images unchanged. Two controls over the same images:
+
+- **more detail**: concatenate the first 1 to 5 COCO captions of each image
+  (:func:`prh_lib.data.sample_pairs` with ``caption_policy="concat"``);
+- **less detail**: start from a detailed text (the 5 captions concatenated) and shorten it to a fraction of
+  its words, by a causal language model (:func:`prh_lib.lm.summarize_texts`) or by keeping the first words
+  (:func:`prh_lib.lm.truncate_texts`, the deterministic baseline).
+
+:func:`detail_variants` builds the caption variants, :func:`detail_alignment` scores them; figures are in
+:func:`prh_lib.figures.plot_detail`.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from .. import data, extract, lm
+from ..lm import DEFAULT_FRACTIONS, Summaries, target_words, token_counts, truncate_texts, word_count
+from .ablation import chance_corrected, subsample_rows
+from .core import clip_features, layerwise_alignment
+
+__all__ = ["detail_variants", "detail_alignment", "summary_report", "detail_summary", "describe", "example_texts",
+           "to_record"]
+
+
+def detail_variants(dataset, *, n: int | None = None, seed: int = 0, max_captions: int = 5,
+                    fractions: Sequence[float] = DEFAULT_FRACTIONS, summary_model: str | None = "smollm2-135m",
+                    summary_rows: Sequence[int] | None = None, summary_pairs: int | None = None,
+                    **summary_options) -> tuple[dict, dict]:
+    """The caption variants of both controls, as :class:`~prh_lib.data.Pairs` over the same images.
+
+    Parameters
+    ----------
+    dataset : ImageCaptionDataset
+    n, seed
+        Pairs as in :func:`prh_lib.data.sample_pairs`.
+    max_captions : int
+        "More detail": 1 to ``max_captions`` captions concatenated; the "less detail" source is the
+        concatenation of ``max_captions`` captions.
+    fractions : sequence of float in (0, 1)
+        Target lengths of the "less detail" control.
+    summary_model : str or None
+        Generator of the summaries (None: truncation only).
+    summary_rows : sequence of int, optional
+        Rows of the pairs used by the "less detail" control (default all); summaries cost a generation each.
+        When given, the "more detail" variants are repeated on these rows (control ``"more detail (subset)"``),
+        so that all controls can also be compared on the same images.
+    summary_pairs : int, optional
+        Instead of ``summary_rows``: that many rows drawn with ``seed`` (:func:`prh_lib.analysis.ablation.
+        subsample_rows`); all rows when it is at least the number of pairs.
+    **summary_options
+        Passed to :func:`prh_lib.lm.summarize_texts` (``device``, ``batch_size``, ``prompt``, ...).
+
+    Returns
+    -------
+    variants : dict of str to dict
+        Name -> ``{"control", "level", "pairs"}``: ``"more detail"`` with ``level`` = captions concatenated,
+        ``"truncation"`` and ``"summary"`` with ``level`` = fraction (1.0 = the full source).
+    summaries : dict of float to Summaries
+        The summaries per fraction (with their fallback counts).
+
+    Raises
+    ------
+    ValueError
+        If both ``summary_rows`` and ``summary_pairs`` are given.
+    """
+    if summary_pairs is not None:
+        if summary_rows is not None:
+            raise ValueError("pass summary_rows or summary_pairs, not both")
+        n_total = len(dataset) if n is None else n
+        summary_rows = None if summary_pairs >= n_total else subsample_rows(n_total, summary_pairs, seed=seed)
+    variants: dict[str, dict] = {}
+    for j in range(1, max_captions + 1):
+        p = data.sample_pairs(dataset, n=n, seed=seed, caption_policy="concat", n_captions=j)
+        variants[f"concat-{j}"] = {"control": "more detail", "level": float(j), "pairs": p}
+    source = variants[f"concat-{max_captions}"]["pairs"]
+    if summary_rows is not None:
+        source = source.subset(summary_rows)
+        for j in range(1, max_captions + 1):  # the "more detail" texts on the same images as "less detail"
+            variants[f"concat-{j} (subset)"] = {"control": "more detail (subset)", "level": float(j),
+                                                "pairs": variants[f"concat-{j}"]["pairs"].subset(summary_rows)}
+    for control in ("truncation", "summary"):
+        variants[f"{control}-1"] = {"control": control, "level": 1.0, "pairs": source}
+    for f in fractions:
+        variants[f"truncation-{f:g}"] = {"control": "truncation", "level": float(f),
+                                         "pairs": source.with_texts(truncate_texts(source.texts, f),
+                                                                    policy=f"truncate-{f:g}")}
+    summaries: dict[float, Summaries] = {}
+    if summary_model is not None:
+        summaries = lm.summarize_texts(source.texts, fractions=fractions, model=summary_model,
+                                    generator=_lazy_generator(summary_model, summary_options), **summary_options)
+        for f, s in summaries.items():
+            variants[f"summary-{f:g}"] = {"control": "summary", "level": float(f),
+                                          "pairs": source.with_texts(s.texts, policy=f"summary-{f:g}")}
+    return variants, summaries
+
+
+def _lazy_generator(model: str, options: dict):
+    """A zero-argument callable that loads the generator on first use and then returns the same one."""
+    held = []
+
+    def get():
+        if not held:
+            held.append(lm.load_generator(model, device=options.get("device", "cpu"),
+                                       dtype=options.get("dtype", "float32")))
+        return held[0]
+
+    return get
+
+
+def detail_alignment(vision: dict, variants: dict, language_models: Sequence[str], *, k: int = 10,
+                     clip_q: float | None = 0.95, tokenizers: dict | None = None, num_threads: int | None = None,
+                     **feature_options) -> pd.DataFrame:
+    """Mutual k-NN of a vision model with each language model on every caption variant.
+
+    For each language model and variant, features of the variant's texts are extracted (cached; the cache key
+    includes the texts) or, when every (sample, text) of the variant occurs in a variant extracted before, taken
+    from its rows (features are computed text by text, so this is the same); the vision features are restricted
+    to the variant's rows, both are clipped per layer (:func:`prh_lib.analysis.clip_features`, on those rows)
+    and all layer pairs are scored.
+
+    Parameters
+    ----------
+    vision : dict of str to LayerFeatures
+        Vision model name -> features on a superset of every variant's images.
+    variants : dict of str to dict
+        From :func:`detail_variants`.
+    language_models : sequence of str
+    k : int
+        Neighbours (the paper: 10).
+    clip_q : float or None
+        Outlier clipping quantile (None: off).
+    tokenizers : dict of str to tokenizer, optional
+        Tokenizer per language model for the token counts (default :func:`prh_lib.lm.load_tokenizer`).
+    num_threads : int, optional
+        Torch intra-op threads while extracting features (:func:`prh_lib.extract.torch_threads`, restored afterwards).
+    **feature_options
+        Passed to :func:`prh_lib.extract.features_for_pairs` (``device``, ``dtype``, ``batch_size``, ``progress``);
+        each language model is loaded at most once, and only if a variant is not cached.
+
+    Returns
+    -------
+    DataFrame
+        One row per (vision model, language model, variant): ``vision model``, ``language model``, ``variant``,
+        ``control``, ``level``, ``n``,
+        ``words`` and ``tokens`` (mean per text), ``peak`` (max over layer pairs), ``peak layers``, ``final``,
+        ``chance`` (``k/(n-1)``), ``corrected peak`` and ``corrected final``
+        (:func:`prh_lib.analysis.ablation.chance_corrected`).
+
+    References
+    ----------
+    Herbst et al., Section 3.2, Appendices F and H.
+    """
+    tokenizers = dict(tokenizers or {})
+
+    def covers(source, pairs) -> bool:
+        text_of = dict(zip(source.sample_ids, source.texts))
+        return all(text_of.get(sid) == t for sid, t in zip(pairs.sample_ids, pairs.texts))
+
+    def language_features(model) -> dict:
+        # Features are computed text by text, so a variant whose (sample, text) pairs all occur in a variant
+        # extracted before takes that variant's rows; the others are extracted (or read from the cache),
+        # loading the model at most once and only if some variant is not cached.
+        source_of, todo = {}, []
+        for name, v in variants.items():
+            source_of[name] = next((t for t in todo if covers(variants[t]["pairs"], v["pairs"])), None)
+            if source_of[name] is None:
+                todo.append(name)
+        got = dict(zip(todo, extract.features_for_pairs(model, [variants[t]["pairs"] for t in todo],
+                                                         num_threads=num_threads, **feature_options)))
+        out = {}
+        for name, v in variants.items():
+            if source_of[name] is None:
+                out[name] = got[name]
+            else:
+                feats = got[source_of[name]]
+                row_of = {sid: i for i, sid in enumerate(feats.sample_ids)}
+                out[name] = feats.rows([row_of[sid] for sid in v["pairs"].sample_ids])
+        return out
+
+    rows = []
+    for lm_name in language_models:
+        tok = tokenizers.get(lm_name) or lm.load_tokenizer(lm_name)
+        features = language_features(lm_name)
+        for name, v in variants.items():
+            pairs = v["pairs"]
+            lang = clip_features(features[name], q=clip_q)
+            n_tokens = float(np.mean(token_counts(pairs.texts, tok)))
+            for vname, vfeat in vision.items():
+                row_of = {sid: i for i, sid in enumerate(vfeat.sample_ids)}
+                missing = [s for s in pairs.sample_ids if s not in row_of]
+                if missing:
+                    raise ValueError(f"variant {name!r} has {len(missing)} samples without {vname} features, "
+                                     f"e.g. {missing[:3]}")
+                vis = clip_features(vfeat.rows([row_of[s] for s in pairs.sample_ids]), q=clip_q)
+                m = layerwise_alignment(vis, lang, k=k)
+                i, j, peak = m.peak
+                n = len(pairs)
+                rows.append({"vision model": vname, "language model": lm_name, "variant": name, "control": v["control"],
+                             "level": v["level"], "n": n,
+                             "words": float(np.mean([word_count(t) for t in pairs.texts])), "tokens": n_tokens,
+                             "peak": peak, "peak layers": f"{m.x_labels[i]} × {m.y_labels[j]}", "final": m.final,
+                             "chance": k / (n - 1), "corrected peak": chance_corrected(peak, n, k),
+                             "corrected final": chance_corrected(m.final, n, k)})
+    return pd.DataFrame(rows)
+
+
+def summary_report(summaries: dict, sources: Sequence[str]) -> pd.DataFrame:
+    """How the summaries came out, per fraction: lengths reached, and fallbacks to truncation with reasons.
+
+    Parameters
+    ----------
+    summaries : dict of float to Summaries
+        From :func:`detail_variants`.
+    sources : sequence of str
+        The source texts (same rows as the summaries).
+
+    Returns
+    -------
+    DataFrame
+        Indexed by ``fraction``: ``rows``, ``source words``, ``target words``, ``summary words`` (means),
+        ``achieved fraction`` (mean of summary words / source words), ``fallbacks`` (count) and ``reasons``,
+        ``model``, ``cached file``.
+    """
+    src_words = np.array([word_count(t) for t in sources], dtype=float)
+    rows = []
+    for f, s in sorted(summaries.items()):
+        if len(s.texts) != len(sources):
+            raise ValueError(f"summaries at fraction {f} have {len(s.texts)} rows, sources {len(sources)}")
+        words = np.array([word_count(t) for t in s.texts], dtype=float)
+        rows.append({"fraction": f, "rows": len(s.texts), "source words": src_words.mean(),
+                     "target words": float(np.mean([target_words(t, f) for t in sources])),
+                     "summary words": words.mean(), "achieved fraction": float(np.mean(words / src_words)),
+                     "fallbacks": s.n_fallback, "reasons": ", ".join(f"{k}: {v}" for k, v in s.fallback_counts.items()),
+                     "model": s.model, "cached file": s.path.name if s.path else ""})
+    return pd.DataFrame(rows).set_index("fraction")
+
+
+def detail_summary(table: pd.DataFrame, *, score: str = "peak") -> pd.DataFrame:
+    """Per (vision model, language model, control): the score at the shortest and the longest captions and the
+    rank correlation of score with caption length.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``n``, ``tokens short``/``long``, ``{score} short``/``long``, ``corrected short``/``long``,
+        ``spearman`` (Spearman rank correlation of score and tokens over the control's levels).
+    """
+    from scipy.stats import spearmanr
+
+    corrected = "corrected " + score if not score.startswith("corrected") else score
+    rows = []
+    for (vm, lm_name, control), sub in table.groupby(["vision model", "language model", "control"], sort=False):
+        sub = sub.drop_duplicates("level").sort_values("tokens")
+        lo, hi = sub.iloc[0], sub.iloc[-1]
+        rho = float(spearmanr(sub["tokens"], sub[score]).statistic) if len(sub) > 2 else np.nan
+        rows.append({"vision model": vm, "language model": lm_name, "control": control, "n": int(lo["n"]),
+                     "tokens short": lo["tokens"], "tokens long": hi["tokens"],
+                     f"{score} short": lo[score], f"{score} long": hi[score],
+                     "corrected short": lo[corrected], "corrected long": hi[corrected], "spearman": rho})
+    return pd.DataFrame(rows).set_index(["vision model", "language model", "control"])
+
+
+def describe(summary: pd.DataFrame, *, score: str = "peak") -> str:
+    """A Markdown line per row of :func:`detail_summary`, in figures."""
+    lines = []
+    for (vm, lm_name, control), r in summary.iterrows():
+        lines.append(f"- **{vm} × {lm_name}**, {control} (N = {int(r['n'])}): {r['tokens short']:.0f} → "
+                     f"{r['tokens long']:.0f} tokens, {score} {r[f'{score} short']:.3f} → {r[f'{score} long']:.3f} "
+                     f"(chance-corrected "
+                     f"{r['corrected short']:.3f} → {r['corrected long']:.3f}; Spearman ρ = {r['spearman']:.2f}).")
+    return "\n".join(lines)
+
+
+def example_texts(variants: dict, *, row: int = 0) -> pd.DataFrame:
+    """The text of every variant for one image (row ``row`` of the "less detail" source), one row per variant."""
+    sid = variants["summary-1"]["pairs"].sample_ids[row]
+    return pd.DataFrame({name: [v["pairs"].texts[v["pairs"].sample_ids.index(sid)]]
+                         for name, v in variants.items() if sid in v["pairs"].sample_ids}, index=[sid]).T.rename(columns=str)
+
+
+def to_record(variants: dict, summary_table: pd.DataFrame, table: pd.DataFrame, detail: pd.DataFrame, *, k: int,
+              summary_model: str | None, prompt: str) -> dict:
+    """What the Appendix F page records for the book and the tests (:func:`prh_lib.report.record`)."""
+    return {
+        "k": k, "n_more": len(variants["concat-1"]["pairs"]), "n_less": len(variants["summary-1"]["pairs"]),
+        "summary_model": summary_model, "prompt": prompt,
+        "summaries": summary_table.reset_index().to_dict(orient="records"),
+        "fallbacks": int(summary_table["fallbacks"].sum()) if len(summary_table) else 0,
+        "table": table.to_dict(orient="records"),
+        "detail": [{"vision": v, "language": lang, "control": c, **row}
+                   for (v, lang, c), row in detail.to_dict(orient="index").items()],
+    }

@@ -1,0 +1,295 @@
+"""The shared core of every analysis: features in, alignment over all layer pairs out.
+
+- :func:`prepare_features`: the prologue of every chapter (the models of the comparisons -> cached
+  features -> outliers clipped), in one call;
+- :func:`layerwise_alignment`: one metric over all layer pairs of two models (:class:`AlignmentMatrix`),
+  and :func:`find_peak`, the one place the best layer pair is found;
+- :func:`score_pair`: one model pair scored as Section 3.1 does (all layer pairs, shuffled-pairs control,
+  selection-aware permutation null, bootstrap interval at the peak), which every chapter builds on;
+- :func:`clip_features`, :func:`shuffled_pairing`: named, visible preprocessing and controls.
+
+Functions here take :class:`~prh_lib.features.LayerFeatures` (or arrays) and return small result objects
+and tables; they never load models (features come through :mod:`prh_lib.extract`) and never plot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .. import extract
+from ..features import LayerFeatures, check_aligned
+from ..metrics import bootstrap_ci, clip_outliers, get_layerwise_metric, permutation_test_layerwise
+from ..validation import check_model_pairs
+
+__all__ = ["AlignmentMatrix", "find_peak", "layerwise_alignment", "clip_features", "shuffled_pairing",
+           "check_comparisons", "model_names", "prepare_features", "describe_features", "PairResult", "score_pair"]
+
+
+def find_peak(scores) -> tuple[int, int, float]:
+    """Row, column and value of the maximum of a score matrix, ignoring NaN (undefined layers).
+
+    Parameters
+    ----------
+    scores : array_like of shape (n_layers_x, n_layers_y)
+
+    Returns
+    -------
+    (int, int, float)
+        The first maximum in row-major order if tied.
+
+    Raises
+    ------
+    ValueError
+        If every score is NaN.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    if np.isnan(scores).all():
+        raise ValueError(f"all {scores.size} scores of shape {scores.shape} are NaN")
+    i, j = np.unravel_index(int(np.nanargmax(scores)), scores.shape)
+    return int(i), int(j), float(scores[i, j])
+
+
+@dataclass(frozen=True)
+class AlignmentMatrix:
+    """Scores of one metric over all layer pairs of two models.
+
+    Attributes
+    ----------
+    scores : ndarray of shape (n_layers_x, n_layers_y)
+    x_labels, y_labels : tuple of str
+        Layer labels of the rows and columns.
+    x_name, y_name : str
+        Model names.
+    metric : str
+    options : dict
+        Metric options (``k``, ...) and ``n`` (number of samples).
+    """
+
+    scores: np.ndarray
+    x_labels: tuple[str, ...]
+    y_labels: tuple[str, ...]
+    x_name: str
+    y_name: str
+    metric: str
+    options: dict = field(default_factory=dict)
+
+    @property
+    def peak(self) -> tuple[int, int, float]:
+        """(row, column, score) of the maximum, ignoring NaN (undefined layers); the first in row-major order if tied."""
+        if np.isnan(self.scores).all():
+            raise ValueError(f"all scores of {self.x_name} × {self.y_name} are NaN")
+        return find_peak(self.scores)
+
+    @property
+    def final(self) -> float:
+        """Score of the last layer of x against the last layer of y."""
+        return float(self.scores[-1, -1])
+
+    def relative_depth(self) -> tuple[float, float]:
+        """Depth of the peak as a fraction of each model's layers (0 = embedding output, 1 = last layer)."""
+        i, j, _ = self.peak
+        return i / max(len(self.x_labels) - 1, 1), j / max(len(self.y_labels) - 1, 1)
+
+
+def layerwise_alignment(x: LayerFeatures, y: LayerFeatures, *, metric: str = "mutual_knn", **options) -> AlignmentMatrix:
+    """Alignment of every layer of ``x`` with every layer of ``y``.
+
+    Parameters
+    ----------
+    x, y : LayerFeatures
+        Features of two models on the same samples in the same row order.
+    metric : str
+        Name in :data:`prh_lib.metrics.LAYERWISE_METRICS` (default ``"mutual_knn"``, Huh et al. 2024).
+    **options
+        Passed to the metric (e.g. ``k=10``).
+
+    Returns
+    -------
+    AlignmentMatrix
+        ``scores`` of shape (x.n_layers, y.n_layers), float64.
+
+    Raises
+    ------
+    FeatureMismatchError
+        If the rows of ``x`` and ``y`` are not the same samples in the same order.
+    """
+    check_aligned(x, y)
+    fn = get_layerwise_metric(metric)
+    scores = np.asarray(fn(x.values, y.values, **options), dtype=np.float64)
+    return AlignmentMatrix(scores, tuple(x.layer_labels), tuple(y.layer_labels), x.name, y.name, metric,
+                           {**options, "n": len(x.sample_ids)})
+
+
+def clip_features(features: LayerFeatures, *, q: float | None = 0.95) -> LayerFeatures:
+    """Clip outlying activations of every layer, as the PRH code does before scoring (Huh et al. 2024, App. A).
+
+    Each layer is clipped to ``[-t, t]`` with ``t`` from :func:`prh_lib.metrics.clip_outliers` (``scope="prh"``:
+    the mean over samples of each sample's ``q``-quantile of ``|x|``), computed on that layer's true width.
+    The PRH code uses one threshold for all layers of a model; per layer is used here because the scale
+    of a residual stream grows with depth, so one shared threshold would clip deep layers hardest (and
+    zero padding of narrower CNN stages would bias it). ``q=None`` or ``q=1`` returns ``features`` unchanged.
+
+    Parameters
+    ----------
+    features : LayerFeatures
+    q : float in (0, 1] or None
+
+    Returns
+    -------
+    LayerFeatures
+        Same labels and rows; ``meta["clip_q"]`` records ``q``.
+    """
+    if q is None or q == 1:
+        return features
+    values = features.values.clone()
+    for i, d in enumerate(features.layer_dims):
+        values[i, :, :d] = clip_outliers(features.values[i, :, :d], q=q)
+    return features.replace(values, clip_q=str(q))
+
+
+def shuffled_pairing(y: LayerFeatures, *, seed: int = 0) -> LayerFeatures:
+    """``y`` with its rows permuted (seeded) but its sample ids kept: the broken-pairing control.
+
+    Comparing ``x`` with the result measures what the metric gives when images and captions are paired at
+    random; it should sit at the chance level.
+    """
+    perm = np.random.default_rng(seed).permutation(len(y.sample_ids))
+    return y.replace(y.values[:, perm], control=f"shuffled:{seed}")
+
+
+def _pair_of(item) -> tuple[str, str]:
+    return (item.x, item.y) if hasattr(item, "x") and hasattr(item, "y") else tuple(item)
+
+
+def model_names(comparisons: Iterable) -> list[str]:
+    """Every model named in ``comparisons`` (``(x, y)`` pairs or objects with ``x`` and ``y``), sorted, once each."""
+    return sorted({m for item in comparisons for m in _pair_of(item)})
+
+
+def check_comparisons(features: dict, comparisons) -> None:
+    """Raise KeyError unless every model named in ``comparisons`` (pairs of names) has features."""
+    missing = sorted({m for pair in comparisons for m in _pair_of(pair)} - set(features))
+    if missing:
+        raise KeyError(f"no features for {missing}; have {sorted(features)}")
+
+
+def prepare_features(comparisons, pairs, *, clip_q: float | None = 0.95, device: str = "cpu",
+                     dtype: str = "float32", batch_size: int = 32, progress: bool = False,
+                     models: Sequence[str] = ()) -> dict[str, LayerFeatures]:
+    """The features every chapter starts from: each model of ``comparisons`` on ``pairs``, cached, clipped.
+
+    Parameters
+    ----------
+    comparisons : sequence of (str, str) or of objects with ``x`` and ``y``
+        Model pairs; every model named is extracted once (:func:`prh_lib.extract.features_for_models`).
+    pairs : prh_lib.data.Pairs
+    clip_q : float in (0, 1] or None
+        Outlier clipping quantile of :func:`clip_features` (None: off).
+    device, dtype, batch_size, progress
+        As in :func:`prh_lib.extract.get_features`.
+    models : sequence of str
+        Further models to extract (e.g. vision models scored against language models built elsewhere).
+
+    Returns
+    -------
+    dict of str to LayerFeatures
+        Model name -> clipped features, names sorted.
+
+    Raises
+    ------
+    ValueError
+        If a comparison is not a pair of model names.
+    prh_lib.models.ModelNotAvailableError
+        If a model is neither cached nor obtainable.
+    """
+    check_model_pairs([_pair_of(c) for c in comparisons])
+    names = sorted(set(model_names(comparisons)) | set(models))
+    raw = extract.features_for_models(names, pairs, device=device, dtype=dtype, batch_size=batch_size,
+                                      progress=progress)
+    return {name: clip_features(f, q=clip_q) for name, f in raw.items()}
+
+
+def describe_features(features: dict[str, LayerFeatures]) -> pd.DataFrame:
+    """One row per model: ``layers``, ``dim`` (widest layer) and ``pooling``."""
+    return pd.DataFrame({name: {"layers": f.n_layers, "dim": f.values.shape[-1], "pooling": f.meta["pooling"]}
+                         for name, f in features.items()}).T
+
+
+@dataclass(frozen=True)
+class PairResult:
+    """One model pair scored as Section 3.1 does (:func:`score_pair`).
+
+    Attributes
+    ----------
+    label : str
+        ``"x × y"``.
+    matrix : AlignmentMatrix
+        Mutual k-NN over all layer pairs.
+    control : AlignmentMatrix or None
+        The same with the pairing shuffled (seeded).
+    calibration : prh_lib.metrics.LayerwiseCalibration or None
+        Permutation null (Groeger et al. 2026), selection-aware for the maximum over layer pairs.
+    peak_ci : prh_lib.metrics.BootstrapCI or None
+        Bootstrap interval of the score at the peak layer pair.
+    """
+
+    label: str
+    matrix: AlignmentMatrix
+    control: AlignmentMatrix | None
+    calibration: object
+    peak_ci: object
+
+
+def score_pair(x: LayerFeatures, y: LayerFeatures, *, k: int = 10, n_permutations: int = 200, alpha: float = 0.05,
+               n_boot: int = 200, seed: int = 0, control: bool = True, device=None,
+               label: str | None = None) -> PairResult:
+    """Mutual k-NN of one model pair over all layer pairs, with its controls: the loop every chapter shares.
+
+    Parameters
+    ----------
+    x, y : LayerFeatures
+        Two models' features on the same pairs (checked).
+    k : int
+        Neighbours (the paper: 10).
+    n_permutations, alpha : int, float
+        Selection-aware permutation null of :func:`prh_lib.metrics.permutation_test_layerwise`; 0: skipped.
+    n_boot : int
+        Bootstrap replicates for the interval of the peak score (:func:`prh_lib.metrics.bootstrap_ci`);
+        0: skipped.
+    seed : int
+        Seeds the shuffled control, the permutations and the bootstrap.
+    control : bool
+        Score the shuffled-pairs control (:func:`shuffled_pairing`).
+    device : str or torch.device, optional
+    label : str, optional
+        Default ``"<x.name> × <y.name>"``.
+
+    Returns
+    -------
+    PairResult
+        ``control``, ``calibration`` and ``peak_ci`` are None when skipped.
+
+    Raises
+    ------
+    FeatureMismatchError
+        If ``x`` and ``y`` hold other samples or another row order.
+
+    References
+    ----------
+    Herbst et al., Section 3.1; Huh et al. (2024), App. A (mutual k-NN); Groeger et al. (2026), Sec. 5.
+    """
+    matrix = layerwise_alignment(x, y, metric="mutual_knn", k=k, device=device)
+    ctrl = (layerwise_alignment(x, shuffled_pairing(y, seed=seed), metric="mutual_knn", k=k, device=device)
+            if control else None)
+    cal = (permutation_test_layerwise(x.values, y.values, metric="mutual_knn", k=k, n_permutations=n_permutations,
+                                      alpha=alpha, seed=seed, selection_aware=True, device=device)
+           if n_permutations else None)
+    ci = None
+    if n_boot:
+        i, j, _ = matrix.peak
+        ci = bootstrap_ci(x.values[i], y.values[j], metric="mutual_knn", k=k, n_boot=n_boot, seed=seed, device=device)
+    return PairResult(label or f"{x.name} × {y.name}", matrix, ctrl, cal, ci)

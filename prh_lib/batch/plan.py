@@ -1,0 +1,292 @@
+"""The study's plan: every (model, dataset, seed) job and the feature file it produces.
+
+A :class:`Job` is one model on one set of pairs (dataset, N, seed, caption policy) and produces one feature
+file in the extraction cache, the very file :func:`prh_lib.extract.get_features` reads when a notebook later
+runs with the same parameters. :func:`plan_study` lists the jobs with their files; :func:`study_from_profile`
+reads the study from a notebook parameter set.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Sequence
+
+from .. import data, extract, paper
+from ..models import DTYPES
+
+__all__ = ["DatasetSpec", "Job", "study_pairs", "clear_caches", "planned_cache_file", "plan_study", "plan_table",
+           "describe_plan", "study_from_profile"]
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """One dataset of the study: where it comes from and which pairs are drawn from it.
+
+    Attributes
+    ----------
+    name : str
+        Label in plans and tables (e.g. ``"coco"``).
+    source : str
+        A name in :data:`prh_lib.data.SOURCES`.
+    location : str, optional
+        Hub id or local path handed to the source (None: the source's default).
+    options : tuple of (str, value)
+        Extra keyword options of the source, sorted by name.
+    n_pairs : int, optional
+        Pairs per repetition (None: every image in dataset order).
+    repetitions : int
+        Number of seeded draws; repetition r uses seed ``first_seed + r``.
+    first_seed : int
+    caption_policy, n_captions
+        As in :func:`prh_lib.data.sample_pairs`.
+    """
+
+    name: str
+    source: str = "coco-folder"
+    location: str | None = None
+    options: tuple = ()
+    n_pairs: int | None = 1024
+    repetitions: int = 1
+    first_seed: int = 0
+    caption_policy: str = "first"
+    n_captions: int = 1
+
+    def __post_init__(self):
+        if self.source not in data.SOURCES:
+            raise ValueError(f"dataset {self.name!r}: unknown source {self.source!r}; known: {sorted(data.SOURCES)}")
+        if self.repetitions < 1:
+            raise ValueError(f"dataset {self.name!r}: repetitions must be >= 1, got {self.repetitions}")
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        return tuple(range(self.first_seed, self.first_seed + self.repetitions))
+
+    @classmethod
+    def coerce(cls, spec: "DatasetSpec | dict | str") -> "DatasetSpec":
+        """A spec from a :class:`DatasetSpec`, a dict (as in :data:`prh_lib.paper.DATASETS`) or a paper dataset name."""
+        if isinstance(spec, DatasetSpec):
+            return spec
+        if isinstance(spec, str):
+            spec = paper.dataset_info(spec)
+        if not isinstance(spec, dict):
+            raise TypeError(f"a dataset spec is a DatasetSpec, dict or name, got {type(spec).__name__}")
+        fields = {k: v for k, v in spec.items() if k in cls.__dataclass_fields__}
+        opts = fields.get("options") or {}
+        fields["options"] = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in dict(opts).items()))
+        if fields.get("location") is not None:
+            fields["location"] = str(fields["location"])
+        return cls(**fields)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One model on one set of pairs; produces one file in the feature cache.
+
+    ``cache_file`` is computed when the job is planned (the path :func:`prh_lib.extract.get_features` will
+    write); it is None when the model could not be resolved then (``note`` says why), and the worker
+    extracts anyway.
+    """
+
+    model: str
+    dataset: DatasetSpec
+    seed: int = 0
+    device: str = "cpu"
+    dtype: str = "float32"
+    batch_size: int = 32
+    max_length: int | None = None
+    cache_file: str | None = None
+    note: str = field(default="", compare=False)
+
+    @property
+    def label(self) -> str:
+        return f"{self.model} | {self.dataset.name} seed={self.seed}"
+
+    def pairs(self) -> data.Pairs:
+        """The job's pairs (the dataset is loaded once per process)."""
+        return study_pairs(self.dataset, self.seed)
+
+    def cache_path(self) -> Path | None:
+        return None if self.cache_file is None else Path(self.cache_file)
+
+    def is_done(self) -> bool:
+        """Whether the job's feature file exists (written atomically, so existing means complete)."""
+        return self.cache_file is not None and Path(self.cache_file).is_file()
+
+    def status(self) -> str:
+        """``"cached"``, ``"left"`` or ``"unknown"`` (cache path not resolvable at planning time)."""
+        if self.cache_file is None:
+            return "unknown"
+        return "cached" if self.is_done() else "left"
+
+
+@functools.lru_cache(maxsize=8)
+def _load(source: str, location: str | None, options: tuple) -> data.ImageCaptionDataset:
+    return data.load_dataset(source, location, **dict(options))
+
+
+@functools.lru_cache(maxsize=64)
+def study_pairs(spec: DatasetSpec, seed: int) -> data.Pairs:
+    """The pairs of one repetition of a dataset (loaded once per process and memoised)."""
+    dataset = _load(spec.source, spec.location, spec.options)
+    return data.sample_pairs(dataset, n=spec.n_pairs, seed=seed, caption_policy=spec.caption_policy,
+                             n_captions=spec.n_captions)
+
+
+def clear_caches() -> None:
+    """Forget memoised datasets and pairs (after data on disk changed within one process)."""
+    _load.cache_clear()
+    study_pairs.cache_clear()
+
+
+def planned_cache_file(model: str, pairs: data.Pairs, *, dtype: str, max_length: int | None = None) -> Path:
+    """The file :func:`prh_lib.extract.get_features` writes for ``model`` on ``pairs`` (same key, same function).
+
+    Raises
+    ------
+    prh_lib.models.ModelNotAvailableError
+        If the model cannot be resolved (without loading it) here.
+    """
+    return extract.features_path(model, pairs, dtype=dtype, max_length=max_length)
+
+
+def plan_study(
+    models: Sequence[str],
+    datasets: Sequence["DatasetSpec | dict | str"],
+    *,
+    n_pairs: int | None = None,
+    repetitions: int | None = None,
+    seeds: Sequence[int] | None = None,
+    caption_policy: str | None = None,
+    device: str = "cpu",
+    dtype: str = "float32",
+    batch_size: int = 32,
+    max_length: int | None = None,
+) -> list[Job]:
+    """Every (model, dataset, seed) job of a study, model by model, with its cache file.
+
+    Parameters
+    ----------
+    models : sequence of str
+        Model names as understood by :func:`prh_lib.models.load_model` (zoo names, Hub ids, folders).
+    datasets : sequence of DatasetSpec, dict or str
+        Dataset specs; a string names one of :data:`prh_lib.paper.DATASETS`.
+    n_pairs, repetitions, caption_policy : optional
+        Override every dataset's value.
+    seeds : sequence of int, optional
+        Explicit seeds for every dataset (overrides repetitions).
+    device, dtype, batch_size, max_length
+        Extraction options (``batch_size`` is the first try; it is halved on CUDA out-of-memory).
+
+    Returns
+    -------
+    list of Job
+        Ordered by model, then dataset, then seed. Loading each dataset once is part of planning: the
+        cache key hashes the sampled pairs.
+
+    Raises
+    ------
+    ValueError
+        If no model or dataset is given, or a dataset spec is invalid.
+    prh_lib.data.DataError
+        If a dataset cannot be loaded (the message says how to provide it).
+    """
+    if not models:
+        raise ValueError("plan_study needs at least one model")
+    if not datasets:
+        raise ValueError("plan_study needs at least one dataset")
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPES)}")
+    specs = []
+    for d in datasets:
+        s = DatasetSpec.coerce(d)
+        over = {}
+        if n_pairs is not None:
+            over["n_pairs"] = n_pairs
+        if repetitions is not None:
+            over["repetitions"] = repetitions
+        if caption_policy is not None:
+            over["caption_policy"] = caption_policy
+        specs.append(replace(s, **over) if over else s)
+    seed_lists = {s: tuple(seeds) if seeds is not None else s.seeds for s in specs}
+    idents: dict[str, str] = {}
+    jobs = []
+    for model in dict.fromkeys(models):
+        for spec in specs:
+            for seed in seed_lists[spec]:
+                pairs = study_pairs(spec, seed)
+                cache_file, note = None, idents.get(model, "")
+                if not note:
+                    try:
+                        cache_file = str(planned_cache_file(model, pairs, dtype=dtype, max_length=max_length))
+                    except Exception as err:  # unresolvable model: plan it anyway, the worker reports the error
+                        note = idents[model] = f"{type(err).__name__}: {err}"
+                jobs.append(Job(model, spec, seed, device=device, dtype=dtype, batch_size=batch_size,
+                                max_length=max_length, cache_file=cache_file, note=note))
+    return jobs
+
+
+def plan_table(jobs: Sequence[Job]):
+    """Cached / planned jobs per model (rows) and dataset (columns), as a ``pandas.DataFrame`` of strings.
+
+    A cell reads ``"3/5"`` (3 of 5 repetitions cached); ``"?"`` marks jobs whose cache file is unknown.
+    """
+    import pandas as pd
+
+    cells: dict[str, dict[str, list[int]]] = OrderedDict()
+    unknown: dict[tuple[str, str], bool] = {}
+    for job in jobs:
+        row = cells.setdefault(job.model, OrderedDict())
+        done_total = row.setdefault(job.dataset.name, [0, 0])
+        status = job.status()
+        done_total[0] += status == "cached"
+        done_total[1] += 1
+        if status == "unknown":
+            unknown[(job.model, job.dataset.name)] = True
+    table = pd.DataFrame({
+        m: {d: f"{c}/{t}" + ("?" if unknown.get((m, d)) else "") for d, (c, t) in row.items()}
+        for m, row in cells.items()
+    }).T.fillna("-")
+    table.index.name = "model"
+    return table
+
+
+def describe_plan(jobs: Sequence[Job]) -> str:
+    """A printable summary: the table of :func:`plan_table` and the counts of cached and left jobs."""
+    import pandas as pd
+
+    counts = {s: sum(j.status() == s for j in jobs) for s in ("cached", "left", "unknown")}
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_colwidth", 60):
+        text = plan_table(jobs).to_string()
+    lines = [text, "", f"{len(jobs)} jobs: {counts['cached']} cached, {counts['left']} left"
+             + (f", {counts['unknown']} unknown (model not resolvable now)" if counts["unknown"] else "")]
+    notes = dict.fromkeys(f"  {j.model}: {j.note}" for j in jobs if j.note)
+    if notes:
+        lines += ["unresolved models:", *notes]
+    return "\n".join(lines)
+
+
+
+def study_from_profile(params: dict) -> tuple[list[str], list[DatasetSpec], dict]:
+    """Models, dataset specs and extraction options of a notebook parameter set.
+
+    Models: ``vision_models`` + ``language_models`` + ``embedding_models`` + ``vlm_models`` when present,
+    else every model in ``comparisons``. Datasets: ``study_datasets`` when present, else the notebook's own
+    dataset parameters (``dataset_source``, ``data_location``, ``n_pairs``, ``seed``, ``caption_policy``) as
+    one dataset with one repetition, so the files are the ones the notebook will read.
+    """
+    models = [m for key in ("vision_models", "language_models", "embedding_models", "vlm_models")
+              for m in params.get(key) or []]
+    if not models:
+        models = [m for pair in params.get("comparisons") or [] for m in pair]
+    if "study_datasets" in params:
+        datasets = [DatasetSpec.coerce(d) for d in params["study_datasets"]]
+    else:
+        source = params.get("dataset_source", "coco-folder")
+        datasets = [DatasetSpec(name=source, source=source, location=params.get("data_location"),
+                                n_pairs=params.get("n_pairs"), repetitions=1, first_seed=int(params.get("seed", 0)),
+                                caption_policy=params.get("caption_policy", "first"))]
+    options = {k: params[k] for k in ("device", "dtype", "batch_size") if k in params}
+    return list(dict.fromkeys(models)), datasets, options

@@ -1,0 +1,264 @@
+"""Chapter figures: drawn from result objects and tables with the primitives of :mod:`prh_lib.plots`.
+
+One function per figure of the book: :func:`heatmap_grid` (Section 3.1, Fig. 1), :func:`plot_sweeps`
+(Section 3.1, Fig. 2), :func:`scatter_grid` (Section 3.2, Figs. 3-4), :func:`plot_detail` (App. F),
+:func:`regime_figure` (Section 3.3, Fig. 5) and :func:`plot_sweep` (App. G). They read result objects and
+tables by their fields; none computes a score.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from . import plots
+from .analysis.capability import correlation_note
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .analysis.compression import CompressionSweep
+
+__all__ = ["heatmap_grid", "regime_figure", "scatter_grid", "plot_detail", "plot_sweeps", "plot_sweep"]
+
+
+def heatmap_grid(matrices: dict, *, chance: float | None = None, ncols: int = 2, shared_scale: bool = False,
+                 panel_size: tuple[float, float] = (5.0, 4.2)):
+    """One :func:`alignment_heatmap` per entry of ``matrices`` (label -> AlignmentMatrix-like object).
+
+    Each value needs ``scores``, ``x_labels``, ``y_labels``, ``x_name`` and ``y_name`` attributes.
+    With ``shared_scale`` all panels use the same colour range, so colours compare across pairs; by default
+    each panel has its own range, so the layer structure of weakly aligned pairs stays visible.
+    """
+    n = len(matrices)
+    nrows = int(np.ceil(n / ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows), squeeze=False)
+    vmin = vmax = None
+    if shared_scale:
+        vmin = min(float(np.nanmin(m.scores)) for m in matrices.values())
+        vmax = max(float(np.nanmax(m.scores)) for m in matrices.values())
+    for ax, (label, m) in zip(axes.flat, matrices.items()):
+        peak = m.peak[:2] if hasattr(m, "peak") and not np.isnan(m.scores).all() else None
+        plots.alignment_heatmap(m.scores, m.x_labels, m.y_labels, ax=ax, title=label, x_name=m.x_name,
+                                y_name=m.y_name, chance=chance, vmin=vmin, vmax=vmax, peak=peak)
+    for ax in list(axes.flat)[n:]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
+def scatter_grid(table: pd.DataFrame, *, x, ys: Sequence[str], by: str = "vision", label: str = "language",
+                 correlations: pd.DataFrame | None = None, invert_bpb: bool = True,
+                 panel_size: tuple[float, float] = (4.6, 3.6)):
+    """One labelled scatter per (group, capability, alignment column) (Figures 3 and 4).
+
+    Rows are (group, capability) combinations (vision models times ``x`` columns), columns are ``ys``.
+
+    Parameters
+    ----------
+    table : DataFrame
+        One row per (vision, language) pair with columns ``by``, ``label``, ``x`` and each of ``ys``.
+    x : str or sequence of str
+        Capability column(s) (e.g. ``"bpb"``, ``"mmlu_5shot"``).
+    ys : sequence of str
+        Alignment columns.
+    correlations : DataFrame, optional
+        From :func:`prh_lib.analysis.capability.correlation_table`; the matching row is written in each panel.
+    invert_bpb : bool, default=True
+        Draw ``bpb`` decreasing, so that capability grows to the right in every panel.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Raises
+    ------
+    ValueError
+        If a named column is missing.
+    """
+    xs = [x] if isinstance(x, str) else list(x)
+    missing = [c for c in [by, label, *xs, *ys] if c not in table.columns]
+    if missing:
+        raise ValueError(f"columns {missing} are not in the table; it has {list(table.columns)}")
+    rows = [(g, c) for g in dict.fromkeys(table[by]) for c in xs]
+    fig, axes = plt.subplots(len(rows), len(ys), figsize=(panel_size[0] * len(ys), panel_size[1] * len(rows)),
+                             squeeze=False)
+    for ri, (group, cap) in enumerate(rows):
+        sub = table[table[by] == group]
+        for yi, y in enumerate(ys):
+            note = None
+            if correlations is not None:
+                hit = correlations[(correlations[by] == group) & (correlations["alignment"] == y)
+                                   & (correlations["capability"] == cap)]
+                if len(hit):
+                    note = correlation_note(hit.iloc[0])
+            xlabel = f"{cap} (lower = more capable)" if cap == "bpb" else cap
+            plots.scatter_with_labels(sub[cap].to_numpy(float), sub[y].to_numpy(float), list(sub[label]), ax=axes[ri, yi],
+                                xlabel=xlabel, ylabel=y, title=f"{group}: {y}", note=note,
+                                invert_x=invert_bpb and cap == "bpb")
+    fig.tight_layout()
+    return fig
+
+
+def plot_detail(table: pd.DataFrame, *, score: str = "peak", panel_size: tuple[float, float] = (5.2, 3.8)):
+    """Alignment against mean caption length in tokens, one line per control, one panel per model pair.
+
+    Parameters
+    ----------
+    table : DataFrame
+        From :func:`prh_lib.analysis.captions.detail_alignment`.
+    score : str
+        Column to plot (``"peak"``, ``"final"``, ``"corrected peak"``, ...). For raw scores each control's chance
+        level ``k/(n-1)`` is drawn as a dotted line in its colour (controls on fewer pairs have a higher one).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    if score not in table.columns:
+        raise ValueError(f"no column {score!r}; have {list(table.columns)}")
+    panels = list(dict.fromkeys(zip(table["vision model"], table["language model"])))
+    ncols = min(len(panels), 2)
+    nrows = int(np.ceil(len(panels) / ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows), squeeze=False)
+    raw = not score.startswith("corrected")
+    order = list(dict.fromkeys(table["control"]))  # the same colour for a control in every panel
+    for ax, (vm, lm) in zip(axes.flat, panels):
+        sub = table[(table["vision model"] == vm) & (table["language model"] == lm)].sort_values("tokens")
+        controls = [c for c in order if c in set(sub["control"])]
+        xs = {c: sub.loc[sub["control"] == c, "tokens"].to_numpy() for c in controls}
+        ys = {c: sub.loc[sub["control"] == c, score].to_numpy() for c in controls}
+        plots.line_plot(xs, ys, ax=ax, xlabel=f"mean caption length (tokens, {lm})",
+                        ylabel=f"mutual k-NN ({score})", title=f"{vm} × {lm}", chance=None if raw else 0.0)
+        if raw:
+            colors = {line.get_label(): line.get_color() for line in ax.get_lines()}
+            for c in controls:
+                ch = float(sub.loc[sub["control"] == c, "chance"].iloc[0])
+                ax.axhline(ch, color=colors.get(c, "grey"), linestyle=":", linewidth=1.2)
+            ax.plot([], [], color="grey", linestyle=":", label="chance k/(n-1)")
+            ax.legend(fontsize=7)
+        ax.title.set_fontsize(9)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
+def regime_figure(raw: dict, calibrated: dict, *, chance: float | None = None, missing_note: str = "not run",
+                  metric: str = "mutual k-NN"):
+    """Figure 5 layout: raw maxima (with the chance level) and calibrated maxima, side by side.
+
+    ``raw`` and ``calibrated`` are :func:`regime_bars` groups (see :func:`prh_lib.analysis.regimes.regime_groups`).
+    The calibrated panel's chance level is 0 by construction.
+    """
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    plots.regime_bars(raw, ax=a, chance=chance, ylabel=f"{metric}, max over layer pairs", title="raw (95% bootstrap CI)",
+                missing_note=missing_note)
+    plots.regime_bars(calibrated, ax=b, ylabel="calibrated score", title="calibrated (selection-aware null)",
+                missing_note=missing_note)
+    fig.tight_layout()
+    return fig
+
+
+def plot_sweeps(sweeps: Sequence[CompressionSweep], *, sweep: str = "variance", ncols: int = 2,
+                relative: bool = False, panel_size: tuple[float, float] = (5.0, 3.6)):
+    """Figure 2-style panels: alignment against variance retained or against dimensions kept.
+
+    One panel per (model pair, layer pair), one line per side compressed; the dashed black line is the
+    uncompressed score (the reference) and the grey line the chance level ``k/(N-1)``.
+
+    Parameters
+    ----------
+    sweeps : sequence of CompressionSweep
+        From :func:`prh_lib.analysis.compression.compress_layer_pairs`; only those whose ``labels["sweep"] == sweep`` are drawn.
+    sweep : {"variance", "dims"}
+        x axis: fraction of variance retained, or number of components (log scale).
+    relative : bool
+        Plot ``score / reference`` instead of the score.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    if sweep not in ("variance", "dims"):
+        raise ValueError(f"sweep must be 'variance' or 'dims'; got {sweep!r}")
+    panels: dict[str, list[CompressionSweep]] = {}
+    for s in sweeps:
+        if s.labels.get("sweep") == sweep:
+            lab = s.labels
+            title = f"{lab.get('pair')}\n{lab.get('layers')}: {lab.get('layer x')} × {lab.get('layer y')}"
+            panels.setdefault(title, []).append(s)
+    if not panels:
+        raise ValueError(f"no sweeps of kind {sweep!r} to plot")
+    nrows = int(np.ceil(len(panels) / ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows), squeeze=False)
+    names = {"x": "compress {x}", "y": "compress {y}", "both": "compress both"}
+    for ax, (title, group) in zip(axes.flat, panels.items()):
+        xs = {names[s.compress].format(**s.labels): (s.variance if sweep == "variance" else s.dims) for s in group}
+        ys = {names[s.compress].format(**s.labels): (s.relative if relative else s.scores) for s in group}
+        ref = 1.0 if relative else group[0].reference
+        chance = group[0].chance / (group[0].reference if relative else 1.0)
+        ax.axhline(ref, color="black", linestyle=":", linewidth=1.2, label=f"uncompressed {group[0].reference:.3f}")
+        plots.line_plot(xs, ys, ax=ax, chance=chance, logx=sweep == "dims", title=title,
+                        xlabel="fraction of variance retained" if sweep == "variance" else "principal components kept",
+                        ylabel="score / uncompressed" if relative else f"mutual k-NN (k={group[0].k})",
+                        marker="o" if sweep == "variance" else "")
+        ax.title.set_fontsize(9)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
+def plot_sweep(frames: dict[str, pd.DataFrame], *, x: str, scores: Sequence[str] = ("fixed", "max"),
+               chance: bool = True, panel_size: tuple[float, float] = (4.6, 3.5)):
+    """Raw, chance-corrected (and calibrated) scores against ``k`` or ``n``: one row of panels per entry of ``frames``.
+
+    Parameters
+    ----------
+    frames : dict of str to DataFrame
+        Title -> a :func:`prh_lib.analysis.ablation.k_sweep` or :func:`~prh_lib.analysis.ablation.n_sweep` table (several seeds per ``x`` value are averaged, with a
+        band of ± one standard deviation).
+    x : {"k", "n"}
+        The swept column.
+    scores : sequence of {"fixed", "max", "final"}
+        Which scores to draw as lines in the raw and corrected panels.
+    chance : bool
+        Draw the chance level ``k/(N-1)`` in the raw panel (a curve when it varies with ``x``).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Columns: raw scores; chance-corrected scores (0 = chance); the calibrated score at the fixed layer pair
+        when the tables hold one.
+    """
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    if x not in ("k", "n"):
+        raise ValueError(f"x must be 'k' or 'n'; got {x!r}")
+    kinds = ["raw", "corrected"] + (["calibrated"] if all("calibrated fixed" in df for df in frames.values()) else [])
+    fig, axes = plt.subplots(len(frames), len(kinds), figsize=(panel_size[0] * len(kinds), panel_size[1] * len(frames)),
+                             squeeze=False)
+    ylabels = {"raw": "mutual k-NN", "corrected": "(score - chance) / (1 - chance)", "calibrated": "calibrated score"}
+    for row, (title, df) in enumerate(frames.items()):
+        g = df.groupby(x)
+        xs = np.asarray(list(g.groups), dtype=float)
+        for col, kind in enumerate(kinds):
+            names = [f"{kind} {s}" for s in (scores if kind != "calibrated" else ("fixed",))]
+            ys = {c: g[c].mean().to_numpy() for c in names}
+            bands = None
+            if g.size().max() > 1:
+                sd = {c: g[c].std().fillna(0).to_numpy() for c in names}
+                bands = {c: (ys[c] - sd[c], ys[c] + sd[c]) for c in names}
+            if kind == "raw" and chance:
+                ys["chance k/(N-1)"] = g["chance"].first().to_numpy()
+            ax = axes[row, col]
+            plots.line_plot(xs, ys, ax=ax, bands=bands, logx=x == "k", xlabel=x, title=f"{title}: {kind}",
+                            ylabel=ylabels[kind], chance=0.0 if kind == "corrected" else None)
+            if x == "k":
+                ax.xaxis.set_major_formatter(ScalarFormatter())
+                ax.xaxis.set_minor_formatter(NullFormatter())
+            ax.title.set_fontsize(9)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,264 @@
+"""Bits per byte of a causal language model on a list of texts: the capability axis of Huh et al. (2024).
+
+:func:`bits_per_byte` needs no benchmark download; :func:`bpb_corpus` picks the texts (held-out captions of
+the pairs' images, or the aligned captions); :func:`cached_bits_per_byte` caches the result under
+``cache_dir("bpb")`` (named by :func:`prh_lib.paths.cache_file`).
+
+References
+----------
+Huh, Cheung, Wang, Isola (2024). "The Platonic Representation Hypothesis", ICML, Sec. 3 (alignment versus
+language-model performance measured in bits per byte). Gao et al. (2020), "The Pile", Sec. 4.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from .. import __version__, paths
+from ..validation import check_texts
+
+__all__ = ["BitsPerByte", "bits_per_byte", "heldout_captions", "BPB_SOURCES", "bpb_corpus", "BPB_FORMAT_VERSION",
+           "bpb_cache_path", "cached_bits_per_byte"]
+
+#: Bump when a change to :func:`bits_per_byte` changes its numbers; part of every cache key.
+BPB_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class BitsPerByte:
+    """Result of :func:`bits_per_byte`.
+
+    Attributes
+    ----------
+    bpb : float
+        ``sum(bits) / sum(n_bytes)`` over the corpus (lower = better language model).
+    bits : ndarray of shape (n_texts,)
+        Negative log2-likelihood of each text's scored tokens.
+    n_bytes : ndarray of shape (n_texts,)
+        UTF-8 bytes of the scored span of each text.
+    n_tokens : int
+        Tokens scored in all.
+    context : {"bos", "first-token"}
+        ``"bos"``: every token scored, the first conditioned on the BOS token; ``"first-token"``: the first
+        token is context only and its bytes are not counted.
+    """
+
+    bpb: float
+    bits: np.ndarray
+    n_bytes: np.ndarray
+    n_tokens: int
+    context: str
+
+
+def _tokenize_for_bpb(tokenizer, texts: list[str], use_bos: bool):
+    """Token ids (no special tokens; BOS prepended if ``use_bos``) and the scored bytes of each text."""
+    enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=not use_bos)
+    ids, n_bytes = [], []
+    for i, text in enumerate(texts):
+        toks = list(enc["input_ids"][i])
+        if use_bos:
+            toks = [tokenizer.bos_token_id] + toks
+            n_bytes.append(len(text.encode("utf-8")))
+        else:
+            if len(toks) < 2:
+                raise ValueError(f"text {i} ({text!r}) is a single token; without a BOS token nothing is scored")
+            first_end = enc["offset_mapping"][i][0][1]
+            n_bytes.append(len(text[first_end:].encode("utf-8")))
+        ids.append(toks)
+    return ids, np.asarray(n_bytes, dtype=np.int64)
+
+
+def bits_per_byte(lm: torch.nn.Module, tokenizer, texts: Sequence[str], *, batch_size: int = 16,
+                  use_bos: bool | None = None, progress: bool = False) -> BitsPerByte:
+    """Bits per UTF-8 byte of a causal language model on ``texts``.
+
+    Each text is tokenised on its own without special tokens. With a BOS token (``use_bos``), the
+    sequence is ``[BOS] + tokens`` and every text token is scored given the ones before it; the byte count
+    is the whole text's. Without one, the first token is context only: tokens 2..T are scored and the
+    bytes are those after the first token (from the tokenizer's offsets). Bits are summed over the corpus
+    and divided by the bytes summed over the corpus. Batches are padded on the right and scored with the
+    attention mask, so the result does not depend on ``batch_size`` (to float round-off).
+
+    Parameters
+    ----------
+    lm : torch.nn.Module
+        A causal LM whose ``forward(input_ids=, attention_mask=)`` returns ``logits`` of shape (B, T, V),
+        e.g. ``transformers.AutoModelForCausalLM``.
+    tokenizer : transformers tokenizer
+        A fast tokenizer (offsets are needed when there is no BOS token).
+    texts : sequence of str
+        Non-empty texts.
+    batch_size : int, default=16
+    use_bos : bool, optional
+        Default: True when the tokenizer has a BOS token.
+    progress : bool, default=False
+        Show a progress bar.
+
+    Returns
+    -------
+    BitsPerByte
+        ``bpb`` >= 0 (a uniform model over V tokens gives about ``log2(V) * tokens / bytes``).
+
+    Raises
+    ------
+    TypeError
+        If ``texts`` is not a sequence of str.
+    ValueError
+        If ``texts`` is empty or holds an empty text, ``batch_size < 1``, ``use_bos`` is True but the
+        tokenizer has no BOS token, or a text is a single token and there is no BOS token.
+
+    References
+    ----------
+    Huh et al. (2024), Sec. 3 (bits per byte as the language-model performance axis); Gao et al. (2020),
+    "The Pile", Sec. 4 (bits per UTF-8 byte, tokenizer-independent).
+    """
+    from tqdm.auto import tqdm
+
+    texts = check_texts(texts, why="bits per byte is undefined for them")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    has_bos = getattr(tokenizer, "bos_token_id", None) is not None
+    use_bos = has_bos if use_bos is None else bool(use_bos)
+    if use_bos and not has_bos:
+        raise ValueError("use_bos=True but the tokenizer has no BOS token")
+    ids, n_bytes = _tokenize_for_bpb(tokenizer, texts, use_bos)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    device = next(lm.parameters()).device
+    order = np.argsort([len(t) for t in ids], kind="stable")
+    bits = np.zeros(len(texts), dtype=np.float64)
+    n_tokens = 0
+    for start in tqdm(range(0, len(texts), batch_size), disable=not progress, desc="bits per byte"):
+        rows = order[start:start + batch_size]
+        width = max(len(ids[i]) for i in rows)
+        input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for r, i in enumerate(rows):
+            input_ids[r, :len(ids[i])] = torch.as_tensor(ids[i])
+            mask[r, :len(ids[i])] = 1
+        with torch.inference_mode():
+            logits = lm(input_ids=input_ids.to(device), attention_mask=mask.to(device)).logits
+        # position j predicts token j + 1; score targets whose own position is real
+        logits = logits[:, :-1].float()
+        target = input_ids[:, 1:].to(logits.device)
+        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none")  # nats
+        scored = mask[:, 1:].to(logits.device).bool()
+        per_text = nll.masked_fill(~scored, 0.0).sum(dim=1).double().cpu().numpy() / math.log(2.0)
+        bits[rows] = per_text
+        n_tokens += int(scored.sum())
+    return BitsPerByte(float(bits.sum() / n_bytes.sum()), bits, n_bytes, n_tokens,
+                       "bos" if use_bos else "first-token")
+
+
+def heldout_captions(dataset, pairs, *, per_image: int = 1, max_texts: int | None = None) -> list[str]:
+    """Captions of the pairs' images that are not the pairs' own texts: held-out text for bits per byte.
+
+    Parameters
+    ----------
+    dataset : prh_lib.data.ImageCaptionDataset
+        The dataset the pairs were drawn from (all captions of each image).
+    pairs : prh_lib.data.Pairs
+    per_image : int, default=1
+        Captions taken per image, in the dataset's order, skipping any caption contained in the pair's
+        text (so ``"first"``, ``"random"`` and ``"concat"`` policies all leave the aligned text out).
+    max_texts : int, optional
+        Keep the first ``max_texts`` captions (in the pairs' row order), to bound the cost.
+
+    Returns
+    -------
+    list of str
+        Up to ``per_image * len(pairs)`` captions (images with fewer spare captions contribute fewer).
+
+    Raises
+    ------
+    ValueError
+        If ``per_image`` or ``max_texts`` is below 1, a pair's sample is not in ``dataset``, or no caption
+        is left.
+    """
+    if not isinstance(per_image, int) or per_image < 1:
+        raise ValueError(f"per_image must be an int >= 1, got {per_image!r}")
+    if max_texts is not None and (not isinstance(max_texts, int) or max_texts < 1):
+        raise ValueError(f"max_texts must be an int >= 1 or None, got {max_texts!r}")
+    index = {sid: i for i, sid in enumerate(dataset.sample_ids)}
+    unknown = [s for s in pairs.sample_ids if s not in index]
+    if unknown:
+        raise ValueError(f"{len(unknown)} pair samples are not in dataset {dataset.name!r}: {unknown[:5]}")
+    out = []
+    for sid, text in zip(pairs.sample_ids, pairs.texts):
+        spare = [c for c in dataset.captions[index[sid]] if c.strip() and c not in text]
+        out.extend(spare[:per_image])
+    if not out:
+        raise ValueError("no held-out captions: every image's captions are used by the pairs")
+    return out if max_texts is None else out[:max_texts]
+
+
+#: Where the bits-per-byte texts come from (see :func:`bpb_corpus`).
+BPB_SOURCES = ("auto", "heldout", "aligned")
+
+
+def bpb_corpus(dataset, pairs, *, source: str = "auto", per_image: int = 1,
+               max_texts: int | None = None) -> tuple[list[str], str]:
+    """The texts to measure bits per byte on, and which source was used.
+
+    Parameters
+    ----------
+    dataset : prh_lib.data.ImageCaptionDataset
+    pairs : prh_lib.data.Pairs
+    source : {"auto", "heldout", "aligned"}
+        ``"heldout"``: :func:`heldout_captions` (other captions of the same images, not used for
+        alignment); ``"aligned"``: the pairs' own texts (the captions themselves, as Huh et al. 2024);
+        ``"auto"``: held-out captions when the dataset has any (COCO: four per image), else the aligned
+        texts (WIT and DOCCI have one text per image).
+    per_image, max_texts
+        As in :func:`heldout_captions`; ``max_texts`` also bounds the aligned texts.
+
+    Returns
+    -------
+    texts : list of str
+    used : {"heldout", "aligned"}
+
+    Raises
+    ------
+    ValueError
+        If ``source`` is unknown, or ``"heldout"`` is asked for and there are no spare captions.
+    """
+    if source not in BPB_SOURCES:
+        raise ValueError(f"unknown bits-per-byte source {source!r}; use one of {BPB_SOURCES}")
+    if source in ("heldout", "auto"):
+        try:
+            return heldout_captions(dataset, pairs, per_image=per_image, max_texts=max_texts), "heldout"
+        except ValueError as err:
+            if source == "heldout" or "no held-out captions" not in str(err):
+                raise
+    if max_texts is not None and (not isinstance(max_texts, int) or max_texts < 1):
+        raise ValueError(f"max_texts must be an int >= 1 or None, got {max_texts!r}")
+    texts = list(pairs.texts)
+    return (texts if max_texts is None else texts[:max_texts]), "aligned"
+
+
+def bpb_cache_path(name: str, revision: str, dtype: str, texts: Sequence[str]) -> Path:
+    """Cache file of the bits per byte of one model (name and revision, dtype) on ``texts`` (in order).
+
+    Frozen by ``tests/test_cache_keys.py``.
+    """
+    key = [name, revision, dtype, paths.digest_texts(texts, separator=b"\x01", length=64), BPB_FORMAT_VERSION]
+    return paths.cache_file("bpb", name, key, prefix=f"n{len(texts)}", suffix=".json")
+
+
+def cached_bits_per_byte(path: Path, compute: Callable[[], BitsPerByte]) -> BitsPerByte:
+    """The result cached at ``path``, else ``compute()``, written there atomically."""
+    if path.is_file():
+        d = json.loads(path.read_text())
+        return BitsPerByte(d["bpb"], np.asarray(d["bits"]), np.asarray(d["n_bytes"], dtype=np.int64),
+                           d["n_tokens"], d["context"])
+    res = compute()
+    with paths.atomic_path(path) as tmp:
+        tmp.write_text(json.dumps({"bpb": res.bpb, "bits": res.bits.tolist(), "n_bytes": res.n_bytes.tolist(),
+                                   "n_tokens": res.n_tokens, "context": res.context, "prh_lib": __version__}))
+    return res

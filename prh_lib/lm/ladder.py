@@ -1,0 +1,299 @@
+"""Language models of the capability study: features and bits per byte of each, both cached.
+
+:func:`ladder_models` builds a *capability ladder* from one trained causal LM: every weight interpolated
+between a seeded random initialisation and the trained value, ``theta(t) = (1 - t) theta_random(seed) + t
+theta_trained`` (:func:`ladder_weights`). It is a controlled offline proxy for a list of models of different
+capability, not the paper's experiment. :func:`pretrained_models` does the same for pretrained causal LMs
+(the paper's 21). A model is only loaded when one of its caches misses.
+
+References
+----------
+Herbst et al., Section 3.2 (capability versus alignment); the ladder is this package's offline proxy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from .. import extract, models
+from ..models import CausalLM, load_causal_lm
+from ..validation import check_seed
+from .bpb import BitsPerByte, bits_per_byte, bpb_cache_path, cached_bits_per_byte
+
+__all__ = ["RandomWeights", "random_weights", "ladder_tag", "ladder_weights", "LanguageModelResult",
+           "ladder_models", "pretrained_models"]
+
+
+@dataclass(frozen=True)
+class RandomWeights:
+    """Seeded random values of every parameter of a causal LM (from :func:`random_weights`).
+
+    Attributes
+    ----------
+    seed : int
+    tensors : dict of str to Tensor
+        Keyed by the names of ``lm.named_parameters()``.
+    """
+
+    seed: int
+    tensors: dict
+
+
+def random_weights(model: CausalLM, *, seed: int) -> RandomWeights:
+    """Seeded random values of every parameter of ``model.lm``.
+
+    The base model comes from :func:`prh_lib.models.random_init` (the architecture's own initialiser,
+    without touching the global RNG), so the ladder's ``t = 0`` end is exactly that random-init model. A
+    separate output head (``tie_word_embeddings=False``) is initialised by the model's ``_init_weights``
+    inside :func:`torch.random.fork_rng` seeded with ``seed + 1``; a tied head shares the random input
+    embedding, as the trained model shares the trained one.
+
+    Raises
+    ------
+    TypeError
+        If ``seed`` is not an int.
+    """
+    import copy
+
+    seed = check_seed(seed)
+    base = models.random_init(model.loaded, seed=seed).module.state_dict()
+    prefix = model.lm.base_model_prefix + "."
+    out = {}
+    for name, param in model.lm.named_parameters():
+        if name.startswith(prefix) and name[len(prefix):] in base:
+            out[name] = base[name[len(prefix):]].to(param.device, param.dtype)
+    rest = [n for n, _ in model.lm.named_parameters() if n not in out]
+    if rest:
+        modules = dict(model.lm.named_modules())
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed + 1)
+            for owner in sorted({n.rsplit(".", 1)[0] for n in rest}):
+                fresh = copy.deepcopy(modules[owner])
+                model.lm._init_weights(fresh)
+                for pname, p in fresh.named_parameters(recurse=False):
+                    if f"{owner}.{pname}" in rest:
+                        out[f"{owner}.{pname}"] = p.detach().clone()
+    return RandomWeights(int(seed), out)
+
+
+def ladder_tag(t: float, seed: int) -> str:
+    """Name suffix of a ladder model: ``"interp:t=<t>:seed=<seed>"``."""
+    return f"interp:t={float(t):g}:seed={int(seed)}"
+
+
+def ladder_weights(model: CausalLM, random: RandomWeights, t: float, *, out: torch.nn.Module | None = None) -> CausalLM:
+    """The model with every parameter set to ``(1 - t) * random + t * trained``.
+
+    Float32 parameters are mixed in place as ``random * (1 - t) + trained * t``; other dtypes are mixed in
+    float32 and cast back. Either way ``t = 1`` gives the trained weights and ``t = 0`` the random ones
+    exactly. Buffers (e.g. rotary frequencies) are the trained model's; a tied head stays tied (it is the
+    interpolated input embedding). The result's ``name`` is ``"<name>@interp:t=<t>:seed=<seed>"`` and its
+    revision records ``t``, the seed and the trained revision, so its features cache apart.
+
+    Parameters
+    ----------
+    model : CausalLM
+        The trained model (left unchanged).
+    random : RandomWeights
+        From :func:`random_weights`; must hold every parameter.
+    t : float in [0, 1]
+    out : torch.nn.Module, optional
+        A copy of ``model.lm`` (e.g. from an earlier call) whose parameters are overwritten, saving a deep
+        copy per ladder point; a CausalLM returned earlier with the same ``out`` then holds the new weights.
+        Default: a new deep copy.
+
+    Returns
+    -------
+    CausalLM
+        Wrapping ``out`` (or the new copy).
+
+    Raises
+    ------
+    ValueError
+        If ``t`` is outside [0, 1], or ``random`` or ``out`` do not match the model's parameters.
+    """
+    import copy
+
+    t = float(t)
+    if not 0.0 <= t <= 1.0:
+        raise ValueError(f"interpolation fraction t must lie in [0, 1], got {t}")
+    params = dict(model.lm.named_parameters())
+    missing = sorted(set(params) - set(random.tensors))
+    bad = [n for n in params if n in random.tensors and tuple(random.tensors[n].shape) != tuple(params[n].shape)]
+    if missing or bad:
+        raise ValueError(f"random weights do not match the model: missing {missing[:5]}, other shapes {bad[:5]}")
+    lm = copy.deepcopy(model.lm) if out is None else out
+    targets = dict(lm.named_parameters())
+    if set(targets) != set(params) or any(targets[n].shape != params[n].shape for n in params):
+        raise ValueError("out is not a copy of the model: its parameters differ in names or shapes")
+    with torch.no_grad():
+        for name, p in targets.items():
+            r, w = random.tensors[name], params[name].detach()
+            if p.dtype == torch.float32:
+                p.copy_(r).mul_(1.0 - t).add_(w, alpha=t)
+            else:
+                p.copy_((r.float() * (1.0 - t) + w.float() * t).to(p.dtype))
+    lm.eval().requires_grad_(False)
+    tag = ladder_tag(t, random.seed)
+    loaded = dataclasses.replace(
+        model.loaded, name=f"{model.loaded.name}@{tag}", module=lm.base_model,
+        revision=f"{tag}:{model.loaded.revision}", source=f"{tag} between random init and {model.loaded.source}",
+    )
+    return CausalLM(lm, loaded)
+
+
+@dataclass(frozen=True)
+class LanguageModelResult:
+    """Features and bits per byte of one language model of the study.
+
+    Attributes
+    ----------
+    label : str
+        Short label for tables and figures (``"t=0.9"`` on the ladder, the model id otherwise).
+    name : str
+        Model identity used for the caches.
+    fraction : float or None
+        Interpolation fraction ``t`` on the ladder; None for pretrained models.
+    features : prh_lib.extract.LayerFeatures
+        Layer-wise features on the pairs' texts.
+    bpb : BitsPerByte
+    """
+
+    label: str
+    name: str
+    fraction: float | None
+    features: object
+    bpb: BitsPerByte
+
+    def with_features(self, features) -> "LanguageModelResult":
+        """The same result with other features (e.g. clipped by :func:`prh_lib.analysis.clip_features`)."""
+        return dataclasses.replace(self, features=features)
+
+
+def _features_and_bpb(build, name: str, revision: str, pairs, bpb_texts, *, dtype: str, batch_size: int,
+                      progress: bool):
+    """Features and bpb of one model, each from its cache if present; ``build()`` -> CausalLM on a miss."""
+    fpath = extract.features_cache_path(name, revision, "language", pairs, dtype=dtype, pooling="mean")
+    bpath = bpb_cache_path(name, revision, dtype, bpb_texts)
+    built = []
+
+    def model() -> CausalLM:
+        if not built:
+            built.append(build())
+        return built[0]
+
+    if fpath.is_file():
+        feats = extract.load_features(fpath, expected_sample_ids=pairs.sample_ids)
+    else:
+        feats = extract.get_features(model().loaded, pairs, batch_size=batch_size, progress=progress)
+    bpb = cached_bits_per_byte(bpath, lambda: bits_per_byte(model().lm, model().tokenizer, bpb_texts,
+                                                   batch_size=batch_size, progress=progress))
+    return feats, bpb
+
+
+def ladder_models(model: str, fractions: Sequence[float], *, seed: int, pairs, bpb_texts: Sequence[str],
+                  device: str = "cpu", dtype: str = "float32", batch_size: int = 16,
+                  progress: bool = False) -> list[LanguageModelResult]:
+    """Features and bits per byte along the interpolation ladder of one trained causal LM.
+
+    For each ``t`` in ``fractions`` the weights are ``(1 - t) theta_random(seed) + t theta_trained``
+    (:func:`ladder_weights`); the same weights give the features (hidden states of the base model, on
+    ``pairs``) and the bits per byte (with the LM head, on ``bpb_texts``). Both are cached (features as in
+    :mod:`prh_lib.extract`, bits per byte as JSON under ``cache_dir("bpb")``) and a model is only built
+    when a cache misses. ``t = 1`` is the trained model under its own identity (its weights are exactly
+    the trained ones), so it shares the trained model's feature cache.
+
+    Parameters
+    ----------
+    model : str
+        A causal LM (zoo name, folder or Hugging Face id).
+    fractions : sequence of float in [0, 1]
+        Distinct interpolation fractions, in the order to report them.
+    seed : int
+        Seed of the random initialisation.
+    pairs : prh_lib.data.Pairs
+    bpb_texts : sequence of str
+        Held-out texts for bits per byte (e.g. :func:`heldout_captions`).
+    device, dtype, batch_size, progress
+        As in :func:`prh_lib.extract.get_features`.
+
+    Returns
+    -------
+    list of LanguageModelResult
+        One per fraction, labelled ``"t=<t>"``.
+
+    Raises
+    ------
+    ValueError
+        If ``fractions`` is empty, has duplicates or values outside [0, 1].
+    TypeError
+        If ``seed`` is not an int.
+
+    References
+    ----------
+    Herbst et al., Section 3.2 (capability versus alignment); the ladder is this package's offline proxy.
+    """
+    dtype = models.dtype_name(dtype)  # one spelling in cache keys
+    fractions = [float(t) for t in fractions]
+    if not fractions:
+        raise ValueError("fractions is empty")
+    if len(set(fractions)) != len(fractions) or any(not 0.0 <= t <= 1.0 for t in fractions):
+        raise ValueError(f"fractions must be distinct values in [0, 1], got {fractions}")
+    seed = check_seed(seed)
+    ident = models.resolve_identity(model)
+    state: dict = {}
+
+    def trained() -> CausalLM:
+        if "trained" not in state:
+            state["trained"] = load_causal_lm(model, device=device, dtype=dtype)
+        return state["trained"]
+
+    def point(t: float) -> CausalLM:
+        if "random" not in state:
+            state["random"] = random_weights(trained(), seed=seed)
+        made = ladder_weights(trained(), state["random"], t, out=state.get("work"))
+        state["work"] = made.lm  # one working copy, overwritten at each point (each is used before the next)
+        return made
+
+    out = []
+    for t in fractions:
+        if t == 1.0:
+            name, revision, build = ident["name"], ident["revision"], trained
+        else:
+            tag = ladder_tag(t, seed)
+            name, revision, build = f"{ident['name']}@{tag}", f"{tag}:{ident['revision']}", (lambda t=t: point(t))
+        feats, bpb = _features_and_bpb(build, name, revision, pairs, bpb_texts, dtype=dtype,
+                                       batch_size=batch_size, progress=progress)
+        out.append(LanguageModelResult(f"t={t:g}", name, t, feats, bpb))
+    return out
+
+
+def pretrained_models(names: Sequence[str], *, pairs, bpb_texts: Sequence[str], device: str = "cpu",
+                      dtype: str = "float32", batch_size: int = 16,
+                      progress: bool = False) -> list[LanguageModelResult]:
+    """Features and bits per byte of pretrained causal LMs (e.g. the paper's 21), each cached.
+
+    A model is loaded once (with its head, :func:`load_causal_lm`) only when its features or its bits per
+    byte are not cached, and released before the next one.
+
+    Raises
+    ------
+    ValueError
+        If ``names`` is empty or has duplicates, or a model is not a causal LM.
+    """
+    dtype = models.dtype_name(dtype)  # one spelling in cache keys
+    names = list(names)
+    if not names or len(set(names)) != len(names):
+        raise ValueError(f"names must be a non-empty list of distinct models, got {names}")
+    out = []
+    for name in names:
+        ident = models.resolve_identity(name)
+        feats, bpb = _features_and_bpb(lambda name=name: load_causal_lm(name, device=device, dtype=dtype),
+                                       ident["name"], ident["revision"], pairs, bpb_texts, dtype=dtype,
+                                       batch_size=batch_size, progress=progress)
+        out.append(LanguageModelResult(name, ident["name"], None, feats, bpb))
+    return out

@@ -1,0 +1,27 @@
+"""Language and vision models with their preprocessing and layer labels, loaded by one function.
+
+A model name is parsed once into a :class:`ModelSpec` (:func:`parse_model_name`: zoo name, Hugging Face id,
+local folder, ``timm:<arch>``, one tower ``":vision"``/``":text"`` of a two-tower model, any of them with
+``"@random-init:<seed>"``). The same spec gives the identity that keys the feature cache
+(:func:`resolve_identity`, no weights loaded) and the loaded model (:func:`load_model`), a
+:class:`LoadedModel` whose :meth:`~LoadedModel.layer_outputs` are aligned with its ``layer_labels``.
+Pooling is named, not applied here: the extraction code pools.
+
+Modules: :mod:`~prh_lib.models.spec` (names, identities), :mod:`~prh_lib.models.loaded` (the loaded
+model, dtypes, placement), :mod:`~prh_lib.models.hf`, :mod:`~prh_lib.models.timm_cnn`,
+:mod:`~prh_lib.models.two_tower` (loaders), :mod:`~prh_lib.models.random_init`, :mod:`~prh_lib.models.load`
+(the dispatcher), :mod:`~prh_lib.models.zoo` and :mod:`~prh_lib.models.converters` (the offline zoo).
+"""
+
+from .hf import CausalLM, load_causal_lm
+from .load import describe, load_model, load_tokenizer
+from .loaded import DTYPES, LoadedModel, dtype_bytes, dtype_name, torch_dtype
+from .random_init import random_init
+from .spec import (JOINT_MODEL_TYPES, VISION_MODEL_TYPES, ModelIdentity, ModelSpec, parse_model_name,
+                   resolve_identity)
+from .two_tower import TextChunking
+from .zoo import ZOO, ModelNotAvailableError
+
+__all__ = ["LoadedModel", "describe", "load_model", "load_tokenizer", "load_causal_lm", "CausalLM", "resolve_identity", "parse_model_name",
+           "ModelSpec", "ModelIdentity", "ModelNotAvailableError", "VISION_MODEL_TYPES", "JOINT_MODEL_TYPES",
+           "TextChunking", "random_init", "DTYPES", "torch_dtype", "dtype_name", "dtype_bytes", "ZOO"]

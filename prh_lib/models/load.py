@@ -1,0 +1,137 @@
+"""Load any model by name: :func:`load_model` (and a language model's tokenizer alone, :func:`load_tokenizer`).
+
+The name is parsed once (:func:`prh_lib.models.spec.parse_model_name`); the spec's identity, the same one
+that keys the feature cache, gives the loaded model its name, revision, modality and pooling.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+
+from . import zoo
+from .hf import load_hf
+from .loaded import MODALITIES, LoadedModel
+from .random_init import random_init
+from .spec import ModelSpec, is_timm_folder, location, parse_model_name, random_init_revision
+from .timm_cnn import build_timm, timm_source_name
+from .two_tower import load_joint
+
+__all__ = ["load_model", "load_spec", "load_tokenizer", "describe"]
+
+
+def load_model(
+    name_or_path: str,
+    *,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+    modality: str | None = None,
+    revision: str | None = None,
+) -> LoadedModel:
+    """Load a model with its preprocessing and layer labels.
+
+    Parameters
+    ----------
+    name_or_path : str
+        Zoo name (see ``prh-zoo list``), ``"timm:<arch>[.<tag>]"``, ``"timm/<hub-id>"``, a local folder
+        (Hugging Face or timm layout) or a Hugging Face Hub id; a two-tower image-text model (CLIP,
+        SigLIP) as ``"<folder or id>:vision"`` or ``"<folder or id>:text"``. A trailing
+        ``"@random-init:<seed>"`` gives :func:`~prh_lib.models.random_init` of the named model, with
+        revision ``"random-init:seed=<seed>:<trained revision>"`` (as its identity says without loading).
+    device : str or torch.device, default "cpu"
+    dtype : torch.dtype, default torch.float32
+        Parameter dtype; inputs are cast to it in :meth:`LoadedModel.layer_outputs`.
+    modality : {"language", "vision"}, optional
+        Inferred from the config when omitted; when given it must agree with a zoo entry or timm model.
+    revision : str, optional
+        Hub ids: the git revision to load. Zoo models and local folders: the expected weight revision
+        (``"sha256:..."``); a different one raises.
+
+    Returns
+    -------
+    LoadedModel
+
+    Raises
+    ------
+    ModelNotAvailableError
+        If the model is not in the zoo, not a local folder and not obtainable from the Hub (the message
+        names the model and the package, command or setting that would provide it).
+    ValueError
+        If ``modality`` is invalid or contradicts the model, if a vision transformer has no CLS token,
+        if ``revision`` does not match a zoo model or folder, or if a tower suffix names a model that is
+        not a supported two-tower model.
+    """
+    if modality is not None and modality not in MODALITIES:
+        raise ValueError(f"modality must be one of {MODALITIES} or None, got {modality!r}")
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
+    return load_spec(parse_model_name(name_or_path), device=torch.device(device), dtype=dtype, modality=modality,
+                     revision=revision)
+
+
+def load_spec(spec: ModelSpec, *, device: torch.device, dtype: torch.dtype, modality: str | None,
+              revision: str | None) -> LoadedModel:
+    """:func:`load_model` of a parsed name."""
+    if spec.seed is not None:
+        trained = load_spec(spec.trained, device=device, dtype=dtype, modality=modality, revision=revision)
+        return dataclasses.replace(random_init(trained, seed=spec.seed),
+                                   revision=random_init_revision(trained.revision, spec.seed))
+    if spec.tower is not None:
+        return load_joint(spec, device=device, dtype=dtype, modality=modality, revision=revision)
+    name = spec.name
+    if spec.kind == "zoo":
+        entry = zoo.get_entry(name)
+        if modality is not None and modality != entry.modality:
+            raise ValueError(f"zoo model {name!r} is a {entry.modality} model, not {modality}")
+        folder = zoo.convert(name)  # reuses the cached folder when it is current
+        prov = zoo.read_provenance(folder)
+        zoo_revision = zoo.revision_of(prov)
+        if revision is not None and revision != zoo_revision:
+            raise ValueError(f"zoo model {name!r} has revision {zoo_revision}, not the requested {revision}")
+        source = f"zoo:{name} <- {prov['package']} {prov['version']} ({prov['weight_file']}), converted in {folder}"
+        if is_timm_folder(folder):
+            return build_timm(name, f"local-dir:{folder}", device=device, dtype=dtype, revision=zoo_revision,
+                              source=source)
+        return load_hf(spec, str(folder), device=device, dtype=dtype, modality=entry.modality, revision=None,
+                       weight_revision=zoo_revision, source=source)
+    if spec.kind == "timm":
+        if modality not in (None, "vision"):
+            raise ValueError(f"{name!r} is a timm (vision) model, not {modality}")
+        timm_name = timm_source_name(name)
+        return build_timm(name, timm_name, device=device, dtype=dtype, revision=spec.identity().revision,
+                          source=f"timm {timm_name}")
+    if spec.kind == "folder":
+        folder, folder_revision = spec.folder, spec.identity().revision
+        if revision is not None and revision != folder_revision:
+            raise ValueError(f"folder {str(Path(spec.base).expanduser())!r} holds revision {folder_revision}, not the requested {revision}")
+        if is_timm_folder(folder):
+            if modality not in (None, "vision"):
+                raise ValueError(f"{name!r} is a timm (vision) model, not {modality}")
+            return build_timm(name, f"local-dir:{folder}", device=device, dtype=dtype, revision=folder_revision,
+                              source=f"timm folder {folder}")
+        return load_hf(spec, str(folder), device=device, dtype=dtype, modality=modality, revision=None,
+                       weight_revision=folder_revision, source=f"local folder {folder}")
+    return load_hf(spec, spec.base, device=device, dtype=dtype, modality=modality, revision=revision,
+                   weight_revision=spec.identity(revision).revision, source=f"Hugging Face Hub {spec.base}")
+
+
+def load_tokenizer(name: str):
+    """The tokenizer of a language model given by zoo name, local folder or Hugging Face id (no weights loaded)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(location(parse_model_name(name)))
+
+
+def describe(names):
+    """Table of models for the book (:func:`prh_lib.models.zoo.describe`) of the trained model behind each name.
+
+    ``"<m>@random-init:<seed>"`` is described as ``<m>``; names are kept once each, in first-seen order.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per model, columns ``modality``, ``source``, ``description``.
+    """
+    return zoo.describe(list(dict.fromkeys(parse_model_name(n).trained.name for n in names)))

