@@ -66,3 +66,45 @@ def read_record(ipynb: str | Path, name: str):
     if name not in found:
         raise KeyError(f"{ipynb} has no record {name!r}; it has {sorted(found)}")
     return json.loads(ast.literal_eval(found[name]))
+
+
+def declared_parameters(chapter: str) -> list[str]:
+    """Names assigned in the ``parameters`` cell of ``notebooks/<chapter>.py`` (jupytext percent format), in order.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the notebook source does not exist.
+    ValueError
+        If the notebook has no ``parameters`` cell or more than one.
+    """
+    from . import paths
+
+    src = paths.notebooks_dir() / f"{chapter}.py"
+    if not src.is_file():
+        raise FileNotFoundError(f"no notebook source {src}")
+    cells, current = [], None
+    for line in src.read_text(encoding="utf-8").splitlines():
+        if line.startswith("# %%"):
+            current = [] if "parameters" in line.split("tags=", 1)[-1] and "tags=" in line else None
+            if current is not None:
+                cells.append(current)
+        elif current is not None:
+            current.append(line)
+    if len(cells) != 1:
+        raise ValueError(f"{src.name} has {len(cells)} cells tagged 'parameters'; it needs exactly one")
+    tree = ast.parse("\n".join(cells[0]))
+    names = []
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        names += [t.id for t in targets if isinstance(t, ast.Name)]
+    return names
+
+
+def page_parameters(chapter: str, namespace: dict) -> dict:
+    """The values of a notebook's declared parameters as the kernel holds them (after papermill's injection).
+
+    Use in a notebook as ``params = report.page_parameters("sec3_1_layerwise", globals())``; the dict is
+    what :func:`prh_lib.results.write` hashes, so reruns with the same parameters replace their own rows.
+    """
+    return {name: namespace[name] for name in declared_parameters(chapter)}

@@ -8,77 +8,17 @@ reads the study from a notebook parameter set.
 
 from __future__ import annotations
 
-import functools
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
 from .. import data, extract, paper
+from ..data.study import DatasetSpec, clear_caches, study_draws, study_pairs
 from ..models import DTYPES
 
 __all__ = ["DatasetSpec", "Job", "study_pairs", "clear_caches", "planned_cache_file", "plan_study", "plan_table",
            "describe_plan", "study_from_profile"]
-
-
-@dataclass(frozen=True)
-class DatasetSpec:
-    """One dataset of the study: where it comes from and which pairs are drawn from it.
-
-    Attributes
-    ----------
-    name : str
-        Label in plans and tables (e.g. ``"coco"``).
-    source : str
-        A name in :data:`prh_lib.data.SOURCES`.
-    location : str, optional
-        Hub id or local path handed to the source (None: the source's default).
-    options : tuple of (str, value)
-        Extra keyword options of the source, sorted by name.
-    n_pairs : int, optional
-        Pairs per repetition (None: every image in dataset order).
-    repetitions : int
-        Number of seeded draws; repetition r uses seed ``first_seed + r``.
-    first_seed : int
-    caption_policy, n_captions
-        As in :func:`prh_lib.data.sample_pairs`.
-    """
-
-    name: str
-    source: str = "coco-folder"
-    location: str | None = None
-    options: tuple = ()
-    n_pairs: int | None = 1024
-    repetitions: int = 1
-    first_seed: int = 0
-    caption_policy: str = "first"
-    n_captions: int = 1
-
-    def __post_init__(self):
-        if self.source not in data.SOURCES:
-            raise ValueError(f"dataset {self.name!r}: unknown source {self.source!r}; known: {sorted(data.SOURCES)}")
-        if self.repetitions < 1:
-            raise ValueError(f"dataset {self.name!r}: repetitions must be >= 1, got {self.repetitions}")
-
-    @property
-    def seeds(self) -> tuple[int, ...]:
-        return tuple(range(self.first_seed, self.first_seed + self.repetitions))
-
-    @classmethod
-    def coerce(cls, spec: "DatasetSpec | dict | str") -> "DatasetSpec":
-        """A spec from a :class:`DatasetSpec`, a dict (as in :data:`prh_lib.paper.DATASETS`) or a paper dataset name."""
-        if isinstance(spec, DatasetSpec):
-            return spec
-        if isinstance(spec, str):
-            spec = paper.dataset_info(spec)
-        if not isinstance(spec, dict):
-            raise TypeError(f"a dataset spec is a DatasetSpec, dict or name, got {type(spec).__name__}")
-        fields = {k: v for k, v in spec.items() if k in cls.__dataclass_fields__}
-        opts = fields.get("options") or {}
-        fields["options"] = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in dict(opts).items()))
-        if fields.get("location") is not None:
-            fields["location"] = str(fields["location"])
-        return cls(**fields)
 
 
 @dataclass(frozen=True)
@@ -120,25 +60,6 @@ class Job:
         if self.cache_file is None:
             return "unknown"
         return "cached" if self.is_done() else "left"
-
-
-@functools.lru_cache(maxsize=8)
-def _load(source: str, location: str | None, options: tuple) -> data.ImageCaptionDataset:
-    return data.load_dataset(source, location, **dict(options))
-
-
-@functools.lru_cache(maxsize=64)
-def study_pairs(spec: DatasetSpec, seed: int) -> data.Pairs:
-    """The pairs of one repetition of a dataset (loaded once per process and memoised)."""
-    dataset = _load(spec.source, spec.location, spec.options)
-    return data.sample_pairs(dataset, n=spec.n_pairs, seed=seed, caption_policy=spec.caption_policy,
-                             n_captions=spec.n_captions)
-
-
-def clear_caches() -> None:
-    """Forget memoised datasets and pairs (after data on disk changed within one process)."""
-    _load.cache_clear()
-    study_pairs.cache_clear()
 
 
 def planned_cache_file(model: str, pairs: data.Pairs, *, dtype: str, max_length: int | None = None) -> Path:
@@ -210,7 +131,8 @@ def plan_study(
         if caption_policy is not None:
             over["caption_policy"] = caption_policy
         specs.append(replace(s, **over) if over else s)
-    seed_lists = {s: tuple(seeds) if seeds is not None else s.seeds for s in specs}
+    # the draws the notebooks will read (one draw only where the dataset allows no other, e.g. WIT-1024)
+    seed_lists = {s: tuple(seeds) if seeds is not None else tuple(d.seed for d in study_draws([s])) for s in specs}
     idents: dict[str, str] = {}
     jobs = []
     for model in dict.fromkeys(models):

@@ -19,7 +19,7 @@ import numpy as np
 
 __all__ = ["CAPTION_POLICIES", "DataError", "ImageCaptionDataset", "Pairs", "sample_pairs"]
 
-CAPTION_POLICIES = ("first", "random", "concat")
+CAPTION_POLICIES = ("first", "random", "concat", "nth")
 
 
 class DataError(ValueError):
@@ -182,6 +182,7 @@ def sample_pairs(
     seed: int = 0,
     caption_policy: str = "first",
     n_captions: int = 1,
+    caption_index: int = 0,
 ) -> Pairs:
     """Draw ``n`` image-caption pairs with a seed and a caption policy.
 
@@ -192,11 +193,15 @@ def sample_pairs(
         Number of pairs, ``1 <= n <= len(dataset)``. Default: all images, in dataset order.
     seed : int
         Seed of ``np.random.default_rng`` for the sample and for ``"random"`` captions.
-    caption_policy : {"first", "random", "concat"}
+    caption_policy : {"first", "random", "concat", "nth"}
         ``"first"``: each image's first caption; ``"random"``: one caption drawn with the seed;
-        ``"concat"``: the first ``n_captions`` captions joined by a space (Appendix F's "more detail").
+        ``"concat"``: the first ``n_captions`` captions joined by a space (Appendix F's "more detail");
+        ``"nth"``: each image's caption number ``caption_index`` (0-based; draw r of a dataset with several
+        human captions per image pairs every image with its r-th caption, see :mod:`prh_lib.data.study`).
     n_captions : int
         Captions to concatenate with ``"concat"`` (1 to the minimum captions per image); must be 1 otherwise.
+    caption_index : int
+        Caption used with ``"nth"`` (0 to the minimum captions per image - 1); must be 0 otherwise.
 
     Returns
     -------
@@ -206,7 +211,8 @@ def sample_pairs(
     Raises
     ------
     ValueError
-        If ``n`` is out of range, the policy is unknown, or ``n_captions`` exceeds the captions available.
+        If ``n`` is out of range, the policy is unknown, or ``n_captions`` / ``caption_index`` exceeds the
+        captions available.
     """
     if caption_policy not in CAPTION_POLICIES:
         raise ValueError(f"unknown caption_policy {caption_policy!r}; use one of {CAPTION_POLICIES}")
@@ -219,7 +225,12 @@ def sample_pairs(
         rows = np.random.default_rng(seed).choice(total, size=int(n), replace=False)
     if caption_policy != "concat" and n_captions != 1:
         raise ValueError(f"n_captions={n_captions} only applies to caption_policy='concat'")
+    if caption_policy != "nth" and caption_index != 0:
+        raise ValueError(f"caption_index={caption_index} only applies to caption_policy='nth'")
     min_caps = min(len(dataset.captions[i]) for i in rows)
+    if caption_policy == "nth" and not 0 <= int(caption_index) < min_caps:
+        raise ValueError(f"caption_index={caption_index} but some selected images have only {min_caps} captions "
+                         f"(valid: 0 to {min_caps - 1})")
     if not 1 <= n_captions <= min_caps:
         raise ValueError(f"n_captions={n_captions} but some selected images have only {min_caps} captions")
 
@@ -231,6 +242,8 @@ def sample_pairs(
             texts.append(caps[0])
         elif caption_policy == "random":
             texts.append(caps[int(caption_rng.integers(len(caps)))])
+        elif caption_policy == "nth":
+            texts.append(caps[int(caption_index)])
         else:
             texts.append(" ".join(caps[:n_captions]))
     return Pairs(
@@ -241,5 +254,5 @@ def sample_pairs(
         caption_policy=caption_policy,
         n_captions=n_captions,
         seed=seed,
-        info={"source": dataset.source},
+        info={"source": dataset.source, **({"caption_index": int(caption_index)} if caption_policy == "nth" else {})},
     )
