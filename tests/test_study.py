@@ -55,3 +55,14 @@ def test_page_parameters_are_the_declared_ones():
     assert "k" in names and "comparisons" in names
     namespace = {n: i for i, n in enumerate(names)} | {"unrelated": 1}
     assert report.page_parameters("sec3_1_layerwise", namespace) == {n: i for i, n in enumerate(names)}
+
+
+def test_p_at_the_permutation_floor_is_written_as_a_bound():
+    assert report.format_p(1 / 201, 200) == "p ≤ 0.005 (1/201)"
+    assert report.format_p(0.0301, 200) == "p = 0.030"
+    assert report.format_p(float("nan"), 200) == "p = n/a"
+
+
+def test_provenance_names_notebook_parameters_and_commit():
+    line = report.provenance("sec3_1_layerwise", {"k": 10})
+    assert line.startswith("notebook sec3_1_layerwise.py · parameters ") and "commit " in line
