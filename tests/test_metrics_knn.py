@@ -227,13 +227,23 @@ def test_layerwise_equals_loop(name, seed):
 
 
 def test_layerwise_blocks_match_unblocked(monkeypatch):
-    # Force one x-layer per gather block; the result must not depend on the blocking.
+    # Force one x-layer per packed word and per gather block, one permutation per batch; the result
+    # must not depend on the blocking.
+    from prh_lib.metrics import _bits, _cknna, _overlap
+
     rng = np.random.default_rng(5)
     XL, YL = rng.normal(size=(3, 40, 6)), rng.normal(size=(2, 40, 6))
+    XL[1, 7] = XL[1, 3]  # a duplicate: a straddling tie in some rows
     full = {n: M.LAYERWISE_METRICS[n](XL, YL, k=4) for n in KNN}
-    monkeypatch.setattr(knn, "_GATHER_BUDGET", 1)
+    nulls = {n: M.permutation_test_layerwise(XL, YL, metric=n, k=4, n_permutations=19).null for n in KNN}
+    monkeypatch.setattr(_bits, "WORD", 1)
+    monkeypatch.setattr(_overlap, "_BUDGET", 1)
+    monkeypatch.setattr(_cknna, "_GATHER_BUDGET", 1)
     for n in KNN:
         np.testing.assert_array_equal(M.LAYERWISE_METRICS[n](XL, YL, k=4), full[n])
+        np.testing.assert_array_equal(
+            M.permutation_test_layerwise(XL, YL, metric=n, k=4, n_permutations=19).null, nulls[n]
+        )
 
 
 def test_layerwise_deterministic_and_dtype_independent():
