@@ -78,6 +78,12 @@ class Backend:
             return np.take(flat, idx)
         return flat.index_select(0, idx.reshape(-1)).reshape(idx.shape)
 
+    def take_rows(self, a, idx):
+        """``a[idx]`` along the first axis (``idx`` any shape): blocks of contiguous rows."""
+        if self.numpy:
+            return a[idx]
+        return a.index_select(0, idx.reshape(-1)).reshape(tuple(idx.shape) + tuple(a.shape[1:]))
+
     def cat(self, arrays, axis=-1):
         return np.concatenate(arrays, axis=axis) if self.numpy else torch.cat(arrays, dim=axis)
 
@@ -116,23 +122,32 @@ class Backend:
 # --------------------------------------------------------------------------------------------------
 
 
-def count_planes(W, bk: Backend):
-    """Add the words of ``W`` (..., M) along the last axis as bit-sliced counters.
+def count_planes(W, bk: Backend, axis: int = -1, stop: int = 1):
+    """Add the words of ``W`` along ``axis`` as bit-sliced counters.
 
-    Returns a list of planes, each of shape ``W.shape[:-1]``: bit ``a`` of plane ``l`` is bit ``l`` of
-    the number of words whose bit ``a`` is set.
+    Returns a list of planes, each of ``W``'s shape without ``axis``: bit ``a`` of plane ``l`` is bit
+    ``l`` of the number of words whose bit ``a`` is set. With ``stop > 1`` the halving stops once
+    ``axis`` has at most ``stop`` entries, which are kept (partial counters to be summed).
     """
+    axis = axis % W.ndim
+    lead = (slice(None),) * axis
+
+    def part(p, lo, hi):
+        return p[lead + (slice(lo, hi),)]
+
     planes = [W]
-    while planes[0].shape[-1] > 1:
-        m = planes[0].shape[-1]
+    while planes[0].shape[axis] > stop:
+        m = planes[0].shape[axis]
         if m % 2:
-            pad = bk.zeros(tuple(planes[0].shape[:-1]) + (1,))
-            planes = [bk.cat([p, pad], -1) for p in planes]
+            shape = list(planes[0].shape)
+            shape[axis] = 1
+            pad = bk.zeros(tuple(shape))
+            planes = [bk.cat([p, pad], axis) for p in planes]
             m += 1
         h = m // 2
         out, carry = [], None
         for p in planes:
-            x, y = p[..., :h], p[..., h:]
+            x, y = part(p, 0, h), part(p, h, m)
             if carry is None:
                 out.append(x ^ y)
                 carry = x & y
@@ -142,7 +157,7 @@ def count_planes(W, bk: Backend):
                 carry = (x & y) | (t & carry)
         out.append(carry)
         planes = out
-    return [p[..., 0] for p in planes]
+    return [p[lead + (0,)] for p in planes] if stop == 1 else planes
 
 
 def unpack_counts(planes, nbits: int, bk: Backend):
@@ -157,7 +172,18 @@ def unpack_counts(planes, nbits: int, bk: Backend):
 
 def column_counts(W, nbits: int, bk: Backend):
     """For each of the low ``nbits`` bit positions, how many words of ``W`` (..., M) have it set."""
-    return unpack_counts(count_planes(W, bk), nbits, bk)
+    return column_counts_axis(W, nbits, bk, axis=W.ndim - 1)
+
+
+def column_counts_axis(W, nbits: int, bk: Backend, axis: int, stop: int = 8):
+    """:func:`column_counts` along ``axis``: shape ``W.shape`` without ``axis``, plus ``(nbits,)``.
+
+    The last few halvings (fewer than ``stop`` counters left) are replaced by unpacking the partial
+    counters and summing them, which takes fewer (Python-level) operations on tiny arrays.
+    """
+    axis = axis % W.ndim
+    planes = count_planes(W, bk, axis=axis, stop=stop)
+    return unpack_counts(planes, nbits, bk).sum(axis=axis)
 
 
 # --------------------------------------------------------------------------------------------------

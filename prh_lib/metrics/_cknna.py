@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from ._neighbours import Hoods
 from . import _overlap as O
+from ._neighbours import Hoods, _order
 
 __all__: list[str] = []
 
@@ -114,27 +114,22 @@ def _cross(sx: CknnaState, sy: CknnaState, perm=None) -> torch.Tensor:
 
 
 def _repaired(sy: CknnaState, perm: torch.Tensor) -> CknnaState:
-    """``sy`` with straddling rows re-chosen for the re-pairing ``perm`` (in ``Y``'s frame)."""
+    """``sy`` with its straddling rows re-chosen for the re-pairing ``perm`` (kept in ``Y``'s frame,
+    where the null looks masks up at permuted positions), and ``Y``'s self-HSIC recomputed."""
     h = sy.hoods
-    N = h.n
-    pinv = O.inverse(h.bk.asarray(perm)[None], N, h.bk)
-    new = O.repaired_lists(h, h.bk.asarray(perm)[None], pinv)[0]  # (L, N, k) in the new frame
-    lay, row = _t(h.s_layer, sy.idx.device), _t(h.s_row, sy.idx.device)
-    back = torch.cat([perm, torch.tensor([N], device=perm.device)])
-    rows_new = back[_t(new, sy.idx.device)[lay, row]]  # back to Y's frame
-    Sr = sy.gram[lay, row]  # similarity order of the re-chosen lists
+    N, dev = h.n, sy.idx.device
+    P = h.bk.asarray(perm)[None]
+    new = O.rechosen(h, P, O.inverse(P, N, h.bk))[0]  # (R, k) labels in Y[perm]'s frame
+    back = _t(h.bk.to_numpy(new) if h.bk.numpy else new, dev)
+    lay, row = _t(h.s_layer, dev), _t(h.s_row, dev)
+    members = perm[back]  # back to Y's frame
+    vals = torch.gather(sy.gram[lay, row], 1, members)
     idx = sy.idx.clone()
-    idx[lay, row] = O_order(Sr, rows_new)
+    idx[lay, row] = _order(vals, members)
     mask = sy.mask.clone()
     mask[lay, row] = False
     mask[lay[:, None], row[:, None], idx[lay, row]] = True
     return replace(sy, idx=idx, mask=mask, self_hsic=_self(sy.gram, idx, mask))
-
-
-def O_order(vals_rows: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    from ._neighbours import _order
-
-    return _order(torch.gather(vals_rows, 1, ids), ids)
 
 
 def scores(sx: CknnaState, sy: CknnaState, perms=None) -> np.ndarray:

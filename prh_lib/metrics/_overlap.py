@@ -28,14 +28,17 @@ samples with the lowest *new* indices, exactly what recomputing on ``Y[perm]`` d
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
+import torch
 
 from . import _bits as B
 from ._neighbours import Hoods
 
 __all__: list[str] = []
 
-_BUDGET = 1 << 21  # elements of the largest temporary of a batch of permutations
+_BUDGET = 1 << 18  # elements of the packed-word array of one batch of permutations (fits in cache)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -80,6 +83,16 @@ def _lists(h: Hoods, *, sentinel_straddling: bool):
     c = _cache(h)
     if key not in c:
         c[key] = h.bk.where(h.straddle[:, :, None], h.n, h.idx) if sentinel_straddling else h.idx
+    return c[key]
+
+
+def _lists_by_row(h: Hoods, *, sentinel_straddling: bool):
+    """:func:`_lists` laid out ``(N, k, L)``: one contiguous block of all layers' lists per row."""
+    key = ("lists_by_row", sentinel_straddling)
+    c = _cache(h)
+    if key not in c:
+        a = _lists(h, sentinel_straddling=sentinel_straddling)
+        c[key] = a.transpose(1, 2, 0).copy() if h.bk.numpy else a.permute(1, 2, 0).contiguous()
     return c[key]
 
 
@@ -154,13 +167,41 @@ def _relabel(pinv, cols, bk: B.Backend):
     return bk.take(pinv.reshape(-1), off + cols[None])
 
 
+def _by_x_row(h: Hoods, perms, pinv, *, sentinel_straddling: bool):
+    """Flat table positions ``(P, N, k, L_y)`` ordered by the X row ``i`` they look up: row ``i`` of
+    ``X`` meets row ``perm[i]`` of ``Y``, whose neighbours are relabelled by ``pinv``. Reading the
+    table row by row keeps its look-ups in cache."""
+    bk, N = h.bk, h.n
+    lists = _lists_by_row(h, sentinel_straddling=sentinel_straddling)
+    if perms is None:
+        return _relabel(pinv, lists, bk)  # (1, N, k, L)
+    rows = bk.take_rows(lists, perms)  # (P, N, k, L): row perm[p, i] of Y for X row i
+    P, M = pinv.shape
+    off = (bk.arange(P) * M).reshape(P, 1, 1, 1)
+    return bk.take(pinv.reshape(-1), off + rows)
+
+
+def _flat(new, N: int, bk: B.Backend):
+    return new + (bk.arange(N) * (N + 1))[None, :, None, None]
+
+
 def _batches(perms, per_perm: int):
     if perms is None:
-        yield None
-        return
+        return [None]
     step = max(1, _BUDGET // max(per_perm, 1))
-    for s in range(0, perms.shape[0], step):
-        yield perms[s : s + step]
+    return [perms[s : s + step] for s in range(0, perms.shape[0], step)]
+
+
+def _map(fn, batches, bk: B.Backend) -> list:
+    """``[fn(b) for b in batches]``, on CPU spread over ``torch.get_num_threads()`` threads (NumPy
+    releases the GIL in its array loops). Batches are independent integer computations, so the result
+    does not depend on the threading. The first batch runs alone and fills the shared caches."""
+    workers = torch.get_num_threads() if bk.numpy else 1
+    if workers <= 1 or len(batches) <= 2:
+        return [fn(b) for b in batches]
+    first = fn(batches[0])
+    with ThreadPoolExecutor(max_workers=workers) as ex:
+        return [first] + list(ex.map(fn, batches[1:]))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -175,9 +216,7 @@ def overlap_scores(hx: Hoods, hy: Hoods, perms=None, *, jaccard: bool = False) -
     """
     bk, N, k = hx.bk, hx.n, hx.k
     Lx, Ly = hx.n_layers, hy.n_layers
-    out = []
-    for batch in _batches(perms, Ly * N * k * (4 if jaccard else 1)):
-        out.append(bk.to_numpy(_overlap_batch(hx, hy, batch, jaccard)))
+    out = _map(lambda b: bk.to_numpy(_overlap_batch(hx, hy, b, jaccard)), _batches(perms, Ly * N * k), bk)
     F = np.concatenate(out, 0)
     q = B.fixed_point_bits(N, k)
     scale = float(2**q) * N * (1 if jaccard else k)
@@ -198,19 +237,25 @@ def _overlap_batch(hx: Hoods, hy: Hoods, perms, jaccard: bool):
     q = B.fixed_point_bits(N, k)
     pinv = inverse(perms, N, bk)
     P = pinv.shape[0]
-    cols = _lists(hy, sentinel_straddling=True)
-    rowoff = pinv[:, :N] * (N + 1)  # (P, N): row of X for Y row i'
-    flat = _relabel(pinv, cols, bk) + rowoff[:, None, :, None]  # (P, Ly, N, k)
+    flat = _flat(_by_x_row(hy, perms, pinv, sentinel_straddling=True), N, bk)  # (P, N, k, Ly)
     F = bk.zeros((P, Lx, Ly))
     jq = _jaccard_table(k, q, bk) if jaccard else None
     for a0, a1 in _chunks(Lx):
         nb = a1 - a0
         words = bk.take(_table(hx, a0, a1, transpose=False, skip_straddling=True), flat)
-        if jaccard:
-            per_row = B.unpack_counts(B.count_planes(words, bk), nb, bk)  # (P, Ly, N, nb)
-            part = bk.take(jq, per_row).sum(axis=2)  # (P, Ly, nb)
+        if jaccard:  # per-sample counts as bit planes, then how many samples have each count c
+            planes = B.count_planes(words, bk, axis=2)  # (P, N, Ly) each
+            ind = []
+            for c in range(1, k + 1):  # bit a of ind[c-1] set where sample's count for layer a is c
+                e = None
+                for level, p in enumerate(planes):
+                    term = p if (c >> level) & 1 else ~p
+                    e = term if e is None else e & term
+                ind.append(e)
+            h = B.column_counts_axis(bk.stack(ind, -1), nb, bk, axis=1)  # (P, Ly, k, nb)
+            part = (h * jq[1:, None]).sum(axis=2)
         else:
-            part = B.column_counts(words.reshape(P, Ly, N * k), nb, bk) << q
+            part = B.column_counts_axis(words, nb, bk, axis=1).sum(axis=1) << q  # (P, k, Ly, nb) summed
         F[:, a0:a1, :] += part.transpose(0, 2, 1) if bk.numpy else part.permute(0, 2, 1)
     if hx.n_straddling or hy.n_straddling:
         F += _corrections(hx, hy, perms, pinv, q, jaccard)
@@ -263,42 +308,44 @@ def _corrections(hx: Hoods, hy: Hoods, perms, pinv, q: int, jaccard: bool):
 # --------------------------------------------------------------------------------------------------
 
 
-def repaired_lists(hy: Hoods, perms, pinv):
-    """Neighbour lists of ``Y[perm]`` in its own frame, indexed by the *original* row ``i'``:
-    ``(P, L_y, N, k)``; straddling rows recomputed with the lowest-new-index rule."""
+def rechosen(hy: Hoods, perms, pinv):
+    """New-frame neighbour lists ``(P, R, k)`` of ``Y``'s straddling rows under the re-pairings: the
+    strict members plus the ``r`` tied samples with the lowest new indices (what recomputing on
+    ``Y[perm]`` gives)."""
     bk, k = hy.bk, hy.k
-    new = _relabel(pinv, hy.idx, bk)
-    if hy.n_straddling and perms is not None:
-        s_key, t_key = _tie_lists(hy)
-        sS = _relabel(pinv, s_key, bk)  # (P, R, k)
-        sT = bk.sort(_relabel(pinv, t_key, bk), -1)[..., :k]  # lowest new indices first
-        ar = bk.arange(k)[None, :]
-        mask = bk.cat([ar < (k - hy.s_r)[:, None], ar < hy.s_r[:, None]], -1)  # (R, 2k), k True
-        both = bk.cat([sS, sT], -1)
-        P, R = both.shape[0], both.shape[1]
-        full = mask[None].repeat(P, 0) if bk.numpy else mask[None].expand(P, R, 2 * k)
-        new[:, hy.s_layer, hy.s_row, :] = both[full].reshape(P, R, k)
-    return new
+    s_key, t_key = _tie_lists(hy)
+    sS = _relabel(pinv, s_key, bk)  # (P, R, k), members first
+    sT = bk.sort(_relabel(pinv, t_key, bk), -1)[..., :k]  # lowest new indices first
+    ar = bk.arange(k)[None, :]
+    mask = bk.cat([ar < (k - hy.s_r)[:, None], ar < hy.s_r[:, None]], -1)  # (R, 2k), k True per row
+    both = bk.cat([sS, sT], -1)
+    P, R = both.shape[0], both.shape[1]
+    full = mask[None].repeat(P, 0) if bk.numpy else mask[None].expand(P, R, 2 * k)
+    return both[full].reshape(P, R, k)
 
 
 def cycle_scores(hx: Hoods, hy: Hoods, perms=None) -> np.ndarray:
     """Cycle k-NN ``hits / N`` for every layer pair, ``(P, L_x, L_y)`` float64 NumPy."""
     bk, N, k = hx.bk, hx.n, hx.k
     Lx, Ly = hx.n_layers, hy.n_layers
-    out = []
-    for batch in _batches(perms, 2 * Ly * N * k):
+    def one(batch):
         pinv = inverse(batch, N, bk)
         P = pinv.shape[0]
-        flat = repaired_lists(hy, batch, pinv) + (pinv[:, :N] * (N + 1))[:, None, :, None]
+        new = _by_x_row(hy, batch, pinv, sentinel_straddling=False)  # hard lists, relabelled
+        if hy.n_straddling and batch is not None:  # straddling Y row i' sits at X row pinv[i']
+            pos = _relabel(pinv, hy.s_row, bk)  # (P, R)
+            new[bk.arange(P)[:, None], pos, :, hy.s_layer[None, :]] = rechosen(hy, batch, pinv)
+        flat = _flat(new, N, bk)
         H = bk.zeros((P, Lx, Ly))
         for a0, a1 in _chunks(Lx):
             w = bk.take(_table(hx, a0, a1, transpose=True, skip_straddling=False), flat)
-            anyhit = w[..., 0]
+            anyhit = w[:, :, 0]
             for t in range(1, k):
-                anyhit = anyhit | w[..., t]
-            c = B.column_counts(anyhit, a1 - a0, bk)  # (P, Ly, nb)
+                anyhit = anyhit | w[:, :, t]
+            c = B.column_counts_axis(anyhit, a1 - a0, bk, axis=1)  # (P, Ly, nb)
             H[:, a0:a1, :] = c.transpose(0, 2, 1) if bk.numpy else c.permute(0, 2, 1)
-        out.append(bk.to_numpy(H))
-    S = np.concatenate(out, 0).astype(np.float64) / N
+        return bk.to_numpy(H)
+
+    S = np.concatenate(_map(one, _batches(perms, Ly * N * k), bk), 0).astype(np.float64) / N
     S[:, ~(hx.valid[:, None] & hy.valid[None, :])] = np.nan
     return S
