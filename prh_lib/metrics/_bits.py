@@ -31,12 +31,17 @@ __all__: list[str] = []
 WORD = 63
 
 
+#: Run the integer kernels with NumPy on CPU (False: torch everywhere; the tests use this to run the
+#: CUDA code path on a CPU and check that both give the same bits).
+NUMPY_ON_CPU = True
+
+
 class Backend:
-    """The array library the integer kernels run on: NumPy for CPU tensors, torch on CUDA."""
+    """The array library the integer kernels run on: NumPy for CPU tensors, torch otherwise (CUDA)."""
 
     def __init__(self, device: torch.device):
         self.device = torch.device(device)
-        self.numpy = self.device.type == "cpu"
+        self.numpy = self.device.type == "cpu" and NUMPY_ON_CPU
 
     # conversions -----------------------------------------------------------------------------
     def asarray(self, a):

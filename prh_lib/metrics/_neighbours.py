@@ -76,20 +76,21 @@ class Hoods:
 
 
 def similarity(Z: torch.Tensor, kind: str, name: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(S, G)`` for one layer ``Z`` (N, d): ranking similarity and raw Gram matrix, float32.
+    """``(S, sq_norms)`` for one layer ``Z`` (N, d): ranking similarity (float32) and ``||z_i||^2``.
 
-    Raises the package's NaN/inf error (naming ``name``) when a row is not finite: the Gram diagonal
-    ``sum_d z_id^2`` is NaN or infinite exactly then (or when it overflows float32).
+    For ``kind="linear"`` ``S`` is the raw Gram matrix. Raises the package's NaN/inf error (naming
+    ``name``) when a row is not finite: the Gram diagonal ``sum_d z_id^2`` is NaN or infinite exactly
+    then (or when it overflows float32).
     """
     G = Z @ Z.T
-    diag = G.diagonal()
+    diag = G.diagonal().clone()
     if not bool(torch.isfinite(diag).all()):
         raise V.nonfinite_error(Z, name)
     if kind == "linear":
-        return G, G
+        return G, diag
     norms = diag.sqrt()
     norms = torch.where(norms > 0, norms, torch.ones_like(norms))
-    return G / norms, G
+    return G.div_(norms), diag  # in place: no second (N, N) buffer
 
 
 def is_constant(Z: torch.Tensor, kind: str) -> bool:
@@ -190,12 +191,11 @@ def hoods_from_features(XL: torch.Tensor, *, k: int, kind: str, name: str, bk: B
     parts, valid, n_zero = [], np.empty(L, dtype=bool), 0
     gram = torch.empty(L, N, N, dtype=torch.float32, device=XL.device) if keep_gram else None
     for l in range(L):
-        S, G = similarity(XL[l], kind, name)
+        S, sq = similarity(XL[l], kind, name)
         if kind == "cosine":
-            n_zero += int((G.diagonal() == 0).sum())
+            n_zero += int((sq == 0).sum())
         if keep_gram:
-            gram[l] = G
-            S = G.clone()
+            gram[l] = S  # a copy: select() below overwrites S's diagonal
         valid[l] = not is_constant(XL[l], kind)
         parts.append(select(S, k))
     if n_zero:
