@@ -245,15 +245,18 @@ def _overlap_batch(hx: Hoods, hy: Hoods, perms, jaccard: bool):
         words = bk.take(_table(hx, a0, a1, transpose=False, skip_straddling=True), flat)
         if jaccard:  # per-sample counts as bit planes, then how many samples have each count c
             planes = B.count_planes(words, bk, axis=2)  # (P, N, Ly) each
+            while len(planes) > 1 and not bool(planes[-1].any()):
+                planes = planes[:-1]  # counts < 2**len(planes): larger c need no indicator (exact)
+            cmax = min(k, 2 ** len(planes) - 1)
             ind = []
-            for c in range(1, k + 1):  # bit a of ind[c-1] set where sample's count for layer a is c
+            for c in range(1, cmax + 1):  # bit a of ind[c-1] set where sample's count for layer a is c
                 e = None
                 for level, p in enumerate(planes):
                     term = p if (c >> level) & 1 else ~p
                     e = term if e is None else e & term
                 ind.append(e)
-            h = B.column_counts_axis(bk.stack(ind, -1), nb, bk, axis=1)  # (P, Ly, k, nb)
-            part = (h * jq[1:, None]).sum(axis=2)
+            h = B.column_counts_axis(bk.stack(ind, -1), nb, bk, axis=1)  # (P, Ly, cmax, nb)
+            part = (h * jq[1 : cmax + 1, None]).sum(axis=2)
         else:
             part = B.column_counts_axis(words, nb, bk, axis=1).sum(axis=1) << q  # (P, k, Ly, nb) summed
         F[:, a0:a1, :] += part.transpose(0, 2, 1) if bk.numpy else part.permute(0, 2, 1)
