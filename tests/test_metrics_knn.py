@@ -339,6 +339,15 @@ def test_bad_input_raises_clear_errors(name):
         f(X.tolist(), X, k=3)
 
 
+def test_huge_values_rank_by_cosine_and_overflow_is_reported_for_cknna():
+    # Squared norms of rows with entries ~1e25 overflow float32; cosine ranking is scale-invariant, so
+    # the cosine metrics rescale such rows; CKNNA's inner-product kernel cannot and says so.
+    X, Y = _related(np.random.default_rng(0), 40, 5, 6)
+    assert M.mutual_knn(1e25 * X, Y, k=4) == M.mutual_knn(X, Y, k=4)
+    with pytest.raises(ValueError, match="overflow float32"):
+        M.cknna(1e25 * X, Y, k=4)
+
+
 def test_cknna_needs_four_samples():
     X = np.random.default_rng(0).normal(size=(3, 2))
     with pytest.raises(ValueError, match="at least 4 samples"):

@@ -85,7 +85,14 @@ def similarity(Z: torch.Tensor, kind: str, name: str) -> tuple[torch.Tensor, tor
     G = Z @ Z.T
     diag = G.diagonal().clone()
     if not bool(torch.isfinite(diag).all()):
-        raise V.nonfinite_error(Z, name)
+        if kind == "linear" or not bool(torch.isfinite(Z).all()):
+            raise V.nonfinite_error(Z, name)
+        # finite rows whose squared norms overflow float32: cosine ranking is invariant to rescaling
+        # each row, so rank the rows scaled by their largest entry instead
+        m = Z.abs().amax(dim=1, keepdim=True)
+        Z = Z / torch.where(m > 0, m, torch.ones_like(m))
+        G = Z @ Z.T
+        diag = G.diagonal().clone()
     if kind == "linear":
         return G, diag
     norms = diag.sqrt()
@@ -96,9 +103,11 @@ def similarity(Z: torch.Tensor, kind: str, name: str) -> tuple[torch.Tensor, tor
 def is_constant(Z: torch.Tensor, kind: str) -> bool:
     """All rows identical (after L2 normalisation for ``kind="cosine"``)."""
     if kind == "cosine":
-        def unit(z):
+        def unit(z):  # scaled by the largest entry first, so that huge rows do not overflow
+            m = z.abs().amax(dim=-1, keepdim=True)
+            z = z / torch.where(m > 0, m, torch.ones_like(m))
             n = torch.linalg.vector_norm(z, dim=-1, keepdim=True)
-            return z / n.clamp_min(1e-30)
+            return z / torch.where(n > 0, n, torch.ones_like(n))
         if Z.shape[0] >= 2 and not torch.equal(unit(Z[0]), unit(Z[1])):
             return False
         return V.is_constant(unit(Z))
