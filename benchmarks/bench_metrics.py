@@ -294,6 +294,7 @@ def main(argv=None):
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch "
           f"{torch.__version__} ({torch.get_num_threads()} threads)"
           + (f", {torch.cuda.get_device_name(0)}" if args.device.startswith("cuda") else ""))
+    print(f"load average at start: {', '.join(f'{x:.1f}' for x in os.getloadavg())} (1, 5, 15 min)")
     res = {}
     for case in cases:
         flags = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
@@ -312,7 +313,7 @@ def main(argv=None):
             print(f"  ran {case:<16} {res[case]['seconds']:9.2f} s  (runs: "
                   f"{', '.join(f'{t:.2f}' for t in res[case]['all_seconds'])})", flush=True)
 
-    floor = res.get("gram", {}).get("seconds")
+    print(f"load average at end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     lw = res.get("layerwise", {}).get("seconds")
     labels = {
         "gram": f"Gram floor ({args.lx + args.ly} Gram matrices)",

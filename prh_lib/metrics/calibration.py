@@ -17,10 +17,10 @@ maximum with a single pair's null is anti-conservative.
 Permutations never recompute Gram matrices: k-NN metrics look up packed neighbour memberships at
 permuted positions, all layer pairs and batches of permutations at once (see
 :mod:`prh_lib.metrics._overlap`); kernel metrics permute the rows and columns of the stored centred
-Gram matrices. For every metric the null equals recomputing the metric on ``Y[perm]`` (bit for bit;
-for the k-NN family whatever the ties, see the tie semantics in :mod:`prh_lib.metrics.knn`), so the
-test is an exact permutation test: on independent data it rejects with probability at most
-``alpha``.
+Gram matrices. The null equals recomputing the metric on ``Y[perm]``: bit for bit for the k-NN family,
+whatever the ties (see the tie semantics in :mod:`prh_lib.metrics.knn`), and up to float32 rounding
+of the centred Gram matrices for the kernel family. The test is then an exact permutation test: on
+data whose pairing carries no information it rejects with probability at most ``alpha``.
 
 References
 ----------
@@ -249,8 +249,9 @@ def permutation_test(
     Returns
     -------
     CalibratedScore
-        ``observed`` equals ``METRICS[metric](X, Y)`` exactly for the count-based k-NN metrics and to
-        float32 accuracy for the others (the null is computed on the same layer-wise path).
+        ``observed`` equals ``METRICS[metric](X, Y)`` and ``null[t]`` equals
+        ``METRICS[metric](X, Y[perm_t])`` bit for bit for the k-NN metrics (one code path); to float32
+        accuracy for the kernel metrics.
 
     Raises
     ------
@@ -301,8 +302,11 @@ def permutation_test_layerwise(
 
     Notes
     -----
-    Cost: one layer-wise score matrix per permutation. For the k-NN metrics that is
-    ``O(L_x L_y N k)`` look-ups; for the kernel metrics an ``(L_x, N^2) @ (N^2, L_y)`` product.
+    Cost: the ``L_x + L_y`` Gram matrices once, then per permutation, for mutual, Jaccard and cycle
+    k-NN, ``L_y N k`` look-ups of packed words holding 63 layers of ``X`` each and a bit-sliced
+    count (all layer pairs at once; at the paper's size about a millisecond); for CKNNA
+    ``O(L_x L_y N k)`` gathers in float64; for the kernel metrics an ``(L_x, N^2) @ (N^2, L_y)``
+    product. ``benchmarks/bench_metrics.py`` measures these against the Gram-matrix floor.
 
     References
     ----------
