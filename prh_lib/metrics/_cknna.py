@@ -10,11 +10,13 @@ null equals recomputation bit for bit.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
+from . import _bits as B
 from . import _overlap as O
 from ._neighbours import Hoods, _order
 
@@ -132,16 +134,114 @@ def _repaired(sy: CknnaState, perm: torch.Tensor) -> CknnaState:
     return replace(sy, idx=idx, mask=mask, self_hsic=_self(sy.gram, idx, mask))
 
 
+def _ytable(idx: np.ndarray, b0: int, b1: int, N: int) -> np.ndarray:
+    """Packed memberships of Y layers ``b0..b1-1``: bit ``b - b0`` of ``[i, j]`` iff ``j in N_b(i)``."""
+    tab = np.zeros(N * (N + 1), dtype=np.int64)
+    rows = np.arange(N)[:, None] * (N + 1)
+    for bit, b in enumerate(range(b0, b1)):
+        tab[(rows + idx[b]).ravel()] += 1 << bit
+    return tab
+
+
+def _x_arrays(sx: CknnaState):
+    """NumPy views of X's lists, kernel values at them and reciprocal memberships (cached)."""
+    if not hasattr(sx, "_np"):
+        L, N, k = sx.idx.shape
+        lidx = torch.arange(L).view(L, 1, 1)
+        rows = torch.arange(N).view(1, N, 1)
+        kv = torch.gather(sx.gram, -1, sx.idx).double()
+        rec = sx.mask[lidx, sx.idx, rows]
+        sx._np = (sx.idx.numpy(), kv.numpy(), rec.numpy())
+    return sx._np
+
+
+def _cross_hits(sx: CknnaState, sy: CknnaState, perm=None) -> np.ndarray:
+    """:func:`_cross` on the CPU from the hits only (``j`` in both neighbourhoods of ``i``).
+
+    Under a re-pairing only about ``k^2 / N`` of each row's ``k`` X-neighbours are also Y'-neighbours,
+    so enumerating the hits (from packed Y memberships looked up at X's neighbour positions, 63 Y
+    layers per word) replaces ``L_x L_y N k`` gathers per permutation by a few per hit. Every sum runs
+    over a layer pair's hits in order of X position (``np.bincount``), so the null equals
+    recomputation on ``Y[perm]``, and a layer-wise entry the pairwise value, bit for bit.
+    """
+    idx, kvx, recx = _x_arrays(sx)
+    Lx, N, k = idx.shape
+    Ly = sy.idx.shape[0]
+    p = np.arange(N) if perm is None else np.asarray(perm.cpu() if isinstance(perm, torch.Tensor) else perm)
+    Lg = sy.gram.numpy().reshape(-1)
+    c = p[idx]  # (Lx, N, k): Y-frame column of X's neighbour j
+    r = p[None, :, None] * (N + 1)
+    G = Lx * Ly
+    tr, sA, sB, ab = (np.zeros(G) for _ in range(4))
+    cache = sy.__dict__.setdefault("_tables", {}) if perm is None or not sy.hoods.n_straddling else {}
+    for b0 in range(0, Ly, 63):
+        b1 = min(b0 + 63, Ly)
+        tab = cache.get(b0)
+        if tab is None:
+            tab = _ytable(sy.idx.numpy(), b0, b1, N)
+            cache[b0] = tab
+        wf = np.take(tab, r + c).ravel()  # bit b: (perm j) in N_Yb(perm i), i.e. j in N_Y'b(i)
+        e = np.flatnonzero(wf)
+        w = wf[e]
+        wr = np.take(tab, (c * (N + 1) + p[None, :, None]).ravel()[e])  # i in N_Y'b(j)
+        es, bs, ws = [], [], []
+        while e.size:  # peel set bits, lowest first
+            low = w & -w
+            es.append(e)
+            bs.append(np.frexp(low.astype(np.float64))[1] - 1)
+            ws.append(wr)
+            w = w ^ low
+            keep = w != 0
+            e, w, wr = e[keep], w[keep], wr[keep]
+        if not es:
+            continue
+        e, bit, wr = np.concatenate(es), np.concatenate(bs).astype(np.int64), np.concatenate(ws)
+        # each peeling round is sorted by position; merging the runs (timsort) orders every layer
+        # pair's hits by X position, independently of which other Y layers share a word
+        o = np.argsort(e, kind="stable")
+        e, bit, wr = e[o], bit[o], wr[o]
+        a, i = e // (N * k), (e // k) % N
+        j = idx.reshape(-1)[e]
+        b = bit + b0
+        kv = kvx.reshape(-1)[e]
+        lv = Lg[(b * N + p[i]) * N + p[j]].astype(np.float64)
+        rec = recx.reshape(-1)[e] & (((wr >> bit) & 1) == 1)
+        g = a * Ly + b
+        sA += np.bincount(g, kv, G)
+        sB += np.bincount(g, lv, G)
+        tr += np.bincount(g, kv * lv * rec, G)
+        rowB = np.bincount(g * N + i, lv, G * N)
+        ab += np.bincount(g, kv * rowB[g * N + j], G)
+    n = N
+    h = (tr + sA * sB / ((n - 1) * (n - 2)) - 2.0 * ab / (n - 2)) / (n * (n - 3))
+    return h.reshape(Lx, Ly)
+
+
 def scores(sx: CknnaState, sy: CknnaState, perms=None) -> np.ndarray:
-    """CKNNA of every layer pair, ``(P, L_x, L_y)`` float64 NumPy; NaN for degenerate layers."""
+    """CKNNA of every layer pair, ``(P, L_x, L_y)`` float64 NumPy; NaN for degenerate layers.
+
+    On the CPU the cross terms come from the hits (:func:`_cross_hits`, permutations spread over
+    ``torch.get_num_threads()`` threads); on CUDA from batched gathers (:func:`_cross`). Both equal
+    recomputation bit for bit on their device; across devices they agree to float64 rounding.
+    """
     dev = sx.idx.device
     plist = [None] if perms is None else list(_t(perms, dev))
-    out = []
-    for p in plist:
+    cpu = dev.type == "cpu" and B.NUMPY_ON_CPU
+
+    def one(p):
         syp = _repaired(sy, p) if (p is not None and sy.hoods.n_straddling) else sy
-        den = sx.self_hsic[:, None] * syp.self_hsic[None, :]
-        s = _cross(sx, syp, p) / den.clamp_min(0).sqrt()
-        out.append(s.masked_fill(den <= 0, float("nan")).cpu().numpy())
+        den = (sx.self_hsic[:, None] * syp.self_hsic[None, :]).cpu().numpy()
+        cross = _cross_hits(sx, syp, p) if cpu else _cross(sx, syp, p).cpu().numpy()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            s = cross / np.sqrt(np.maximum(den, 0))
+        return np.where(den <= 0, np.nan, s)
+
+    if cpu and len(plist) > 2 and torch.get_num_threads() > 1:
+        first = one(plist[0])
+        with ThreadPoolExecutor(max_workers=torch.get_num_threads()) as ex:
+            out = [first] + list(ex.map(one, plist[1:]))
+    else:
+        out = [one(p) for p in plist]
     S = np.stack(out)
     S[:, ~(sx.valid[:, None] & sy.valid[None, :])] = np.nan
     return S
