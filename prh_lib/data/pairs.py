@@ -134,12 +134,35 @@ class Pairs:
         return h.hexdigest()[:16]
 
     def image_fingerprint(self) -> str:
-        """SHA-256 (hex, 16 chars) of the sample ids and image identities (file name and size) in row order."""
+        """SHA-256 (hex, 16 chars) of the sample ids and image contents in row order: the image side's cache key.
+
+        An image file counts by its bytes (:func:`prh_lib.paths.file_digests`: each file is read once and
+        remembered by path, size and modification times, so replacing a photo by another of the same size
+        changes the key); a table image (:class:`~prh_lib.data.TableImage`) by its stored encoded bytes; an
+        in-memory ``PIL.Image`` by its mode, size and pixels.
+
+        Raises
+        ------
+        DataError
+            If an image file does not exist (the message names it and its sample).
+        """
+        from .. import paths
+
+        files = [i for i, item in enumerate(self.images) if isinstance(item, (str, Path))]
+        try:
+            digests = dict(zip(files, paths.file_digests([self.images[i] for i in files])))
+        except FileNotFoundError as err:
+            missing = next(i for i in files if not Path(self.images[i]).is_file())
+            raise DataError(f"cannot fingerprint the images of {self.dataset!r}: image file {self.images[missing]} "
+                            f"(sample {self.sample_ids[missing]!r}) does not exist") from err
         h = hashlib.sha256()
-        for sid, item in zip(self.sample_ids, self.images):
-            if isinstance(item, (str, Path)):
-                p = Path(item)
-                ident = f"{p.name}:{p.stat().st_size}" if p.exists() else p.name
+        for i, (sid, item) in enumerate(zip(self.sample_ids, self.images)):
+            if i in digests:
+                ident = "sha256:" + digests[i]
+            elif hasattr(item, "content_digest"):  # TableImage: its stored (encoded) bytes
+                ident = item.content_digest()
+            elif hasattr(item, "mode") and hasattr(item, "size"):  # PIL.Image: pixels alone omit the shape
+                ident = f"pil:{item.mode}:{item.size[0]}x{item.size[1]}:" + hashlib.sha256(item.tobytes()).hexdigest()
             else:
                 ident = hashlib.sha256(item.tobytes()).hexdigest()
             h.update(sid.encode() + b"\x00" + ident.encode() + b"\x01")

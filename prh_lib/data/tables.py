@@ -52,6 +52,15 @@ class TableImage:
             return stored["bytes"]
         return Path(stored["path"]).read_bytes()
 
+    def content_digest(self) -> str:
+        """SHA-256 (hex) of the stored bytes (a stored path: of the file, through :func:`prh_lib.paths.file_digests`)."""
+        import hashlib
+
+        stored = self._stored()
+        if stored.get("bytes") is not None:
+            return hashlib.sha256(stored["bytes"]).hexdigest()
+        return paths.file_digests([stored["path"]])[0]
+
     def open(self):
         """The decoded ``PIL.Image``."""
         import io
