@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .. import data, extract, paper
+from ..features import CorruptFeatureFileError, check_feature_file
 from ..data.study import DatasetSpec, clear_caches, study_draws, study_pairs
 from ..models import DTYPES
 
@@ -52,8 +53,20 @@ class Job:
         return None if self.cache_file is None else Path(self.cache_file)
 
     def is_done(self) -> bool:
-        """Whether the job's feature file exists (written atomically, so existing means complete)."""
-        return self.cache_file is not None and Path(self.cache_file).is_file()
+        """Whether the job's feature file exists and its header is sound (safetensors header, metadata, shape).
+
+        Files are written atomically, so an interrupted write leaves no file; a damaged one (truncated,
+        overwritten, without metadata) counts as not done, and the worker's ``get_features`` moves it aside
+        and recomputes it. The check reads only the header (no tensor), so planning stays cheap; the
+        checksum of the tensor bytes is verified when the features are read.
+        """
+        if self.cache_file is None or not Path(self.cache_file).is_file():
+            return False
+        try:
+            check_feature_file(self.cache_file)
+        except (CorruptFeatureFileError, FileNotFoundError):
+            return False
+        return True
 
     def status(self) -> str:
         """``"cached"``, ``"left"`` or ``"unknown"`` (cache path not resolvable at planning time)."""

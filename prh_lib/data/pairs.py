@@ -17,13 +17,17 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["CAPTION_POLICIES", "DataError", "ImageCaptionDataset", "Pairs", "sample_pairs"]
+__all__ = ["CAPTION_POLICIES", "DataError", "DataWarning", "ImageCaptionDataset", "Pairs", "sample_pairs"]
 
 CAPTION_POLICIES = ("first", "random", "concat", "nth")
 
 
 class DataError(ValueError):
     """A dataset is missing, unreadable or malformed; the message names the path and the fix."""
+
+
+class DataWarning(UserWarning):
+    """Data was usable after a repair that the reader should know of (e.g. empty captions skipped, counted)."""
 
 
 @dataclass(frozen=True)
