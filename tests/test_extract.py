@@ -127,6 +127,32 @@ def test_same_caption_same_vector_whatever_batch_size_and_padding(model_name, ca
                                        msg=f"{model_name} batch_size={bs} padding={side}")
 
 
+SHORT = "a cat on a mat"
+LONG = " ".join(["the long caption of a brown dog running in a green park"] * 8)
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_padding_tokens_never_reach_the_mean(padding_side, tmp_path):
+    """A caption batched with a much longer one (so padded by ~90 tokens) gives its unbatched vector, to 1e-5.
+
+    Runs on a tiny random Llama built offline, so it runs everywhere (the zoo test above skips without the
+    zoo packages). A pooling that averages over padded positions too (e.g. ``mean_pool(h, ones_like(mask))``
+    in ``_extract_text``, or dividing by the padded length in ``mean_pool``) moves the short caption's
+    vector by far more than 1e-5 and fails here.
+    """
+    from fixtures.tiny_models import tiny_llama
+    from prh_lib import models
+
+    model = models.load_model(str(tiny_llama(tmp_path / "tiny-llama", [SHORT, LONG])))
+    pairs = data.Pairs("t", ("short", "long", "short-again"), (None,) * 3, (SHORT, LONG, SHORT))
+    alone = extract.extract_features(model, pairs.subset([0]), batch_size=1, progress=False).values[:, 0]
+    batched = extract.extract_features(model, pairs, batch_size=3, padding_side=padding_side, progress=False).values
+    assert len(model.tokenizer(LONG)["input_ids"]) > 8 * len(model.tokenizer(SHORT)["input_ids"])
+    for row in (0, 2):
+        torch.testing.assert_close(batched[:, row], alone, rtol=0, atol=1e-5,
+                                   msg=f"short caption next to a long one, padding {padding_side}")
+
+
 def test_get_features_caches_and_reuses(monkeypatch, tmp_path):
     from prh_lib import models
 

@@ -45,7 +45,8 @@ class ImageCaptionDataset:
     captions : tuple of tuple of str, length n_images
         All captions of each image, in the source's order (COCO: by annotation id).
     source : str
-        Where the data came from (folder path or dataset id and revision).
+        Where the data came from (folder path or dataset id and revision), in full, for provenance; pages show
+        :attr:`display_source` (relative to ``PRH_DATA_ROOT`` or the dataset's name), as does the repr.
     """
 
     name: str
@@ -69,6 +70,22 @@ class ImageCaptionDataset:
 
     def __len__(self) -> int:
         return len(self.sample_ids)
+
+    @property
+    def display_source(self) -> str:
+        """:attr:`source` as a page may show it (:func:`prh_lib.paths.display_path`: no machine-specific paths)."""
+        return _display_source(self.source)
+
+    def __repr__(self) -> str:
+        n_captions = sum(len(c) for c in self.captions)
+        return (f"ImageCaptionDataset(name={self.name!r}, n_images={len(self)}, n_captions={n_captions}, "
+                f"source={self.display_source!r})")
+
+
+def _display_source(source: str) -> str:
+    from .. import paths
+
+    return paths.display_path(source) if source else source
 
 
 @dataclass(frozen=True)
@@ -103,6 +120,12 @@ class Pairs:
 
     def __len__(self) -> int:
         return len(self.sample_ids)
+
+    def __repr__(self) -> str:
+        source = self.info.get("source")
+        where = f", source={_display_source(source)!r}" if source else ""
+        return (f"Pairs(dataset={self.dataset!r}, n={len(self)}, caption_policy={self.caption_policy!r}, "
+                f"n_captions={self.n_captions}, seed={self.seed}{where})")
 
     def load_images(self, indices: Sequence[int] | None = None):
         """Open the images of the given rows (all rows by default) as RGB ``PIL.Image`` objects.
