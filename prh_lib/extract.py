@@ -277,8 +277,10 @@ def features_cache_path(model_name: str, revision: str, modality: str, pairs: Pa
                         max_length: int | None = None, pooling: str = "") -> Path:
     """Cache file of one model on one set of pairs; the name encodes every option that changes the numbers.
 
-    The key hashes: model name and revision, pooling, dtype, modality, the data fingerprint (sample ids
-    in row order plus texts or image identities), truncation and :data:`FEATURES_FORMAT_VERSION`. Batch
+    The key hashes: model name and revision (for a local folder also the contents of its config, tokenizer
+    and preprocessing files), pooling, dtype, modality, the data fingerprint (sample ids in row order plus
+    the texts or the image contents, see :meth:`prh_lib.data.Pairs.image_fingerprint`), truncation and
+    :data:`FEATURES_FORMAT_VERSION`. Batch
     size and padding side are left out because results do not depend on them (tested). The device is
     recorded in the metadata, not the key. Frozen by ``tests/test_cache_keys.py``.
 
@@ -289,8 +291,29 @@ def features_cache_path(model_name: str, revision: str, modality: str, pairs: Pa
     """
     data_key = pairs.text_fingerprint() if modality == "language" else pairs.image_fingerprint()
     key = [model_name, revision, pooling, dtype, modality, data_key, max_length, FEATURES_FORMAT_VERSION]
+    folder_files = _folder_files_key(model_name)
+    if folder_files is not None:  # only for local folders, so that no other key changes
+        key.append(folder_files)
     return paths.cache_file("features", model_name, key, prefix=f"{pairs.dataset}-n{len(pairs)}-{modality}",
                             suffix=".safetensors")
+
+
+def _folder_files_key(model_name: str) -> str | None:
+    """Digest of the non-weight files of a local model folder (config, tokenizer, image processor), or None.
+
+    A folder's revision hashes its weight files only; its ``config.json``, tokenizer and preprocessing files
+    change the features too, so their contents (:func:`prh_lib.paths.file_digests`, each read once while
+    unchanged) are part of the key of a model given as a folder.
+    """
+    try:
+        spec = models.parse_model_name(model_name)
+    except (models.ModelNotAvailableError, TypeError, ValueError):
+        return None
+    if spec.kind != "folder":
+        return None
+    files = sorted(p for p in spec.folder.iterdir()
+                   if p.is_file() and not p.name.startswith(".") and not p.name.endswith(models.spec.WEIGHT_SUFFIXES))
+    return paths.digest([[p.name, d] for p, d in zip(files, paths.file_digests(files))])
 
 
 def _identity(model) -> dict:

@@ -100,6 +100,24 @@ def test_cache_key_covers_every_option_that_changes_the_numbers(monkeypatch, tmp
     assert str(base).startswith(str(tmp_path))
 
 
+def test_cache_key_of_a_model_folder_covers_its_config_and_preprocessing_files(monkeypatch, tmp_path):
+    """A folder's revision hashes its weights; an edited image processor or config must key apart too."""
+    import json as _json
+
+    from fixtures.tiny_models import tiny_dinov2
+
+    monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path / "cache"))
+    folder = tiny_dinov2(tmp_path / "tiny-dinov2")
+    pairs = data.sample_pairs(data.load_dataset(), n=4, seed=0)
+    before = extract.features_path(str(folder), pairs)
+    assert extract.features_path(str(folder), pairs) == before
+    config = folder / "preprocessor_config.json"
+    cfg = _json.loads(config.read_text())
+    cfg["image_mean"] = [0.0, 0.0, 0.0]  # other normalisation, same weights: other features
+    config.write_text(_json.dumps(cfg))
+    assert extract.features_path(str(folder), pairs) != before
+
+
 # ----------------------------------------------------------------------------------------------- real models
 
 
