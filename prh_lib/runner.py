@@ -389,7 +389,8 @@ def check_sweep_keys(name: str, keys) -> None:
     Raises
     ------
     ValueError
-        Naming the undeclared key(s) and the notebook's parameters.
+        Naming the undeclared key(s) and the notebook's parameters, or if the notebook does not have
+        exactly one ``parameters`` cell.
     """
     declared = declared_parameters(name)
     unknown = [k for k in keys if k not in declared]

@@ -55,10 +55,11 @@ class Job:
     def is_done(self) -> bool:
         """Whether the job's feature file exists and its header is sound (safetensors header, metadata, shape).
 
-        Files are written atomically, so an interrupted write leaves no file; a damaged one (truncated,
-        overwritten, without metadata) counts as not done, and the worker's ``get_features`` moves it aside
-        and recomputes it. The check reads only the header (no tensor), so planning stays cheap; the
-        checksum of the tensor bytes is verified when the features are read.
+        Files are written atomically, so an interrupted write leaves no file (its temporary folder is never
+        this path); a damaged one (truncated, garbage, without metadata, a shape that contradicts it) counts
+        as not done, and the worker's ``get_features`` moves it aside and recomputes it. Only the header is
+        read (no tensor), so planning stays cheap; damaged tensor bytes (checked against the SHA-256 in the
+        metadata) and other rows are caught when ``get_features`` reads the file, which then recomputes it.
         """
         if self.cache_file is None or not Path(self.cache_file).is_file():
             return False
