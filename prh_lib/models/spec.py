@@ -9,7 +9,10 @@ feature cache key (:meth:`ModelSpec.identity`, no weights loaded) and the loader
 * a local folder (Hugging Face or timm layout), kind ``"folder"``;
 * a Hugging Face Hub id, kind ``"hub"``;
 * one tower of a two-tower image-text model: ``"<folder or Hub id>:vision"`` or ``":text"``;
-* any of the above followed by ``"@random-init:<seed>"``: the same architecture with seeded random weights.
+* any of the above followed by ``"@random-init:<seed>"``: the same architecture with seeded random weights;
+* ``"<paper id>~rehearsal"`` (with any tower or random-init suffix after it): the paper model's tiny
+  stand-in (:mod:`prh_lib.models.standins`), kind ``"folder"``, built on first use; the name keeps the
+  ``~rehearsal`` so caches and pages show that the result is a rehearsal.
 
 No model is downloaded when ``HF_HUB_OFFLINE=1``: a Hub id that is not in the local Hugging Face cache
 raises :class:`ModelNotAvailableError`.
@@ -24,7 +27,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import zoo
+from . import standins, zoo
 from .zoo import ModelNotAvailableError
 
 __all__ = ["ModelSpec", "ModelIdentity", "parse_model_name", "resolve_identity", "VISION_MODEL_TYPES",
@@ -212,6 +215,8 @@ def parse_model_name(name: str) -> ModelSpec:
     match = _TOWER_RE.match(rest)
     if match is not None and not rest.startswith("timm:") and not _is_dir(rest):
         rest, tower = match["base"], match["tower"]
+    if standins.is_standin_name(rest):
+        rest = str(standins.ensure_standin(standins.paper_id_of(rest)))
     if tower is not None:
         kind = "folder" if _is_dir(rest) else "hub"
     elif rest in zoo.ZOO:
