@@ -47,7 +47,7 @@ __all__ = ["DatasetSpec", "Job", "clear_caches", "describe_plan", "plan_study", 
 def _expand_models(names: Sequence[str]) -> list[str]:
     out = []
     for n in names:
-        out.extend(paper.models(n) if n in paper.MODEL_GROUPS else [n])
+        out.extend(paper.feature_models(n) if n in paper.MODEL_GROUPS else paper.expand_towers(n))
     return out
 
 

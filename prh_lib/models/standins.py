@@ -123,7 +123,8 @@ STANDINS: dict[str, StandIn] = {
                        "Gemma-style tokenizer that pads LEFT by default (transformers 5)"),
     "qwen3-vl": StandIn("qwen3-vl", "Qwen3VLModel", Tok(None, "<|im_end|>", "<|endoftext|>", unk="<|unk|>"),
                         "Qwen3-VL: ViT with 2x2 patch merger and DeepStack into a Qwen3 decoder (M-RoPE)",
-                        gaps="no extraction path (see prh_lib.models.spec.JOINT_MODEL_TYPES)"),
+                        gaps="the model card's instruction prompt is not applied (prh_lib.models.vlm); no processor file: "
+                             "a Qwen2-VL image processor is built from the config"),
 }
 
 
