@@ -74,6 +74,9 @@ def _m(id, family, group, modality, params_b, notes="", *, towers=(), remote_cod
             "towers": tuple(towers), "remote_code": remote_code}
 
 
+#: What marks the stand-in of a paper id (``"Qwen/Qwen3-8B~rehearsal"``, :mod:`prh_lib.models.standins`).
+STANDIN_SUFFIX = "~rehearsal"
+
 #: Environment variable that allows running a paper model's repository code (``trust_remote_code``).
 TRUST_REMOTE_CODE_ENV = "PRH_TRUST_REMOTE_CODE"
 
@@ -177,7 +180,7 @@ def expand_towers(name: str) -> list[str]:
 
     Stand-in names (``"<id>~rehearsal"``) are expanded like the id they stand in for.
     """
-    base = name[: -len("~rehearsal")] if name.endswith("~rehearsal") else name
+    base = name[: -len(STANDIN_SUFFIX)] if name.endswith(STANDIN_SUFFIX) else name
     info = model_info(base)
     if info is None or not info["towers"]:
         return [name]

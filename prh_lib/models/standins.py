@@ -29,7 +29,7 @@ __all__ = ["SUFFIX", "STANDINS", "StandIn", "is_standin_name", "paper_id_of", "s
            "standin_folder", "build_standin", "FORMAT_VERSION"]
 
 #: What marks a stand-in name: ``"<paper id>~rehearsal"``.
-SUFFIX = "~rehearsal"
+SUFFIX = paper.STANDIN_SUFFIX
 
 #: Bump when a builder changes: it is part of the folder name, so old stand-ins are rebuilt.
 FORMAT_VERSION = 1
