@@ -303,3 +303,24 @@ def test_paper_vlms_plan_both_towers():
     assert _expand_models(["vlm"]) == paper.feature_models("vlm")
     assert paper.expand_towers("openai/clip-vit-large-patch14~rehearsal") == [
         "openai/clip-vit-large-patch14~rehearsal:vision", "openai/clip-vit-large-patch14~rehearsal:text"]
+
+
+# ------------------------------------------------------------------------------------------- capability
+
+
+def test_lm_eval_capability_job_on_a_standin(tmp_path, monkeypatch):
+    pytest.importorskip("lm_eval")
+    from prh_lib.batch import capability
+
+    monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    tasks_dir = capability.write_rehearsal_tasks(tmp_path / "tasks")
+    model = "Qwen/Qwen3-4B~rehearsal"
+    out = capability.run_capability_jobs([model], capability.REHEARSAL_TASKS, include_path=str(tasks_dir),
+                                         device="cpu", dtype="float32", batch_size=4)
+    assert not out[model].startswith("FAILED"), out
+    table = capability.capability_table([model], capability.REHEARSAL_TASKS)
+    assert list(table["task"]) == ["prh_rehearsal_mc", "prh_rehearsal_gen"]
+    assert table["value"].between(0, 1).all() and (table["lm_eval_version"] != "").all()
+    assert all("dataset_kwargs" in c for c in table["task_config"])  # the resolved task config is recorded
+    assert table["published"].isna().all()  # stand-ins have no published value
