@@ -86,10 +86,16 @@ def shard_plan(n_gpus: int, gpu_gb: float) -> str:
     max_memory = {i: f"{gpu_gb:.0f}GiB" for i in range(n_gpus)} | {"cpu": "512GiB"}
     dmap = infer_auto_device_map(model, max_memory=max_memory, no_split_module_classes=["Qwen2DecoderLayer"],
                                  dtype=torch.bfloat16)
+    from prh_lib.batch import gpus_needed
+
     used = sorted({str(v) for v in dmap.values()})
-    layers = {d: sum(1 for k, v in dmap.items() if str(v) == d and ".layers." in k) for d in used}
+    n_layers = LARGEST["num_hidden_layers"]
+    layers = {d: (n_layers if "" in dmap else sum(1 for k, v in dmap.items() if str(v) == d and ".layers." in k))
+              for d in used}
+    asked = gpus_needed(LARGEST["model_id"], dtype="bfloat16", gpu_mem_gb=gpu_gb)
     return (f"{LARGEST['model_id']}: {n_params / 1e9:.1f} B params, {n_params * 2 / 2**30:.0f} GiB bf16 -> "
-            f"{len(used)} device(s) {used} (decoder layers per device {layers}) of {n_gpus} x {gpu_gb:.0f} GiB")
+            f"accelerate: {len(used)} device(s) {used}, decoder layers per device {layers}, of {n_gpus} x "
+            f"{gpu_gb:.0f} GiB; prh-batch requests {asked} GPU(s) (weights x 1.3 headroom)")
 
 
 def main(argv=None) -> int:
@@ -117,12 +123,12 @@ def main(argv=None) -> int:
         feats[role] = (cpu32, dev32)
         e16, k16 = _rel(dev16.values, dev32.values), _knn(dev16.values, dev32.values, args.k)
         ecpu, kcpu = _rel(dev32.values, cpu32.values), _knn(dev32.values, cpu32.values, args.k)
-        rows.append(("bf16 vs fp32 (rel. error, max over layers)", name, f"{max(e16):.4f}",
+        rows.append(("bf16 vs fp32 (rel. error, max over layers)", name, f"{np.nanmax(e16):.4f}",
                      "per layer: " + " ".join(f"{e:.3f}" for e in e16)))
-        rows.append(("bf16 vs fp32 (mutual k-NN, min over layers)", name, f"{min(k16):.3f}",
+        rows.append(("bf16 vs fp32 (mutual k-NN, min over layers)", name, f"{np.nanmin(k16):.3f}",
                      "per layer: " + " ".join(f"{k:.2f}" for k in k16)))
-        rows.append((f"{device.type} fp32 vs cpu fp32 (rel. error, max)", name, f"{max(ecpu):.2e}",
-                     f"mutual k-NN min {min(kcpu):.3f}"))
+        rows.append((f"{device.type} fp32 vs cpu fp32 (rel. error, max)", name, f"{np.nanmax(ecpu):.2e}",
+                     f"mutual k-NN min {np.nanmin(kcpu):.3f} (NaN: a layer with identical rows, e.g. a CLS embedding)"))
         rows.append(("throughput bf16", name, f"{len(pairs) / secs:.1f}/s",
                      f"{len(pairs)} {'images' if role == 'vision' else 'captions'}, batch {args.batch_size}, "
                      f"peak {'GPU' if device.type == 'cuda' else 'RSS'} {peak:.2f} GiB"))

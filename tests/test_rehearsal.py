@@ -247,7 +247,7 @@ def test_bfloat16_weights_float32_pooling(capsys):
     for name in [n for m in PAPER_IDS for n in _names(m)]:
         f32 = extract.extract_features(load_model(name), pairs, progress=False)
         b16 = extract.extract_features(load_model(name, dtype=torch.bfloat16), pairs, progress=False)
-        assert b16.values.dtype == torch.float32 and b16.metadata["dtype"] == "bfloat16"
+        assert b16.values.dtype == torch.float32 and b16.meta["dtype"] == "bfloat16"
         assert torch.isfinite(b16.values).all(), name
         errs = _relative_errors(b16.values, f32.values)
         knn = [metrics.mutual_knn(b16.values[i], f32.values[i], k=2) for i in range(len(errs))]
