@@ -84,6 +84,8 @@ import contextlib
 import io
 import warnings
 
+warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm without ipywidgets, on import
+
 import pandas as pd
 from IPython.display import Markdown
 from transformers.utils import logging as hf_logging

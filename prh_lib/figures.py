@@ -152,7 +152,7 @@ _FLOOR_STYLE = {"random-language": ("tab:purple", "trained vision × random-init
 
 
 def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | None = None,
-                  missing_note: str = "not run", metric: str = "mutual k-NN", panel_size=(5.6, 3.6)):
+                  missing_note: str = "not run", metric: str = "mutual k-NN", panel_size=(4.0, 3.0)):
     """Figure 5 layout: one row of panels per dataset, raw maxima (left) and calibrated maxima (right).
 
     Parameters
@@ -169,15 +169,20 @@ def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | No
         a band from its lowest to its highest control.
     missing_note : str
         Said in the slot of a regime without comparisons.
+    panel_size : (float, float)
+        Inches per panel; the default keeps the figure about 8 inches wide, so 8-pt text stays 8 pt at
+        page width.
 
     Returns
     -------
     matplotlib.figure.Figure
-        Raw panels share one y scale, calibrated panels another; the legend sits right of the axes.
+        Raw panels share one y scale, calibrated panels another; the legend sits below the axes.
     """
+    import textwrap
+
     chance, floors = chance or {}, floors or {}
     datasets = list(groups)
-    fig, axes = plt.subplots(len(datasets), 2, figsize=(2 * panel_size[0], panel_size[1] * len(datasets)),
+    fig, axes = plt.subplots(len(datasets), 2, figsize=(2 * panel_size[0], panel_size[1] * len(datasets) + 0.9),
                              squeeze=False, dpi=150)
 
     def top_of(col, extra):
@@ -185,17 +190,20 @@ def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | No
                 for v in (p[0], p[2]) if np.isfinite(v)]
         return max(vals + list(extra) + [0.05]) * 1.12
 
+    def wrapped(pts):
+        return {textwrap.fill(label, 13): points for label, points in pts.items()}
+
     raw_top = top_of(0, list(chance.values()) + [b[2] for d in datasets for b in floors.get(d, {}).values()])
     cal_top = top_of(1, [b[2] for d in datasets for b in floors.get((d, "calibrated"), {}).values()])
     handles = {}
     for row, dataset in enumerate(datasets):
         raw, cal = groups[dataset]
         for col, (pts, key, top, ylabel, what) in enumerate((
-                (raw, dataset, raw_top, f"{metric}, max over layer pairs", "raw"),
-                (cal, (dataset, "calibrated"), cal_top, "calibrated score", "calibrated (selection-aware null)"))):
+                (raw, dataset, raw_top, f"{metric}, max over layers", "raw"),
+                (cal, (dataset, "calibrated"), cal_top, "calibrated score", "calibrated"))):
             ax = axes[row, col]
-            plots.regime_bars(pts, ax=ax, ylabel=ylabel, title=f"{dataset}: {what}", missing_note=missing_note,
-                              ylim=(-0.02 * top, top))
+            plots.regime_bars(wrapped(pts), ax=ax, ylabel=ylabel, title=f"{dataset}: {what}",
+                              missing_note=missing_note, ylim=(-0.02 * top, top))
             for kind, (mean, low, high) in floors.get(key, {}).items():
                 color, label = _FLOOR_STYLE.get(kind, ("grey", kind))
                 ax.axhspan(low, high, color=color, alpha=0.12, linewidth=0)
@@ -203,12 +211,14 @@ def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | No
             if col == 0 and dataset in chance:
                 handles["chance k/(N-1)"] = ax.axhline(chance[dataset], color="red", linestyle="--", linewidth=1.2)
             ax.tick_params(labelsize=8)
-            ax.title.set_fontsize(10)
-    fig.tight_layout(rect=(0, 0, 0.78, 1))
+            ax.yaxis.label.set_fontsize(9)
+            ax.title.set_fontsize(9)
+    legend_h = 0.9 / fig.get_figheight()
+    fig.tight_layout(rect=(0, legend_h, 1, 1))
     if handles:
-        fig.legend(list(handles.values()), [f"{k} (mean; band: lowest-highest pair)" if k != "chance k/(N-1)" else k
-                                            for k in handles], loc="center left", bbox_to_anchor=(0.79, 0.5),
-                   fontsize=8, frameon=False, title="floors", title_fontsize=9)
+        fig.legend(list(handles.values()), list(handles), loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=2,
+                   fontsize=8, frameon=False, title="floors (line: mean over vision × language pairs; band: "
+                   "lowest to highest pair)", title_fontsize=8)
     return fig
 
 

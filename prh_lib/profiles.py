@@ -33,6 +33,7 @@ PROFILES: dict[str, dict[str, object]] = {
         "ladder_fractions": [0.0, 0.9, 1.0],  # sec3_2_capability: interpolation ladder
         "n_heldout": 24,  # sec3_2_capability: held-out captions for bits per byte
         "random_init_seeds": [0],  # sec3_3_regimes
+        "unimodal_pairs": [["dinov2-small", "smollm2-135m"], ["efficientnet-lite0", "minilm-l6"]],  # sec3_3_regimes
         # the study shape on 48 pairs: two caption draws of one dataset, and the five captions concatenated
         "datasets": [
             {"name": "coco-mini", "source": "coco-folder", "n_pairs": 48, "repetitions": 2, "draws": "captions"},

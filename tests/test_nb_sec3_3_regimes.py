@@ -8,10 +8,10 @@ import pytest
 from prh_lib import analysis, claims, extract, report, results
 from prh_lib.data import study
 from prh_lib.metrics import mutual_knn_layerwise
+from prh_lib.profiles import get_profile
 
 CHAPTER = "sec3_3_regimes"
-UNIMODAL = ["dinov2-small × smollm2-135m", "dinov2-small × minilm-l6", "efficientnet-lite0 × smollm2-135m",
-            "efficientnet-lite0 × minilm-l6"]
+UNIMODAL = [f"{x} × {y}" for x, y in get_profile("smoke")["unimodal_pairs"]]
 
 
 @pytest.fixture(scope="module")
@@ -99,13 +99,14 @@ def test_each_verdict_matches_the_numbers(rec):
 def test_random_init_numbers_equal_a_recomputation_from_the_feature_cache(table):
     spec = study.DatasetSpec(name="coco-mini", source="coco-folder", n_pairs=48, repetitions=2, draws="captions")
     pairs = study.study_pairs(spec, 1)  # draw 1: every image with its second caption
+    vision, language = get_profile("smoke")["unimodal_pairs"][0]
     x, y = (analysis.clip_features(extract.get_features(f"{m}@random-init:0", pairs, batch_size=16,
                                                         progress=False), q=0.95)
-            for m in ("dinov2-small", "minilm-l6"))
+            for m in (vision, language))
     assert x.meta["revision"].startswith("random-init:seed=0:")
     expected = np.nanmax(mutual_knn_layerwise(x.values, y.values, k=5))
     row = table[(table["quantity"] == "peak") & (table["dataset"] == "coco-mini") & (table["draw"] == 1)
-                & (table["comparison"] == "dinov2-small × minilm-l6 (seed 0)")]
+                & (table["comparison"] == f"{vision} × {language} (seed 0)")]
     assert row["score"].item() == pytest.approx(expected, abs=1e-12)
 
 
