@@ -145,19 +145,80 @@ def plot_detail(table: pd.DataFrame, *, score: str = "peak", panel_size: tuple[f
     return fig
 
 
-def regime_figure(raw: dict, calibrated: dict, *, chance: float | None = None, missing_note: str = "not run",
-                  metric: str = "mutual k-NN"):
-    """Figure 5 layout: raw maxima (with the chance level) and calibrated maxima, side by side.
+_FLOOR_STYLE = {"random-language": ("tab:purple", "trained vision × random-init LM"),
+                "random-vision": ("tab:brown", "random-init vision × trained LM"),
+                "tfidf": ("tab:olive", "vision × bag of words (TF-IDF)"),
+                "tfidf-svd": ("tab:cyan", "vision × TF-IDF, truncated SVD")}
 
-    ``raw`` and ``calibrated`` are :func:`regime_bars` groups (see :func:`prh_lib.analysis.regimes.regime_groups`).
-    The calibrated panel's chance level is 0 by construction.
+
+def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | None = None,
+                  missing_note: str = "not run", metric: str = "mutual k-NN", panel_size=(4.0, 3.0)):
+    """Figure 5 layout: one row of panels per dataset, raw maxima (left) and calibrated maxima (right).
+
+    Parameters
+    ----------
+    groups : dict
+        ``{dataset: (raw, calibrated)}``, each a :func:`prh_lib.plots.regime_bars` group (regime label ->
+        comparison label -> ``(value, low, high)``; see :func:`prh_lib.analysis.regimes.regime_groups_over_draws`).
+    chance : dict of str to float, optional
+        Chance level k/(N-1) per dataset, drawn as a dashed red line on the raw panel (calibrated scores are
+        0 at chance by construction).
+    floors : dict, optional
+        Control floors as bands (:func:`prh_lib.analysis.regimes.floor_bands`): ``{dataset: {kind: (mean,
+        low, high)}}`` and ``{(dataset, "calibrated"): {...}}``; each kind is a dotted line at its mean over
+        a band from its lowest to its highest control.
+    missing_note : str
+        Said in the slot of a regime without comparisons.
+    panel_size : (float, float)
+        Inches per panel; the default keeps the figure about 8 inches wide, so 8-pt text stays 8 pt at
+        page width.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Raw panels share one y scale, calibrated panels another; the legend sits below the axes.
     """
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
-    plots.regime_bars(raw, ax=a, chance=chance, ylabel=f"{metric}, max over layer pairs", title="raw (95% bootstrap CI)",
-                missing_note=missing_note)
-    plots.regime_bars(calibrated, ax=b, ylabel="calibrated score", title="calibrated (selection-aware null)",
-                missing_note=missing_note)
-    fig.tight_layout()
+    import textwrap
+
+    chance, floors = chance or {}, floors or {}
+    datasets = list(groups)
+    fig, axes = plt.subplots(len(datasets), 2, figsize=(2 * panel_size[0], panel_size[1] * len(datasets) + 0.9),
+                             squeeze=False, dpi=150)
+
+    def top_of(col, extra):
+        vals = [v for raw_cal in groups.values() for pts in raw_cal[col].values() for p in pts.values()
+                for v in (p[0], p[2]) if np.isfinite(v)]
+        return max(vals + list(extra) + [0.05]) * 1.12
+
+    def wrapped(pts):
+        return {textwrap.fill(label, 13): points for label, points in pts.items()}
+
+    raw_top = top_of(0, list(chance.values()) + [b[2] for d in datasets for b in floors.get(d, {}).values()])
+    cal_top = top_of(1, [b[2] for d in datasets for b in floors.get((d, "calibrated"), {}).values()])
+    handles = {}
+    for row, dataset in enumerate(datasets):
+        raw, cal = groups[dataset]
+        for col, (pts, key, top, ylabel, what) in enumerate((
+                (raw, dataset, raw_top, f"{metric}, max over layers", "raw"),
+                (cal, (dataset, "calibrated"), cal_top, "calibrated score", "calibrated"))):
+            ax = axes[row, col]
+            plots.regime_bars(wrapped(pts), ax=ax, ylabel=ylabel, title=f"{dataset}: {what}",
+                              missing_note=missing_note, ylim=(-0.02 * top, top))
+            for kind, (mean, low, high) in floors.get(key, {}).items():
+                color, label = _FLOOR_STYLE.get(kind, ("grey", kind))
+                ax.axhspan(low, high, color=color, alpha=0.12, linewidth=0)
+                handles[label] = ax.axhline(mean, color=color, linestyle=":", linewidth=1.4)
+            if col == 0 and dataset in chance:
+                handles["chance k/(N-1)"] = ax.axhline(chance[dataset], color="red", linestyle="--", linewidth=1.2)
+            ax.tick_params(labelsize=8)
+            ax.yaxis.label.set_fontsize(9)
+            ax.title.set_fontsize(9)
+    legend_h = 0.9 / fig.get_figheight()
+    fig.tight_layout(rect=(0, legend_h, 1, 1))
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=2,
+                   fontsize=8, frameon=False, title="floors (line: mean over vision × language pairs; band: "
+                   "lowest to highest pair)", title_fontsize=8)
     return fig
 
 

@@ -35,6 +35,14 @@ PROFILES: dict[str, dict[str, object]] = {
         "ladder_fractions": [0.0, 0.9, 1.0],  # sec3_2_capability: interpolation ladder
         "n_heldout": 24,  # sec3_2_capability: held-out captions for bits per byte
         "random_init_seeds": [0],  # sec3_3_regimes
+        "unimodal_pairs": [["dinov2-small", "smollm2-135m"], ["efficientnet-lite0", "minilm-l6"]],  # sec3_3_regimes
+        # the study shape on 48 pairs: two caption draws of one dataset, and the five captions concatenated
+        "datasets": [
+            {"name": "coco-mini", "source": "coco-folder", "n_pairs": 48, "repetitions": 2, "draws": "captions"},
+            {"name": "coco-mini, 5 captions", "source": "coco-folder", "n_pairs": 48, "repetitions": 2,
+             "caption_policy": "concat", "n_captions": 5},
+        ],
+        "n_draws": None,
     },
     # The paper's study (Herbst et al., Section 2); models and datasets are listed in prh_lib.paper.
     # Notebooks receive the keys their parameters cell declares (the notebook's pairs are the seed-0 WIT-1024
@@ -58,6 +66,9 @@ PROFILES: dict[str, dict[str, object]] = {
         "vlm_models": paper.models("vlm"),
         "comparisons": [[v, lm] for v in _VISION for lm in _LANGUAGE],
         "study_datasets": [{k: v for k, v in d.items() if k != "notes"} for d in paper.DATASETS],
+        # the notebooks' study parameters: every paper dataset, N = 1024, 5 seeded draws (WIT-1024: one)
+        "datasets": [{k: v for k, v in d.items() if k != "notes"} for d in paper.DATASETS],
+        "n_draws": None,
         # displacement-geometry chapter: a few representative pairs, not all 63
         "n_components": 100,
         "profile_components": [8, 32, 100],

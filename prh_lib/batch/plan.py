@@ -211,7 +211,8 @@ def study_from_profile(params: dict) -> tuple[list[str], list[DatasetSpec], dict
     """Models, dataset specs and extraction options of a notebook parameter set.
 
     Models: ``vision_models`` + ``language_models`` + ``embedding_models`` + ``vlm_models`` when present,
-    else every model in ``comparisons``. Datasets: ``study_datasets`` when present, else the notebook's own
+    else every model in ``comparisons``. Datasets: ``datasets`` (the notebooks' study parameter) or
+    ``study_datasets`` when present, else the notebook's own
     dataset parameters (``dataset_source``, ``data_location``, ``n_pairs``, ``seed``, ``caption_policy``) as
     one dataset with one repetition, so the files are the ones the notebook will read.
     """
@@ -219,8 +220,10 @@ def study_from_profile(params: dict) -> tuple[list[str], list[DatasetSpec], dict
               for m in params.get(key) or []]
     if not models:
         models = [m for pair in params.get("comparisons") or [] for m in pair]
-    if "study_datasets" in params:
-        datasets = [DatasetSpec.coerce(d) for d in params["study_datasets"]]
+    if params.get("datasets") or params.get("study_datasets"):
+        specs = [DatasetSpec.coerce(d) for d in (params.get("datasets") or params["study_datasets"])]
+        n_draws = params.get("n_draws")
+        datasets = [replace(s, repetitions=int(n_draws)) if n_draws else s for s in specs]
     else:
         source = params.get("dataset_source", "coco-folder")
         datasets = [DatasetSpec(name=source, source=source, location=params.get("data_location"),
