@@ -19,13 +19,15 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from ..extract import torch_threads
 from ..features import LayerFeatures
 from .core import (AlignmentMatrix, PairResult, check_comparisons, layerwise_alignment, prepare_features,
                    preprocessing_label, score_pair)
 
 __all__ = ["compare_pairs", "peak_table", "summary_table", "describe_peaks", "to_record", "regime_of",
            "pair_rows", "run_study", "clip_variants", "aggregate_peaks", "headline_table", "peak_locations",
-           "clip_effect_table", "findings", "describe_findings", "QUANTITIES"]
+           "clip_effect_table", "describe_clip_effect", "findings", "describe_findings", "QUANTITIES", "draws_table",
+           "other_peaks", "in_paper_setting"]
 
 
 def compare_pairs(features: dict[str, LayerFeatures], comparisons, *, k: int = 10, n_permutations: int = 200,
@@ -205,7 +207,7 @@ def pair_rows(result: PairResult, *, x_modality: str = "", y_modality: str = "")
 def run_study(draws, comparisons, *, chapter: str, params: dict, k: int = 10, n_permutations: int = 200,
               alpha: float = 0.05, n_boot: int = 0, clip_q: float | None = 0.95, clip: str | None = "stack",
               device: str = "cpu", dtype: str = "float32", batch_size: int = 32, write: bool = True,
-              root=None) -> dict:
+              num_threads: int | None = None, root=None) -> dict:
     """Score every comparison on every draw (:func:`compare_pairs`) and write the rows to the results table.
 
     Parameters
@@ -224,6 +226,9 @@ def run_study(draws, comparisons, *, chapter: str, params: dict, k: int = 10, n_
         Feature extraction (:func:`prepare_features`); scoring runs on ``device`` unless it is ``"cpu"``.
     write : bool
         Write the rows (:func:`prh_lib.results.write`); False only for tests.
+    num_threads : int, optional
+        Torch intra-op threads while scoring (:func:`prh_lib.extract.torch_threads`; on a busy shared CPU one
+        thread is many times faster than two); None: unchanged.
     root : path, optional
         Results table folder (tests).
 
@@ -240,8 +245,9 @@ def run_study(draws, comparisons, *, chapter: str, params: dict, k: int = 10, n_
     for d in draws:
         feats = prepare_features(comparisons, d.pairs, clip_q=clip_q, clip=clip, device=device, dtype=dtype,
                                  batch_size=batch_size)
-        res = compare_pairs(feats, comparisons, k=k, n_permutations=n_permutations, alpha=alpha, n_boot=n_boot,
-                            seed=d.seed, device=score_device)
+        with torch_threads(num_threads):
+            res = compare_pairs(feats, comparisons, k=k, n_permutations=n_permutations, alpha=alpha, n_boot=n_boot,
+                                seed=d.seed, device=score_device)
         out[(d.dataset, d.draw)] = res
         if write:
             rows = [row for (x, y), r in zip(comparisons, res)
@@ -254,7 +260,7 @@ def run_study(draws, comparisons, *, chapter: str, params: dict, k: int = 10, n_
 
 def clip_variants(draws, comparisons, *, chapter: str, params: dict, k: int = 10, clip_q: float | None = 0.95,
                   variants: Sequence = ("layer", None), device: str = "cpu", dtype: str = "float32",
-                  batch_size: int = 32, root=None) -> None:
+                  batch_size: int = 32, num_threads: int | None = None, root=None) -> None:
     """Peak and final scores of ``comparisons`` under other clipping choices, written as rows (no permutations).
 
     For each draw and each ``clip`` in ``variants`` (``"stack"``, ``"layer"`` or None), the layer-wise matrix is
@@ -270,7 +276,8 @@ def clip_variants(draws, comparisons, *, chapter: str, params: dict, k: int = 10
             feats = prepare_features(comparisons, d.pairs, clip_q=clip_q, clip=clip, device=device, dtype=dtype,
                                      batch_size=batch_size)
             for x, y in comparisons:
-                m = layerwise_alignment(feats[x], feats[y], metric="mutual_knn", k=k, device=score_device)
+                with torch_threads(num_threads):
+                    m = layerwise_alignment(feats[x], feats[y], metric="mutual_knn", k=k, device=score_device)
                 r = PairResult(f"{x} × {y}", m, None, None, None)
                 rows = [row for row in pair_rows(r, x_modality=feats[x].meta.get("modality", ""),
                                                  y_modality=feats[y].meta.get("modality", ""))
@@ -373,7 +380,7 @@ def _ms(mean, std, n_draws, digits=3):
 def headline_table(agg: pd.DataFrame, *, n_permutations: int | None = None) -> pd.DataFrame:
     """The page's summary table: one row per (dataset, pair), values as mean ± std over draws.
 
-    Columns: regime, draws, peak, peak layers (most frequent, in how many draws), final layers, chance
+    Columns: draws, peak, peak layers (most frequent, in how many draws), final layers, chance
     k/(N-1), shuffled-pairs control (max over layer pairs), calibrated (max), p (the largest over draws,
     :func:`prh_lib.report.format_p`).
     """
@@ -382,7 +389,7 @@ def headline_table(agg: pd.DataFrame, *, n_permutations: int | None = None) -> p
     rows = []
     for _, r in agg.iterrows():
         rows.append({
-            "dataset": r["dataset"], "pair": r["pair"], "regime": r["regime"],
+            "dataset": r["dataset"], "pair": r["pair"],
             "draws": f"{r['n_draws']}" + (" (not repeatable)" if r["single_draw"] else ""),
             "peak": _ms(r["peak_mean"], r["peak_std"], r["n_draws"]),
             "peak layers": f"{r['peak_layers']} ({r['peak_layers_draws']}/{r['n_draws']})",
@@ -408,14 +415,19 @@ def peak_locations(df: pd.DataFrame, *, dataset: str, preprocessing: str | None 
     return pd.DataFrame.from_dict(cells, orient="index")
 
 
+def _clip_name(label: str) -> str:
+    return label.split("(")[1].split(",")[0] if label.startswith("clip(") else label
+
+
 def clip_effect_table(df: pd.DataFrame, *, dataset: str) -> pd.DataFrame:
     """Peak scores (mean ± std over draws) and peak layers of ``dataset`` under each clipping choice.
 
     Returns
     -------
     DataFrame
-        Rows model pairs; for each preprocessing label a column ``"<label>: peak"`` and ``"<label>: layers"``,
-        and ``"<label> - <main>"`` (difference of the means to the main run's).
+        Rows model pairs; a column per clipping choice (``"stack"``, ``"layer"``, ``"none"``: the peak as
+        mean ± std), ``"<choice> − <main>"`` (difference of the means to the main run's) and ``"peak layers"``
+        (the most frequent peak layer pair under each choice, in the same order, joined by ``" | "``).
     """
     df = _expand(df)
     df = df[df["dataset"] == dataset]
@@ -426,10 +438,13 @@ def clip_effect_table(df: pd.DataFrame, *, dataset: str) -> pd.DataFrame:
     table = pd.DataFrame(index=pd.Index(pairs, name="pair"))
     for lab, a in aggs.items():
         a = a.loc[pairs]
-        table[f"{lab}: peak"] = [_ms(m, s, n) for m, s, n in zip(a["peak_mean"], a["peak_std"], a["n_draws"])]
-        table[f"{lab}: layers"] = a["peak_layers"].to_numpy()
-        if lab != main:
-            table[f"{lab} − {main}"] = [f"{v:+.3f}" for v in (a["peak_mean"] - aggs[main].loc[pairs, "peak_mean"])]
+        table[_clip_name(lab) + (" (reference)" if lab == main else "")] = [
+            _ms(m, s, n) for m, s, n in zip(a["peak_mean"], a["peak_std"], a["n_draws"])]
+    for lab, a in list(aggs.items())[1:]:
+        table[f"{_clip_name(lab)} − {_clip_name(main)}"] = [
+            f"{v:+.3f}" for v in (a.loc[pairs, "peak_mean"] - aggs[main].loc[pairs, "peak_mean"])]
+    table[" | ".join(_clip_name(lab) for lab in labels) + ": peak layers"] = [
+        " | ".join(aggs[lab].loc[p, "peak_layers"] for lab in labels) for p in pairs]
     return table
 
 
@@ -538,6 +553,58 @@ def describe_findings(agg: pd.DataFrame, rows: list[dict], *, dataset: str, n_pe
     return "\n".join(lines)
 
 
+def draws_table(draws) -> pd.DataFrame:
+    """One row per dataset of a study: its draws, N, whether they repeat, and what varies between them."""
+    rows = {}
+    for d in draws:
+        r = rows.setdefault(d.dataset, {"draws": 0, "N": len(d.pairs), "repeatable": d.repeatable,
+                                        "what varies": d.what_varies, "example caption": d.pairs.texts[0]})
+        r["draws"] += 1
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("dataset")
+
+
+def other_peaks(scored: dict, *, dataset: str, draw: int) -> dict:
+    """Pair label -> (row, column) of the peak in every other draw of ``dataset`` (:func:`run_study` output)."""
+    out = {}
+    for (ds, dr), res in scored.items():
+        if ds != dataset or dr == draw:
+            continue
+        for r in res:
+            out.setdefault(r.label, []).append(r.matrix.peak[:2])
+    return out
+
+
+def in_paper_setting(agg: pd.DataFrame, paper_models: Sequence[str]) -> bool:
+    """True when every score is on N = 1024 pairs between the paper's models (values then compare)."""
+    models = set(agg["model_x"]) | set(agg["model_y"])
+    return bool((agg["n"] == 1024).all() and models <= set(paper_models))
+
+
+def describe_clip_effect(df: pd.DataFrame, *, dataset: str) -> str:
+    """Markdown: how much the clipping choice moves each pair's peak (means over draws) and its location."""
+    df = _expand(df)
+    df = df[df["dataset"] == dataset]
+    main = df.loc[df["quantity"] == "layer_pair", "preprocessing"].iloc[0]
+    labels = [p for p in dict.fromkeys(df.loc[df["quantity"] == "peak", "preprocessing"]) if p != main]
+    base = aggregate_peaks(df, preprocessing=main).set_index("pair")
+    lines = []
+    for lab in labels:
+        other = aggregate_peaks(df, preprocessing=lab).set_index("pair").reindex(base.index)
+        diff = other["peak_mean"] - base["peak_mean"]
+        moved = [p for p in base.index if other.loc[p, "peak_layers"] != base.loc[p, "peak_layers"]]
+        worst = diff.abs().idxmax()
+        lines.append(
+            f"- `{lab}` instead of `{main}`: peaks change by {diff.min():+.3f} to {diff.max():+.3f} "
+            f"(largest for {worst}: {base.loc[worst, 'peak_mean']:.3f} → {other.loc[worst, 'peak_mean']:.3f}); "
+            + (f"the most frequent peak layer pair moves for {', '.join(moved)}." if moved else
+               "no pair's most frequent peak layer pair moves."))
+    return "\n".join(lines)
+
+
+def _records(obj):
+    return obj.to_dict(orient="records") if isinstance(obj, pd.DataFrame) and isinstance(obj.index, pd.RangeIndex) else obj
+
+
 def to_record(results: list[PairResult], table: pd.DataFrame, *, n_pairs: int, k: int, chance: float,
               clip_q: float | None, **more) -> dict:
     """What the Section 3.1 page records for the book and the tests (:func:`prh_lib.report.record`).
@@ -546,7 +613,8 @@ def to_record(results: list[PairResult], table: pd.DataFrame, *, n_pairs: int, k
     further JSON-ready entries (claims rows, the clipping comparison, ...).
     """
     return {
-        "n_pairs": n_pairs, "k": k, "chance": chance, "clip_q": clip_q, "summary": table, **more,
+        "n_pairs": n_pairs, "k": k, "chance": chance, "clip_q": clip_q, "summary": _records(table),
+        **{key: _records(v) for key, v in more.items()},
         "matrices": {r.label: {"scores": r.matrix.scores, "x_labels": r.matrix.x_labels,
                                "y_labels": r.matrix.y_labels} for r in results},
     }
