@@ -20,7 +20,7 @@ from .analysis.capability import correlation_note
 if TYPE_CHECKING:  # pragma: no cover
     from .analysis.compression import CompressionSweep
 
-__all__ = ["heatmap_grid", "regime_figure", "scatter_grid", "plot_detail", "plot_sweeps", "plot_sweep"]
+__all__ = ["plot_sweep_bands", "heatmap_grid", "regime_figure", "scatter_grid", "plot_detail", "plot_sweeps", "plot_sweep"]
 
 
 def heatmap_grid(matrices: dict, *, chance: float | None = None, ncols: int = 2, scale: str = "shared",
@@ -319,5 +319,55 @@ def plot_sweep(frames: dict[str, pd.DataFrame], *, x: str, scores: Sequence[str]
                 ax.xaxis.set_major_formatter(ScalarFormatter())
                 ax.xaxis.set_minor_formatter(NullFormatter())
             ax.title.set_fontsize(9)
+    fig.tight_layout()
+    return fig
+
+
+def plot_sweep_bands(agg: pd.DataFrame, *, sweep: str = "variance", role: str = "peak", ncols: int = 2,
+                     panel_size: tuple[float, float] = (4.8, 3.6), dpi: int = 150):
+    """Figure 2 over draws: relative score (score / uncompressed) against variance retained or components kept.
+
+    One panel per (model pair, dataset), one line per side compressed, with a band of ± one standard
+    deviation over draws; dashed grey: 1 (the uncompressed score).
+
+    Parameters
+    ----------
+    agg : DataFrame
+        From :func:`prh_lib.analysis.compression.aggregate_sweeps`.
+    sweep : {"variance", "dims"}
+    role : {"peak", "final"}
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    if sweep not in ("variance", "dims"):
+        raise ValueError(f"sweep must be 'variance' or 'dims'; got {sweep!r}")
+    sub = agg[(agg["quantity"] == f"pca:{sweep}") & (agg["role"] == role)]
+    if sub.empty:
+        raise ValueError(f"no {sweep} sweeps at the {role} layers to plot")
+    panels = list(dict.fromkeys(zip(sub["model_x"], sub["model_y"], sub["dataset"])))
+    ncols = min(ncols, len(panels))
+    nrows = int(np.ceil(len(panels) / ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows), squeeze=False,
+                             dpi=dpi)
+    for ax, (mx, my, ds) in zip(axes.flat, panels):
+        g = sub[(sub["model_x"] == mx) & (sub["model_y"] == my) & (sub["dataset"] == ds)]
+        xs, ys, bands = {}, {}, {}
+        for side, gs in g.groupby("compress", sort=False):
+            gs = gs.sort_values("x")
+            label = f"compress {mx if side == 'x' else my if side == 'y' else 'both'}"
+            xs[label], ys[label] = gs["x"].to_numpy(), gs["relative_mean"].to_numpy()
+            sd = gs["relative_std"].fillna(0).to_numpy()
+            bands[label] = (ys[label] - sd, ys[label] + sd)
+        ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+        plots.line_plot(xs, ys, ax=ax, bands=bands, logx=sweep == "dims", title=f"{mx} × {my}\n{ds}, {role} layers",
+                        xlabel="fraction of variance retained" if sweep == "variance" else "principal components kept",
+                        ylabel="score / uncompressed", marker="o" if sweep == "variance" else "")
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, frameon=False)
+        ax.tick_params(labelsize=9)
+        ax.title.set_fontsize(9)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
     fig.tight_layout()
     return fig
