@@ -20,7 +20,7 @@
 # directions carry it, alignment is a coarse, low-dimensional agreement rather than a match of fine
 # structure.
 #
-# **What runs here by default.** The offline zoo models on the 239 COCO pairs (first caption), as on the
+# **What runs here by default.** The offline zoo models on the 239 COCO pairs (five caption draws), as on the
 # [layer-wise page](sec3_1_layerwise.ipynb). Each comparison is compressed at two layer pairs: the **peak**
 # of mutual k-NN over all layer pairs (after outlier clipping) and the **final** layers. Each side is
 # compressed separately (the vision model's features with the language model's kept whole, and the

@@ -1,8 +1,12 @@
 """Section 3.1: where does alignment emerge? Every layer pair of each model pair, against chance and controls.
 
-:func:`compare_pairs` scores each comparison with :func:`~prh_lib.analysis.core.score_pair`;
-:func:`summary_table` is the page's table (peak versus final layers, chance, shuffled control, calibrated
-scores, bootstrap interval) and :func:`describe_peaks` states it in figures.
+:func:`compare_pairs` scores each comparison with :func:`~prh_lib.analysis.core.score_pair`.
+Over a study's datasets and draws, :func:`run_study` scores every draw and writes every score to the
+results table (:func:`pair_rows`, quantities :data:`QUANTITIES`), :func:`clip_variants` adds the peaks under
+other clipping choices; from the table, :func:`aggregate_peaks` gives mean ± std over draws,
+:func:`headline_table`, :func:`peak_locations` and :func:`clip_effect_table` the page's tables,
+:func:`findings` the rows of "The paper and this build" and :func:`describe_findings` the prose, generated
+from the numbers. :func:`summary_table` / :func:`describe_peaks` remain for one draw.
 
 References
 ----------
