@@ -581,7 +581,8 @@ def findings(table: pd.DataFrame, *, dataset: str, role: str = "peak", dims_prob
     - ``3.1/pca-40``: in more than half of the (pair, side) rows, keeping 40 % of the variance keeps at least
       95 % of the uncompressed score (mean over draws);
     - ``3.1/pca-100``: in more than half of the rows with a language side compressed, ``dims_probe``
-      components keep at least 90 % (not testable when N or d caps the dimension below ``dims_probe``);
+      components (the largest grid point ≤ ``dims_probe``) keep at least 90 % (not testable when min(N, d)
+      is below ``dims_probe``);
     - ``3.1/pca-strong``: in more than half of the rows, 8 components keep less than 80 %.
     """
     from .. import claims
@@ -593,14 +594,17 @@ def findings(table: pd.DataFrame, *, dataset: str, role: str = "peak", dims_prob
                            this_build=f"{keep40} of {n} (pair, side) keep ≥ 95 % at 40 % variance; relative "
                                       f"{t['rel_var'].min():.2f}-{t['rel_var'].max():.2f}")]
     lang = t[t["compressed"].str.contains("smollm|minilm|gemma|qwen|llama|mistral", case=False, regex=True)]
-    if len(lang) and (lang["dims_at"] >= dims_probe).all():
+    if len(lang) and (lang["max_dims"] >= dims_probe).all():
         ok = int((lang["rel_dims"] >= 0.9).sum())
+        at = sorted(set(int(v) for v in lang["dims_at"]))
         rows.append(claims.finding("3.1/pca-100", holds=ok > len(lang) / 2,
-                                   this_build=f"{ok} of {len(lang)} language sides keep ≥ 90 % with {dims_probe} "
-                                              f"dims; relative {lang['rel_dims'].min():.2f}-{lang['rel_dims'].max():.2f}"))
+                                   this_build=f"{ok} of {len(lang)} language sides keep ≥ 90 % with "
+                                              f"{'/'.join(map(str, at))} dims (the grid point ≤ {dims_probe}); relative "
+                                              f"{lang['rel_dims'].min():.2f}-{lang['rel_dims'].max():.2f}"))
     else:
+        cap = int(lang["max_dims"].min()) if len(lang) else 0
         rows.append(claims.finding("3.1/pca-100", holds=None, this_build=None,
-                                   note=f"N = {int(t['max_dims'].max()) if n else 0} caps PCA below {dims_probe} dims"))
+                                   note=f"PCA keeps at most min(N, d) = {cap} components here, fewer than {dims_probe}"))
     strong = int((t["rel_low"] < 0.8).sum())
     rows.append(claims.finding("3.1/pca-strong", holds=strong > n / 2,
                                this_build=f"{strong} of {n} fall below 80 % at 8 dims; relative "
