@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .. import data, extract, paper
+from ..features import CorruptFeatureFileError, check_feature_file
 from ..data.study import DatasetSpec, clear_caches, study_draws, study_pairs
 from ..models import DTYPES
 
@@ -52,8 +53,21 @@ class Job:
         return None if self.cache_file is None else Path(self.cache_file)
 
     def is_done(self) -> bool:
-        """Whether the job's feature file exists (written atomically, so existing means complete)."""
-        return self.cache_file is not None and Path(self.cache_file).is_file()
+        """Whether the job's feature file exists and its header is sound (safetensors header, metadata, shape).
+
+        Files are written atomically, so an interrupted write leaves no file (its temporary folder is never
+        this path); a damaged one (truncated, garbage, without metadata, a shape that contradicts it) counts
+        as not done, and the worker's ``get_features`` moves it aside and recomputes it. Only the header is
+        read (no tensor), so planning stays cheap; damaged tensor bytes (checked against the SHA-256 in the
+        metadata) and other rows are caught when ``get_features`` reads the file, which then recomputes it.
+        """
+        if self.cache_file is None or not Path(self.cache_file).is_file():
+            return False
+        try:
+            check_feature_file(self.cache_file)
+        except (CorruptFeatureFileError, FileNotFoundError):
+            return False
+        return True
 
     def status(self) -> str:
         """``"cached"``, ``"left"`` or ``"unknown"`` (cache path not resolvable at planning time)."""

@@ -17,13 +17,17 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["CAPTION_POLICIES", "DataError", "ImageCaptionDataset", "Pairs", "sample_pairs"]
+__all__ = ["CAPTION_POLICIES", "DataError", "DataWarning", "ImageCaptionDataset", "Pairs", "sample_pairs"]
 
 CAPTION_POLICIES = ("first", "random", "concat", "nth")
 
 
 class DataError(ValueError):
     """A dataset is missing, unreadable or malformed; the message names the path and the fix."""
+
+
+class DataWarning(UserWarning):
+    """Data was usable after a repair that the reader should know of (e.g. empty captions skipped, counted)."""
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,8 @@ class ImageCaptionDataset:
     captions : tuple of tuple of str, length n_images
         All captions of each image, in the source's order (COCO: by annotation id).
     source : str
-        Where the data came from (folder path or dataset id and revision).
+        Where the data came from (folder path or dataset id and revision), in full, for provenance; pages show
+        :attr:`display_source` (relative to ``PRH_DATA_ROOT`` or the dataset's name), as does the repr.
     """
 
     name: str
@@ -65,6 +70,22 @@ class ImageCaptionDataset:
 
     def __len__(self) -> int:
         return len(self.sample_ids)
+
+    @property
+    def display_source(self) -> str:
+        """:attr:`source` as a page may show it (:func:`prh_lib.paths.display_path`: no machine-specific paths)."""
+        return _display_source(self.source)
+
+    def __repr__(self) -> str:
+        n_captions = sum(len(c) for c in self.captions)
+        return (f"ImageCaptionDataset(name={self.name!r}, n_images={len(self)}, n_captions={n_captions}, "
+                f"source={self.display_source!r})")
+
+
+def _display_source(source: str) -> str:
+    from .. import paths
+
+    return paths.display_path(source) if source else source
 
 
 @dataclass(frozen=True)
@@ -100,6 +121,12 @@ class Pairs:
     def __len__(self) -> int:
         return len(self.sample_ids)
 
+    def __repr__(self) -> str:
+        source = self.info.get("source")
+        where = f", source={_display_source(source)!r}" if source else ""
+        return (f"Pairs(dataset={self.dataset!r}, n={len(self)}, caption_policy={self.caption_policy!r}, "
+                f"n_captions={self.n_captions}, seed={self.seed}{where})")
+
     def load_images(self, indices: Sequence[int] | None = None):
         """Open the images of the given rows (all rows by default) as RGB ``PIL.Image`` objects.
 
@@ -134,12 +161,35 @@ class Pairs:
         return h.hexdigest()[:16]
 
     def image_fingerprint(self) -> str:
-        """SHA-256 (hex, 16 chars) of the sample ids and image identities (file name and size) in row order."""
+        """SHA-256 (hex, 16 chars) of the sample ids and image contents in row order: the image side's cache key.
+
+        An image file counts by its bytes (:func:`prh_lib.paths.file_digests`: each file is read once and
+        remembered by path, size and modification times, so replacing a photo by another of the same size
+        changes the key); a table image (:class:`~prh_lib.data.TableImage`) by its stored encoded bytes; an
+        in-memory ``PIL.Image`` by its mode, size and pixels.
+
+        Raises
+        ------
+        DataError
+            If an image file does not exist (the message names it and its sample).
+        """
+        from .. import paths
+
+        files = [i for i, item in enumerate(self.images) if isinstance(item, (str, Path))]
+        try:
+            digests = dict(zip(files, paths.file_digests([self.images[i] for i in files])))
+        except FileNotFoundError as err:
+            missing = next(i for i in files if not Path(self.images[i]).is_file())
+            raise DataError(f"cannot fingerprint the images of {self.dataset!r}: image file {self.images[missing]} "
+                            f"(sample {self.sample_ids[missing]!r}) does not exist") from err
         h = hashlib.sha256()
-        for sid, item in zip(self.sample_ids, self.images):
-            if isinstance(item, (str, Path)):
-                p = Path(item)
-                ident = f"{p.name}:{p.stat().st_size}" if p.exists() else p.name
+        for i, (sid, item) in enumerate(zip(self.sample_ids, self.images)):
+            if i in digests:
+                ident = "sha256:" + digests[i]
+            elif hasattr(item, "content_digest"):  # TableImage: its stored (encoded) bytes
+                ident = item.content_digest()
+            elif hasattr(item, "mode") and hasattr(item, "size"):  # PIL.Image: pixels alone omit the shape
+                ident = f"pil:{item.mode}:{item.size[0]}x{item.size[1]}:" + hashlib.sha256(item.tobytes()).hexdigest()
             else:
                 ident = hashlib.sha256(item.tobytes()).hexdigest()
             h.update(sid.encode() + b"\x00" + ident.encode() + b"\x01")
