@@ -21,7 +21,7 @@ def test_figures_present_and_page_clean(executed):
     nb = nbformat.read(str(executed), as_version=4)
     outs = [o for c in nb.cells for o in c.get("outputs", [])]
     assert sum("image/png" in o.get("data", {}) for o in outs) == 3  # k sweep, N at fixed k, N at fixed k/N
-    assert not [o for o in outs if o.get("output_type") == "error" or o.get("name") == "stderr"]
+    assert not [o for o in outs if o.get("output_type") == "error" or o.get("name") == "stdout"]
     assert "## The paper and this build" in "".join(c.source for c in nb.cells if c.cell_type == "markdown")
 
 

@@ -127,7 +127,8 @@ def test_the_page_is_clean(nb):
     outputs = [o for c in cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert sum("image/png" in o.get("data", {}) for o in outputs) == 2
     assert not [o for o in outputs if o.get("output_type") == "error"]
-    assert not [o for o in outputs if o.get("output_type") == "stream" and o.get("name") == "stderr"]
+    # stderr (a first extraction's progress) is dropped by the book (nb_output_stderr: remove); stdout carries no logs
+    assert not [o for o in outputs if o.get("output_type") == "stream" and o.get("name") == "stdout"]
     md = "".join(c.source for c in cells if c.cell_type == "markdown")
     assert "## The paper and this build" in md
     text = "".join(str(o.get("data", {}).get("text/markdown", "")) + str(o.get("data", {}).get("text/plain", ""))

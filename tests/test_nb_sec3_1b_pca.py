@@ -26,7 +26,7 @@ def test_figures_present_and_page_clean(executed):
     assert _images(executed) == 2  # against variance retained, against components kept
     nb = nbformat.read(str(executed), as_version=4)
     outs = [o for c in nb.cells for o in c.get("outputs", [])]
-    assert not [o for o in outs if o.get("output_type") in ("error",) or o.get("name") == "stderr"]
+    assert not [o for o in outs if o.get("output_type") == "error" or o.get("name") == "stdout"]
     assert "## The paper and this build" in "".join(c.source for c in nb.cells if c.cell_type == "markdown")
 
 
