@@ -542,7 +542,10 @@ def describe_findings(agg: pd.DataFrame, rows: list[dict], *, dataset: str, n_pe
             f"{format_p(r['p_largest'], n_permutations)} (largest over draws). {r['model_y']} peaks at "
             f"{_layer_phrase(ly, dym) if consistent else f'{ly} in {r.peak_layers_draws} of {r.n_draws} draws (mean depth {dym:.2f})'}"
             f" with {r['model_x']} at {_layer_phrase(lx, dxm) if consistent else f'{lx} (mean depth {dxm:.2f})'}; "
-            f"the final-layer pair scores {r['final_mean']:.3f}.")
+            f"the final-layer pair scores {r['final_mean']:.3f}."
+            + (" Its score is identical in every draw: what varies between the draws (here the captions) does not "
+               "enter a pair without a language model." if r["n_draws"] > 1 and r["peak_std"] == 0
+               and r["regime"] == "vision-vision" else ""))
     lines.append("")
     agree = [r["id"] for r in rows if r["verdict"].startswith("reproduces")]
     differ = [r["id"] for r in rows if r["verdict"] == "differs"]
