@@ -20,31 +20,90 @@ from .analysis.capability import correlation_note
 if TYPE_CHECKING:  # pragma: no cover
     from .analysis.compression import CompressionSweep
 
-__all__ = ["heatmap_grid", "regime_figure", "scatter_grid", "plot_detail", "plot_sweeps", "plot_sweep"]
+__all__ = ["plot_sweep_bands", "heatmap_grid", "regime_figure", "scatter_grid", "plot_detail", "plot_sweeps", "plot_sweep"]
 
 
-def heatmap_grid(matrices: dict, *, chance: float | None = None, ncols: int = 2, shared_scale: bool = False,
-                 panel_size: tuple[float, float] = (5.0, 4.2)):
-    """One :func:`alignment_heatmap` per entry of ``matrices`` (label -> AlignmentMatrix-like object).
+def heatmap_grid(matrices: dict, *, chance: float | None = None, ncols: int = 2, scale: str = "shared",
+                 shared_scale: bool | None = None, other_peaks: dict | None = None,
+                 panel_size: tuple[float, float] = (4.8, 4.0), dpi: int = 150):
+    """One :func:`prh_lib.plots.alignment_heatmap` per entry of ``matrices`` (label -> AlignmentMatrix-like).
 
-    Each value needs ``scores``, ``x_labels``, ``y_labels``, ``x_name`` and ``y_name`` attributes.
-    With ``shared_scale`` all panels use the same colour range, so colours compare across pairs; by default
-    each panel has its own range, so the layer structure of weakly aligned pairs stays visible.
+    Parameters
+    ----------
+    matrices : dict of str to object
+        Each value needs ``scores``, ``x_labels``, ``y_labels``, ``x_name`` and ``y_name`` (and optionally
+        ``peak``).
+    chance : float, optional
+        Chance level k/(N-1), marked on every colour bar.
+    ncols : int
+    scale : {"shared", "chance-corrected", "panel"}, default "shared"
+        ``"shared"``: one colour range for all panels, from min(0, chance) to the largest score of any
+        panel, so colours compare across pairs (a 0.16 cross-modal peak is not as hot as a 0.57
+        same-modality one). ``"chance-corrected"``: the same shared range, drawn on
+        (score - chance) / (1 - chance), 0 at chance. ``"panel"``: each panel its own range (the layer
+        structure of weak pairs; never for comparing panels).
+    shared_scale : bool, optional
+        Deprecated spelling: True is ``scale="shared"``, False ``scale="panel"``.
+    other_peaks : dict of str to list of (int, int), optional
+        Label -> peaks of other draws, drawn as small circles.
+    panel_size : (float, float)
+        Inches per panel; with two columns the figure is under 10 inches wide, so 9-pt ticks stay ≥ 8 pt
+        at page width.
+    dpi : int
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The marker legend is one figure legend below the panels (never over cells); each panel's title
+        carries its max and final scores.
     """
+    if shared_scale is not None:
+        scale = "shared" if shared_scale else "panel"
+    if scale not in ("shared", "chance-corrected", "panel"):
+        raise ValueError(f"scale must be 'shared', 'chance-corrected' or 'panel'; got {scale!r}")
+    if scale == "chance-corrected" and chance is None:
+        raise ValueError("scale='chance-corrected' needs the chance level")
     n = len(matrices)
+    ncols = min(ncols, n)
     nrows = int(np.ceil(n / ncols))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows + 0.6),
+                             squeeze=False, dpi=dpi)
+
+    def values(m):
+        s = np.asarray(m.scores, dtype=float)
+        return (s - chance) / (1 - chance) if scale == "chance-corrected" else s
+
     vmin = vmax = None
-    if shared_scale:
-        vmin = min(float(np.nanmin(m.scores)) for m in matrices.values())
-        vmax = max(float(np.nanmax(m.scores)) for m in matrices.values())
+    if scale != "panel":
+        vmax = max(float(np.nanmax(values(m))) for m in matrices.values())
+        vmin = min(0.0, chance if chance is not None and scale == "shared" else 0.0,
+                   min(float(np.nanmin(values(m))) for m in matrices.values()))
     for ax, (label, m) in zip(axes.flat, matrices.items()):
+        s = values(m)
         peak = m.peak[:2] if hasattr(m, "peak") and not np.isnan(m.scores).all() else None
-        plots.alignment_heatmap(m.scores, m.x_labels, m.y_labels, ax=ax, title=label, x_name=m.x_name,
-                                y_name=m.y_name, chance=chance, vmin=vmin, vmax=vmax, peak=peak)
+        i, j = peak if peak is not None else np.unravel_index(int(np.nanargmax(s)), s.shape)
+        raw = np.asarray(m.scores, dtype=float)
+        title = f"{label}\nmax {raw[i, j]:.3f} (★) · final {raw[-1, -1]:.3f} (□)"
+        plots.alignment_heatmap(s, m.x_labels, m.y_labels, ax=ax, title=title, x_name=m.x_name, y_name=m.y_name,
+                                chance=chance if scale != "chance-corrected" else 0.0, vmin=vmin, vmax=vmax,
+                                peak=peak, other_peaks=(other_peaks or {}).get(label, ()), legend=False)
+        if scale == "chance-corrected":
+            ax.images[0].colorbar.set_label("(score − chance) / (1 − chance)", fontsize=plots.HEATMAP_FONTS["labels"])
     for ax in list(axes.flat)[n:]:
         ax.set_visible(False)
-    fig.tight_layout()
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], marker="*", color="white", markeredgecolor="black", markersize=13, linestyle="none",
+                      label="maximum over layer pairs"),
+               Line2D([], [], marker="s", markerfacecolor="none", markeredgecolor="red", markeredgewidth=2,
+                      markersize=9, linestyle="none", label="final-layer pair"),
+               Line2D([], [], color="red", linestyle="--", linewidth=2, label="chance k/(N-1) (colour bar)")]
+    if other_peaks:
+        handles.insert(1, Line2D([], [], marker="o", color="white", markeredgecolor="black", markersize=5,
+                                 linestyle="none", label="peak of another draw"))
+    fig.tight_layout(rect=(0, 0.6 / (panel_size[1] * nrows + 0.6), 1, 1))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=plots.HEATMAP_FONTS["legend"],
+               frameon=False, bbox_to_anchor=(0.5, 0.0))
     return fig
 
 
@@ -321,5 +380,55 @@ def plot_sweep(frames: dict[str, pd.DataFrame], *, x: str, scores: Sequence[str]
                 ax.xaxis.set_major_formatter(ScalarFormatter())
                 ax.xaxis.set_minor_formatter(NullFormatter())
             ax.title.set_fontsize(9)
+    fig.tight_layout()
+    return fig
+
+
+def plot_sweep_bands(agg: pd.DataFrame, *, sweep: str = "variance", role: str = "peak", ncols: int = 2,
+                     panel_size: tuple[float, float] = (4.8, 3.6), dpi: int = 150):
+    """Figure 2 over draws: relative score (score / uncompressed) against variance retained or components kept.
+
+    One panel per (model pair, dataset), one line per side compressed, with a band of ± one standard
+    deviation over draws; dashed grey: 1 (the uncompressed score).
+
+    Parameters
+    ----------
+    agg : DataFrame
+        From :func:`prh_lib.analysis.compression.aggregate_sweeps`.
+    sweep : {"variance", "dims"}
+    role : {"peak", "final"}
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    if sweep not in ("variance", "dims"):
+        raise ValueError(f"sweep must be 'variance' or 'dims'; got {sweep!r}")
+    sub = agg[(agg["quantity"] == f"pca:{sweep}") & (agg["role"] == role)]
+    if sub.empty:
+        raise ValueError(f"no {sweep} sweeps at the {role} layers to plot")
+    panels = list(dict.fromkeys(zip(sub["model_x"], sub["model_y"], sub["dataset"])))
+    ncols = min(ncols, len(panels))
+    nrows = int(np.ceil(len(panels) / ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows), squeeze=False,
+                             dpi=dpi)
+    for ax, (mx, my, ds) in zip(axes.flat, panels):
+        g = sub[(sub["model_x"] == mx) & (sub["model_y"] == my) & (sub["dataset"] == ds)]
+        xs, ys, bands = {}, {}, {}
+        for side, gs in g.groupby("compress", sort=False):
+            gs = gs.sort_values("x")
+            label = f"compress {mx if side == 'x' else my if side == 'y' else 'both'}"
+            xs[label], ys[label] = gs["x"].to_numpy(), gs["relative_mean"].to_numpy()
+            sd = gs["relative_std"].fillna(0).to_numpy()
+            bands[label] = (ys[label] - sd, ys[label] + sd)
+        ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+        plots.line_plot(xs, ys, ax=ax, bands=bands, logx=sweep == "dims", title=f"{mx} × {my}\n{ds}, {role} layers",
+                        xlabel="fraction of variance retained" if sweep == "variance" else "principal components kept",
+                        ylabel="score / uncompressed", marker="o" if sweep == "variance" else "")
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, frameon=False)
+        ax.tick_params(labelsize=9)
+        ax.title.set_fontsize(9)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
     fig.tight_layout()
     return fig
