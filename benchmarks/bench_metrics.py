@@ -294,7 +294,13 @@ def main(argv=None):
 
     print(f"k-NN layer-wise benchmark: L_x={args.lx}, L_y={args.ly}, N={args.n}, d_x={args.dx}, d_y={args.dy}, "
           f"k={args.k}, K={args.permutations}, device={args.device}, repeat={args.repeat} (min)")
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch "
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    print(f"machine: {cpu}, {os.cpu_count()} CPUs, {os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.0f} GiB, torch "
           f"{torch.__version__} ({args.threads or torch.get_num_threads()} threads)"
           + (f", {torch.cuda.get_device_name(0)}" if args.device.startswith("cuda") else ""))
     print(f"load average at start: {', '.join(f'{x:.1f}' for x in os.getloadavg())} (1, 5, 15 min)")
