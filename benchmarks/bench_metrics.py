@@ -105,6 +105,8 @@ def run_case(args) -> dict:
 
     from prh_lib.metrics import mutual_knn_layerwise, permutation_test_layerwise
 
+    if args.threads:
+        torch.set_num_threads(args.threads)  # benchmark process only (the library never does this)
     device = torch.device(args.device)
     X, Y = _data(args, device)
     # warm-up on tiny inputs: first-call costs (thread pools, kernels) are not what we measure
@@ -262,6 +264,7 @@ def main(argv=None):
     p.add_argument("--permutations", type=int)
     p.add_argument("--ref-pairs", type=int, help="time this many layer pairs of the reference and extrapolate")
     p.add_argument("--repeat", type=int, default=3, help="repeats per case; the minimum is reported")
+    p.add_argument("--threads", type=int, help="torch threads in the case processes (default: torch's)")
     p.add_argument("--other-nulls", default="", help=f"comma-separated, from {OTHER}, or 'all'")
     p.add_argument("--other-permutations", type=int, default=20)
     p.add_argument("--cases", default=",".join(CASES))
@@ -291,8 +294,14 @@ def main(argv=None):
 
     print(f"k-NN layer-wise benchmark: L_x={args.lx}, L_y={args.ly}, N={args.n}, d_x={args.dx}, d_y={args.dy}, "
           f"k={args.k}, K={args.permutations}, device={args.device}, repeat={args.repeat} (min)")
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch "
-          f"{torch.__version__} ({torch.get_num_threads()} threads)"
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    print(f"machine: {cpu}, {os.cpu_count()} CPUs, {os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.0f} GiB, torch "
+          f"{torch.__version__} ({args.threads or torch.get_num_threads()} threads)"
           + (f", {torch.cuda.get_device_name(0)}" if args.device.startswith("cuda") else ""))
     print(f"load average at start: {', '.join(f'{x:.1f}' for x in os.getloadavg())} (1, 5, 15 min)")
     res = {}
