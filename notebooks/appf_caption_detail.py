@@ -164,4 +164,5 @@ claims.claims_table(claim_rows, chapter=CHAPTER)
 
 # %%
 record = report.record(CHAPTER, captions.study_record(summary, summary_tables, claim_rows, draws, k=k,
-                                                      summary_model=summary_model, prompt=lm.DEFAULT_PROMPT))
+                                                      summary_model=summary_model, prompt=lm.DEFAULT_PROMPT)
+                       | {"params_hash": results.params_hash(params)})

@@ -236,4 +236,4 @@ Markdown(benchmarks.describe_missing(capabilities))
 record = report.record(CHAPTER, capability.study_record(
     summary=summary, correlations=correlations, ladder=ladder_corr, claims_rows=claim_rows, draws=draws,
     heldout=heldout, heldout_source=heldout_source, missing=missing, k=k, n_permutations=n_permutations,
-    capabilities=capabilities))
+    capabilities=capabilities) | {"params_hash": results.params_hash(params)})

@@ -279,8 +279,9 @@ class StudySets:
 def study_sets(datasets, draws) -> StudySets:
     """:class:`StudySets` for the draws of :func:`prh_lib.data.study_draws`.
 
-    The parent of a seeded draw is the whole dataset with the spec's caption policy; of a caption draw,
-    the whole dataset with that draw's caption (``caption_policy="nth"``). A draw whose texts are not the
+    The parent of a seeded draw is every image that some draw of the dataset uses (the whole dataset when
+    the draws cover it), with the spec's caption policy; of a caption draw, the same images with that draw's
+    caption (``caption_policy="nth"``). A draw whose texts are not the
     parent's on its rows (e.g. ``caption_policy="random"``) is its own parent.
 
     Parameters
@@ -300,6 +301,9 @@ def study_sets(datasets, draws) -> StudySets:
     parents: list = []
     keys: dict = {}
     cells = []
+    used: dict[str, set] = {}
+    for d in draws:
+        used.setdefault(d.dataset, set()).update(d.pairs.sample_ids)
     for d in draws:
         if d.dataset not in specs:
             raise ValueError(f"draw of dataset {d.dataset!r}, which is not among the specs {sorted(specs)}")
@@ -309,6 +313,8 @@ def study_sets(datasets, draws) -> StudySets:
             parent = data.sample_pairs(ds, n=None, caption_policy="nth", caption_index=d.seed - spec.first_seed)
         else:
             parent = data.sample_pairs(ds, n=None, caption_policy=spec.caption_policy, n_captions=spec.n_captions)
+        if len(used[d.dataset]) < len(parent):  # only the images some draw of this dataset uses
+            parent = parent.subset([i for i, sid in enumerate(parent.sample_ids) if sid in used[d.dataset]])
         row_of = {sid: i for i, sid in enumerate(parent.sample_ids)}
         rows = tuple(row_of.get(sid, -1) for sid in d.pairs.sample_ids)
         if -1 in rows or any(parent.texts[i] != t for i, t in zip(rows, d.pairs.texts)):
