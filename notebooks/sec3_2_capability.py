@@ -143,13 +143,8 @@ results.write(capability.capability_rows(language + ladder, texts=heldout_source
 table = results.load(chapter=CHAPTER, params=params, expand_extra=True)
 capabilities = benchmarks.load_capability_table(capability_csv)
 summary = capability.summary_table(table, capabilities)
-shown = summary.dropna(axis=1, how="all").assign(
-    peak=lambda t: [results.format_mean_std(m, s, n) for m, s, n in zip(t["peak"], t["peak std"], t["n_draws"])],
-    final=lambda t: [results.format_mean_std(m, s, n) for m, s, n in zip(t["final"], t["final std"], t["n_draws"])],
-).drop(columns=["peak std", "final std", "n_draws", "n"])
-for col in [c for c in shown.columns if c.startswith("p ")]:
-    shown[col] = [report.format_p(p, n_permutations) for p in shown[col]]
-shown[shown["family"] == "independent"].drop(columns=["family", "fraction"]).set_index(["dataset", "vision", "language"])
+shown = capability.summary_display(summary, n_permutations=n_permutations)
+shown
 
 # %% [markdown]
 # ## Correlation with capability

@@ -36,7 +36,7 @@ __all__ = ["join_capabilities", "capability_columns", "bpb_table", "ladder_is_mo
            "alignment_table", "CorrelationResult", "correlate", "correlation_table", "correlation_note",
            "describe_correlations", "to_record", "QUANTITIES", "StudySets", "study_sets", "heldout_texts", "paper_setting",
            "vision_features",
-           "study_alignment", "capability_rows", "summary_table", "study_correlations", "format_correlation",
+           "study_alignment", "capability_rows", "summary_table", "summary_display", "study_correlations", "format_correlation",
            "correlation_display", "findings", "describe_study", "study_record", "near_constant"]
 
 
@@ -279,8 +279,8 @@ class StudySets:
 def study_sets(datasets, draws) -> StudySets:
     """:class:`StudySets` for the draws of :func:`prh_lib.data.study_draws`.
 
-    The parent of a seeded draw is every image that some draw of the dataset uses (the whole dataset when
-    the draws cover it), with the spec's caption policy; of a caption draw, the same images with that draw's
+    The parent of a seeded draw is the whole dataset (only the images some draw uses, when that is fewer
+    than half of them), with the spec's caption policy; of a caption draw, the same images with that draw's
     caption (``caption_policy="nth"``). A draw whose texts are not the
     parent's on its rows (e.g. ``caption_policy="random"``) is its own parent.
 
@@ -313,7 +313,8 @@ def study_sets(datasets, draws) -> StudySets:
             parent = data.sample_pairs(ds, n=None, caption_policy="nth", caption_index=d.seed - spec.first_seed)
         else:
             parent = data.sample_pairs(ds, n=None, caption_policy=spec.caption_policy, n_captions=spec.n_captions)
-        if len(used[d.dataset]) < len(parent):  # only the images some draw of this dataset uses
+        if 2 * len(used[d.dataset]) < len(parent):  # few images used: extract only those (else the whole
+            # set, whose features other chapters share)
             parent = parent.subset([i for i, sid in enumerate(parent.sample_ids) if sid in used[d.dataset]])
         row_of = {sid: i for i, sid in enumerate(parent.sample_ids)}
         rows = tuple(row_of.get(sid, -1) for sid in d.pairs.sample_ids)
@@ -510,6 +511,21 @@ def summary_table(df: pd.DataFrame, capabilities: pd.DataFrame | None = None) ->
     out = out[cols].sort_values(["dataset", "family", "vision", "fraction", "language"],
                                 key=lambda c: c.map(order) if c.name == "dataset" else c, kind="stable")
     return out.reset_index(drop=True)
+
+
+def summary_display(summary: pd.DataFrame, *, n_permutations: int | None = None,
+                    family: str = "independent") -> pd.DataFrame:
+    """:func:`summary_table` as the page shows it: ``"mean ± std (n draws)"`` cells, p-values written with
+    :func:`prh_lib.report.format_p` (a bound at the permutation floor), no all-NaN columns, indexed by
+    (dataset, vision, language)."""
+    from .. import report, results
+
+    sub = summary[summary["family"] == family].copy()
+    for q in ("peak", "final"):
+        sub[q] = [results.format_mean_std(m, s, int(n)) for m, s, n in zip(sub[q], sub[f"{q} std"], sub["n_draws"])]
+        sub[f"p {q} (max)"] = [report.format_p(p, n_permutations) for p in sub[f"p {q} (max)"]]
+    sub = sub.drop(columns=["peak std", "final std", "n_draws", "family", "fraction"])
+    return sub.dropna(axis=1, how="all").set_index(["dataset", "vision", "language"])
 
 
 def study_correlations(summary: pd.DataFrame, *, capability: Sequence[str], alignment: Sequence[str] = (

@@ -382,7 +382,8 @@ def study_variants(datasets, draws, *, max_captions: int = 5, fractions: Sequenc
         n_caps = min(int(max_captions), min(len(c) for c in ds.captions))
         offset = _draw_offset(d)
         # the images any draw of this dataset uses, in dataset order: each text is extracted once
-        keep = [i for i, sid in enumerate(ds.sample_ids) if sid in used[d.dataset]]
+        keep = [i for i, sid in enumerate(ds.sample_ids) if sid in used[d.dataset] or 2 * len(used[d.dataset])
+                >= len(ds.sample_ids)]  # few images used: only those; else the whole set, shared with others
         caps = [ds.captions[i] for i in keep]
         base = data.sample_pairs(ds, n=None, caption_policy="first").subset(keep)
         row_of = {sid: i for i, sid in enumerate(base.sample_ids)}
