@@ -108,8 +108,9 @@ def _lazy_generator(model: str, options: dict):
 
     def get():
         if not held:
-            held.append(lm.load_generator(model, device=options.get("device", "cpu"),
-                                       dtype=options.get("dtype", "float32")))
+            with lm.quiet(not options.get("progress", False)):
+                held.append(lm.load_generator(model, device=options.get("device", "cpu"),
+                                              dtype=options.get("dtype", "float32")))
         return held[0]
 
     return get
