@@ -56,11 +56,15 @@ dtype = "float32"
 batch_size = 32
 
 # %%
+import warnings
+
 import pandas as pd
 from IPython.display import Markdown
 
-from prh_lib import claims, data, extract, figures, lm, report, results
-from prh_lib.analysis import captions
+with warnings.catch_warnings():  # tqdm warns at import in a kernel without ipywidgets ("IProgress not found")
+    warnings.simplefilter("ignore")
+    from prh_lib import claims, data, extract, figures, lm, report, results
+    from prh_lib.analysis import captions
 
 pd.set_option("display.precision", 3)
 pd.set_option("display.max_colwidth", None)  # captions are shown whole: concatenations must not look alike
@@ -113,13 +117,14 @@ with lm.quiet():
         parent = next(v["pairs"] for v in variants.values() if v["dataset"] == ds and not v["score"])
         vision[ds] = extract.features_for_models(vision_models, parent, device=device, dtype=dtype,
                                                  batch_size=batch_size, progress=False)
-rows = pd.concat([captions.study_alignment(vision[ds], {n: v for n, v in variants.items() if v["dataset"] == ds},
-                                           language_models, k=k, clip_q=clip_q, num_threads=num_threads,
-                                           device=device, dtype=dtype, batch_size=batch_size, progress=False)
-                  for ds in vision], ignore_index=True)
+parts = [captions.study_alignment(vision[ds], {n: v for n, v in variants.items() if v["dataset"] == ds},
+                                  language_models, k=k, clip_q=clip_q, num_threads=num_threads, device=device,
+                                  dtype=dtype, batch_size=batch_size, progress=False) for ds in vision]
+rows = pd.concat(parts, ignore_index=True)
 results.write(rows.drop(columns=["vision model", "language model", "variant", "peak"]), chapter=CHAPTER,
               params=params)
 summary = captions.study_summary(results.load(chapter=CHAPTER, params=params, expand_extra=True))
+Markdown(" ".join(dict.fromkeys(p.attrs["degenerate"] for p in parts if p.attrs.get("degenerate"))))
 
 # %% [markdown]
 # Raw peak scores, mean ± std over draws; each control's chance level k/(N-1) is the dotted line in its colour

@@ -60,12 +60,16 @@ dtype = "float32"
 batch_size = 32
 
 # %%
+import warnings
+
 import pandas as pd
 from IPython.display import Markdown
 
-from prh_lib import claims, data, figures, lm, report, results
-from prh_lib.analysis import capability
-from prh_lib.data import benchmarks
+with warnings.catch_warnings():  # tqdm warns at import in a kernel without ipywidgets ("IProgress not found")
+    warnings.simplefilter("ignore")
+    from prh_lib import claims, data, figures, lm, report, results
+    from prh_lib.analysis import capability
+    from prh_lib.data import benchmarks
 
 pd.set_option("display.precision", 3)
 pd.set_option("display.max_colwidth", None)
@@ -131,6 +135,7 @@ rows = capability.study_alignment(sets, vision, language, ladder=ladder, ladder_
 results.write(rows, chapter=CHAPTER, params=params)
 results.write(capability.capability_rows(language + ladder, texts=heldout_source), chapter=CHAPTER,
               params=params)
+Markdown(rows.attrs["degenerate"])
 
 # %% [markdown]
 # ## The capability table
@@ -161,7 +166,7 @@ ladder_corr = capability.study_correlations(summary, capability=["bpb"], alignme
 capability.correlation_display(correlations).set_index(["dataset", "vision", "alignment", "capability"])
 
 # %%
-main_x = "bpb" if summary["bpb"].notna().any() else "mmlu_5shot"
+main_x = "mmlu_5shot" if summary["mmlu_5shot"].notna().sum() >= 3 else "bpb"  # the paper's Fig. 3 axis when known
 if (summary["family"] == "independent").any():
     fig = figures.capability_panels(summary, x=main_x, y="peak", correlations=correlations[
         correlations["method"] == "pearson"])

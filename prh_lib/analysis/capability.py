@@ -34,7 +34,7 @@ from .correlation import CorrelationResult, correlate, near_constant
 
 __all__ = ["join_capabilities", "capability_columns", "bpb_table", "ladder_is_monotone", "describe_ladder",
            "alignment_table", "CorrelationResult", "correlate", "correlation_table", "correlation_note",
-           "describe_correlations", "to_record", "QUANTITIES", "StudySets", "study_sets", "heldout_texts", "paper_setting",
+           "describe_correlations", "to_record", "QUANTITIES", "StudySets", "study_sets", "heldout_texts", "DegenerateLayers", "paper_setting",
            "vision_features",
            "study_alignment", "capability_rows", "summary_table", "summary_display", "study_correlations", "format_correlation",
            "correlation_display", "findings", "describe_study", "study_record", "near_constant"]
@@ -355,6 +355,63 @@ def vision_features(names: Sequence[str], sets: StudySets, **options) -> dict:
     return {name: tuple(f[name] for f in per_parent) for name in names}
 
 
+class DegenerateLayers:
+    """Collects the degenerate-layer warnings of scoring, to explain them in one sentence instead.
+
+    A degenerate layer (every sample the same vector, e.g. a ViT's CLS token at its embedding output) has
+    undefined scores (NaN) and is left out of the peak. ``with DegenerateLayers() as dl:`` records the
+    :class:`RuntimeWarning` s that say so (other warnings pass through); ``dl.add_model(name)`` labels the
+    ones recorded since the last call; :meth:`sentence` is the page's one line.
+    """
+
+    def __init__(self):
+        self.found: dict[str, set] = {}
+        self._pending: list[str] = []
+        self._cm = None
+
+    def __enter__(self):
+        import warnings
+
+        self._cm = warnings.catch_warnings(record=True)
+        self._log = self._cm.__enter__()
+        warnings.simplefilter("always")
+        return self
+
+    def __exit__(self, *exc):
+        import warnings
+
+        log = list(self._log)
+        self._cm.__exit__(*exc)
+        for w in log:
+            if not (issubclass(w.category, RuntimeWarning) and "degenerate" in str(w.message)):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        return False
+
+    def add_model(self, x: str, y: str, x_labels=(), y_labels=()) -> None:
+        """Attribute the degenerate warnings recorded so far to the pair (x, y) (X is x, Y is y)."""
+        import re
+
+        for w in list(self._log):
+            msg = str(w.message)
+            if "degenerate" not in msg:
+                continue
+            who = x if ": X is" in msg else y if ": Y is" in msg else None
+            labels = x_labels if who == x else y_labels
+            idx = [int(i) for i in re.findall(r"\d+", msg.split("in layers", 1)[-1].split(";")[0])]
+            if who is not None:
+                self.found.setdefault(who, set()).update(labels[i] if i < len(labels) else str(i) for i in idx)
+        self._log.clear()
+
+    def sentence(self) -> str:
+        """One Markdown sentence naming the degenerate layers (empty when there were none)."""
+        if not self.found:
+            return ""
+        parts = "; ".join(f"{m}: {', '.join(sorted(ls))}" for m, ls in self.found.items())
+        return (f"Degenerate layers ({parts}) give the same vector for every sample (e.g. a ViT's CLS token at "
+                "its embedding output, before any attention), so their scores are undefined and left out of "
+                "the peak.")
+
+
 def _depth(i: int, n: int) -> float:
     return float(i) / (n - 1) if n > 1 else 1.0
 
@@ -399,6 +456,17 @@ def study_alignment(sets: StudySets, vision: dict, independent, *, ladder=(), la
     ladder_pos = {pid: i for i, pid in enumerate(ladder_parents)}
     prep = f"clip_outliers(q={clip_q})" if clip_q is not None else "none"
     rows = []
+    degenerate = DegenerateLayers()
+    with degenerate:
+        _score_cells(sets, vision, independent, ladder, ladder_pos, rows, degenerate, k=k, clip_q=clip_q,
+                     n_permutations=n_permutations, alpha=alpha, seed=seed, device=device, prep=prep)
+    out = pd.DataFrame(rows)
+    out.attrs["degenerate"] = degenerate.sentence()
+    return out
+
+
+def _score_cells(sets, vision, independent, ladder, ladder_pos, rows, degenerate, *, k, clip_q, n_permutations,
+                 alpha, seed, device, prep):
     for d, pid, idx in sets.cells:
         entries = [(r, "independent", r.features[pid], n_permutations) for r in independent]
         if pid in ladder_pos:
@@ -410,6 +478,7 @@ def study_alignment(sets: StudySets, vision: dict, independent, *, ladder=(), la
                 scored = score_pair(v, lang, k=k, n_permutations=n_perm, alpha=alpha, n_boot=0, seed=seed,
                                     control=False, device=device)
                 m, cal = scored.matrix, scored.calibration
+                degenerate.add_model(v_name, res.label, m.x_labels, m.y_labels)
                 i, j, best = m.peak
                 nx, ny = len(m.x_labels), len(m.y_labels)
                 common = {"dataset": d.dataset, "draw": d.draw, "seed": d.seed, "n": len(idx), "k": k,
@@ -426,7 +495,6 @@ def study_alignment(sets: StudySets, vision: dict, independent, *, ladder=(), la
                     "calibrated": float(cal.calibrated[-1, -1]) if cal else np.nan,
                     "tau": float(cal.threshold[-1, -1]) if cal else np.nan,
                     "p": float(cal.p_value[-1, -1]) if cal else np.nan})
-    return pd.DataFrame(rows)
 
 
 def capability_rows(language, *, texts: str, dataset: str = "held-out captions") -> pd.DataFrame:

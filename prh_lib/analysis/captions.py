@@ -447,8 +447,13 @@ def study_alignment(vision: dict, variants: dict, language_models: Sequence[str]
         columns ``model_x`` (vision), ``model_y`` (language), ``metric``, ``k``, ``score`` (= ``peak``),
         ``quantity`` (the variant name), ``preprocessing``.
     """
-    table = detail_alignment(vision, variants, language_models, k=k, clip_q=clip_q, num_threads=num_threads,
-                             skip=[name for name, v in variants.items() if not v["score"]], **feature_options)
+    from .capability import DegenerateLayers
+
+    degenerate = DegenerateLayers()
+    with degenerate:
+        table = detail_alignment(vision, variants, language_models, k=k, clip_q=clip_q, num_threads=num_threads,
+                                 skip=[name for name, v in variants.items() if not v["score"]], **feature_options)
+        degenerate.add_model(", ".join(vision), "a language model")
     meta = pd.DataFrame([{"variant": name, "dataset": v["dataset"], "draw": v["draw"], "seed": v["seed"],
                           "name": v["variant"]} for name, v in variants.items() if v["score"]])
     table = table.merge(meta, on="variant", how="left")
@@ -456,6 +461,7 @@ def study_alignment(vision: dict, variants: dict, language_models: Sequence[str]
     table["model_x"], table["model_y"] = table["vision model"], table["language model"]
     table["metric"], table["k"], table["score"], table["quantity"] = "mutual_knn", k, table["peak"], table["variant"]
     table["preprocessing"] = f"clip_outliers(q={clip_q})" if clip_q is not None else "none"
+    table.attrs["degenerate"] = degenerate.sentence()
     return table
 
 
