@@ -611,3 +611,28 @@ def test_summary_table_aggregates_the_results_rows(tmp_path):
     assert s["peak"] == pytest.approx(0.25) and s["peak std"] == pytest.approx(np.std([0.2, 0.3, 0.25], ddof=1))
     assert s["p peak (max)"] == pytest.approx(0.03) and s["chance"] == pytest.approx(10 / 99)
     assert s["bpb"] == 1.1 and s["next_token_accuracy"] == 0.4 and s["n_draws"] == 3
+
+
+def test_degenerate_layers_are_collected_into_one_sentence_and_other_warnings_pass():
+    import warnings
+
+    from prh_lib.analysis.core import score_pair
+    from prh_lib.features import LayerFeatures
+
+    rng = np.random.default_rng(0)
+    X = torch.tensor(rng.standard_normal((3, 30, 8)), dtype=torch.float32)
+    X[0] = 1.0  # the embedding layer: every sample the same vector
+    Y = torch.tensor(rng.standard_normal((2, 30, 8)), dtype=torch.float32)
+    ids = tuple(f"s{i}" for i in range(30))
+    fx = LayerFeatures(X, ("embed", "layer.1", "layer.2"), ids, {}, None)
+    fy = LayerFeatures(Y, ("embed", "layer.1"), ids, {}, None)
+    dl = C.DegenerateLayers()
+    with warnings.catch_warnings(record=True) as outer:
+        warnings.simplefilter("always")
+        with dl:
+            score_pair(fx, fy, k=3, n_permutations=20, n_boot=0, control=False)
+            dl.add_model("vis", "lang", fx.layer_labels, fy.layer_labels)
+            warnings.warn("something else", UserWarning)
+    assert dl.found == {"vis": {"embed"}} and "vis: embed" in dl.sentence()
+    assert [str(w.message) for w in outer] == ["something else"]
+    assert C.DegenerateLayers().sentence() == ""
