@@ -534,6 +534,11 @@ def describe_study(summary: pd.DataFrame) -> str:
 
     from .. import results
 
+    def fmt(mean, std, n):
+        # a control run on fewer draws (the summaries: generation is costly) is one draw by choice, not a set
+        # that cannot be repeated
+        return results.format_mean_std(mean, std, n) if n > 1 else f"{mean:.3f} (one draw)"
+
     lines = []
     for (ds, vm, lm_name, control), g in summary.groupby(["dataset", "vision model", "language model", "control"],
                                                       sort=False):
@@ -541,8 +546,8 @@ def describe_study(summary: pd.DataFrame) -> str:
         lo, hi = g.iloc[0], g.iloc[-1]
         rho = float(spearmanr(g["tokens"], g["peak"]).statistic) if len(g) > 2 else float("nan")
         lines.append(f"- **{ds}, {vm} × {lm_name}**, {control} (N = {int(lo['n'])}): {lo['tokens']:.0f} → "
-                     f"{hi['tokens']:.0f} tokens, peak {results.format_mean_std(lo['peak'], lo['peak std'], int(lo['n_draws']))}"
-                     f" → {results.format_mean_std(hi['peak'], hi['peak std'], int(hi['n_draws']))}; "
+                     f"{hi['tokens']:.0f} tokens, peak {fmt(lo['peak'], lo['peak std'], int(lo['n_draws']))}"
+                     f" → {fmt(hi['peak'], hi['peak std'], int(hi['n_draws']))}; "
                      f"chance-corrected {lo['corrected peak']:.3f} → {hi['corrected peak']:.3f}; Spearman ρ with "
                      f"length = {rho:.2f}.")
     return "\n".join(lines)
