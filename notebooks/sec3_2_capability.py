@@ -163,7 +163,9 @@ shown
 caps = [c for c in ["bpb", "next_token_accuracy", *benchmarks.BENCHMARKS] if c in summary.columns]
 correlations = capability.study_correlations(summary, capability=caps)
 ladder_corr = capability.study_correlations(summary, capability=["bpb"], alignment=["peak"], family="ladder")
-capability.correlation_display(correlations).set_index(["dataset", "vision", "alignment", "capability"])
+(capability.correlation_display(correlations).set_index(["dataset", "vision", "alignment", "capability"])
+ if not correlations.empty else Markdown(f"No correlation across models: {len(independent)} independent "
+                                         "language model(s) ran here, and at least 3 are needed."))
 
 # %%
 main_x = "mmlu_5shot" if summary["mmlu_5shot"].notna().sum() >= 3 else "bpb"  # the paper's Fig. 3 axis when known

@@ -809,8 +809,8 @@ def describe_study(corr: pd.DataFrame, ladder: pd.DataFrame, summary: pd.DataFra
     indep = summary[summary["family"] == "independent"]
     n_models = indep["language"].nunique()
     if missing:
-        out.append("**Models not available here:** " + "; ".join(f"`{m}` ({h})" for m, h in missing.items())
-                   + f". The page runs with the {n_models} that are.")
+        out.append(f"Not available here (see above for how to install them): {', '.join(f'`{m}`' for m in missing)}; "
+                   f"the page runs with the {n_models} independent model(s) that are.")
     cap_rows = _pick(corr, capability="bpb") if "bpb" in set(corr.get("capability", [])) else corr
     main = _pick(cap_rows, dataset=main_dataset, alignment="peak")
     if main.empty:

