@@ -155,8 +155,9 @@ def capability_panels(summary: pd.DataFrame, *, x: str = "bpb", y: str = "peak",
             err = pts[std].to_numpy(float) if std in pts.columns else None
             ax.errorbar(pts[x].to_numpy(float), pts[y].to_numpy(float), yerr=err, fmt="o", color=colors[v],
                         capsize=3, markersize=5, label=v)
-            for _, r in pts.iterrows():
-                ax.annotate(str(r[label]), (r[x], r[y]), textcoords="offset points", xytext=(4, 4), fontsize=8)
+            if v == visions[0]:  # one label per language model (the series share their x positions)
+                for _, r in pts.iterrows():
+                    ax.annotate(str(r[label]), (r[x], r[y]), textcoords="offset points", xytext=(4, 4), fontsize=8)
             if correlations is not None and not correlations.empty:
                 hit = correlations[(correlations["dataset"] == ds) & (correlations["vision"] == v)
                                    & (correlations["alignment"] == y) & (correlations["capability"] == x)]
