@@ -284,7 +284,7 @@ def test_study_findings_follow_the_numbers():
     for lm_name, base in (("a", 0.3), ("b", 0.2)):
         for level in (0.1, 0.5, 1.0):
             rows.append({"dataset": "d", "vision model": "v", "language model": lm_name, "control": "summary",
-                         "level": level, "peak": base * (0.5 + level / 2)})
+                         "level": level, "peak": base * (0.5 + level / 2), "peak std": 0.001, "n_draws": 5})
     (row,) = captions.findings(pd.DataFrame(rows))
     assert row["verdict"] == "reproduces in kind"
     flipped = pd.DataFrame(rows)

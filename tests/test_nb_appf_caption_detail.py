@@ -92,11 +92,14 @@ def test_summaries_shorter_cached_and_fallbacks_counted(rec):
 def test_verdict_matches_the_numbers(rec):
     (row,) = [r for r in rec["claims"] if r["id"] == "F/detail"]
     summ = [s for s in rec["summary"] if s["control"] == "summary"]
+    control = "summary" if summ and min(s["n_draws"] for s in summ) >= 2 else "truncation"
+    assert row["this build"].startswith(control)
     lower = []
-    for (ds, lm), group in _by(summ).items():
+    for (ds, lm), group in _by([s for s in rec["summary"] if s["control"] == control]).items():
         for vm in {s["vision model"] for s in group}:
             g = sorted([s for s in group if s["vision model"] == vm], key=lambda s: s["level"])
-            lower.append(g[0]["peak"] < g[-1]["peak"])
+            noise = 2 * max(g[0]["peak std"] or 0.0, g[-1]["peak std"] or 0.0)
+            lower.append(g[-1]["peak"] - g[0]["peak"] > noise)
     if not all(lower):
         assert row["verdict"] == "differs"
     else:
