@@ -20,7 +20,8 @@ from .analysis.capability import correlation_note
 if TYPE_CHECKING:  # pragma: no cover
     from .analysis.compression import CompressionSweep
 
-__all__ = ["plot_sweep_bands", "heatmap_grid", "regime_figure", "scatter_grid", "plot_detail", "plot_sweeps", "plot_sweep"]
+__all__ = ["plot_sweep_bands", "heatmap_grid", "regime_figure", "scatter_grid", "capability_panels", "plot_detail",
+           "plot_sweeps", "plot_sweep"]
 
 
 def heatmap_grid(matrices: dict, *, chance: float | None = None, ncols: int = 2, scale: str = "shared",
@@ -160,16 +161,102 @@ def scatter_grid(table: pd.DataFrame, *, x, ys: Sequence[str], by: str = "vision
     return fig
 
 
-def plot_detail(table: pd.DataFrame, *, score: str = "peak", panel_size: tuple[float, float] = (5.2, 3.8)):
-    """Alignment against mean caption length in tokens, one line per control, one panel per model pair.
+def capability_panels(summary: pd.DataFrame, *, x: str = "bpb", y: str = "peak", family: str = "independent",
+                      correlations: pd.DataFrame | None = None, label: str = "language",
+                      panel_size: tuple[float, float] = (4.4, 3.6), dpi: int = 160):
+    """Alignment against capability, one panel per dataset, one series per vision model (Figures 3-4 layout).
+
+    Each point is one language model: its alignment (mean over draws, error bar = std over draws; none for
+    a single draw) against its capability. All panels share the y range, chance k/(N-1) is a dashed grey
+    line, and with ``x="bpb"`` the x axis is reversed so capability grows to the right in every panel. The
+    legend sits above the panels; Pearson r per vision model (from ``correlations``) is written under
+    each panel.
+
+    Parameters
+    ----------
+    summary : DataFrame
+        :func:`prh_lib.analysis.capability.summary_table` (columns ``dataset``, ``vision``, ``family``,
+        ``label``, ``x``, ``y``, ``y + " std"`` when present, ``chance``).
+    x, y : str
+        Capability and alignment columns.
+    family : {"independent", "ladder"}
+    correlations : DataFrame, optional
+        :func:`prh_lib.analysis.capability.study_correlations`, for the r written under each panel.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Raises
+    ------
+    ValueError
+        If a named column is missing or no row has ``family``.
+    """
+    missing = [c for c in ("dataset", "vision", "family", label, x, y, "chance") if c not in summary.columns]
+    if missing:
+        raise ValueError(f"columns {missing} are not in the table; it has {list(summary.columns)}")
+    sub = summary[summary["family"] == family]
+    if sub.empty:
+        raise ValueError(f"no rows of family {family!r}")
+    datasets = list(dict.fromkeys(sub["dataset"]))
+    visions = list(dict.fromkeys(sub["vision"]))
+    colors = {v: plt.cm.tab10(i % 10) for i, v in enumerate(visions)}
+    fig, axes = plt.subplots(1, len(datasets), figsize=(panel_size[0] * len(datasets), panel_size[1]),
+                             squeeze=False, sharey=True, dpi=dpi)
+    std = f"{y} std"
+    for ax, ds in zip(axes[0], datasets):
+        part = sub[sub["dataset"] == ds]
+        notes = []
+        for v in visions:
+            pts = part[part["vision"] == v]
+            if pts.empty:
+                continue
+            err = pts[std].to_numpy(float) if std in pts.columns else None
+            ax.errorbar(pts[x].to_numpy(float), pts[y].to_numpy(float), yerr=err, fmt="o", color=colors[v],
+                        capsize=3, markersize=5, label=v)
+            if v == visions[0]:  # one label per language model (the series share their x positions)
+                for _, r in pts.iterrows():
+                    ax.annotate(str(r[label]), (r[x], r[y]), textcoords="offset points", xytext=(4, 4), fontsize=8)
+            if correlations is not None and not correlations.empty:
+                hit = correlations[(correlations["dataset"] == ds) & (correlations["vision"] == v)
+                                   & (correlations["alignment"] == y) & (correlations["capability"] == x)]
+                for _, c in hit.iterrows():
+                    sym = "ρ" if c["method"] == "spearman" else "r"
+                    notes.append(f"{v}: {sym} = {c['r']:.2f}" + (f", p = {c['p']:.2g}" if np.isfinite(c["p"]) else ""))
+        chance = float(part["chance"].iloc[0])
+        ax.axhline(chance, color="0.4", linestyle="--", linewidth=1.2)
+        ax.set_title(f"{ds} (N = {int(part['n'].iloc[0])})", fontsize=10)
+        ax.set_xlabel({"bpb": "bits per byte, held-out captions (lower = more capable)",
+                       "next_token_accuracy": "next-token accuracy"}.get(x, x), fontsize=9)
+        if x == "bpb":
+            ax.invert_xaxis() if not ax.xaxis_inverted() else None
+        ax.tick_params(labelsize=8)
+        if notes:
+            ax.text(0.0, -0.28, "\n".join(notes), transform=ax.transAxes, fontsize=8, va="top", ha="left")
+    axes[0, 0].set_ylabel(f"mutual k-NN ({y}; mean ± std over draws)", fontsize=9)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    handles.append(plt.Line2D([], [], color="0.4", linestyle="--"))
+    labels.append("chance k/(N-1)")
+    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(labels), fontsize=8,
+               frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def plot_detail(table: pd.DataFrame, *, score: str = "peak", panel_size: tuple[float, float] = (5.0, 3.6),
+                dpi: int = 160):
+    """Alignment against mean caption length in tokens, one line per control, one panel per (dataset, model pair).
 
     Parameters
     ----------
     table : DataFrame
-        From :func:`prh_lib.analysis.captions.detail_alignment`.
+        :func:`prh_lib.analysis.captions.study_summary` (or :func:`~prh_lib.analysis.captions.detail_alignment`):
+        columns ``vision model``, ``language model``, ``control``, ``tokens``, ``chance``, ``score`` and,
+        when present, ``dataset`` (one panel each) and ``<score> std`` (error bars: std over draws).
     score : str
-        Column to plot (``"peak"``, ``"final"``, ``"corrected peak"``, ...). For raw scores each control's chance
-        level ``k/(n-1)`` is drawn as a dotted line in its colour (controls on fewer pairs have a higher one).
+        Column to plot (``"peak"``, ``"corrected peak"``, ...). For raw scores each control's chance level
+        ``k/(n-1)`` is drawn as a dotted line in its colour (controls on fewer pairs have a higher one); all
+        panels share one y range.
 
     Returns
     -------
@@ -177,29 +264,40 @@ def plot_detail(table: pd.DataFrame, *, score: str = "peak", panel_size: tuple[f
     """
     if score not in table.columns:
         raise ValueError(f"no column {score!r}; have {list(table.columns)}")
-    panels = list(dict.fromkeys(zip(table["vision model"], table["language model"])))
+    table = table if "dataset" in table.columns else table.assign(dataset="")
+    panels = list(dict.fromkeys(zip(table["dataset"], table["vision model"], table["language model"])))
     ncols = min(len(panels), 2)
     nrows = int(np.ceil(len(panels) / ncols))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows), squeeze=False,
+                             sharey=True, dpi=dpi)
     raw = not score.startswith("corrected")
     order = list(dict.fromkeys(table["control"]))  # the same colour for a control in every panel
-    for ax, (vm, lm) in zip(axes.flat, panels):
-        sub = table[(table["vision model"] == vm) & (table["language model"] == lm)].sort_values("tokens")
-        controls = [c for c in order if c in set(sub["control"])]
-        xs = {c: sub.loc[sub["control"] == c, "tokens"].to_numpy() for c in controls}
-        ys = {c: sub.loc[sub["control"] == c, score].to_numpy() for c in controls}
-        plots.line_plot(xs, ys, ax=ax, xlabel=f"mean caption length (tokens, {lm})",
-                        ylabel=f"mutual k-NN ({score})", title=f"{vm} × {lm}", chance=None if raw else 0.0)
-        if raw:
-            colors = {line.get_label(): line.get_color() for line in ax.get_lines()}
-            for c in controls:
-                ch = float(sub.loc[sub["control"] == c, "chance"].iloc[0])
-                ax.axhline(ch, color=colors.get(c, "grey"), linestyle=":", linewidth=1.2)
-            ax.plot([], [], color="grey", linestyle=":", label="chance k/(n-1)")
-            ax.legend(fontsize=7)
-        ax.title.set_fontsize(9)
+    colors = {c: plt.cm.tab10(i % 10) for i, c in enumerate(order)}
+    std = f"{score} std"
+    for ax, (ds, vm, lm) in zip(axes.flat, panels):
+        sub = table[(table["dataset"] == ds) & (table["vision model"] == vm)
+                    & (table["language model"] == lm)].sort_values("tokens")
+        for c in [c for c in order if c in set(sub["control"])]:
+            part = sub[sub["control"] == c]
+            err = part[std].to_numpy(float) if std in part.columns else None
+            ax.errorbar(part["tokens"].to_numpy(float), part[score].to_numpy(float), yerr=err, color=colors[c],
+                        marker="o", markersize=4, capsize=2, label=c)
+            if raw:
+                ax.axhline(float(part["chance"].iloc[0]), color=colors[c], linestyle=":", linewidth=1.2)
+        if not raw:
+            ax.axhline(0.0, color="0.4", linestyle="--", linewidth=1.2)
+        ax.set_xlabel(f"mean caption length (tokens, {lm})", fontsize=9)
+        ax.set_title(f"{ds + ': ' if ds else ''}{vm} × {lm}", fontsize=10)
+        ax.tick_params(labelsize=8)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(f"mutual k-NN ({score})", fontsize=9)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
+    handles = [plt.Line2D([], [], color=colors[c], marker="o", label=c) for c in order]
+    handles.append(plt.Line2D([], [], color="0.4", linestyle=":" if raw else "--",
+                              label="chance k/(N-1) (in each control's colour)" if raw else "chance (0)"))
+    fig.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(handles), 3),
+               fontsize=8, frameon=False)
     fig.tight_layout()
     return fig
 
