@@ -155,6 +155,9 @@ claim_rows = captions.findings(summary, paper_setting=summary_model == "Qwen/Qwe
                                and any(str(d.dataset).startswith("docci") for d in draws))
 claims.claims_table(claim_rows, chapter=CHAPTER)
 
+# %%
+report.record(claims.RECORD_NAME, claim_rows);  # the front page's checklist
+
 # %% [markdown]
 # **Reading the result.** The paper's argument runs: if alignment measured shared content, more descriptive
 # captions should align better and impoverished ones worse. The *more detail* lines test the first half,

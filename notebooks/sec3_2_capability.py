@@ -203,6 +203,9 @@ claim_rows = capability.findings(correlations, main_dataset=draws[0].dataset,
                                  missing_models=list(missing))
 claims.claims_table(claim_rows, chapter=CHAPTER)
 
+# %%
+report.record(claims.RECORD_NAME, claim_rows);  # the front page's checklist
+
 # %% [markdown]
 # **Reading the verdicts.** Offline, only the direction of the capability trend and the comparison of final
 # and peak layers can be tested, and only in kind: four small causal LMs of one era (135M to 1.5B

@@ -211,6 +211,9 @@ projection = regimes.study_summary(table, quantity="projection")
 claim_rows = regimes.regime_claims(summary, projection)
 claims.claims_table(claim_rows, chapter=CHAPTER)
 
+# %%
+report.record(claims.RECORD_NAME, claim_rows);  # the front page's checklist
+
 # %% [markdown]
 # ## What the offline models can and cannot tell
 
