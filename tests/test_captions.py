@@ -1,5 +1,6 @@
 """Caption-detail controls (prh_lib.lm summaries, prh_lib.analysis.captions): truncation, summaries with a cache and visible fallbacks."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -213,7 +214,7 @@ def test_detail_alignment_reuses_rows_and_scores_each_variant(monkeypatch):
                                     variants["concat-1"]["pairs"].sample_ids, "vis")}
 
     class Tok:
-        def __call__(self, texts, add_special_tokens=False):
+        def __call__(self, texts, add_special_tokens=False, verbose=True):
             return {"input_ids": [t.split() for t in texts]}
 
     table = captions.detail_alignment(vision, variants, ["lang"], k=3, clip_q=None, tokenizers={"lang": Tok()})
@@ -233,6 +234,18 @@ def test_detail_alignment_reuses_rows_and_scores_each_variant(monkeypatch):
     bad = {"vis": vision["vis"].rows(range(5))}
     with pytest.raises(ValueError, match="without vis features"):
         captions.detail_alignment(bad, variants, ["lang"], k=3, clip_q=None, tokenizers={"lang": Tok()})
+
+    # a variant whose every text is the same (a summariser that ignores its input) has no neighbourhoods: its
+    # score is NaN and says so, and the other variants are still scored
+    same = {name: {**v, "pairs": dataclasses.replace(v["pairs"], texts=("a photo",) * len(v["pairs"]))}
+            if name == "truncation-0.5" else v for name, v in variants.items()}
+    calls.clear()
+    with pytest.warns(RuntimeWarning, match="degenerate"):
+        t2 = captions.detail_alignment(vision, same, ["lang"], k=3, clip_q=None,
+                                       tokenizers={"lang": Tok()}).set_index("variant")
+    assert np.isnan(t2.loc["truncation-0.5", "peak"]) and t2.loc["truncation-0.5", "peak layers"].startswith("undefined")
+    assert np.isnan(t2.loc["truncation-0.5", "corrected peak"])
+    assert t2.drop(index="truncation-0.5")["peak"].notna().all()
 
 
 def test_torch_threads_is_scoped():

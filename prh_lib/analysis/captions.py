@@ -153,7 +153,9 @@ def detail_alignment(vision: dict, variants: dict, language_models: Sequence[str
     DataFrame
         One row per (vision model, language model, variant): ``vision model``, ``language model``, ``variant``,
         ``control``, ``level``, ``n``,
-        ``words`` and ``tokens`` (mean per text), ``peak`` (max over layer pairs), ``peak layers``, ``final``,
+        ``words`` and ``tokens`` (mean per text), ``peak`` (max over layer pairs; NaN, with ``peak layers``
+        "undefined", when every layer pair is degenerate, e.g. every summary of a variant is the same text),
+        ``peak layers``, ``final``,
         ``chance`` (``k/(n-1)``), ``corrected peak`` and ``corrected final``
         (:func:`prh_lib.analysis.ablation.chance_corrected`).
 
@@ -209,12 +211,16 @@ def detail_alignment(vision: dict, variants: dict, language_models: Sequence[str
                                      f"e.g. {missing[:3]}")
                 vis = clip_features(vfeat.rows([row_of[s] for s in pairs.sample_ids]), q=clip_q)
                 m = layerwise_alignment(vis, lang, k=k)
-                i, j, peak = m.peak
+                if np.isnan(m.scores).all():  # e.g. every summary the same text: no neighbourhoods, no score
+                    peak, where = float("nan"), "undefined (every layer degenerate)"
+                else:
+                    i, j, peak = m.peak
+                    where = f"{m.x_labels[i]} × {m.y_labels[j]}"
                 n = len(pairs)
                 rows.append({"vision model": vname, "language model": lm_name, "variant": name, "control": v["control"],
                              "level": v["level"], "n": n,
                              "words": float(np.mean([word_count(t) for t in pairs.texts])), "tokens": n_tokens,
-                             "peak": peak, "peak layers": f"{m.x_labels[i]} × {m.y_labels[j]}", "final": m.final,
+                             "peak": peak, "peak layers": where, "final": m.final,
                              "chance": k / (n - 1), "corrected peak": chance_corrected(peak, n, k),
                              "corrected final": chance_corrected(m.final, n, k)})
     return pd.DataFrame(rows)
@@ -563,7 +569,8 @@ def describe_study(summary: pd.DataFrame) -> str:
                                                       sort=False):
         g = g.sort_values("tokens")
         lo, hi = g.iloc[0], g.iloc[-1]
-        rho = float(spearmanr(g["tokens"], g["peak"]).statistic) if len(g) > 2 else float("nan")
+        varies = len(g) > 2 and g["tokens"].nunique() > 1 and g["peak"].nunique() > 1
+        rho = float(spearmanr(g["tokens"], g["peak"]).statistic) if varies else float("nan")  # else undefined
         lines.append(f"- **{ds}, {vm} × {lm_name}**, {control} (N = {int(lo['n'])}): {lo['tokens']:.0f} → "
                      f"{hi['tokens']:.0f} tokens, peak {fmt(lo['peak'], lo['peak std'], int(lo['n_draws']))}"
                      f" → {fmt(hi['peak'], hi['peak std'], int(hi['n_draws']))}; "

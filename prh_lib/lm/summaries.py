@@ -80,8 +80,11 @@ def truncate_texts(texts: Sequence[str], fraction: float) -> list[str]:
 
 
 def token_counts(texts: Sequence[str], tokenizer) -> np.ndarray:
-    """Tokens of each text under ``tokenizer``, without special tokens. Returns int array of shape (n_texts,)."""
-    enc = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+    """Tokens of each text under ``tokenizer``, without special tokens. Returns int array of shape (n_texts,).
+
+    Counting only: a text longer than the model's context is counted in full, without the tokenizer's warning.
+    """
+    enc = tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
     return np.array([len(ids) for ids in enc], dtype=int)
 
 
