@@ -344,7 +344,7 @@ def main(argv=None):
         print(f"{label:<52} {r['seconds']:10.2f} {ratio:>8} {r['peak_mib']:11.0f} {r['peak_mib'] - r['base_mib']:12.0f}")
     if lw and "reference" in res:
         print(f"(reference / mutual_knn_layerwise = {res['reference']['seconds'] / lw:.0f}x)")
-    for m in others:
+    for m in others if args.other_permutations != args.permutations else ():
         c = f"null_{m}"
         if c in res and lw:
             r = res[c]
