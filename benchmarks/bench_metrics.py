@@ -300,7 +300,8 @@ def main(argv=None):
             cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    print(f"machine: {cpu}, {os.cpu_count()} CPUs, {os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.0f} GiB, torch "
+    mem = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
+    print(f"machine: {cpu}, {os.cpu_count()} CPUs, {mem:.0f} GiB, torch "
           f"{torch.__version__} ({args.threads or torch.get_num_threads()} threads)"
           + (f", {torch.cuda.get_device_name(0)}" if args.device.startswith("cuda") else ""))
     print(f"load average at start: {', '.join(f'{x:.1f}' for x in os.getloadavg())} (1, 5, 15 min)")
@@ -341,10 +342,11 @@ def main(argv=None):
         r = res[case]
         label = labels[case] + (f" [{r['pairs']}]" if "pairs" in r else "")
         ratio = f"{r['seconds'] / r['floor_seconds']:7.2f}x"
-        print(f"{label:<52} {r['seconds']:10.2f} {ratio:>8} {r['peak_mib']:11.0f} {r['peak_mib'] - r['base_mib']:12.0f}")
+        extra = r["peak_mib"] - r["base_mib"]
+        print(f"{label:<52} {r['seconds']:10.2f} {ratio:>8} {r['peak_mib']:11.0f} {extra:12.0f}")
     if lw and "reference" in res:
         print(f"(reference / mutual_knn_layerwise = {res['reference']['seconds'] / lw:.0f}x)")
-    for m in others:
+    for m in others if args.other_permutations != args.permutations else ():
         c = f"null_{m}"
         if c in res and lw:
             r = res[c]
