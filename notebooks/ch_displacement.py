@@ -396,6 +396,11 @@ claims = da.paper_table(procedures, tol=claim_tol)
 claims[[c for c in claims.columns if not c.endswith("draws")]]
 
 # %%
+from prh_lib import claims as paper_claims  # noqa: E402
+
+_ = report.record(paper_claims.RECORD_NAME, da.checklist_rows(claims))  # the front page's checklist
+
+# %%
 record = report.record("ch_displacement", {
     "n_pairs": len(pairs), "k": k, "chance": chance, "clip_q": clip_q, "n_components": n_components,
     "test_fraction": test_fraction, "n_displacement_pairs": n_displacement_pairs,

@@ -20,7 +20,7 @@
 # directions carry it, alignment is a coarse, low-dimensional agreement rather than a match of fine
 # structure.
 #
-# **What runs here by default.** The offline zoo models on the 239 COCO pairs (first caption), as on the
+# **What runs here by default.** The offline zoo models on the 239 COCO pairs (five caption draws), as on the
 # [layer-wise page](sec3_1_layerwise.ipynb). Each comparison is compressed at two layer pairs: the **peak**
 # of mutual k-NN over all layer pairs (after outlier clipping) and the **final** layers. Each side is
 # compressed separately (the vision model's features with the language model's kept whole, and the
@@ -34,13 +34,17 @@
 # instead (whose full-rank reference is then the centred layer).
 
 # %% tags=["parameters"]
-dataset_source = "coco-folder"  # a name in prh_lib.data.SOURCES
-data_location = None  # None: PRH_DATA_ROOT (default ../shared/data/coco-mini)
-n_pairs = None  # None: every image of the dataset
-seed = 0
-caption_policy = "first"
+# the study: datasets (each a source, location and options) and draws per dataset (None: each spec's repetitions)
+datasets = [
+    {"name": "coco-mini", "source": "coco-folder", "n_pairs": None, "repetitions": 5, "draws": "captions"},
+    {"name": "coco-mini, 5 captions", "source": "coco-folder", "n_pairs": None, "caption_policy": "concat",
+     "n_captions": 5},
+]
+n_draws = None
 k = 10
-clip_q = 0.95  # clip outlying activations per layer before PCA and scoring; None: off
+clip_q = 0.95  # outlier clipping quantile before PCA and scoring; None: off
+clip = "stack"  # one threshold per model's stack of layers, as the PRH reference; "layer": per layer
+# one model pair per line: [vision, language]
 comparisons = [
     ["dinov2-small", "smollm2-135m"],
     ["dinov2-small", "minilm-l6"],
@@ -54,66 +58,101 @@ keep_fraction = 0.95  # report the smallest dimension keeping this fraction of t
 device = "cpu"
 dtype = "float32"
 batch_size = 32
+num_threads = 1  # torch threads while scoring (one is fastest on a busy shared CPU); None: unchanged
 
 # %%
+import logging
+import warnings
+
+warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm in a kernel without widgets
+warnings.filterwarnings("ignore", message=".*degenerate.*")  # a ViT's constant embed CLS token (see below)
+
+import matplotlib.pyplot as plt
 import pandas as pd
-from IPython.display import Markdown
+from IPython.display import Markdown, display
 
-from prh_lib import analysis, data, figures, report
-from prh_lib.analysis import compression
-from prh_lib.metrics import knn
+from prh_lib import claims, figures, paper, report, results
+from prh_lib.analysis import compression, layerwise
+from prh_lib.data.study import study_draws
 
+logging.getLogger("prh_lib").setLevel(logging.ERROR)
 pd.set_option("display.precision", 3)
+CHAPTER = "sec3_1b_pca"
+params = report.page_parameters(CHAPTER, globals())
 
 # %% [markdown]
-# ## Data and features
-# Cached features of each model (computed once for the whole book), clipped per layer as on the layer-wise
-# page.
+# ## Data, draws and features
+# As on the [layer-wise page](sec3_1_layerwise.ipynb): offline, the draws of `coco-mini` are caption draws
+# (the same 239 images, draw r pairing each image with its r-th human caption), so N stays at the whole set
+# and the spread over draws is the effect of caption choice; "coco-mini, 5 captions" concatenates the five
+# captions, one fixed set (one draw, not repeatable). Features are clipped as the PRH reference does (one
+# threshold per model's stack of layers: the mean over samples of each sample's 95 % quantile of |x| over
+# all layers and features). A ViT's `embed` CLS token is the same vector for every image, so that layer's
+# scores are undefined and it is never the peak.
 
 # %%
-dataset = data.load_dataset(dataset_source, data_location)
-pairs = data.sample_pairs(dataset, n=n_pairs, seed=seed, caption_policy=caption_policy)
-chance = knn.mutual_knn_chance(len(pairs), k)
-features = analysis.prepare_features(comparisons, pairs, clip_q=clip_q, device=device, dtype=dtype,
-                                     batch_size=batch_size)
-print(f"{len(pairs)} pairs from {dataset.name}; k = {k}; chance k/(N-1) = {chance:.4f}; "
-      f"PCA keeps at most min(N, d) components per layer")
+draws = study_draws(datasets, n_draws=n_draws)
+main_dataset = draws[0].dataset
+layerwise.draws_table(draws)
 
 # %% [markdown]
-# ## Compression sweeps
+# ## Compression sweeps, every draw
 # For each comparison and layer pair: one sweep by the fraction of variance retained, one by the number of
-# components kept, for each side. (A warning about DINOv2's layer 0 is expected: its `embed` CLS token is the
-# same vector for every image, so that layer's scores are undefined and it never becomes the peak.)
+# components kept, for each side; every grid point of every draw is a row of the results table.
 
 # %%
-sweeps = compression.compress_comparisons(
-    features, comparisons, roles=layer_roles, k=k, variance=variance_grid, dims=pca_dims, space=pca_space,
-    device=device if device != "cpu" else None,
-)
-table = compression.summary_table(sweeps, fraction=keep_fraction)
-table
+sweeps = compression.run_study(draws, comparisons, chapter=CHAPTER, params=params, roles=layer_roles, k=k,
+                               variance=variance_grid, dims=pca_dims, space=pca_space, clip_q=clip_q, clip=clip,
+                               device=device, dtype=dtype, batch_size=batch_size, num_threads=num_threads)
+agg = compression.aggregate_sweeps(results.load(chapter=CHAPTER, params=params, expand_extra=True))
+table = compression.study_table(agg, fraction=keep_fraction)
+shown = [c for c in table.columns if not c.startswith(("rel_", "dims_at", "max_dims", "n_draws", "reference"))]
+table[shown].set_index(["dataset", "pair", "layers", "compressed"])
 
 # %% [markdown]
 # ## Alignment against variance retained
-# One panel per comparison and layer pair; each line compresses one model and keeps the other whole. The
-# dotted black line is the uncompressed score, the dashed grey line chance.
+# Score divided by the uncompressed score (mean over draws, band ± one standard deviation), one panel per
+# comparison and dataset, at the peak layer pair; each line compresses one model and keeps the other whole.
 
 # %%
-fig_variance = figures.plot_sweeps(sweeps, sweep="variance")
+fig_variance = figures.plot_sweep_bands(agg, sweep="variance", role="peak")
+report.caption(fig_variance, CHAPTER, params)
+display(fig_variance)
+plt.close(fig_variance)
 
 # %% [markdown]
 # ## Alignment against the number of components
 # The same on a log scale of components kept (every number up to 32, then a geometric grid to min(N, d)).
 
 # %%
-fig_dims = figures.plot_sweeps(sweeps, sweep="dims")
+fig_dims = figures.plot_sweep_bands(agg, sweep="dims", role="peak")
+report.caption(fig_dims, CHAPTER, params)
+display(fig_dims)
+plt.close(fig_dims)
 
 # %% [markdown]
 # ## Measured on this build
 
 # %%
-Markdown(compression.describe(table, fraction=keep_fraction))
+rows = compression.findings(table, dataset=main_dataset, role="peak",
+                            paper_setting=layerwise.in_paper_setting(
+                                agg.assign(n=agg["n"].astype(int)), paper.models()))
+Markdown(compression.describe_study(table, rows, dataset=main_dataset))
+
+# %% [markdown]
+# ## The paper and this build
+# One row per claim of Figure 2 / App. C; verdicts computed from the table above at the peak layer pair of
+# the first dataset (criteria in `prh_lib.analysis.compression.findings`). The paper compresses language
+# spaces of 1,536-5,120 dimensions on N = 1024; here PCA keeps at most min(N, d) components, so "100
+# dimensions" is a much larger share of the offline models' spaces.
 
 # %%
-record = report.record("sec3_1b_pca", compression.to_record(sweeps, table, n=len(pairs), k=k, chance=chance,
-                                                           space=pca_space, keep_fraction=keep_fraction))
+claims.claims_table(rows, chapter=CHAPTER)
+
+# %%
+first = sweeps[(main_dataset, 0)]
+record = report.record(CHAPTER, {
+    **compression.to_record(first, compression.summary_table(first, fraction=keep_fraction), n=len(draws[0].pairs),
+                            k=k, chance=first[0].chance, space=pca_space, keep_fraction=keep_fraction),
+    "params_hash": results.params_hash(params), "study": table.to_dict(orient="records"), "claims": rows})
+report.record(claims.RECORD_NAME, rows);

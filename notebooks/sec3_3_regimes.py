@@ -28,70 +28,95 @@
 # Every comparison is scored as in Section 3.1: the maximum of mutual k-NN (k = 10) over all layer pairs,
 # the final-layer score, and the calibrated maximum against a selection-aware permutation null.
 #
-# **What runs here by default.** The offline zoo on the 239 `coco-mini` pairs: three unimodal pairs, the
-# same pairs with both models randomly initialised (several seeds), and two same-modality pairs. No
-# contrastive image-text weights install from PyPI, so the aligned regime **needs the paper profile**
+# **The paper's numbers** (COCO and DOCCI, N = 1024, mean ± std over 5 draws; Herbst et al., arXiv
+# 2611.12869, Fig. 5 and Table 1): unimodal pairs above 0.3, above CLIP ViT-L/14 (COCO 0.317 ± 0.005) and
+# SigLIP 2 So400M (COCO 0.285 ± 0.004), below Qwen3-VL-Embedding-8B (DOCCI 0.445 ± 0.003); same-modality
+# pairs about 0.5; random initialisation near chance (k/(N-1) = 0.0098); for the aligned models the
+# projection layer scores within 0.016 of the best layer pair (App. E).
+#
+# **What runs here by default.** The offline zoo on `coco-mini` (239 COCO images): four unimodal pairs
+# (DINOv2-S and EfficientNet-Lite0 × SmolLM2-135M and MiniLM-L6), the same pairs with both models randomly
+# initialised, and the two same-modality pairs the zoo allows (DINOv2-S × Lite0, SmolLM2 × MiniLM). Each
+# score is read against chance k/(N-1) and against **control floors**: the pair with one model replaced
+# by its random-init twin, and the language model replaced by a bag of words (TF-IDF of the caption).
+# No contrastive image-text weights install from PyPI, so the aligned regime **needs the paper profile**
 # (`prh-run sec3_3_regimes --params paper`, or `-p aligned_models='["openai/clip-vit-large-patch14"]'`);
 # its slot in the figure stays empty here. The code path of that regime (towers, joint-space projection,
 # chunked long captions) is tested on small randomly initialised CLIP and SigLIP models.
+#
+# **Datasets and draws.** Offline, `coco-mini` is read as two datasets: its 239 images each paired with
+# one human caption, with 5 draws that pair every image with its r-th caption (the images are held fixed,
+# since N = 239 is the whole set, so seeded subsets would either repeat the same pairs or shrink N); and
+# the same images with their five captions concatenated, which is one fixed set: one draw, which cannot
+# be repeated. The paper profile draws 5 seeded samples of N = 1024 from each of the paper's datasets.
 
 # %% tags=["parameters"]
-dataset_source = "coco-folder"  # a name in prh_lib.data.SOURCES
-data_location = None  # None: PRH_DATA_ROOT (default ../shared/data/coco-mini)
-n_pairs = None  # None: every image of the dataset
-seed = 0
-caption_policy = "first"  # "first", "random" or "concat"
+datasets = [  # dataset specs (prh_lib.data.study.DatasetSpec); offline: coco-mini read two ways
+    {"name": "coco-mini", "source": "coco-folder", "n_pairs": None, "repetitions": 5, "draws": "captions"},
+    {"name": "coco-mini, 5 captions", "source": "coco-folder", "n_pairs": None, "caption_policy": "concat",
+     "n_captions": 5},
+]
+n_draws = None  # None: each dataset's repetitions
 k = 10
 clip_q = 0.95  # clip outlying activations per layer before scoring, as the PRH code does; None: off
 n_permutations = 200  # permutation null for calibrated scores (the paper's runs use 500)
 alpha = 0.05
-n_boot = 200  # bootstrap replicates for the interval of each peak score
+n_boot = 100  # bootstrap replicates for the interval of each peak score (per draw, in the results table)
 unimodal_pairs = [
     ["dinov2-small", "smollm2-135m"],
     ["dinov2-small", "minilm-l6"],
     ["efficientnet-lite0", "smollm2-135m"],
+    ["efficientnet-lite0", "minilm-l6"],
 ]
 same_modality_pairs = [
     ["dinov2-small", "efficientnet-lite0"],
     ["smollm2-135m", "minilm-l6"],
 ]
 random_init_pairs = None  # None: the unimodal pairs
-random_init_seeds = [0, 1, 2]
+random_init_seeds = [0]
 aligned_models = []  # two-tower image-text models, e.g. ["openai/clip-vit-large-patch14"]
 device = "cpu"
 dtype = "float32"
 batch_size = 32
 
 # %%
+import contextlib
+import io
 import warnings
+
+warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm without ipywidgets, on import
 
 import pandas as pd
 from IPython.display import Markdown
 from transformers.utils import logging as hf_logging
 
-from prh_lib import analysis, data, figures, models, report
+from prh_lib import analysis, claims, figures, models, report, results
 from prh_lib.analysis import regimes
-from prh_lib.metrics import knn
+from prh_lib.data import study
 
-# the constant CLS token of a ViT's embedding output gives NaN scores by design (see Section 3.1)
-warnings.filterwarnings("ignore", message=".*degenerate.*")
+warnings.filterwarnings("ignore", message=".*degenerate.*")  # the ViT embedding-output CLS token (Section 3.1)
 hf_logging.disable_progress_bar()  # models load only when their features are not cached yet
-
-pd.set_option("display.precision", 3)
+hf_logging.set_verbosity_error()
+pd.set_option("display.max_colwidth", None)
+CHAPTER = "sec3_3_regimes"
 MISSING = "needs the paper profile"
+CONTROL_SEED = 0  # random-init seed of the control floors
+SVD = 100  # dimensions of the truncated-SVD bag of words
+params = report.page_parameters(CHAPTER, globals())
 
 # %% [markdown]
-# ## Data and comparisons
+# ## Data, draws and comparisons
 
 # %%
-dataset = data.load_dataset(dataset_source, data_location)
-pairs = data.sample_pairs(dataset, n=n_pairs, seed=seed, caption_policy=caption_policy)
-chance = knn.mutual_knn_chance(len(pairs), k)
+draws = study.study_draws(datasets, n_draws=n_draws)
 comparisons = regimes.regime_comparisons(
     unimodal=unimodal_pairs, same_modality=same_modality_pairs, random_init=random_init_pairs,
     seeds=random_init_seeds, aligned=aligned_models,
 )
-print(f"{len(pairs)} pairs from {dataset.name}; k = {k}; chance level k/(N-1) = {chance:.4f}")
+pd.DataFrame([{"dataset": d.dataset, "draws": sum(e.dataset == d.dataset for e in draws), "N": len(d.pairs),
+               "what varies between draws": d.what_varies} for d in draws if d.draw == 0]).set_index("dataset")
+
+# %%
 regimes.comparison_table(comparisons)
 
 # %% [markdown]
@@ -99,58 +124,69 @@ regimes.comparison_table(comparisons)
 # Trained models are pooled as in Section 3.1 (language: mean over real tokens; ViT: CLS token; CNN:
 # global average pool). A name ending in `@random-init:<seed>` is the same architecture, tokenizer and
 # preprocessing with weights drawn by the architecture's own initialiser under that seed
-# (`prh_lib.models.random_init`); its features are cached apart from the trained model's.
+# (`prh_lib.models.random_init`); its features are cached apart from the trained model's. The bag of
+# words is scikit-learn's `TfidfVectorizer` fitted on the draw's captions (one layer; also reduced to 100
+# dimensions by truncated SVD), not clipped.
 #
 # Aligned models are loaded one tower at a time (`<id>:vision`, `<id>:text`). Each tower contributes its
 # hidden states (CLIP vision: CLS token; SigLIP vision, which has no CLS token: mean over patches; text:
-# mean over real tokens) and, as its last layer `projection`, the embedding in the joint image-text space
-# (`get_image_features` / `get_text_features`, pooled by the model itself). Captions longer than the text
-# context (77 tokens for CLIP, 64 for SigLIP 2) are split into consecutive token windows, each with the
-# model's special tokens; each window is embedded and the window features are averaged, weighted by the
-# number of caption tokens in each.
+# mean over real tokens) and, as its last layer `projection`, the embedding in the joint image-text space.
+# Captions longer than the text context are split into token windows whose features are averaged.
 
 # %%
 models.describe(analysis.model_names(comparisons))
 
+# %% [markdown]
+# ## Scores on every draw
+# For every draw, each comparison is scored as in Section 3.1: the maximum of mutual k-NN over all layer
+# pairs, the final-layer score, the calibrated maximum (Gröger et al. 2026: the maximum minus the
+# (1 - alpha) quantile of a selection-aware permutation null, rescaled to [0, 1]) with its p-value, and
+# the shuffled-pairs control. Each trained pair's control floors are scored the same way (maximum over
+# layer pairs, so floor and score carry the same selection). Every number is a row of the results table
+# (`prh_lib.results`); the tables and the figure below are computed from it.
+
 # %%
-features = analysis.prepare_features(comparisons, pairs, clip_q=clip_q, device=device, dtype=dtype,
-                                     batch_size=batch_size)
-analysis.describe_features(features)
+with contextlib.redirect_stdout(io.StringIO()):  # the zoo reports conversions of models not yet cached
+    modality = regimes.run_study(draws, comparisons, chapter=CHAPTER, params=params, k=k, clip_q=clip_q,
+                                 n_permutations=n_permutations, alpha=alpha, n_boot=n_boot, control_seed=CONTROL_SEED,
+                                 svd_components=SVD, device=device, dtype=dtype, batch_size=batch_size)
+table = results.load(chapter=CHAPTER, params=params, expand_extra=True)
+summary = regimes.with_floors(regimes.study_summary(table), regimes.floor_summary(table), modality,
+                              control_seed=CONTROL_SEED, svd_components=SVD)
+floors = regimes.floor_summary(table)
+means = regimes.regime_means(summary)
+bands = regimes.floor_bands(floors, modality)
+chance = dict(zip(summary["dataset"], summary["chance"]))
+regimes.page_table(summary, n_permutations=n_permutations).set_index(["dataset", "comparison"])
 
 # %% [markdown]
-# ## Scores of every comparison
-#
-# `max` is mutual k-NN maximised over all layer pairs (its layers in `max layer x/y`, its 95 % bootstrap
-# interval at that layer pair in `max low/high`); `final` pairs the last layers; `projection` is the
-# joint-space score of aligned models. `calibrated` follows Gröger et al. (2026): the maximum minus the
-# (1 - alpha) quantile `threshold` of a selection-aware permutation null, rescaled to [0, 1]; its
-# interval maps the bootstrap interval through the same rescaling with the threshold held fixed.
+# ## Control floors
+# Each row is a control: the features compared, its maximum over layer pairs (mean ± std over draws), as
+# a multiple of chance, and calibrated. "Bag of words" compares the named model with the TF-IDF vectors
+# of the captions: for a vision model it is the lexical baseline of vision-language alignment, for a
+# language model it measures how much of its neighbourhood structure is which words a caption uses.
 
 # %%
-table = regimes.regime_table(features, comparisons, k=k, n_permutations=n_permutations, alpha=alpha,
-                             n_boot=n_boot, seed=seed)
-table.drop(columns=["x", "y", "seed"])
+regimes.floor_table(floors, chance=chance, n_permutations=n_permutations).set_index(["dataset", "control"])
 
 # %% [markdown]
 # ## The regimes side by side (Figure 5)
 #
-# Bars are regime means; points are single comparisons with their intervals (the random-init regime has
-# one point per pair and seed, so its spread includes the seed). The dashed red line is the chance level
-# k/(N-1) of unrelated pairings; calibrated scores are 0 at chance by construction.
+# One row of panels per dataset. Bars are regime means; points are single comparisons at their mean over
+# draws, with ± one std over draws as error bars (none where the dataset has one draw). The dashed red
+# line is chance k/(N-1); dotted lines and shaded bands are the control floors of the vision × language
+# pairs (mean, and lowest to highest pair). Calibrated scores are 0 at chance by construction.
 
 # %%
-raw, calibrated = regimes.regime_groups(table)
-fig = figures.regime_figure(raw, calibrated, chance=chance, missing_note=MISSING)
-
-# %%
-summary = regimes.regime_summary(table)
-summary
+fig = figures.regime_figure(regimes.regime_groups_over_draws(summary), chance=chance, floors=bands,
+                            missing_note=MISSING)
+report.caption(fig, CHAPTER, params)
 
 # %% [markdown]
 # ## Measured on this build
 
 # %%
-Markdown(regimes.describe_regimes(summary, chance=chance, missing_note=MISSING))
+Markdown(regimes.describe_study(summary, bands, missing_note=MISSING))
 
 # %% [markdown]
 # ## Appendix E: the joint space against the best layer pair
@@ -160,36 +196,38 @@ Markdown(regimes.describe_regimes(summary, chance=chance, missing_note=MISSING))
 # given.
 
 # %%
-projection = regimes.projection_table(table)
-projection if len(projection) else Markdown(f"*No aligned models in this run ({MISSING}).*")
+projection = regimes.study_summary(table, quantity="projection")
+(projection[["dataset", "comparison", "score_mean", "score_std", "n_draws"]] if len(projection)
+ else Markdown(f"*No aligned models in this run ({MISSING}).*"))
 
 # %% [markdown]
-# ## Reading the result
+# ## The paper and this build
 #
-# **What the paper reports** (Section 3.3, Figure 5; paper-scale models on N = 1024 pairs). Unimodal
-# vision-language alignment sits clearly above random initialisation, yet far below same-modality pairs:
-# two vision models, or two language models, share much more neighbourhood structure than any vision
-# model shares with any language model. The issue that summarises the section words the claim as unimodal
-# models sitting "above random initialisation and explicitly aligned vision-language models". That
-# placement of the aligned models deserves care: CLIP-like models are *trained* to put an image and its
-# caption close together, so their image-text mutual k-NN would be expected to be higher than that of
-# independently trained unimodal models, not lower. Where the aligned models land depends on which score
-# is read (the joint-space projection or the maximum over all layer pairs, Appendix E below), on the
-# dataset (long captions are chunked for their short text encoders) and on calibration. This page does
-# not settle it offline; a paper-profile run fills the empty slot with measured numbers.
-#
-# **What the offline models show** is the list under *Measured on this build*, generated from the numbers
-# above: random-init pairs against the chance level and the shuffled control, unimodal pairs against the
-# random-init spread, and unimodal against same-modality pairs. These are the paper's first and third
-# comparisons, measured on small models; the second (aligned models) is not measured offline.
-#
-# Caveats: N = 239 rather than 1024 (chance k/(N-1) is about four times higher); random-init language
-# models still carry token identity through their embedding layer, so their mean-pooled features are not
-# featureless; the offline models are small (DINOv2-S from a saliency model, SmolLM2-135M dequantised from
-# 4-bit, MiniLM a sentence encoder; see Section 3.1); the random-init regime reuses the unimodal pairs'
-# architectures with one seed for both models of a pair.
+# One row per claim of Section 3.3, with the paper's value, this build's (mean ± std over draws, from the
+# results table) and a verdict computed from the numbers. Where this build's setting differs from the
+# paper's (N, k, models), a claim can at most reproduce in kind, and the row says how it was read.
 
 # %%
-record = report.record("sec3_3_regimes", regimes.to_record(
-    table, summary, n_pairs=len(pairs), k=k, chance=chance, clip_q=clip_q, random_init_seeds=random_init_seeds,
-    aligned_models=aligned_models))
+claim_rows = regimes.regime_claims(summary, projection)
+claims.claims_table(claim_rows, chapter=CHAPTER)
+
+# %%
+report.record(claims.RECORD_NAME, claim_rows);  # the front page's checklist
+
+# %% [markdown]
+# ## What the offline models can and cannot tell
+
+# %%
+Markdown(regimes.offline_scope(summary, bands, aligned_measured=bool(aligned_models)))
+
+# %% [markdown]
+# Caveats: random-init language models carry token identity through their embedding layer, so their
+# mean-pooled features are not featureless; the offline models are small (DINOv2-S, SmolLM2-135M
+# dequantised from 4-bit, MiniLM a sentence encoder; see Section 3.1); the random-init regime reuses the
+# unimodal pairs' architectures with one seed for both models of a pair; caption draws vary the caption,
+# not the images, so their spread is smaller than that of the paper's seeded samples.
+
+# %%
+record = report.record(CHAPTER, regimes.study_record(summary, floors, means, claim_rows, draws=draws,
+                                                     comparisons=comparisons, aligned_models=aligned_models,
+                                                     params=params))

@@ -283,3 +283,29 @@ def checklist(rows_by_chapter: dict[str, list[dict] | None]) -> pd.DataFrame:
                            "this build": r["this build"], "verdict": r["verdict"]} for r in rows],
                          index=pd.Index([r["id"] for r in rows], name="id"))
     return frame
+
+
+#: Name under which each chapter records its "The paper and this build" rows (``report.record``).
+RECORD_NAME = "claims"
+
+
+def _md_cell(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def checklist_markdown(rows_by_chapter: dict[str, list[dict] | None]) -> str:
+    """The front page's checklist as a Markdown table with a one-line tally above it.
+
+    Each row links to its chapter page; verdicts are the ones the chapters computed in this build.
+    """
+    frame = checklist(rows_by_chapter)
+    tally = dict.fromkeys([*VERDICTS, "not run in this build"], 0)
+    for v in frame["verdict"]:
+        tally["not testable offline" if v.startswith("not testable") else v] += 1
+    lines = ["This build: " + ", ".join(f"**{n}** {v}" for v, n in tally.items() if n) + f" (of {len(frame)} claims).",
+             "", "| claim | paper | this build | verdict |", "| --- | --- | --- | --- |"]
+    for _, r in frame.iterrows():
+        text = _md_cell(r["claim"]).replace("`", "'").replace("<", "‹")
+        lines.append(f"| {{doc}}`{text} </{r['page']}>` | {_md_cell(r['paper'])} | "
+                     f"{_md_cell(r['this build'])} | {_md_cell(r['verdict'])} |")
+    return "\n".join(lines) + "\n"

@@ -31,14 +31,16 @@ import torch
 from tqdm.auto import tqdm
 
 from . import __version__, models, paths
-from .data import Pairs
-from .features import FeatureMismatchError, LayerFeatures, check_aligned, load_features, save_features
+from .data import DataError, Pairs
+from .features import (CorruptCacheWarning, CorruptFeatureFileError, FeatureMismatchError, LayerFeatures,
+                       check_aligned, load_features, quarantine, save_features)
 
 __all__ = ["FEATURES_FORMAT_VERSION", "mean_pool", "cls_pool", "gap_pool", "stack_layers", "extract_features",
            "features_cache_path", "features_path", "get_features", "features_for_models", "features_for_pairs",
-           "torch_threads",
+           "read_cached_features", "torch_threads",
            # re-exported from prh_lib.features: what extraction returns
-           "LayerFeatures", "FeatureMismatchError", "check_aligned", "save_features", "load_features"]
+           "LayerFeatures", "FeatureMismatchError", "CorruptFeatureFileError", "CorruptCacheWarning", "check_aligned",
+           "save_features", "load_features"]
 
 #: Bump when a change to extraction changes the numbers; it is part of every cache key.
 FEATURES_FORMAT_VERSION = 1
@@ -102,6 +104,10 @@ def _extract_text(model, texts: Sequence[str], *, batch_size: int, padding_side:
     if max_length is not None:
         enc_kwargs["max_length"] = max_length
     lengths = [len(ids) for ids in tok(list(texts), **enc_kwargs)["input_ids"]]
+    if min(lengths, default=1) == 0:
+        rows = [i for i, n in enumerate(lengths) if n == 0]
+        raise DataError(f"{len(rows)} texts tokenize to no token for {model.name!r} (rows {rows[:5]}, e.g. "
+                        f"{texts[rows[0]]!r:.60}); they would pool to all-zero feature rows")
     order = np.argsort(lengths, kind="stable")  # length-sorted batches waste little padding
     pass_positions = _accepts(model.module, "position_ids")
     out = None
@@ -117,7 +123,9 @@ def _extract_text(model, texts: Sequence[str], *, batch_size: int, padding_side:
             inputs["position_ids"] = (inputs["attention_mask"].long().cumsum(-1) - 1).clamp(min=0)
         layers = model.layer_outputs(**inputs)
         # pool each layer where it lives (a sharded model spreads layers over GPUs)
-        pooled, dims = stack_layers([mean_pool(h, inputs["attention_mask"].to(h.device)).cpu() for h in layers])
+        # a (B, d) output (the last-token "projection" of a decoder-embedding VLM) is already pooled
+        pooled, dims = stack_layers([(mean_pool(h, inputs["attention_mask"].to(h.device)) if h.ndim == 3 else h.float()).cpu()
+                                     for h in layers])
         if out is None:
             out = torch.empty(len(layers), len(texts), pooled.shape[-1], dtype=torch.float32)
         out[:, torch.as_tensor(rows)] = pooled
@@ -176,6 +184,15 @@ def _extract_images(model, pairs: Pairs, *, batch_size: int, progress: bool):
     return out, dims
 
 
+def _check_texts(pairs: Pairs) -> None:
+    """Refuse empty texts: a caption without tokens would pool to an all-zero feature row."""
+    blank = [sid for sid, text in zip(pairs.sample_ids, pairs.texts) if not isinstance(text, str) or not text.strip()]
+    if blank:
+        raise DataError(f"{len(blank)} of the {len(pairs)} texts of {pairs.dataset!r} ({pairs.caption_policy}) are "
+                        f"empty or not strings (samples {blank[:5]}); an empty text has no tokens to pool and "
+                        "would become an all-zero feature row")
+
+
 def extract_features(
     model,
     pairs: Pairs,
@@ -207,11 +224,19 @@ def extract_features(
     -------
     LayerFeatures
         ``values`` of shape (n_layers, n_samples, dim), float32, rows in the order of ``pairs``.
+
+    Raises
+    ------
+    prh_lib.data.DataError
+        If a language model is given an empty (or whitespace-only) text, or a text that tokenizes to no
+        token: it would pool to an all-zero row.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if padding_side not in ("left", "right"):
         raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
+    if model.modality == "language":
+        _check_texts(pairs)
     if model.modality == "language" and getattr(model, "text_chunking", None) is not None:
         values, dims = _extract_text_chunked(model, pairs.texts, batch_size=batch_size, max_length=max_length,
                                              progress=progress)
@@ -254,10 +279,12 @@ def features_cache_path(model_name: str, revision: str, modality: str, pairs: Pa
                         max_length: int | None = None, pooling: str = "") -> Path:
     """Cache file of one model on one set of pairs; the name encodes every option that changes the numbers.
 
-    The key hashes: model name and revision, pooling, dtype, modality, the data fingerprint (sample ids
-    in row order plus texts or image identities), truncation and :data:`FEATURES_FORMAT_VERSION`. Batch
-    size and padding side are left out because results do not depend on them (tested). The device is
-    recorded in the metadata, not the key. Frozen by ``tests/test_cache_keys.py``.
+    The key hashes: model name and revision (for a local folder also the contents of its config, tokenizer
+    and preprocessing files), pooling, dtype, modality, the data fingerprint (sample ids in row order plus
+    the texts or the image contents, see :meth:`prh_lib.data.Pairs.image_fingerprint`), truncation and
+    :data:`FEATURES_FORMAT_VERSION`. Batch size and padding side are left out because results do not
+    depend on them (tested). The device is recorded in the metadata, not the key. Frozen by
+    ``tests/test_cache_keys.py``.
 
     Returns
     -------
@@ -266,8 +293,29 @@ def features_cache_path(model_name: str, revision: str, modality: str, pairs: Pa
     """
     data_key = pairs.text_fingerprint() if modality == "language" else pairs.image_fingerprint()
     key = [model_name, revision, pooling, dtype, modality, data_key, max_length, FEATURES_FORMAT_VERSION]
+    folder_files = _folder_files_key(model_name)
+    if folder_files is not None:  # only for local folders, so that no other key changes
+        key.append(folder_files)
     return paths.cache_file("features", model_name, key, prefix=f"{pairs.dataset}-n{len(pairs)}-{modality}",
                             suffix=".safetensors")
+
+
+def _folder_files_key(model_name: str) -> str | None:
+    """Digest of the non-weight files of a local model folder (config, tokenizer, image processor), or None.
+
+    A folder's revision hashes its weight files only; its ``config.json``, tokenizer and preprocessing files
+    change the features too, so their contents (:func:`prh_lib.paths.file_digests`, each read once while
+    unchanged) are part of the key of a model given as a folder.
+    """
+    try:
+        spec = models.parse_model_name(model_name)
+    except (models.ModelNotAvailableError, TypeError, ValueError):
+        return None
+    if spec.kind != "folder":
+        return None
+    files = sorted(p for p in spec.folder.iterdir()
+                   if p.is_file() and not p.name.startswith(".") and not p.name.endswith(models.spec.WEIGHT_SUFFIXES))
+    return paths.digest([[p.name, d] for p, d in zip(files, paths.file_digests(files))])
 
 
 def _identity(model) -> dict:
@@ -338,8 +386,11 @@ def get_features(
         If ``dtype`` is unknown.
     prh_lib.models.ModelNotAvailableError
         If the model is neither installed nor reachable (the message names the package or command).
-    FeatureMismatchError
-        If a cache file holds other rows than ``pairs``.
+
+    A cache file that is damaged (unreadable, truncated, without metadata, bytes that do not match their
+    recorded checksum, non-finite values, other rows than ``pairs``) is reported with a
+    :class:`CorruptCacheWarning` naming it and the problem, moved aside (:func:`prh_lib.features.quarantine`)
+    and recomputed.
     """
     return features_for_pairs(model, [pairs], device=device, dtype=dtype, batch_size=batch_size,
                               max_length=max_length, progress=progress, cache=cache)[0]
@@ -371,8 +422,9 @@ def features_for_pairs(model, pairs_list: Sequence[Pairs], *, device: str = "cpu
     out = []
     for pairs in pairs_list:
         path = features_path(model, pairs, dtype=dtype, max_length=max_length)
-        if cache and path.is_file():
-            out.append(load_features(path, expected_sample_ids=pairs.sample_ids))
+        cached = read_cached_features(path, pairs.sample_ids) if cache else None
+        if cached is not None:
+            out.append(cached)
             continue
         if loaded is None:
             loaded = models.load_model(model, device=device, dtype=models.torch_dtype(dtype))
@@ -382,6 +434,22 @@ def features_for_pairs(model, pairs_list: Sequence[Pairs], *, device: str = "cpu
             save_features(feats, path)
         out.append(feats)
     return out
+
+
+def read_cached_features(path: Path, expected_sample_ids: Sequence[str]) -> LayerFeatures | None:
+    """The features cached at ``path``, or None if there are none or the file is bad.
+
+    A bad file (:class:`CorruptFeatureFileError`, or rows that are not ``expected_sample_ids`` in order) is
+    moved aside with a :class:`CorruptCacheWarning` naming it and what is wrong, so the caller recomputes it.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        return load_features(path, expected_sample_ids=expected_sample_ids)
+    except (CorruptFeatureFileError, FeatureMismatchError) as err:
+        quarantine(path, str(err))
+        return None
 
 
 def features_for_models(model_names, pairs: Pairs, **options) -> dict[str, LayerFeatures]:

@@ -3,26 +3,60 @@
 Saved features record their layer labels, sample ids in row order and how they were made (safetensors
 metadata). :func:`check_aligned` raises unless two feature sets hold the same samples in the same row order;
 :func:`load_features` checks the rows against the requested pairs.
+
+Every read is validated: the safetensors header, the metadata (layer labels, sample ids, layer widths), the
+shape against the metadata, the SHA-256 of the tensor bytes recorded at writing (``values_sha256``), and
+finite values. A file that fails is a :class:`CorruptFeatureFileError` naming the file and what is wrong;
+:func:`check_feature_file` does the cheap part (header and metadata, no tensor read) for planning, and
+:func:`quarantine` moves a bad file aside so that it is recomputed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from . import paths
 
-__all__ = ["FeatureMismatchError", "LayerFeatures", "check_aligned", "save_features", "load_features"]
+__all__ = ["FeatureMismatchError", "CorruptFeatureFileError", "CorruptCacheWarning", "LayerFeatures",
+           "check_aligned", "save_features", "load_features", "check_feature_file", "quarantine"]
+
+#: Metadata every feature file must carry (``layer_dims`` and ``values_sha256`` are checked when present:
+#: files written before they were recorded stay readable).
+REQUIRED_METADATA = ("layer_labels", "sample_ids")
 
 
 class FeatureMismatchError(ValueError):
     """Two feature sets do not describe the same samples in the same order."""
+
+
+class CorruptFeatureFileError(ValueError):
+    """A feature file is unreadable, incomplete or damaged; ``path`` and ``problem`` say which and how."""
+
+    def __init__(self, path, problem: str):
+        self.path = Path(path)
+        self.problem = problem
+        super().__init__(f"feature file {self.path} is corrupt: {problem}")
+
+
+class CorruptCacheWarning(UserWarning):
+    """A cached feature file was corrupt; it was moved aside and the features are recomputed."""
+
+
+def values_digest(values: torch.Tensor) -> str:
+    """SHA-256 (hex) of the bytes of a float32 tensor as safetensors stores them (C order, little endian)."""
+    array = values.detach().to("cpu", torch.float32).contiguous().numpy()
+    return hashlib.sha256(array.astype("<f4", copy=False).tobytes()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -110,37 +144,152 @@ def check_aligned(a: LayerFeatures, b: LayerFeatures) -> None:
 
 
 def save_features(features: LayerFeatures, path: str | Path) -> Path:
-    """Write features atomically as safetensors with their labels, sample ids and provenance as metadata."""
+    """Write features atomically as safetensors with their labels, sample ids and provenance as metadata.
+
+    The SHA-256 of the tensor bytes is recorded (``values_sha256``) so that damaged bytes are detected on
+    reading.
+
+    Raises
+    ------
+    ValueError
+        If the values are not all finite (the message names the layers); such features are not cached.
+    """
     path = Path(path)
+    values = features.values.detach().to("cpu", torch.float32).contiguous()
+    finite = torch.isfinite(values).flatten(1).all(dim=1)
+    if not bool(finite.all()):
+        bad = [features.layer_labels[i] for i in torch.nonzero(~finite).flatten().tolist()]
+        raise ValueError(f"features of {features.name!r} hold non-finite values in layers {bad[:10]}; "
+                         f"not writing {path}")
     metadata = {k: str(v) for k, v in features.meta.items()}
     metadata["layer_labels"] = json.dumps(list(features.layer_labels))
     metadata["sample_ids"] = json.dumps(list(features.sample_ids))
     metadata["layer_dims"] = json.dumps(list(features.layer_dims))
+    metadata["values_sha256"] = values_digest(values)
     with paths.atomic_path(path) as tmp:
-        save_file({"values": features.values.contiguous()}, str(tmp), metadata=metadata)
+        save_file({"values": values}, str(tmp), metadata=metadata)
     return path
 
 
-def load_features(path: str | Path, *, expected_sample_ids: Sequence[str] | None = None) -> LayerFeatures:
-    """Read features written by :func:`save_features`.
+def _header(path: Path):
+    """Metadata, labels, ids, dims and the shape of ``values`` of a feature file, without reading the tensor.
+
+    Raises
+    ------
+    CorruptFeatureFileError
+        If the header cannot be read, metadata is missing or malformed, or the shape does not match it.
+    """
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = dict(f.metadata() or {})
+            keys = list(f.keys())
+            if "values" not in keys:
+                raise CorruptFeatureFileError(path, f"no tensor 'values' (tensors: {keys})")
+            sl = f.get_slice("values")
+            shape, dtype = tuple(sl.get_shape()), sl.get_dtype()
+    except CorruptFeatureFileError:
+        raise
+    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+        raise CorruptFeatureFileError(path, f"unreadable safetensors file ({type(err).__name__}: {err})") from err
+    missing = [k for k in REQUIRED_METADATA if k not in meta]
+    if missing:
+        raise CorruptFeatureFileError(path, f"metadata lacks {missing} (has {sorted(meta)})")
+    try:
+        labels = tuple(json.loads(meta.pop("layer_labels")))
+        ids = tuple(json.loads(meta.pop("sample_ids")))
+        dims = tuple(json.loads(meta.pop("layer_dims"))) if "layer_dims" in meta else None
+    except (ValueError, TypeError) as err:
+        raise CorruptFeatureFileError(path, f"malformed metadata ({err})") from err
+    if not all(isinstance(x, str) for x in labels + ids) or (dims is not None and not all(
+            isinstance(d, int) for d in dims)):
+        raise CorruptFeatureFileError(path, "malformed metadata (labels and ids must be strings, dims ints)")
+    if dtype not in ("F32", "float32"):
+        raise CorruptFeatureFileError(path, f"values are {dtype}, not float32")
+    if len(shape) != 3 or shape[0] != len(labels) or shape[1] != len(ids):
+        raise CorruptFeatureFileError(path, f"values of shape {shape} do not match {len(labels)} layer labels "
+                                            f"and {len(ids)} sample ids")
+    if dims is not None and (len(dims) != shape[0] or min(dims, default=1) < 1 or max(dims, default=0) > shape[2]):
+        raise CorruptFeatureFileError(path, f"layer_dims {list(dims)} do not fit values of shape {shape}")
+    return meta, labels, ids, dims, shape
+
+
+def check_feature_file(path: str | Path, *, expected_sample_ids: Sequence[str] | None = None) -> dict:
+    """Cheap validation of a feature file (header, metadata, shape, sample ids; the tensor is not read).
+
+    Returns
+    -------
+    dict
+        The file's provenance metadata.
 
     Raises
     ------
     FileNotFoundError
         If ``path`` does not exist.
+    CorruptFeatureFileError
+        If the header or metadata is unreadable, incomplete or inconsistent with the shape.
     FeatureMismatchError
         If ``expected_sample_ids`` is given and the file's rows are other samples or in another order.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no feature file at {path}")
-    with safe_open(str(path), framework="pt") as f:
-        meta = dict(f.metadata() or {})
-        values = f.get_tensor("values")
-    labels = tuple(json.loads(meta.pop("layer_labels")))
-    ids = tuple(json.loads(meta.pop("sample_ids")))
-    dims = tuple(json.loads(meta.pop("layer_dims"))) if "layer_dims" in meta else None
-    feats = LayerFeatures(values, labels, ids, meta, dims)
+    meta, _, ids, _, _ = _header(path)
     if expected_sample_ids is not None and tuple(expected_sample_ids) != ids:
         raise FeatureMismatchError(f"cached features at {path} hold other rows than the requested pairs")
-    return feats
+    return meta
+
+
+def load_features(path: str | Path, *, expected_sample_ids: Sequence[str] | None = None) -> LayerFeatures:
+    """Read features written by :func:`save_features`, validating every part of the file.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` does not exist.
+    CorruptFeatureFileError
+        If the file is unreadable or truncated, lacks metadata, its shape contradicts the metadata, its
+        bytes differ from the recorded ``values_sha256``, or it holds non-finite values.
+    FeatureMismatchError
+        If ``expected_sample_ids`` is given and the file's rows are other samples or in another order.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no feature file at {path}")
+    meta, labels, ids, dims, _ = _header(path)
+    if expected_sample_ids is not None and tuple(expected_sample_ids) != ids:
+        raise FeatureMismatchError(f"cached features at {path} hold other rows than the requested pairs")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            values = f.get_tensor("values")
+    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+        raise CorruptFeatureFileError(path, f"unreadable tensor ({type(err).__name__}: {err})") from err
+    recorded = meta.pop("values_sha256", None)
+    if recorded is not None and values_digest(values) != recorded:
+        raise CorruptFeatureFileError(path, "the tensor bytes do not match the SHA-256 recorded when it was written")
+    if not bool(torch.isfinite(values).all()):
+        raise CorruptFeatureFileError(path, f"{int((~torch.isfinite(values)).sum())} non-finite values")
+    try:
+        return LayerFeatures(values, labels, ids, meta, dims)
+    except ValueError as err:
+        raise CorruptFeatureFileError(path, str(err)) from err
+
+
+def quarantine(path: str | Path, problem: str = "") -> Path:
+    """Move a bad cache file aside to ``<name>.corrupt-<UTC time>-<pid>`` (never read as a result) and warn.
+
+    Returns the new path (the file is gone from ``path`` either way; if it cannot be renamed it is deleted).
+    """
+    path = Path(path)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside = path.with_name(f"{path.name}.corrupt-{stamp}-{os.getpid()}")
+    try:
+        os.replace(path, aside)
+        where = f"moved aside to {aside.name}"
+    except FileNotFoundError:
+        where = "already gone"
+    except OSError:
+        path.unlink(missing_ok=True)
+        where = "deleted"
+    warnings.warn(f"{problem or f'feature file {path} is corrupt'}; {where}; the features are recomputed",
+                  CorruptCacheWarning, stacklevel=2)
+    return aside

@@ -20,31 +20,91 @@ from .analysis.capability import correlation_note
 if TYPE_CHECKING:  # pragma: no cover
     from .analysis.compression import CompressionSweep
 
-__all__ = ["heatmap_grid", "regime_figure", "scatter_grid", "plot_detail", "plot_sweeps", "plot_sweep"]
+__all__ = ["plot_sweep_bands", "heatmap_grid", "regime_figure", "scatter_grid", "capability_panels", "plot_detail",
+           "plot_sweeps", "plot_sweep"]
 
 
-def heatmap_grid(matrices: dict, *, chance: float | None = None, ncols: int = 2, shared_scale: bool = False,
-                 panel_size: tuple[float, float] = (5.0, 4.2)):
-    """One :func:`alignment_heatmap` per entry of ``matrices`` (label -> AlignmentMatrix-like object).
+def heatmap_grid(matrices: dict, *, chance: float | None = None, ncols: int = 2, scale: str = "shared",
+                 shared_scale: bool | None = None, other_peaks: dict | None = None,
+                 panel_size: tuple[float, float] = (4.8, 4.0), dpi: int = 150):
+    """One :func:`prh_lib.plots.alignment_heatmap` per entry of ``matrices`` (label -> AlignmentMatrix-like).
 
-    Each value needs ``scores``, ``x_labels``, ``y_labels``, ``x_name`` and ``y_name`` attributes.
-    With ``shared_scale`` all panels use the same colour range, so colours compare across pairs; by default
-    each panel has its own range, so the layer structure of weakly aligned pairs stays visible.
+    Parameters
+    ----------
+    matrices : dict of str to object
+        Each value needs ``scores``, ``x_labels``, ``y_labels``, ``x_name`` and ``y_name`` (and optionally
+        ``peak``).
+    chance : float, optional
+        Chance level k/(N-1), marked on every colour bar.
+    ncols : int
+    scale : {"shared", "chance-corrected", "panel"}, default "shared"
+        ``"shared"``: one colour range for all panels, from min(0, chance) to the largest score of any
+        panel, so colours compare across pairs (a 0.16 cross-modal peak is not as hot as a 0.57
+        same-modality one). ``"chance-corrected"``: the same shared range, drawn on
+        (score - chance) / (1 - chance), 0 at chance. ``"panel"``: each panel its own range (the layer
+        structure of weak pairs; never for comparing panels).
+    shared_scale : bool, optional
+        Deprecated spelling: True is ``scale="shared"``, False ``scale="panel"``.
+    other_peaks : dict of str to list of (int, int), optional
+        Label -> peaks of other draws, drawn as small circles.
+    panel_size : (float, float)
+        Inches per panel; with two columns the figure is under 10 inches wide, so 9-pt ticks stay ≥ 8 pt
+        at page width.
+    dpi : int
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The marker legend is one figure legend below the panels (never over cells); each panel's title
+        carries its max and final scores.
     """
+    if shared_scale is not None:
+        scale = "shared" if shared_scale else "panel"
+    if scale not in ("shared", "chance-corrected", "panel"):
+        raise ValueError(f"scale must be 'shared', 'chance-corrected' or 'panel'; got {scale!r}")
+    if scale == "chance-corrected" and chance is None:
+        raise ValueError("scale='chance-corrected' needs the chance level")
     n = len(matrices)
+    ncols = min(ncols, n)
     nrows = int(np.ceil(n / ncols))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows + 0.6),
+                             squeeze=False, dpi=dpi)
+
+    def values(m):
+        s = np.asarray(m.scores, dtype=float)
+        return (s - chance) / (1 - chance) if scale == "chance-corrected" else s
+
     vmin = vmax = None
-    if shared_scale:
-        vmin = min(float(np.nanmin(m.scores)) for m in matrices.values())
-        vmax = max(float(np.nanmax(m.scores)) for m in matrices.values())
+    if scale != "panel":
+        vmax = max(float(np.nanmax(values(m))) for m in matrices.values())
+        vmin = min(0.0, chance if chance is not None and scale == "shared" else 0.0,
+                   min(float(np.nanmin(values(m))) for m in matrices.values()))
     for ax, (label, m) in zip(axes.flat, matrices.items()):
+        s = values(m)
         peak = m.peak[:2] if hasattr(m, "peak") and not np.isnan(m.scores).all() else None
-        plots.alignment_heatmap(m.scores, m.x_labels, m.y_labels, ax=ax, title=label, x_name=m.x_name,
-                                y_name=m.y_name, chance=chance, vmin=vmin, vmax=vmax, peak=peak)
+        i, j = peak if peak is not None else np.unravel_index(int(np.nanargmax(s)), s.shape)
+        raw = np.asarray(m.scores, dtype=float)
+        title = f"{label}\nmax {raw[i, j]:.3f} (★) · final {raw[-1, -1]:.3f} (□)"
+        plots.alignment_heatmap(s, m.x_labels, m.y_labels, ax=ax, title=title, x_name=m.x_name, y_name=m.y_name,
+                                chance=chance if scale != "chance-corrected" else 0.0, vmin=vmin, vmax=vmax,
+                                peak=peak, other_peaks=(other_peaks or {}).get(label, ()), legend=False)
+        if scale == "chance-corrected":
+            ax.images[0].colorbar.set_label("(score − chance) / (1 − chance)", fontsize=plots.HEATMAP_FONTS["labels"])
     for ax in list(axes.flat)[n:]:
         ax.set_visible(False)
-    fig.tight_layout()
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], marker="*", color="white", markeredgecolor="black", markersize=13, linestyle="none",
+                      label="maximum over layer pairs"),
+               Line2D([], [], marker="s", markerfacecolor="none", markeredgecolor="red", markeredgewidth=2,
+                      markersize=9, linestyle="none", label="final-layer pair"),
+               Line2D([], [], color="red", linestyle="--", linewidth=2, label="chance k/(N-1) (colour bar)")]
+    if other_peaks:
+        handles.insert(1, Line2D([], [], marker="o", color="white", markeredgecolor="black", markersize=5,
+                                 linestyle="none", label="peak of another draw"))
+    fig.tight_layout(rect=(0, 0.6 / (panel_size[1] * nrows + 0.6), 1, 1))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=plots.HEATMAP_FONTS["legend"],
+               frameon=False, bbox_to_anchor=(0.5, 0.0))
     return fig
 
 
@@ -101,16 +161,102 @@ def scatter_grid(table: pd.DataFrame, *, x, ys: Sequence[str], by: str = "vision
     return fig
 
 
-def plot_detail(table: pd.DataFrame, *, score: str = "peak", panel_size: tuple[float, float] = (5.2, 3.8)):
-    """Alignment against mean caption length in tokens, one line per control, one panel per model pair.
+def capability_panels(summary: pd.DataFrame, *, x: str = "bpb", y: str = "peak", family: str = "independent",
+                      correlations: pd.DataFrame | None = None, label: str = "language",
+                      panel_size: tuple[float, float] = (4.4, 3.6), dpi: int = 160):
+    """Alignment against capability, one panel per dataset, one series per vision model (Figures 3-4 layout).
+
+    Each point is one language model: its alignment (mean over draws, error bar = std over draws; none for
+    a single draw) against its capability. All panels share the y range, chance k/(N-1) is a dashed grey
+    line, and with ``x="bpb"`` the x axis is reversed so capability grows to the right in every panel. The
+    legend sits above the panels; Pearson r per vision model (from ``correlations``) is written under
+    each panel.
+
+    Parameters
+    ----------
+    summary : DataFrame
+        :func:`prh_lib.analysis.capability.summary_table` (columns ``dataset``, ``vision``, ``family``,
+        ``label``, ``x``, ``y``, ``y + " std"`` when present, ``chance``).
+    x, y : str
+        Capability and alignment columns.
+    family : {"independent", "ladder"}
+    correlations : DataFrame, optional
+        :func:`prh_lib.analysis.capability.study_correlations`, for the r written under each panel.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Raises
+    ------
+    ValueError
+        If a named column is missing or no row has ``family``.
+    """
+    missing = [c for c in ("dataset", "vision", "family", label, x, y, "chance") if c not in summary.columns]
+    if missing:
+        raise ValueError(f"columns {missing} are not in the table; it has {list(summary.columns)}")
+    sub = summary[summary["family"] == family]
+    if sub.empty:
+        raise ValueError(f"no rows of family {family!r}")
+    datasets = list(dict.fromkeys(sub["dataset"]))
+    visions = list(dict.fromkeys(sub["vision"]))
+    colors = {v: plt.cm.tab10(i % 10) for i, v in enumerate(visions)}
+    fig, axes = plt.subplots(1, len(datasets), figsize=(panel_size[0] * len(datasets), panel_size[1]),
+                             squeeze=False, sharey=True, dpi=dpi)
+    std = f"{y} std"
+    for ax, ds in zip(axes[0], datasets):
+        part = sub[sub["dataset"] == ds]
+        notes = []
+        for v in visions:
+            pts = part[part["vision"] == v]
+            if pts.empty:
+                continue
+            err = pts[std].to_numpy(float) if std in pts.columns else None
+            ax.errorbar(pts[x].to_numpy(float), pts[y].to_numpy(float), yerr=err, fmt="o", color=colors[v],
+                        capsize=3, markersize=5, label=v)
+            if v == visions[0]:  # one label per language model (the series share their x positions)
+                for _, r in pts.iterrows():
+                    ax.annotate(str(r[label]), (r[x], r[y]), textcoords="offset points", xytext=(4, 4), fontsize=8)
+            if correlations is not None and not correlations.empty:
+                hit = correlations[(correlations["dataset"] == ds) & (correlations["vision"] == v)
+                                   & (correlations["alignment"] == y) & (correlations["capability"] == x)]
+                for _, c in hit.iterrows():
+                    sym = "ρ" if c["method"] == "spearman" else "r"
+                    notes.append(f"{v}: {sym} = {c['r']:.2f}" + (f", p = {c['p']:.2g}" if np.isfinite(c["p"]) else ""))
+        chance = float(part["chance"].iloc[0])
+        ax.axhline(chance, color="0.4", linestyle="--", linewidth=1.2)
+        ax.set_title(f"{ds} (N = {int(part['n'].iloc[0])})", fontsize=10)
+        ax.set_xlabel({"bpb": "bits per byte, held-out captions (lower = more capable)",
+                       "next_token_accuracy": "next-token accuracy"}.get(x, x), fontsize=9)
+        if x == "bpb":
+            ax.invert_xaxis() if not ax.xaxis_inverted() else None
+        ax.tick_params(labelsize=8)
+        if notes:
+            ax.text(0.0, -0.28, "\n".join(notes), transform=ax.transAxes, fontsize=8, va="top", ha="left")
+    axes[0, 0].set_ylabel(f"mutual k-NN ({y}; mean ± std over draws)", fontsize=9)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    handles.append(plt.Line2D([], [], color="0.4", linestyle="--"))
+    labels.append("chance k/(N-1)")
+    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(labels), fontsize=8,
+               frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def plot_detail(table: pd.DataFrame, *, score: str = "peak", panel_size: tuple[float, float] = (5.0, 3.6),
+                dpi: int = 160):
+    """Alignment against mean caption length in tokens, one line per control, one panel per (dataset, model pair).
 
     Parameters
     ----------
     table : DataFrame
-        From :func:`prh_lib.analysis.captions.detail_alignment`.
+        :func:`prh_lib.analysis.captions.study_summary` (or :func:`~prh_lib.analysis.captions.detail_alignment`):
+        columns ``vision model``, ``language model``, ``control``, ``tokens``, ``chance``, ``score`` and,
+        when present, ``dataset`` (one panel each) and ``<score> std`` (error bars: std over draws).
     score : str
-        Column to plot (``"peak"``, ``"final"``, ``"corrected peak"``, ...). For raw scores each control's chance
-        level ``k/(n-1)`` is drawn as a dotted line in its colour (controls on fewer pairs have a higher one).
+        Column to plot (``"peak"``, ``"corrected peak"``, ...). For raw scores each control's chance level
+        ``k/(n-1)`` is drawn as a dotted line in its colour (controls on fewer pairs have a higher one); all
+        panels share one y range.
 
     Returns
     -------
@@ -118,46 +264,118 @@ def plot_detail(table: pd.DataFrame, *, score: str = "peak", panel_size: tuple[f
     """
     if score not in table.columns:
         raise ValueError(f"no column {score!r}; have {list(table.columns)}")
-    panels = list(dict.fromkeys(zip(table["vision model"], table["language model"])))
+    table = table if "dataset" in table.columns else table.assign(dataset="")
+    panels = list(dict.fromkeys(zip(table["dataset"], table["vision model"], table["language model"])))
     ncols = min(len(panels), 2)
     nrows = int(np.ceil(len(panels) / ncols))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows), squeeze=False,
+                             sharey=True, dpi=dpi)
     raw = not score.startswith("corrected")
     order = list(dict.fromkeys(table["control"]))  # the same colour for a control in every panel
-    for ax, (vm, lm) in zip(axes.flat, panels):
-        sub = table[(table["vision model"] == vm) & (table["language model"] == lm)].sort_values("tokens")
-        controls = [c for c in order if c in set(sub["control"])]
-        xs = {c: sub.loc[sub["control"] == c, "tokens"].to_numpy() for c in controls}
-        ys = {c: sub.loc[sub["control"] == c, score].to_numpy() for c in controls}
-        plots.line_plot(xs, ys, ax=ax, xlabel=f"mean caption length (tokens, {lm})",
-                        ylabel=f"mutual k-NN ({score})", title=f"{vm} × {lm}", chance=None if raw else 0.0)
-        if raw:
-            colors = {line.get_label(): line.get_color() for line in ax.get_lines()}
-            for c in controls:
-                ch = float(sub.loc[sub["control"] == c, "chance"].iloc[0])
-                ax.axhline(ch, color=colors.get(c, "grey"), linestyle=":", linewidth=1.2)
-            ax.plot([], [], color="grey", linestyle=":", label="chance k/(n-1)")
-            ax.legend(fontsize=7)
-        ax.title.set_fontsize(9)
+    colors = {c: plt.cm.tab10(i % 10) for i, c in enumerate(order)}
+    std = f"{score} std"
+    for ax, (ds, vm, lm) in zip(axes.flat, panels):
+        sub = table[(table["dataset"] == ds) & (table["vision model"] == vm)
+                    & (table["language model"] == lm)].sort_values("tokens")
+        for c in [c for c in order if c in set(sub["control"])]:
+            part = sub[sub["control"] == c]
+            err = part[std].to_numpy(float) if std in part.columns else None
+            ax.errorbar(part["tokens"].to_numpy(float), part[score].to_numpy(float), yerr=err, color=colors[c],
+                        marker="o", markersize=4, capsize=2, label=c)
+            if raw:
+                ax.axhline(float(part["chance"].iloc[0]), color=colors[c], linestyle=":", linewidth=1.2)
+        if not raw:
+            ax.axhline(0.0, color="0.4", linestyle="--", linewidth=1.2)
+        ax.set_xlabel(f"mean caption length (tokens, {lm})", fontsize=9)
+        ax.set_title(f"{ds + ': ' if ds else ''}{vm} × {lm}", fontsize=10)
+        ax.tick_params(labelsize=8)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(f"mutual k-NN ({score})", fontsize=9)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
+    handles = [plt.Line2D([], [], color=colors[c], marker="o", label=c) for c in order]
+    handles.append(plt.Line2D([], [], color="0.4", linestyle=":" if raw else "--",
+                              label="chance k/(N-1) (in each control's colour)" if raw else "chance (0)"))
+    fig.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(handles), 3),
+               fontsize=8, frameon=False)
     fig.tight_layout()
     return fig
 
 
-def regime_figure(raw: dict, calibrated: dict, *, chance: float | None = None, missing_note: str = "not run",
-                  metric: str = "mutual k-NN"):
-    """Figure 5 layout: raw maxima (with the chance level) and calibrated maxima, side by side.
+_FLOOR_STYLE = {"random-language": ("tab:purple", "trained vision × random-init LM"),
+                "random-vision": ("tab:brown", "random-init vision × trained LM"),
+                "tfidf": ("tab:olive", "vision × bag of words (TF-IDF)"),
+                "tfidf-svd": ("tab:cyan", "vision × TF-IDF, truncated SVD")}
 
-    ``raw`` and ``calibrated`` are :func:`regime_bars` groups (see :func:`prh_lib.analysis.regimes.regime_groups`).
-    The calibrated panel's chance level is 0 by construction.
+
+def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | None = None,
+                  missing_note: str = "not run", metric: str = "mutual k-NN", panel_size=(4.0, 3.0)):
+    """Figure 5 layout: one row of panels per dataset, raw maxima (left) and calibrated maxima (right).
+
+    Parameters
+    ----------
+    groups : dict
+        ``{dataset: (raw, calibrated)}``, each a :func:`prh_lib.plots.regime_bars` group (regime label ->
+        comparison label -> ``(value, low, high)``; see :func:`prh_lib.analysis.regimes.regime_groups_over_draws`).
+    chance : dict of str to float, optional
+        Chance level k/(N-1) per dataset, drawn as a dashed red line on the raw panel (calibrated scores are
+        0 at chance by construction).
+    floors : dict, optional
+        Control floors as bands (:func:`prh_lib.analysis.regimes.floor_bands`): ``{dataset: {kind: (mean,
+        low, high)}}`` and ``{(dataset, "calibrated"): {...}}``; each kind is a dotted line at its mean over
+        a band from its lowest to its highest control.
+    missing_note : str
+        Said in the slot of a regime without comparisons.
+    panel_size : (float, float)
+        Inches per panel; the default keeps the figure about 8 inches wide, so 8-pt text stays 8 pt at
+        page width.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Raw panels share one y scale, calibrated panels another; the legend sits below the axes.
     """
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
-    plots.regime_bars(raw, ax=a, chance=chance, ylabel=f"{metric}, max over layer pairs", title="raw (95% bootstrap CI)",
-                missing_note=missing_note)
-    plots.regime_bars(calibrated, ax=b, ylabel="calibrated score", title="calibrated (selection-aware null)",
-                missing_note=missing_note)
-    fig.tight_layout()
+    import textwrap
+
+    chance, floors = chance or {}, floors or {}
+    datasets = list(groups)
+    fig, axes = plt.subplots(len(datasets), 2, figsize=(2 * panel_size[0], panel_size[1] * len(datasets) + 0.9),
+                             squeeze=False, dpi=150)
+
+    def top_of(col, extra):
+        vals = [v for raw_cal in groups.values() for pts in raw_cal[col].values() for p in pts.values()
+                for v in (p[0], p[2]) if np.isfinite(v)]
+        return max(vals + list(extra) + [0.05]) * 1.12
+
+    def wrapped(pts):
+        return {textwrap.fill(label, 13): points for label, points in pts.items()}
+
+    raw_top = top_of(0, list(chance.values()) + [b[2] for d in datasets for b in floors.get(d, {}).values()])
+    cal_top = top_of(1, [b[2] for d in datasets for b in floors.get((d, "calibrated"), {}).values()])
+    handles = {}
+    for row, dataset in enumerate(datasets):
+        raw, cal = groups[dataset]
+        for col, (pts, key, top, ylabel, what) in enumerate((
+                (raw, dataset, raw_top, f"{metric}, max over layers", "raw"),
+                (cal, (dataset, "calibrated"), cal_top, "calibrated score", "calibrated"))):
+            ax = axes[row, col]
+            plots.regime_bars(wrapped(pts), ax=ax, ylabel=ylabel, title=f"{dataset}: {what}",
+                              missing_note=missing_note, ylim=(-0.02 * top, top))
+            for kind, (mean, low, high) in floors.get(key, {}).items():
+                color, label = _FLOOR_STYLE.get(kind, ("grey", kind))
+                ax.axhspan(low, high, color=color, alpha=0.12, linewidth=0)
+                handles[label] = ax.axhline(mean, color=color, linestyle=":", linewidth=1.4)
+            if col == 0 and dataset in chance:
+                handles["chance k/(N-1)"] = ax.axhline(chance[dataset], color="red", linestyle="--", linewidth=1.2)
+            ax.tick_params(labelsize=8)
+            ax.yaxis.label.set_fontsize(9)
+            ax.title.set_fontsize(9)
+    legend_h = 0.9 / fig.get_figheight()
+    fig.tight_layout(rect=(0, legend_h, 1, 1))
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=2,
+                   fontsize=8, frameon=False, title="floors (line: mean over vision × language pairs; band: "
+                   "lowest to highest pair)", title_fontsize=8)
     return fig
 
 
@@ -260,5 +478,55 @@ def plot_sweep(frames: dict[str, pd.DataFrame], *, x: str, scores: Sequence[str]
                 ax.xaxis.set_major_formatter(ScalarFormatter())
                 ax.xaxis.set_minor_formatter(NullFormatter())
             ax.title.set_fontsize(9)
+    fig.tight_layout()
+    return fig
+
+
+def plot_sweep_bands(agg: pd.DataFrame, *, sweep: str = "variance", role: str = "peak", ncols: int = 2,
+                     panel_size: tuple[float, float] = (4.8, 3.6), dpi: int = 150):
+    """Figure 2 over draws: relative score (score / uncompressed) against variance retained or components kept.
+
+    One panel per (model pair, dataset), one line per side compressed, with a band of ± one standard
+    deviation over draws; dashed grey: 1 (the uncompressed score).
+
+    Parameters
+    ----------
+    agg : DataFrame
+        From :func:`prh_lib.analysis.compression.aggregate_sweeps`.
+    sweep : {"variance", "dims"}
+    role : {"peak", "final"}
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    if sweep not in ("variance", "dims"):
+        raise ValueError(f"sweep must be 'variance' or 'dims'; got {sweep!r}")
+    sub = agg[(agg["quantity"] == f"pca:{sweep}") & (agg["role"] == role)]
+    if sub.empty:
+        raise ValueError(f"no {sweep} sweeps at the {role} layers to plot")
+    panels = list(dict.fromkeys(zip(sub["model_x"], sub["model_y"], sub["dataset"])))
+    ncols = min(ncols, len(panels))
+    nrows = int(np.ceil(len(panels) / ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows), squeeze=False,
+                             dpi=dpi)
+    for ax, (mx, my, ds) in zip(axes.flat, panels):
+        g = sub[(sub["model_x"] == mx) & (sub["model_y"] == my) & (sub["dataset"] == ds)]
+        xs, ys, bands = {}, {}, {}
+        for side, gs in g.groupby("compress", sort=False):
+            gs = gs.sort_values("x")
+            label = f"compress {mx if side == 'x' else my if side == 'y' else 'both'}"
+            xs[label], ys[label] = gs["x"].to_numpy(), gs["relative_mean"].to_numpy()
+            sd = gs["relative_std"].fillna(0).to_numpy()
+            bands[label] = (ys[label] - sd, ys[label] + sd)
+        ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+        plots.line_plot(xs, ys, ax=ax, bands=bands, logx=sweep == "dims", title=f"{mx} × {my}\n{ds}, {role} layers",
+                        xlabel="fraction of variance retained" if sweep == "variance" else "principal components kept",
+                        ylabel="score / uncompressed", marker="o" if sweep == "variance" else "")
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, frameon=False)
+        ax.tick_params(labelsize=9)
+        ax.title.set_fontsize(9)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
     fig.tight_layout()
     return fig

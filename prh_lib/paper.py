@@ -69,8 +69,16 @@ from __future__ import annotations
 MODEL_GROUPS = ("vision", "language", "embedding", "vlm")
 
 
-def _m(id, family, group, modality, params_b, notes=""):
-    return {"id": id, "family": family, "group": group, "modality": modality, "params_b": params_b, "notes": notes}
+def _m(id, family, group, modality, params_b, notes="", *, towers=(), remote_code=None):
+    return {"id": id, "family": family, "group": group, "modality": modality, "params_b": params_b, "notes": notes,
+            "towers": tuple(towers), "remote_code": remote_code}
+
+
+#: What marks the stand-in of a paper id (``"Qwen/Qwen3-8B~rehearsal"``, :mod:`prh_lib.models.standins`).
+STANDIN_SUFFIX = "~rehearsal"
+
+#: Environment variable that allows running a paper model's repository code (``trust_remote_code``).
+TRUST_REMOTE_CODE_ENV = "PRH_TRUST_REMOTE_CODE"
 
 
 _BASE = "base (pre-trained) checkpoint, the id that equals the paper's name"
@@ -110,12 +118,16 @@ MODELS: tuple[dict, ...] = (
     _m("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", "r1-distill", "language", "language", 32.8, _R1),
     _m("Qwen/Qwen3-Embedding-8B", "qwen3-emb", "embedding", "language", 7.57, "text embedding model (Qwen3 based)"),
     _m("nvidia/NV-Embed-v2", "nv-embed", "embedding", "language", 7.85,
-       "text embedding model (Mistral based); needs trust_remote_code; licence CC-BY-NC-4.0"),
-    _m("openai/clip-vit-large-patch14", "clip", "vlm", "vision-language", 0.43, "OpenAI CLIP ViT-L/14 at 224 px"),
+       "text embedding model (Mistral based); needs trust_remote_code; licence CC-BY-NC-4.0",
+       remote_code={"licence": "CC-BY-NC-4.0 (non-commercial use only)",
+                    "code": "modeling_nvembed.py in the model repository (bidirectional Mistral + latent attention)"}),
+    _m("openai/clip-vit-large-patch14", "clip", "vlm", "vision-language", 0.43, "OpenAI CLIP ViT-L/14 at 224 px", towers=("vision", "text")),
     _m("google/siglip2-so400m-patch14-384", "siglip2", "vlm", "vision-language", 1.14,
-       "SigLIP 2 So400m/14 at its final 384 px resolution (224 px variant: google/siglip2-so400m-patch14-224)"),
+       "SigLIP 2 So400m/14 at its final 384 px resolution (224 px variant: google/siglip2-so400m-patch14-224)",
+       towers=("vision", "text")),
     _m("Qwen/Qwen3-VL-Embedding-8B", "qwen3-vl", "vlm", "vision-language", 8.8,
-       "multimodal embedding model (Qwen3-VL architecture); follow its model card for loading"),
+       "multimodal embedding model (Qwen3-VL architecture): one decoder reads an image (':vision') or a text "
+       "(':text'), see prh_lib.models.vlm", towers=("vision", "text")),
 )
 
 
@@ -151,8 +163,35 @@ def models(*groups: str) -> list[str]:
     return [m["id"] for m in MODELS if not groups or m["group"] in groups]
 
 
+def feature_models(*groups: str) -> list[str]:
+    """What extraction needs for the paper's models in ``groups``: every id, with image-text models expanded
+    into their towers (``"<id>:vision"``, ``"<id>:text"``); a bare VLM id names no single model.
+
+    Raises
+    ------
+    ValueError
+        If a group is unknown.
+    """
+    return [t for m in models(*groups) for t in expand_towers(m)]
+
+
+def expand_towers(name: str) -> list[str]:
+    """``[name]``, or its towers ``[name:vision, name:text]`` when ``name`` is a paper VLM named without one.
+
+    Stand-in names (``"<id>~rehearsal"``) are expanded like the id they stand in for.
+    """
+    base = name[: -len(STANDIN_SUFFIX)] if name.endswith(STANDIN_SUFFIX) else name
+    info = model_info(base)
+    if info is None or not info["towers"]:
+        return [name]
+    return [f"{name}:{t}" for t in info["towers"]]
+
+
 def model_info(model_id: str) -> dict | None:
-    """The :data:`MODELS` entry of an id, or None for a model outside the paper's list."""
+    """The :data:`MODELS` entry of an id (a tower suffix ``:vision``/``:text`` is ignored), or None for a model
+    outside the paper's list."""
+    if model_id.endswith((":vision", ":text")):
+        model_id = model_id.rsplit(":", 1)[0]
     return next((dict(m) for m in MODELS if m["id"] == model_id), None)
 
 

@@ -22,10 +22,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
+import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,18 +95,75 @@ def cache_dir(kind: str) -> Path:
     return path
 
 
+#: A temporary folder of :func:`atomic_path` untouched for this long is left over from a killed write.
+STALE_TEMP_SECONDS = 30 * 60
+
+#: Suffix of every temporary folder of :func:`atomic_path` (its name also starts with ``.``).
+TEMP_SUFFIX = ".tmp"
+
+
+def is_temporary(path: str | Path) -> bool:
+    """Whether ``path`` is, or lies inside, a temporary folder of :func:`atomic_path` (never a result)."""
+    return any(part.startswith(".") and part.endswith(TEMP_SUFFIX) for part in Path(path).parts)
+
+
+def _last_touched(folder: Path) -> float:
+    """Latest modification time of ``folder`` and of anything directly in it (a file being written counts)."""
+    latest = folder.lstat().st_mtime
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                try:
+                    latest = max(latest, entry.stat(follow_symlinks=False).st_mtime)
+                except OSError:
+                    pass
+    except OSError:
+        pass
+    return latest
+
+
+def remove_stale_temporaries(folder: str | Path, *, older_than: float = STALE_TEMP_SECONDS) -> list[Path]:
+    """Remove the temporary folders of :func:`atomic_path` in ``folder`` untouched for ``older_than`` seconds.
+
+    A write killed before its rename (SIGKILL, out of memory, a SLURM time limit) leaves its temporary
+    folder behind; the next write into the same folder calls this. A live write touches its files, so
+    only folders no process has written to for ``older_than`` seconds (default 30 minutes) are removed.
+
+    Returns
+    -------
+    list of Path
+        The folders removed.
+    """
+    folder = Path(folder)
+    removed = []
+    now = time.time()
+    try:
+        candidates = [p for p in folder.iterdir() if p.name.startswith(".") and p.name.endswith(TEMP_SUFFIX)]
+    except OSError:
+        return removed
+    for tmp in candidates:
+        try:
+            if tmp.is_dir() and not tmp.is_symlink() and now - _last_touched(tmp) > older_than:
+                shutil.rmtree(tmp, ignore_errors=True)
+                removed.append(tmp)
+        except OSError:
+            pass
+    return removed
+
+
 @contextmanager
 def atomic_path(final: Path, *, is_dir: bool = False) -> Iterator[Path]:
     """Yield a temporary sibling path; on success rename it onto ``final`` in one step.
 
     If the body raises, the temporary file or folder is removed and ``final`` is untouched, so an
-    interrupted run never leaves a cache entry that looks complete.
+    interrupted run never leaves a cache entry that looks complete. The temporary folder is named
+    ``.<name>.<random>.tmp`` (:func:`is_temporary`); those left behind by killed writes are removed by the
+    next write into the same folder (:func:`remove_stale_temporaries`).
     """
-    import shutil
-
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+    remove_stale_temporaries(final.parent)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=TEMP_SUFFIX, dir=final.parent))
     target = tmp if is_dir else tmp / final.name
     try:
         yield target
@@ -161,3 +221,135 @@ def cache_file(kind: str, owner: str, key, *, prefix: str, suffix: str) -> Path:
     """
     folder = cache_dir(kind) / safe_name(owner)
     return folder / f"{prefix}-{digest(key)}{suffix}"
+
+
+# --------------------------------------------------------------------------------------------------------
+# content digests of files, remembered by (path, size, mtime, ctime)
+
+#: In-process memo: absolute path -> (size, mtime_ns, ctime_ns, sha256 hex).
+_DIGESTS: dict[str, tuple[int, int, int, str]] = {}
+_DIGESTS_LOCK = threading.Lock()
+
+
+def _digest_index() -> Path:
+    return cache_dir("index") / "file-digests.json"
+
+
+def _stat_key(path: str) -> tuple[int, int, int]:
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def sha256_file(path: str | Path, *, chunk: int = 1 << 20) -> str:
+    """SHA-256 (hex) of a file's bytes, read in chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def file_digests(files: Sequence[str | Path]) -> list[str]:
+    """SHA-256 (hex) of the content of each file, each file read at most once while it is unchanged.
+
+    A digest is remembered with the file's absolute path, size, modification time and status-change time
+    (``st_ctime_ns``, which no tool can set back, so a same-size replacement that keeps the old mtime, as
+    ``cp -p`` or ``touch -r`` do, is still seen), in this process and in a small JSON index in the cache
+    (``PRH_CACHE_DIR/index/file-digests.json``, replaced atomically; concurrent writers can at worst lose an
+    entry, which is then hashed again). A file whose identity changed is read and hashed again.
+
+    Raises
+    ------
+    FileNotFoundError
+        If a file does not exist (the message names it).
+    """
+    names = [os.path.abspath(os.fspath(f)) for f in files]
+    stats = []
+    for name in names:
+        try:
+            stats.append(_stat_key(name))
+        except FileNotFoundError:
+            raise FileNotFoundError(f"cannot hash {name}: no such file") from None
+    with _DIGESTS_LOCK:
+        missing = [i for i, (n, s) in enumerate(zip(names, stats)) if _DIGESTS.get(n, ())[:3] != s]
+        if missing:
+            index = _digest_index()
+            try:
+                stored = json.loads(index.read_text(encoding="utf-8"))
+                stored = stored if isinstance(stored, dict) else {}
+            except (OSError, ValueError):
+                stored = {}
+            for name, entry in stored.items():
+                if isinstance(entry, list) and len(entry) == 4 and name not in _DIGESTS:
+                    _DIGESTS[name] = tuple(entry)
+            fresh = False
+            for i in missing:
+                if _DIGESTS.get(names[i], ())[:3] != stats[i]:
+                    _DIGESTS[names[i]] = (*stats[i], sha256_file(names[i]))
+                    fresh = True
+            if fresh:
+                _write_digest_index(index, stored)
+        return [_DIGESTS[n][3] for n in names]
+
+
+def _write_digest_index(index: Path, stored: dict) -> None:
+    merged = {**stored, **{n: list(v) for n, v in _DIGESTS.items()}}
+    fd, tmp = tempfile.mkstemp(prefix=f".{index.name}.", suffix=".part", dir=index.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(merged, f, separators=(",", ":"))
+        os.replace(tmp, index)
+    except OSError:  # a read-only or full cache: digests are still correct, only not remembered
+        Path(tmp).unlink(missing_ok=True)
+
+
+def clear_digest_memo() -> None:
+    """Forget the in-process digests (the JSON index stays); for tests that simulate a new process."""
+    with _DIGESTS_LOCK:
+        _DIGESTS.clear()
+
+
+# --------------------------------------------------------------------------------------------------------
+# locations as pages show them
+
+
+def display_path(path: str | Path) -> str:
+    """``path`` as a page may show it, without machine-specific absolute parts.
+
+    Inside ``PRH_DATA_ROOT``: ``"PRH_DATA_ROOT/<relative>"`` (the root itself: ``"PRH_DATA_ROOT (<name>)"``);
+    inside ``PRH_CACHE_DIR``: ``"PRH_CACHE_DIR/<relative>"``; inside the repository: the relative path; inside
+    the home folder: ``"~/<relative>"``; anything else: ``".../<name>"``. Hub ids and other non-paths (no
+    leading ``/``, ``~`` or ``.``) are returned unchanged. Error messages keep full paths; this is for
+    ``describe``-style summaries, reprs and pages.
+
+    Examples
+    --------
+    >>> display_path(repo_root() / "notebooks" / "sec3_1_layerwise.py")
+    'notebooks/sec3_1_layerwise.py'
+    """
+    text = os.fspath(path)
+    if not text.startswith(("/", "~", ".")) and not os.path.isabs(text):
+        return text
+    p = Path(text).expanduser().absolute()
+    roots = []
+    env = os.environ.get("PRH_DATA_ROOT")
+    try:
+        roots.append(("PRH_DATA_ROOT", data_root()))
+    except FileNotFoundError:
+        if env:
+            roots.append(("PRH_DATA_ROOT", Path(env).expanduser().absolute()))
+    cache = Path(os.environ.get("PRH_CACHE_DIR", REPO_ROOT / ".cache")).expanduser().absolute()
+    roots += [("PRH_CACHE_DIR", cache), ("", REPO_ROOT), ("~", Path.home())]
+    for label, root in roots:
+        for candidate in dict.fromkeys((p, p.resolve())):
+            for r in dict.fromkeys((root, root.resolve())):
+                try:
+                    rel = candidate.relative_to(r)
+                except ValueError:
+                    continue
+                if label == "PRH_DATA_ROOT" and rel == Path("."):
+                    return f"PRH_DATA_ROOT ({r.name})"
+                if label == "":
+                    return rel.as_posix() if rel != Path(".") else "."
+                return f"{label}/{rel.as_posix()}" if rel != Path(".") else label
+    return f".../{p.name}"

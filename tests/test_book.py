@@ -136,3 +136,16 @@ def test_strict_build_fails_on_a_warning(tmp_path):
     (book / "intro.md").write_text((book / "intro.md").read_text() + "\n\nSee {ref}`no-such-label`.\n")
     with pytest.raises(runner.BookBuildError, match="no-such-label"):
         runner.build_book(book, strict=True, quiet=True)
+
+
+def test_front_page_checklist_shows_every_chapters_computed_verdicts(built_book):
+    """Every chapter ran in the test build, so no claim reads 'not run'; each row shows a verdict."""
+    from prh_lib import claims
+
+    page = (built_book / "intro.html").read_text()
+    assert "arXiv 2611.12869" in page and "arXiv 2609.24209" in page
+    assert "not run in this build" not in page
+    verdicts = re.findall(r"<td[^>]*>\s*<p>\s*(reproduces in kind|reproduces|differs|not testable offline)", page)
+    assert len(verdicts) == len(claims.CLAIMS), len(verdicts)
+    for chapter in {c.chapter for c in claims.CLAIMS.values()}:
+        assert f'href="{chapter}.html"' in page

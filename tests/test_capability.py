@@ -442,3 +442,197 @@ def test_alignment_table_tracks_a_planted_capability_axis():
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+# --------------------------------------------------------------------------------------------------------
+# near-constant series, exact permutation p, Fisher interval (issues 13 and 15)
+
+from prh_lib.analysis import correlation as R  # noqa: E402
+
+
+@pytest.mark.parametrize("series", [
+    1.0 + 1e-17 * np.arange(5),  # constant after rounding: every value is exactly 1.0
+    1.0 + 1e-15 * np.arange(5),  # distinct values, but constant up to rounding (SciPy: near-constant)
+    1e6 + 1e-11 * np.arange(5),
+])
+@pytest.mark.parametrize("method", ["pearson", "spearman"])
+def test_near_constant_series_give_nan_with_a_warning_and_the_bootstrap_agrees(series, method):
+    y = np.array([3.0, 1.0, 4.0, 1.5, 9.0])
+    assert R.near_constant(series)
+    kind = stats.ConstantInputWarning if np.all(series == series[0]) else stats.NearConstantInputWarning
+    with pytest.warns(kind):
+        res = C.correlate(series, y, method=method, n_boot=200)
+    assert np.isnan(res.r) and np.isnan(res.p_value) and np.isnan(res.ci_low) and np.isnan(res.ci_high)
+    with pytest.warns(kind):
+        res = C.correlate(y, series, method=method, p_value="exact", interval="fisher")
+    assert np.isnan(res.r) and np.isnan(res.p_value)
+    # the bootstrap's resamples use the same test: every resample of the series is undefined
+    assert np.isnan(R._r_rows(series[None].repeat(3, 0), y[None].repeat(3, 0), method)).all()
+
+
+def test_near_constant_follows_scipys_rule_and_spares_real_variation():
+    eps = np.finfo(float).eps
+    assert R.NEAR_CONSTANT_RTOL == pytest.approx(eps ** 0.75)
+    assert not R.near_constant(np.array([1.0, 1.0 + 1e-6, 1.0 + 2e-6]))
+    assert not R.near_constant(np.array([-1e-300, 0.0, 1e-300]))  # tiny but zero-mean: real variation
+    rows = np.array([[1.0, 1.0, 1.0], [1.0, 2.0, 3.0], [5.0, 5.0 + 1e-14, 5.0]])
+    assert R.near_constant(rows).tolist() == [True, False, True]
+    # scipy computes r for a near-constant series (with a warning); we refuse it
+    with pytest.warns(stats.NearConstantInputWarning):
+        stats.pearsonr(1.0 + 1e-15 * np.arange(5), np.arange(5.0))
+
+
+def test_exact_permutation_p_enumerates_every_ordering():
+    x, y = [1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0]
+    # a perfect rank agreement: 2 of the 24 orderings (identity and reversal) reach |rho| = 1
+    assert R.exact_permutation_p(x, y, method="spearman") == pytest.approx(2 / 24)
+    # by hand for Pearson on (1,3,2,4): |r| >= 0.8 for the orderings (1,3,2,4), (1,2,3,4), their reversals
+    # and (2,1,4,3), (3,4,1,2)... count them independently with a plain loop
+    import itertools
+
+    base = np.array([1.0, 3.0, 2.0, 4.0])
+    obs = abs(np.corrcoef(x, base)[0, 1])
+    count = sum(abs(np.corrcoef(x, base[list(p)])[0, 1]) >= obs - 1e-12 for p in itertools.permutations(range(4)))
+    assert R.exact_permutation_p(x, base) == pytest.approx(count / 24)
+    res = C.correlate(x, base, p_value="exact", interval="fisher")
+    assert res.p_method == "exact" and res.p_value == pytest.approx(count / 24)
+    with pytest.raises(ValueError, match="n <= 8"):
+        C.correlate(np.arange(9.0), np.arange(9.0) ** 2, p_value="exact")
+    assert C.correlate(np.arange(9.0), np.arange(9.0) ** 2, p_value="auto").p_method == "scipy"
+
+
+def test_fisher_interval_matches_scipy_and_is_wide_at_n_4():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=10)
+    y = x + rng.normal(size=10)
+    res = C.correlate(x, y, interval="fisher")
+    ref = stats.pearsonr(x, y).confidence_interval(0.95)
+    assert (res.ci_low, res.ci_high) == pytest.approx((ref.low, ref.high), rel=1e-9)
+    lo, hi = R.fisher_interval(-0.9, 4)
+    assert lo < -0.99 and hi > 0.0  # n = 4: the interval spans zero even for r = -0.9
+    assert all(np.isnan(R.fisher_interval(1.0, 4))) and all(np.isnan(R.fisher_interval(0.5, 3)))
+    s = C.correlate([1.0, 2.0, 3.0, 4.0, 5.0], [2.0, 1.0, 4.0, 3.0, 5.0], method="spearman")
+    assert s.r == pytest.approx(stats.spearmanr([1, 2, 3, 4, 5], [2, 1, 4, 3, 5]).statistic)
+
+
+# --------------------------------------------------------------------------------------------------------
+# the study: held-out text, parents, correlations and verdicts
+
+
+def _mini_dataset(n=6, caps=5):
+    caps_ = tuple(tuple(f"image {i} caption {c}" for c in range(caps)) for i in range(n))
+    return ImageCaptionDataset(name="mini", source="test", sample_ids=tuple(f"s{i}" for i in range(n)),
+                               images=tuple(f"img{i}.jpg" for i in range(n)), captions=caps_)
+
+
+def test_study_heldout_leaves_out_every_caption_any_draw_aligns():
+    ds = _mini_dataset()
+    from prh_lib.data import Draw, sample_pairs
+
+    d0 = Draw("a", 0, 0, sample_pairs(ds, n=4, seed=0, caption_policy="first"))
+    d1 = Draw("b", 0, 0, sample_pairs(ds, n=4, seed=1, caption_policy="concat", n_captions=3))
+    texts, used = L.study_heldout([ds], [d0, d1], per_image=2)
+    assert used == "heldout"
+    aligned = set(d0.pairs.texts) | set(d1.pairs.texts)
+    assert texts and not any(t in a for t in texts for a in aligned)
+    # images in no draw give their first captions
+    unused = set(ds.sample_ids) - set(d0.pairs.sample_ids) - set(d1.pairs.sample_ids)
+    for sid in unused:
+        assert f"image {sid[1:]} caption 0" in texts
+    # caption draws over every caption of every image leave nothing: the aligned texts, said so
+    every = [Draw("c", r, r, sample_pairs(ds, n=None, caption_policy="nth", caption_index=r)) for r in range(5)]
+    texts, used = L.study_heldout([ds], every)
+    assert used == "aligned" and texts == list(every[0].pairs.texts)
+
+
+def _summary(peaks, bpbs, dataset="d", vision="v", family="independent"):
+    n = len(peaks)
+    return pd.DataFrame({"dataset": dataset, "vision": vision, "language": [f"m{i}" for i in range(n)],
+                         "family": family, "fraction": np.nan, "n": 100, "chance": 0.1, "n_draws": 5,
+                         "peak": peaks, "final": np.asarray(peaks) * 0.5 + 0.05, "calibrated peak": peaks,
+                         "bpb": bpbs, "next_token_accuracy": -np.asarray(bpbs)})
+
+
+def test_study_correlations_are_exact_for_four_models_and_spearman_only_for_the_ladder():
+    s = _summary([0.20, 0.22, 0.25, 0.30], [1.4, 1.2, 1.1, 0.9])
+    corr = C.study_correlations(s, capability=["bpb"], alignment=["peak"])
+    pe = corr[corr["method"] == "pearson"].iloc[0]
+    sp = corr[corr["method"] == "spearman"].iloc[0]
+    assert pe["p method"] == "exact" and sp["p"] == pytest.approx(2 / 24)
+    assert pe["r"] == pytest.approx(stats.pearsonr(s["peak"], s["bpb"]).statistic)
+    assert pe["r (capability)"] == pytest.approx(-pe["r"]) and pe["r (capability)"] > 0
+    lad = C.study_correlations(s.assign(family="ladder"), capability=["bpb"], alignment=["peak"], family="ladder")
+    assert list(lad["method"]) == ["spearman"] and np.isnan(lad["p"]).all() and np.isnan(lad["ci low"]).all()
+    assert "no p-value" in C.format_correlation(lad.iloc[0])
+    disp = C.correlation_display(corr)
+    assert {"pearson", "spearman"} <= set(disp.columns) and "exact p = 0.0833" in disp.iloc[0]["spearman"]
+
+
+def test_findings_follow_the_numbers():
+    grows = C.study_correlations(_summary([0.20, 0.22, 0.25, 0.30], [1.4, 1.2, 1.1, 0.9]), capability=["bpb"])
+    rows = {r["id"]: r for r in C.findings(grows, main_dataset="d")}
+    assert rows["3.2/capability-trend"]["verdict"] == "reproduces in kind"
+    # final = 0.5 * peak + c correlates exactly as the peak does: not "less predictive"
+    assert rows["3.2/final-less"]["verdict"] == "differs"
+    falls = C.study_correlations(_summary([0.30, 0.25, 0.22, 0.20], [1.4, 1.2, 1.1, 0.9]), capability=["bpb"])
+    assert {r["id"]: r for r in C.findings(falls, main_dataset="d")}["3.2/capability-trend"]["verdict"] == "differs"
+    few = C.study_correlations(_summary([0.2, 0.3], [1.4, 1.2]), capability=["bpb"])
+    rows = C.findings(few, main_dataset="d", missing_models=["gemma3-270m"])
+    assert all(r["verdict"].startswith("not testable offline") and "gemma3-270m" in r["verdict"] for r in rows)
+    # paper path: benchmark correlations on DOCCI
+    rng = np.random.default_rng(0)
+    mmlu = rng.uniform(30, 80, 21)
+    paper_s = _summary(0.1 + 0.002 * mmlu + rng.normal(0, 0.01, 21), rng.uniform(0.8, 1.2, 21), dataset="docci",
+                       vision="facebook/dinov3-vitl16").assign(mmlu_5shot=mmlu, arc_challenge=mmlu,
+                                                              gsm8k_5shot=rng.uniform(0, 80, 21))
+    corr = C.study_correlations(paper_s, capability=["mmlu_5shot", "arc_challenge", "gsm8k_5shot"])
+    assert set(corr["p method"]) == {"scipy"}
+    rows = {r["id"]: r for r in C.findings(corr, main_dataset="docci", comparable=True)}
+    assert rows["3.2/mmlu-docci"]["verdict"] in ("reproduces", "reproduces in kind")
+    assert rows["3.2/mmlu-docci"]["this build"].startswith("facebook/dinov3-vitl16, docci")
+
+
+def test_summary_table_aggregates_the_results_rows(tmp_path):
+    from prh_lib import results
+
+    rows = []
+    for draw, (a, b) in enumerate([(0.2, 0.1), (0.3, 0.12), (0.25, 0.14)]):
+        for q, score in (("peak", a), ("final", b)):
+            rows.append({"dataset": "d", "draw": draw, "seed": draw, "n": 100, "k": 10, "metric": "mutual_knn",
+                         "model_x": "v", "model_y": "m", "quantity": q, "score": score, "calibrated": score - 0.1,
+                         "p": 0.01 * (draw + 1), "family": "independent", "fraction": np.nan})
+    rows += [{"dataset": "held-out captions", "draw": 0, "model_x": "m", "metric": "bits_per_byte", "quantity": "bpb",
+              "score": 1.1, "family": "independent"},
+             {"dataset": "held-out captions", "draw": 0, "model_x": "m", "metric": "next_token_accuracy",
+              "quantity": "next_token_accuracy", "score": 0.4, "family": "independent"}]
+    results.write(rows, chapter="t", params={"a": 1}, root=tmp_path)
+    df = results.load(root=tmp_path, expand_extra=True)
+    s = C.summary_table(df).iloc[0]
+    assert s["peak"] == pytest.approx(0.25) and s["peak std"] == pytest.approx(np.std([0.2, 0.3, 0.25], ddof=1))
+    assert s["p peak (max)"] == pytest.approx(0.03) and s["chance"] == pytest.approx(10 / 99)
+    assert s["bpb"] == 1.1 and s["next_token_accuracy"] == 0.4 and s["n_draws"] == 3
+
+
+def test_degenerate_layers_are_collected_into_one_sentence_and_other_warnings_pass():
+    import warnings
+
+    from prh_lib.analysis.core import score_pair
+    from prh_lib.features import LayerFeatures
+
+    rng = np.random.default_rng(0)
+    X = torch.tensor(rng.standard_normal((3, 30, 8)), dtype=torch.float32)
+    X[0] = 1.0  # the embedding layer: every sample the same vector
+    Y = torch.tensor(rng.standard_normal((2, 30, 8)), dtype=torch.float32)
+    ids = tuple(f"s{i}" for i in range(30))
+    fx = LayerFeatures(X, ("embed", "layer.1", "layer.2"), ids, {}, None)
+    fy = LayerFeatures(Y, ("embed", "layer.1"), ids, {}, None)
+    dl = C.DegenerateLayers()
+    with warnings.catch_warnings(record=True) as outer:
+        warnings.simplefilter("always")
+        with dl:
+            score_pair(fx, fy, k=3, n_permutations=20, n_boot=0, control=False)
+            dl.add_model("vis", "lang", fx.layer_labels, fy.layer_labels)
+            warnings.warn("something else", UserWarning)
+    assert dl.found == {"vis": {"embed"}} and "vis: embed" in dl.sentence()
+    assert [str(w.message) for w in outer] == ["something else"]
+    assert C.DegenerateLayers().sentence() == ""

@@ -251,3 +251,66 @@ def test_torch_threads_is_scoped():
     with pytest.raises(ValueError, match="threads"):
         with extract.torch_threads(0):
             pass
+
+
+def test_study_variants_over_draws_share_parents_and_rotate_caption_draws():
+    specs = [{"name": "caps", "source": "coco-folder", "n_pairs": 10, "repetitions": 2, "draws": "captions"},
+             {"name": "seeds", "source": "coco-folder", "n_pairs": 10, "repetitions": 2}]
+    draws = data.study_draws(specs)
+    variants, summaries = captions.study_variants(specs, draws, max_captions=3, fractions=[0.5],
+                                                  summary_model=None)
+    assert summaries == {}
+    scored = {n: v for n, v in variants.items() if v["score"]}
+    parents = {n: v for n, v in variants.items() if not v["score"]}
+    # caption draw r starts its concatenations at caption r: draw 1's one-caption text is draw 0's second caption
+    c0, c1 = scored["caps/0/concat-1"]["pairs"], scored["caps/1/concat-1"]["pairs"]
+    assert c0.sample_ids == c1.sample_ids and c0.texts != c1.texts
+    assert all(b in a for a, b in zip(scored["caps/0/concat-2"]["pairs"].texts, c1.texts))
+    # seeded draws: other images, same caption order; every scored text occurs in a parent on its image
+    s0, s1 = scored["seeds/0/concat-1"]["pairs"], scored["seeds/1/concat-1"]["pairs"]
+    assert set(s0.sample_ids) != set(s1.sample_ids)
+    for name, v in scored.items():
+        offset = v["draw"] if v["dataset"] == "caps" else 0
+        var = "concat-3" if v["variant"] == "truncation-1" else v["variant"]  # the source is the longest text
+        (p,) = [p for key, p in parents.items() if key == f"{v['dataset']}/all@{offset}/{var}"]
+        text_of = dict(zip(p["pairs"].sample_ids, p["pairs"].texts))
+        assert all(text_of.get(sid) == t for sid, t in zip(v["pairs"].sample_ids, v["pairs"].texts)), name
+    with pytest.raises(ValueError, match="max_captions"):
+        captions.study_variants(specs, draws, max_captions=0, summary_model=None)
+
+
+def test_study_findings_follow_the_numbers():
+    rows = []
+    for lm_name, base in (("a", 0.3), ("b", 0.2)):
+        for level in (0.1, 0.5, 1.0):
+            rows.append({"dataset": "d", "vision model": "v", "language model": lm_name, "control": "summary",
+                         "level": level, "peak": base * (0.5 + level / 2), "peak std": 0.001, "n_draws": 5})
+    (row,) = captions.findings(pd.DataFrame(rows))
+    assert row["verdict"] == "reproduces in kind"
+    flipped = pd.DataFrame(rows)
+    flipped.loc[(flipped["language model"] == "b") & (flipped["level"] == 0.1), "peak"] = 0.29
+    assert captions.findings(flipped)[0]["verdict"] == "differs"  # the order of models changes
+    rising = pd.DataFrame(rows).assign(peak=lambda t: 1 - t["peak"])
+    assert captions.findings(rising)[0]["verdict"] == "differs"  # shorter texts align more
+
+
+def test_quiet_silences_library_logs_and_restores_them(capsys):
+    import logging
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    before = hf_logging.get_verbosity()
+    with L.quiet():
+        logging.getLogger("transformers").warning("Loading weights")
+        warnings.warn("a deprecation", FutureWarning)
+        import sys
+
+        print("stderr noise", file=sys.stderr)
+    assert capsys.readouterr().err == ""
+    assert hf_logging.get_verbosity() == before
+    with pytest.raises(RuntimeError):
+        with L.quiet():
+            print("why it failed", file=__import__("sys").stderr)
+            raise RuntimeError("boom")
+    assert "why it failed" in capsys.readouterr().err

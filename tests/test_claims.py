@@ -71,3 +71,16 @@ def test_checklist_covers_every_claim_and_marks_chapters_not_run():
     assert table.loc["3.3/unimodal", "verdict"] == "not run in this build"
     counts = claims.verdict_counts([row, claims.finding("3.3/clip", this_build=None, holds=None)])
     assert counts == {"reproduces": 0, "reproduces in kind": 1, "differs": 0, "not testable offline": 1}
+
+
+def test_checklist_markdown_links_each_claim_to_its_page_and_tallies_verdicts():
+    row = claims.finding("3.1/cross-modal-peak", this_build="0.167 | x", holds=True)
+    text = claims.checklist_markdown({"sec3_1_layerwise": [row], "sec3_3_regimes": None})
+    lines = [line for line in text.splitlines() if line.startswith("| {doc}")]
+    assert len(lines) == len(claims.CLAIMS)
+    assert "{doc}`Cross-modal alignment is real but small </sec3_1_layerwise>`" in lines[0]
+    assert "0.167 \\| x" in lines[0]  # cell text is escaped
+    assert text.startswith("This build: **1** reproduces in kind")
+    n_31 = len(claims.claims_for("sec3_1_layerwise"))
+    assert f"**{n_31 - 1}** not testable offline" in text  # sec3_1 ran; its other claims have no numbers
+    assert f"**{len(claims.CLAIMS) - n_31}** not run in this build" in text  # absent or None: not run

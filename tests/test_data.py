@@ -94,3 +94,30 @@ def test_unreadable_image_is_named(tmp_path, coco):
     assert pairs.load_images([0])[0].mode == "RGB"
     with pytest.raises(data.DataError, match="broken.jpg"):
         pairs.load_images([1])
+
+
+# ------------------------------------------------------------------ locations as pages show them (issue 13)
+
+
+def test_display_path_shows_no_machine_specific_absolute_path(tmp_path, monkeypatch):
+    root = tmp_path / "data" / "coco-mini"
+    (root / "images").mkdir(parents=True)
+    monkeypatch.setenv("PRH_DATA_ROOT", str(root))
+    monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path / "cache"))
+    assert paths.display_path(root) == "PRH_DATA_ROOT (coco-mini)"
+    assert paths.display_path(root / "images" / "1.jpg") == "PRH_DATA_ROOT/images/1.jpg"
+    assert paths.display_path(tmp_path / "cache" / "features" / "m") == "PRH_CACHE_DIR/features/m"
+    assert paths.display_path(paths.repo_root() / "notebooks" / "x.py") == "notebooks/x.py"
+    assert paths.display_path(tmp_path / "elsewhere" / "wit") == ".../wit"
+    assert paths.display_path("hf://datasets/google/wit@main") == "hf://datasets/google/wit@main"
+    assert paths.display_path("owner/name") == "owner/name"
+
+
+def test_dataset_and_pairs_reprs_show_no_absolute_path(coco):
+    texts = [repr(coco), repr(data.sample_pairs(coco, n=5, seed=0)), coco.display_source]
+    for text in texts:
+        assert str(paths.data_root()) not in text and "/work/" not in text and "/tmp/" not in text, text
+    assert coco.display_source == f"PRH_DATA_ROOT ({paths.data_root().name})"
+    assert repr(coco) == (f"ImageCaptionDataset(name={coco.name!r}, n_images={len(coco)}, "
+                          f"n_captions={sum(map(len, coco.captions))}, source={coco.display_source!r})")
+    assert coco.source == str(paths.data_root())  # provenance keeps the full path

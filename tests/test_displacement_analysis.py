@@ -301,3 +301,22 @@ def test_paper_table_rows_values_and_verdicts():
     ll = t.loc["Cross-Model > Pointwise, language-language, sample level (Flickr30k image-caption pairs)"]
     assert ll["reference code verdict"] == "not testable offline (no language-language pair in this build)"
     assert set(t["our procedure verdict"].str.split(" \\(").str[0]) <= set(da.VERDICTS)
+
+
+def test_checklist_rows_carry_the_reference_verdicts_for_the_front_page():
+    import pandas as pd
+
+    from prh_lib import claims
+
+    table = pd.DataFrame({
+        "paper": ["0.45 vs 0.31", "0.73 vs 0.41"],
+        "reference code": ["0.53 ± 0.02 vs 0.11 ± 0.01", "—"],
+        "reference code verdict": ["reproduces in kind", "not testable offline (concept level)"],
+        "our procedure": ["0.56 vs 0.56", "—"],
+        "our procedure verdict": ["differs", "not testable offline (concept level)"],
+    }, index=["Cross-Model > Pointwise, vision-vision, sample level (Flickr30k)",
+              "Cross-Model > Pointwise, vision-vision, concept level (ImageNet)"])
+    rows = da.checklist_rows(table)
+    assert [r["id"] for r in rows] == ["D/vision-vision"]
+    assert rows[0]["verdict"] == "reproduces in kind" and "our procedure: 0.56 vs 0.56" in rows[0]["this build"]
+    assert claims.checklist({"ch_displacement": rows}).loc["D/vision-vision", "verdict"] == "reproduces in kind"

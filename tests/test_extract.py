@@ -100,6 +100,24 @@ def test_cache_key_covers_every_option_that_changes_the_numbers(monkeypatch, tmp
     assert str(base).startswith(str(tmp_path))
 
 
+def test_cache_key_of_a_model_folder_covers_its_config_and_preprocessing_files(monkeypatch, tmp_path):
+    """A folder's revision hashes its weights; an edited image processor or config must key apart too."""
+    import json as _json
+
+    from fixtures.tiny_models import tiny_dinov2
+
+    monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path / "cache"))
+    folder = tiny_dinov2(tmp_path / "tiny-dinov2")
+    pairs = data.sample_pairs(data.load_dataset(), n=4, seed=0)
+    before = extract.features_path(str(folder), pairs)
+    assert extract.features_path(str(folder), pairs) == before
+    config = folder / "preprocessor_config.json"
+    cfg = _json.loads(config.read_text())
+    cfg["image_mean"] = [0.0, 0.0, 0.0]  # other normalisation, same weights: other features
+    config.write_text(_json.dumps(cfg))
+    assert extract.features_path(str(folder), pairs) != before
+
+
 # ----------------------------------------------------------------------------------------------- real models
 
 
@@ -125,6 +143,32 @@ def test_same_caption_same_vector_whatever_batch_size_and_padding(model_name, ca
             out = extract.extract_features(model, captions, batch_size=bs, padding_side=side, progress=False).values
             torch.testing.assert_close(out, ref, rtol=1e-4, atol=2e-4 * float(ref.abs().max()),
                                        msg=f"{model_name} batch_size={bs} padding={side}")
+
+
+SHORT = "a cat on a mat"
+LONG = " ".join(["the long caption of a brown dog running in a green park"] * 8)
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_padding_tokens_never_reach_the_mean(padding_side, tmp_path):
+    """A caption batched with a much longer one (so padded by ~90 tokens) gives its unbatched vector, to 1e-5.
+
+    Runs on a tiny random Llama built offline, so it runs everywhere (the zoo test above skips without the
+    zoo packages). A pooling that averages over padded positions too (e.g. ``mean_pool(h, ones_like(mask))``
+    in ``_extract_text``, or dividing by the padded length in ``mean_pool``) moves the short caption's
+    vector by far more than 1e-5 and fails here.
+    """
+    from fixtures.tiny_models import tiny_llama
+    from prh_lib import models
+
+    model = models.load_model(str(tiny_llama(tmp_path / "tiny-llama", [SHORT, LONG])))
+    pairs = data.Pairs("t", ("short", "long", "short-again"), (None,) * 3, (SHORT, LONG, SHORT))
+    alone = extract.extract_features(model, pairs.subset([0]), batch_size=1, progress=False).values[:, 0]
+    batched = extract.extract_features(model, pairs, batch_size=3, padding_side=padding_side, progress=False).values
+    assert len(model.tokenizer(LONG)["input_ids"]) > 8 * len(model.tokenizer(SHORT)["input_ids"])
+    for row in (0, 2):
+        torch.testing.assert_close(batched[:, row], alone, rtol=0, atol=1e-5,
+                                   msg=f"short caption next to a long one, padding {padding_side}")
 
 
 def test_get_features_caches_and_reuses(monkeypatch, tmp_path):

@@ -36,6 +36,69 @@ def test_calibrate_hand_worked():
     assert M.calibrate(1.0, null, alpha=0.05)[2] == 1.0
 
 
+def test_calibrate_hand_worked_rank_differs_from_K_alpha():
+    # K = 20, alpha = 0.05: rank ceil(0.95 * 21) = ceil(19.95) = 20, so tau is the 20th smallest of the
+    # 21 pooled values {0.01, ..., 0.20, 0.5}: 0.20 (ceil(0.95 * 20) = 19 would give 0.19).
+    null = 0.01 * np.arange(1, 21)
+    tau, p, cal = M.calibrate(0.5, null, alpha=0.05)
+    assert tau == pytest.approx(0.20) and p == pytest.approx(1 / 21)
+    assert cal == pytest.approx((0.5 - 0.20) / 0.80)
+    # The paper's K = 500 (Gröger et al. 2026): rank ceil(0.95 * 501) = ceil(475.95) = 476. Pooled values
+    # {0.000, 0.001, ..., 0.499, 0.9}: the 476th smallest is 0.475 (rank 475 would give 0.474).
+    null = np.arange(500) / 1000
+    assert M.calibrate(0.9, null, alpha=0.05)[0] == pytest.approx(0.475)
+    # alpha = 0.01: ceil(0.99 * 501) = ceil(495.99) = 496 -> 0.495
+    assert M.calibrate(0.9, null, alpha=0.01)[0] == pytest.approx(0.495)
+    # p-value: the observed ties 0.25 exactly; ties count (>=): 250 null values >= 0.25 -> 251/501
+    assert M.calibrate(0.25, null, alpha=0.05)[1] == pytest.approx(251 / 501)
+
+
+def _tau_by_definition(obs, null, alpha):
+    """The order statistic by its definition, independently of calibrate(): the smallest pooled value
+    v such that at least (1 - alpha)(K + 1) of the K + 1 pooled values are <= v (exact rationals)."""
+    from fractions import Fraction
+
+    pooled = [float(obs), *map(float, null)]
+    need = (1 - Fraction(alpha).limit_denominator(10**6)) * len(pooled)
+    return min(v for v in pooled if sum(u <= v for u in pooled) >= need)
+
+
+def _p_by_loop(obs, null):
+    """Phipson & Smyth (2010): (1 + #{null >= observed}) / (K + 1), as a plain loop."""
+    b = 0
+    for s in null:
+        if s >= obs:
+            b += 1
+    return (1 + b) / (len(null) + 1)
+
+
+@pytest.mark.parametrize("K,alpha", [(19, 0.05), (20, 0.05), (39, 0.05), (99, 0.01), (100, 0.05),
+                                     (200, 0.05), (500, 0.05), (500, 0.01), (999, 0.001)])
+def test_threshold_and_p_value_against_definition(K, alpha):
+    rng = np.random.default_rng(K)
+    grid = np.round(np.linspace(0.0, 0.3, 31), 2)  # a discrete null, as mutual k-NN's is: many ties
+    for trial in range(6):
+        null = rng.choice(grid, size=K)
+        obs = [null.max() + 0.05, null.max(), float(np.median(null)), null.min(), 0.31, 1.0][trial]
+        tau, p, cal = M.calibrate(obs, null, alpha=alpha)
+        ref_tau = _tau_by_definition(obs, null, alpha)
+        assert tau == ref_tau
+        assert p == _p_by_loop(obs, null)
+        assert cal == (min(max((obs - ref_tau) / (1 - ref_tau), 0.0), 1.0) if ref_tau < 1 else 0.0)
+
+
+def test_null_mean_is_the_chance_level():
+    # Under uniformly random re-pairings E[mutual k-NN] = k / (N - 1) exactly (also with ties, under the
+    # tie-averaged semantics); k / N is 23 standard errors away at N = 30, k = 10, K = 2000.
+    rng = np.random.default_rng(0)
+    for X, Y in [(rng.normal(size=(30, 4)), rng.normal(size=(30, 6))),
+                 (np.eye(3)[rng.integers(0, 3, 30)], np.eye(4)[rng.integers(0, 4, 30)])]:
+        null = M.permutation_test(X, Y, k=10, n_permutations=2000, seed=1).null
+        se = null.std() / np.sqrt(len(null))
+        assert abs(null.mean() - M.mutual_knn_chance(30, 10)) < 4 * se
+        assert abs(null.mean() - 10 / 30) > 10 * se
+
+
 def test_calibrate_vectorised_and_nan():
     null = np.random.default_rng(0).uniform(size=(50, 2, 3))
     obs = np.array([[0.99, 0.5, np.nan], [0.2, 1.0, 0.0]])

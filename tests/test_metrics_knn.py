@@ -227,13 +227,23 @@ def test_layerwise_equals_loop(name, seed):
 
 
 def test_layerwise_blocks_match_unblocked(monkeypatch):
-    # Force one x-layer per gather block; the result must not depend on the blocking.
+    # Force one x-layer per packed word and per gather block, one permutation per batch; the result
+    # must not depend on the blocking.
+    from prh_lib.metrics import _bits, _cknna, _overlap
+
     rng = np.random.default_rng(5)
     XL, YL = rng.normal(size=(3, 40, 6)), rng.normal(size=(2, 40, 6))
+    XL[1, 7] = XL[1, 3]  # a duplicate: a straddling tie in some rows
     full = {n: M.LAYERWISE_METRICS[n](XL, YL, k=4) for n in KNN}
-    monkeypatch.setattr(knn, "_GATHER_BUDGET", 1)
+    nulls = {n: M.permutation_test_layerwise(XL, YL, metric=n, k=4, n_permutations=19).null for n in KNN}
+    monkeypatch.setattr(_bits, "WORD", 1)
+    monkeypatch.setattr(_overlap, "_BUDGET", 1)
+    monkeypatch.setattr(_cknna, "_GATHER_BUDGET", 1)
     for n in KNN:
         np.testing.assert_array_equal(M.LAYERWISE_METRICS[n](XL, YL, k=4), full[n])
+        np.testing.assert_array_equal(
+            M.permutation_test_layerwise(XL, YL, metric=n, k=4, n_permutations=19).null, nulls[n]
+        )
 
 
 def test_layerwise_deterministic_and_dtype_independent():
@@ -327,6 +337,15 @@ def test_bad_input_raises_clear_errors(name):
         fl(X, X, k=3)
     with pytest.raises(TypeError, match="numpy.ndarray or torch.Tensor"):
         f(X.tolist(), X, k=3)
+
+
+def test_huge_values_rank_by_cosine_and_overflow_is_reported_for_cknna():
+    # Squared norms of rows with entries ~1e25 overflow float32; cosine ranking is scale-invariant, so
+    # the cosine metrics rescale such rows; CKNNA's inner-product kernel cannot and says so.
+    X, Y = _related(np.random.default_rng(0), 40, 5, 6)
+    assert M.mutual_knn(1e25 * X, Y, k=4) == M.mutual_knn(X, Y, k=4)
+    with pytest.raises(ValueError, match="overflow float32"):
+        M.cknna(1e25 * X, Y, k=4)
 
 
 def test_cknna_needs_four_samples():

@@ -1,9 +1,10 @@
 """The k and N ablation page (notebooks/appg_k_n_ablation.py), executed with the smoke profile."""
 
 import nbformat
+import numpy as np
 import pytest
 
-from prh_lib import report
+from prh_lib import report, results
 
 
 @pytest.fixture(scope="module")
@@ -11,14 +12,20 @@ def executed(executed_notebook):
     return executed_notebook("appg_k_n_ablation")
 
 
-def test_figures_present(executed):
+@pytest.fixture(scope="module")
+def rec(executed):
+    return report.read_record(executed, "appg_k_n_ablation")
+
+
+def test_figures_present_and_page_clean(executed):
     nb = nbformat.read(str(executed), as_version=4)
-    n = sum("image/png" in out.get("data", {}) for cell in nb.cells for out in cell.get("outputs", []))
-    assert n == 3  # k sweep, N at fixed k, N at fixed k/N
+    outs = [o for c in nb.cells for o in c.get("outputs", [])]
+    assert sum("image/png" in o.get("data", {}) for o in outs) == 3  # k sweep, N at fixed k, N at fixed k/N
+    assert not [o for o in outs if o.get("output_type") == "error" or o.get("name") == "stdout"]
+    assert "## The paper and this build" in "".join(c.source for c in nb.cells if c.cell_type == "markdown")
 
 
-def test_recorded_numbers(executed):
-    rec = report.read_record(executed, "appg_k_n_ablation")
+def test_recorded_numbers(rec):
     assert rec["n"] == 48 and rec["k"] == 5
     for label, ks in rec["k_sweep"].items():
         i = ks["k"].index(5)
@@ -31,11 +38,32 @@ def test_recorded_numbers(executed):
         for k, c, raw, cor in zip(ks["k"], ks["chance"], ks["raw fixed"], ks["corrected fixed"]):
             assert c == pytest.approx(k / 47)
             assert cor == pytest.approx((raw - c) / (1 - c))
-        # raw scores rise with k (the chance floor rises), and stay above chance
         assert ks["raw fixed"][-1] > ks["raw fixed"][0]
         assert all(r > c for r, c in zip(ks["raw fixed"], ks["chance"]))
-        # at fixed k, the smallest subsets have the highest raw score (chance k/(N-1) is highest there)
-        by_n = {int(n): v for n, v in rec["n_fixed_k"][label].items()}
-        assert by_n[min(by_n)] > by_n[max(by_n)]
-    rows = {(r["pair"], r["sweep"]) for r in rec["summary"]}
-    assert len(rows) == 3 * len(rec["k_sweep"])
+
+
+def test_study_table_equals_a_recomputation_from_the_results_table(rec):
+    df = results.load(chapter="appg_k_n_ablation", params_hash=rec["params_hash"], expand_extra=True)
+    assert set(df["dataset"]) == {"coco-mini", "coco-mini, 5 captions"} and set(df["draw"]) == {0, 1}
+    q = {"k": "k-sweep:fixed", "N at fixed k": "n-sweep:fixed-k:fixed", "N at fixed k/N": "n-sweep:fixed-ratio:fixed"}
+    for row in rec["study"]:
+        x, y = row["pair"].split(" × ")
+        sel = (df["dataset"] == row["dataset"]) & (df["model_x"] == x) & (df["model_y"] == y) & (df["quantity"] == q[row["sweep"]])
+        col = "k" if row["sweep"] == "k" else "n"
+        per_draw = df[sel].groupby([col, "draw"])["score"].mean().groupby(col).mean()  # subsets, then draws
+        assert row["raw_from"] == pytest.approx(per_draw.loc[row["from"]])
+        assert row["raw_to"] == pytest.approx(per_draw.loc[row["to"]])
+        assert row["spread"] == pytest.approx(per_draw.max() - per_draw.min())
+
+
+def test_verdicts_follow_the_numbers(rec):
+    rows = {r["id"]: r for r in rec["claims"]}
+    t = [r for r in rec["study"] if r["dataset"] == "coco-mini"]
+    fr = [r for r in t if r["sweep"] == "N at fixed k/N"]
+    stable = all(r["spread"] <= 0.25 * r["mean"] for r in fr)
+    assert rows["G/fixed-ratio"]["verdict"] == ("reproduces in kind" if stable else "differs")
+    rises = all(r["raw_to"] > r["raw_from"] for r in t if r["sweep"] == "k")
+    if not rises:
+        assert rows["G/k-order"]["verdict"] == "differs"
+    assert rows["G/k-order"]["verdict"] in ("reproduces in kind", "differs")
+    assert np.isfinite([r["raw_from"] for r in t]).all()

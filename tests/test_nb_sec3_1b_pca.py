@@ -1,9 +1,10 @@
 """The PCA compression page (notebooks/sec3_1b_pca.py), executed with the smoke profile."""
 
 import nbformat
+import numpy as np
 import pytest
 
-from prh_lib import report
+from prh_lib import report, results
 
 
 @pytest.fixture(scope="module")
@@ -11,17 +12,25 @@ def executed(executed_notebook):
     return executed_notebook("sec3_1b_pca")
 
 
+@pytest.fixture(scope="module")
+def rec(executed):
+    return report.read_record(executed, "sec3_1b_pca")
+
+
 def _images(ipynb):
     nb = nbformat.read(str(ipynb), as_version=4)
     return sum("image/png" in out.get("data", {}) for cell in nb.cells for out in cell.get("outputs", []))
 
 
-def test_figures_present(executed):
+def test_figures_present_and_page_clean(executed):
     assert _images(executed) == 2  # against variance retained, against components kept
+    nb = nbformat.read(str(executed), as_version=4)
+    outs = [o for c in nb.cells for o in c.get("outputs", [])]
+    assert not [o for o in outs if o.get("output_type") == "error" or o.get("name") == "stdout"]
+    assert "## The paper and this build" in "".join(c.source for c in nb.cells if c.cell_type == "markdown")
 
 
-def test_recorded_numbers(executed):
-    rec = report.read_record(executed, "sec3_1b_pca")
+def test_recorded_numbers(rec):
     assert rec["n"] == 48 and rec["k"] == 5 and rec["chance"] == pytest.approx(5 / 47)
     # full-rank compression reproduces the uncompressed score exactly, for every sweep
     assert rec["full_rank_scores"] == rec["references"]
@@ -33,11 +42,36 @@ def test_recorded_numbers(executed):
         if compressed != "efficientnet-lite0":  # transformer widths (384, 576) exceed N = 48
             assert r["max_dims"] == 48
         assert r["uncompressed"] > rec["chance"]
-        if r["min_dims"] is not None:
-            assert 1 <= r["min_dims"] <= r["max_dims"]
-            assert 0 < r["variance_at_min_dims"] <= 1 + 1e-9
-    assert {r["layers"] for r in rows} == {"peak", "final"}
     by_pair = {}
     for r in rows:
         by_pair.setdefault(r["pair"], {})[r["layers"]] = r["uncompressed"]
     assert all(v["peak"] >= v["final"] for v in by_pair.values())  # the peak is the maximum over layer pairs
+
+
+def test_study_table_equals_a_recomputation_from_the_results_table(rec):
+    df = results.load(chapter="sec3_1b_pca", params_hash=rec["params_hash"], expand_extra=True)
+    assert set(df["dataset"]) == {"coco-mini", "coco-mini, 5 captions"} and set(df["draw"]) == {0, 1}
+    for row in rec["study"]:
+        x, y = row["pair"].split(" × ")
+        side = "x" if row["compressed"] == x else "y"
+        sel = ((df["dataset"] == row["dataset"]) & (df["model_x"] == x) & (df["model_y"] == y)
+               & (df["role"] == row["layers"]) & (df["compress"] == side))
+        ref = df[sel & (df["quantity"] == "pca:reference")]["score"].to_numpy(float)
+        assert len(ref) == row["n_draws"] == 2
+        assert row["reference"] == pytest.approx(ref.mean())
+        v40 = df[sel & (df["quantity"] == "pca:variance") & np.isclose(df["target_variance"].astype(float), 0.4)]
+        rel = (v40.sort_values("draw")["score"].to_numpy(float) / df[sel & (df["quantity"] == "pca:reference")]
+               .sort_values("draw")["score"].to_numpy(float))
+        assert row["rel_var"] == pytest.approx(rel.mean())
+        low = df[sel & (df["quantity"] == "pca:dims") & (df["n_components"] == 8)]["relative"].to_numpy(float)
+        assert row["rel_low"] == pytest.approx(low.mean())
+
+
+def test_verdicts_follow_the_numbers(rec):
+    rows = {r["id"]: r for r in rec["claims"]}
+    t = [r for r in rec["study"] if r["dataset"] == "coco-mini" and r["layers"] == "peak"]
+    ok40 = sum(r["rel_var"] >= 0.95 for r in t) > len(t) / 2
+    assert rows["3.1/pca-40"]["verdict"] == ("reproduces in kind" if ok40 else "differs")
+    strong = sum(r["rel_low"] < 0.8 for r in t) > len(t) / 2
+    assert rows["3.1/pca-strong"]["verdict"] == ("reproduces in kind" if strong else "differs")
+    assert rows["3.1/pca-100"]["verdict"].startswith("not testable offline")  # N = 48 < 100 dims

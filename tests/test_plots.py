@@ -12,14 +12,23 @@ from prh_lib import figures, plots
 
 def test_heatmap_marks_the_nan_aware_maximum_and_final_pair():
     scores = np.array([[np.nan, np.nan, np.nan], [0.1, 0.5, 0.2], [0.3, 0.2, 0.4]])
-    im = plots.alignment_heatmap(scores, ["embed", "layer.1", "layer.2"], ["a", "b", "c"], chance=0.05)
+    im = plots.alignment_heatmap(scores, ["embed", "layer.1", "layer.2"], ["a", "b", "c"], chance=0.05,
+                                 other_peaks=[(2, 0)])
     ax = im.axes
-    star, square = ax.lines[0], ax.lines[1]
+    other, star, square = ax.lines[0], ax.lines[1], ax.lines[2]
+    assert (other.get_xdata()[0], other.get_ydata()[0]) == (0, 2)
     assert (star.get_xdata()[0], star.get_ydata()[0]) == (1, 1)
     assert (square.get_xdata()[0], square.get_ydata()[0]) == (2, 2)
     assert im.get_clim() == pytest.approx((0.05, 0.5))
-    labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert labels == ["max 0.500", "final 0.400"]
+    legend = ax.get_legend()
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert labels == ["peak of another draw", "max 0.500", "final 0.400"]
+    # the legend sits outside the axes (below them), never over cells
+    assert legend.get_bbox_to_anchor().transformed(ax.transAxes.inverted()).y1 < 0
+    assert min(t.get_fontsize() for t in ax.get_xticklabels() + ax.get_yticklabels()) >= 8
+    # the chance notch on the colour bar
+    cbar_ax = im.colorbar.ax
+    assert any(np.allclose(line.get_ydata(), 0.05) and line.get_color() == "red" for line in cbar_ax.lines)
 
 
 def test_heatmap_rejects_mismatched_labels_and_all_nan():
@@ -36,4 +45,31 @@ def test_grid_has_one_visible_panel_per_matrix():
 
     fig = figures.heatmap_grid({"p": M(np.eye(2)), "q": M(np.ones((2, 2)) * 0.3), "r": M(np.eye(2) * 0.5)}, ncols=2)
     heat_axes = [ax for ax in fig.axes if ax.get_visible() and ax.get_title()]
-    assert [ax.get_title() for ax in heat_axes] == ["p", "q", "r"]
+    assert [ax.get_title().split("\n")[0] for ax in heat_axes] == ["p", "q", "r"]
+
+
+class _M:
+    def __init__(self, s):
+        self.scores, self.x_labels, self.y_labels, self.x_name, self.y_name = s, ["a", "b"], ["x", "y"], "X", "Y"
+
+
+def test_grid_shares_one_colour_scale_by_default_and_has_a_legend_outside():
+    fig = figures.heatmap_grid({"weak": _M(np.array([[0.05, 0.1], [0.12, 0.16]])),
+                                "strong": _M(np.array([[0.2, 0.57], [0.3, 0.4]]))}, chance=0.04)
+    ims = [ax.images[0] for ax in fig.axes if ax.images]
+    assert [im.get_clim() for im in ims] == [pytest.approx((0.0, 0.57))] * 2
+    assert fig.dpi >= 150 and len(fig.legends) == 1
+    assert fig.get_size_inches()[0] <= 10
+    titles = [ax.get_title() for ax in fig.axes if ax.images]
+    assert titles[0].endswith("max 0.160 (★) · final 0.160 (□)")
+    panel = figures.heatmap_grid({"weak": _M(np.array([[0.05, 0.1], [0.12, 0.16]]))}, chance=0.04, scale="panel")
+    assert panel.axes[0].images[0].get_clim() == pytest.approx((0.04, 0.16))
+
+
+def test_grid_chance_corrected_scale():
+    fig = figures.heatmap_grid({"p": _M(np.array([[0.04, 0.52], [0.28, 0.16]]))}, chance=0.04,
+                               scale="chance-corrected")
+    data = fig.axes[0].images[0].get_array()
+    assert float(data[0, 0]) == pytest.approx(0.0) and float(data[0, 1]) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="chance"):
+        figures.heatmap_grid({"p": _M(np.eye(2))}, scale="chance-corrected")

@@ -143,39 +143,96 @@ def test_table_errors(feats):
 # -------------------------------------------------------------------------------------------- summaries, plots
 
 
-def test_summary_aggregates_per_regime_and_keeps_empty_regimes():
-    table = pd.DataFrame({
-        "regime": ["unimodal", "unimodal", "random-init", "same-modality"],
-        "max": [0.2, 0.4, 0.1, 0.6], "final": [0.1, 0.3, 0.1, 0.5], "calibrated": [0.1, 0.3, 0.0, 0.5],
-        "max low": [0.1, 0.3, 0.05, 0.5], "max high": [0.3, 0.5, 0.15, 0.7],
-        "calibrated low": [0.0, 0.2, 0.0, 0.4], "calibrated high": [0.2, 0.4, 0.0, 0.6],
-    }, index=["a", "b", "c", "d"])
-    s = regimes.regime_summary(table)
-    assert list(s.index) == list(regimes.REGIMES)
-    assert s.loc["unimodal", "n"] == 2 and s.loc["unimodal", "max (mean)"] == pytest.approx(0.3)
-    assert (s.loc["unimodal", "max (min)"], s.loc["unimodal", "max (max)"]) == (0.2, 0.4)
-    assert s.loc["unimodal", "final (mean)"] == pytest.approx(0.2)
-    assert s.loc["aligned", "n"] == 0 and np.isnan(s.loc["aligned", "max (mean)"])
-    text = regimes.describe_regimes(s, chance=0.1, missing_note="needs the paper profile")
-    assert "0.300" in text and "3.0× chance" in text and "needs the paper profile" in text
-    assert "random init (0.100) < unimodal (vision × language) (0.300) < same modality (0.600)" in text
-    assert "reach 50% of the same-modality mean" in text and "Every unimodal pair scores above" in text
-    assert "Aligned" not in text  # not measured, so not compared
+@pytest.fixture(scope="module")
+def study(feats, tmp_path_factory):
+    """Three draws of the fixture's comparisons written to a results table and read back."""
+    from prh_lib import results
 
-    raw, cal = regimes.regime_groups(table)
+    root = tmp_path_factory.mktemp("results")
+    tables = []
+    for draw in range(3):
+        t = regimes.regime_table(feats, _comparisons(), k=K, n_permutations=19, n_boot=10, seed=draw)
+        results.write(regimes.regime_rows(t, k=K, n=N, clip_q=0.95), chapter="regimes_test", params={"t": 1},
+                      dataset="toy", draw=draw, seed=draw, root=root)
+        tables.append(t)
+    df = results.load(root=root, chapter="regimes_test", params={"t": 1}, expand_extra=True)
+    return tables, df
+
+
+def test_study_summary_equals_a_recomputation_from_the_draws(study):
+    tables, df = study
+    s = regimes.study_summary(df)
+    assert list(s["regime"]) == ["random-init", "unimodal", "aligned", "same-modality"]  # Figure 5 order
+    for _, r in s.iterrows():
+        vals = np.array([t.loc[r["comparison"], "max"] for t in tables])
+        cal = np.array([t.loc[r["comparison"], "calibrated"] for t in tables])
+        assert r["score_mean"] == pytest.approx(vals.mean()) and r["score_std"] == pytest.approx(vals.std(ddof=1))
+        assert r["calibrated_mean"] == pytest.approx(cal.mean())
+        assert r["p_max"] == pytest.approx(max(t.loc[r["comparison"], "p"] for t in tables))
+        assert r["n_draws"] == 3 and r["chance"] == pytest.approx(K / (N - 1))
+    proj = regimes.study_summary(df, quantity="projection")
+    assert list(proj["comparison"]) == ["clip (vision × text)"]
+    groups = regimes.regime_groups_over_draws(s)
+    raw, cal = groups["toy"]
     assert list(raw) == [regimes.REGIME_LABELS[r] for r in regimes.REGIMES]
-    assert raw[regimes.REGIME_LABELS["aligned"]] == {}
-    assert raw[regimes.REGIME_LABELS["unimodal"]]["b"] == (0.4, 0.3, 0.5)
-    assert cal[regimes.REGIME_LABELS["unimodal"]]["b"] == (0.3, 0.2, 0.4)
+    v, lo, hi = raw[regimes.REGIME_LABELS["unimodal"]]["vis × lang"]
+    row = s[s["comparison"] == "vis × lang"].iloc[0]
+    assert (v, hi - v) == pytest.approx((row["score_mean"], row["score_std"]))
 
-    fig = figures.regime_figure(raw, cal, chance=0.1, missing_note="needs the paper profile")
-    assert len(fig.axes) == 2
-    for ax in fig.axes:
-        assert sum(len(c.lines) > 0 for c in ax.containers if hasattr(c, "lines")) == 4  # one errorbar per comparison
-        assert any(p.get_hatch() == "//" for p in ax.patches)  # the empty aligned slot
-        assert any(t.get_text() == "needs the paper profile" for t in ax.texts)
-        assert [t.get_text() for t in ax.get_xticklabels()][2].startswith("aligned")
-    assert any(line.get_ydata()[0] == 0.1 for line in fig.axes[0].lines)  # chance line on the raw panel
+
+def _floors(unimodal_floor):
+    return pd.DataFrame({
+        "dataset": "toy", "n": N, "k": K, "kind": ["random-language", "random-vision", "tfidf"],
+        "quantity": ["control:random-language", "control:random-vision", "control:tfidf"],
+        "model_x": ["vis", "vis@random-init:0", "vis"], "model_y": ["lang@random-init:0", "lang", "tfidf"],
+        "score_mean": [unimodal_floor, 0.09, 0.11], "score_std": [0.01, 0.01, 0.01],
+        "calibrated_mean": [0.05, 0.0, 0.02], "calibrated_std": [0.0, 0.0, 0.0], "p_max": [0.05, 0.5, 0.2],
+        "n_draws": 3, "single_draw": False})
+
+
+MODALITY = {"vis": "vision", "lang": "language", "vis2": "vision", "noise-v": "vision", "noise-l": "language"}
+
+
+@pytest.mark.parametrize("floor, above", [(0.1, True), (0.99, False)])
+def test_floors_decide_whether_a_score_is_read_as_alignment(study, floor, above):
+    _, df = study
+    s = regimes.with_floors(regimes.study_summary(df), _floors(floor), MODALITY)
+    uni = s[s["regime"] == "unimodal"].iloc[0]
+    assert uni["floor"] == pytest.approx(max(floor, 0.11)) and uni["above floors"] is above
+    assert s[s["regime"] == "random-init"]["above floors"].isna().all()
+    bands = regimes.floor_bands(_floors(floor), MODALITY)
+    assert bands["toy"]["random-language"] == pytest.approx((floor, floor, floor))
+    text = regimes.describe_study(s, bands, missing_note="needs the paper profile")
+    ratio = floor / (K / (N - 1))
+    assert f"The trained-vision × random-LM floor is {ratio:.1f}× chance" in text
+    assert f"{int(above)} of 1 trained comparisons clear" in text
+    fig = figures.regime_figure(regimes.regime_groups_over_draws(s), chance={"toy": K / (N - 1)}, floors=bands,
+                                missing_note="needs the paper profile")
+    raw_ax = fig.axes[0]
+    assert any(line.get_ydata()[0] == pytest.approx(K / (N - 1)) for line in raw_ax.lines)  # chance
+    assert any(line.get_ydata()[0] == pytest.approx(floor) for line in raw_ax.lines)  # the random-LM floor
+    assert fig.legends and fig.dpi >= 150
+
+
+def test_claims_are_computed_from_the_numbers(study):
+    from prh_lib import claims
+
+    _, df = study
+    s = regimes.with_floors(regimes.study_summary(df), _floors(0.1), MODALITY)
+    rows = {r["id"]: r for r in regimes.regime_claims(s, regimes.study_summary(df, quantity="projection"))}
+    uni = s[s["regime"] == "unimodal"]
+    same = s[s["regime"] == "same-modality"]
+    rnd = s[s["regime"] == "random-init"]
+    expect_uni = bool((uni["score_mean"] > 2 * uni["chance"]).all() and uni["above floors"].all())
+    assert rows["3.3/unimodal"]["verdict"] == ("reproduces in kind" if expect_uni else "differs")
+    assert "not comparable at N = 60" in rows["3.3/unimodal"]["note"]
+    assert rows["3.3/same-modality"]["verdict"] == (
+        "reproduces in kind" if same["score_mean"].min() > uni["score_mean"].max() else "differs")
+    assert rows["3.3/random-init"]["verdict"] == (
+        "reproduces in kind" if (rnd["score_mean"] < 2 * rnd["chance"]).all() else "differs")
+    assert "3.3/clip" not in rows  # the fixture's "clip" is no CLIP ViT-L/14 on COCO
+    table = claims.claims_table(list(rows.values()), chapter="sec3_3_regimes")
+    assert table.loc["3.3/siglip", "verdict"].startswith("not testable offline")
 
 
 # ------------------------------------------------------------------------------------------------ random init
@@ -231,11 +288,3 @@ def test_random_init_is_reproducible_from_its_seed(tiny, kind):
         extract.features_path(f"{folder}@random-init:8", pairs)
     va, vn = (extract.extract_features(m, pairs, batch_size=2, progress=False).values for m in (a, named))
     assert torch.equal(va, vn)
-
-
-def test_description_compares_aligned_models_only_when_measured():
-    table = pd.DataFrame({"regime": ["unimodal", "aligned"], "max": [0.2, 0.35], "final": [0.1, 0.3],
-                          "calibrated": [0.1, 0.3]}, index=["u", "a"])
-    text = regimes.describe_regimes(regimes.regime_summary(table))
-    assert "Aligned vision-language models score above the unimodal mean (0.350 against 0.200)" in text
-    assert "**random init**: not run with these parameters" in text

@@ -92,3 +92,43 @@ def test_figures_are_recorded_even_with_a_headless_backend_set(tiny_notebooks, m
     assert any("image/png" in o.get("data", {}) for o in outputs)
     import os
     assert os.environ["MPLBACKEND"] == "Agg"
+
+
+# ------------------------------------------------------------------ parameters no notebook declares (issue 13)
+
+
+def test_an_override_no_selected_notebook_declares_is_an_error_before_anything_runs(tiny_notebooks, capsys):
+    out_dir = tiny_notebooks / "o"
+    with pytest.raises(SystemExit):
+        runner.main(["tiny", "-p", "kk=5", "--no-build", "--output-dir", str(out_dir)])
+    assert "parameter 'kk' is not declared by notebook 'tiny'; valid parameters: a, b" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # also in a sweep, and with several notebooks: the union is valid
+        runner.main(["tiny", "-p", "kk=5", "--sweep", "a=1,2"])
+    assert "parameter 'kk' is not declared" in capsys.readouterr().err
+    (tiny_notebooks / "notebooks" / "other.py").write_text('# %% tags=["parameters"]\nkk = 1\n\n# %%\nkk\n')
+    runner.check_overrides(["tiny", "other"], {"a": 1, "kk": 2})
+    with pytest.raises(ValueError, match=r"'zz' is not declared by any of the notebooks tiny, other; "
+                                         r"valid parameters: a, b, kk"):
+        runner.check_overrides(["tiny", "other"], {"zz": 1})
+    assert not out_dir.exists()
+
+
+def test_profile_keys_a_notebook_does_not_declare_are_fine(tiny_notebooks):
+    assert set(get_profile("smoke")) - {"a", "b"}  # the profile carries keys tiny does not declare
+    assert runner.main(["tiny", "--params", "smoke", "--no-build", "--output-dir", str(tiny_notebooks / "o")]) == 0
+
+
+@pytest.mark.parametrize("source, cells", [
+    ('# %%\na = 1\n\n# %%\nprint(a)\n', 0),
+    ('# %% tags=["parameters"]\na = 1\n\n# %% tags=["parameters"]\nb = 2\n', 2),
+])
+def test_a_notebook_without_exactly_one_parameters_cell_is_an_error(tiny_notebooks, capsys, source, cells):
+    (tiny_notebooks / "notebooks" / "untagged.py").write_text(source)
+    with pytest.raises(SystemExit):
+        runner.main(["untagged", "tiny", "--no-build", "--output-dir", str(tiny_notebooks / "o")])
+    assert f"untagged.py has {cells} cells tagged 'parameters'; it needs exactly one" in capsys.readouterr().err
+    assert not (tiny_notebooks / "o").exists()  # tiny did not run either
+    with pytest.raises(ValueError, match="untagged.py has"):
+        runner.run_notebook("untagged", {"a": 2}, output_dir=tiny_notebooks / "o", quiet=True)
+    with pytest.raises(ValueError, match="untagged.py has"):
+        runner.check_sweep_keys("untagged", ["a"])

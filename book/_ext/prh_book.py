@@ -30,3 +30,45 @@ def dedupe_scripts(app, pagename, templatename, context, doctree):
 def setup(app):
     app.connect("html-page-context", dedupe_scripts)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The front page's claims checklist, generated from the executed chapters when the book is built.
+CHECKLIST = "_generated/checklist.md"
+
+
+def _chapter_rows(ipynb):
+    """The claims rows a chapter recorded, or None when it has not run (missing or a placeholder page)."""
+    from prh_lib import report
+    from prh_lib.claims import RECORD_NAME
+
+    if not ipynb.is_file():
+        return None
+    try:
+        return report.read_record(ipynb, RECORD_NAME)
+    except KeyError:
+        return None  # a placeholder page, or a chapter that records no claims: "not run in this build"
+
+
+def write_checklist(app):
+    """Write ``book/_generated/checklist.md`` (included by ``intro.md``) before Sphinx reads the sources."""
+    from pathlib import Path
+
+    from prh_lib import claims
+
+    src = Path(app.srcdir)
+    chapters = sorted({c.chapter for c in claims.CLAIMS.values()})
+    text = claims.checklist_markdown({ch: _chapter_rows(src / f"{ch}.ipynb") for ch in chapters})
+    out = src / CHECKLIST
+    out.parent.mkdir(exist_ok=True)
+    if not out.is_file() or out.read_text(encoding="utf-8") != text:  # unchanged: keep Sphinx's cache valid
+        out.write_text(text, encoding="utf-8")
+
+
+_setup_scripts = setup
+
+
+def setup(app):  # noqa: F811
+    meta = _setup_scripts(app)
+    app.connect("builder-inited", write_checklist)
+    return meta

@@ -393,3 +393,176 @@ def to_record(results: dict, table: pd.DataFrame, *, n: int, k: int) -> dict:
         "n_fixed_ratio": {label: summarize(df)[("raw fixed", "mean")].to_dict()
                           for label, df in results["n fixed k/N"].items()},
     }
+
+
+# ------------------------------------------------------------------------------------ datasets x draws
+
+#: sweep key of :func:`run_ablation` -> ``quantity`` prefix in the results table
+SWEEP_QUANTITY = {"k": "k-sweep", "n fixed k": "n-sweep:fixed-k", "n fixed k/N": "n-sweep:fixed-ratio"}
+
+
+def sweep_rows(results: dict, *, regimes: dict | None = None) -> list[dict]:
+    """Results-table rows of one :func:`run_ablation` output: one per (sweep, pair, grid point, subset, score).
+
+    ``quantity`` is ``"<sweep>:<score>"`` (e.g. ``"k-sweep:fixed"``, ``"n-sweep:fixed-ratio:max"``); ``k`` and
+    ``n`` are the row's own; extra columns ``subset_seed`` (N sweeps), ``corrected`` and ``regime``. The
+    calibrated score and p of the fixed layer pair go to ``calibrated`` and ``p``.
+    """
+    rows = []
+    for sweep, frames in results.items():
+        for label, df in frames.items():
+            x, y = label.split(" × ")
+            lp = df.attrs.get("layer_pair", {})
+            for _, r in df.iterrows():
+                for kind in SCORES:
+                    row = {"model_x": x, "model_y": y, "quantity": f"{SWEEP_QUANTITY[sweep]}:{kind}",
+                           "k": int(r["k"]), "n": int(r["n"]), "score": float(r[f"raw {kind}"]),
+                           "corrected": float(r[f"corrected {kind}"]),
+                           "regime": (regimes or {}).get(label, ""),
+                           "subset_seed": int(r["seed"]) if "seed" in r and pd.notna(r.get("seed")) else None}
+                    if kind == "fixed":
+                        row |= {"layer_x": lp.get("x"), "layer_y": lp.get("y")}
+                        if "calibrated fixed" in r:
+                            row |= {"calibrated": float(r["calibrated fixed"]), "p": float(r["p fixed"])}
+                    rows.append(row)
+    return rows
+
+
+def run_study(draws, comparisons, *, chapter: str, params: dict, ks=None, ns=None, k: int = 10, n_seeds: int = 5,
+              n_permutations: int = 0, clip_q: float | None = 0.95, clip: str | None = "stack", device: str = "cpu",
+              dtype: str = "float32", batch_size: int = 32, num_threads: int | None = None, root=None) -> dict:
+    """:func:`run_ablation` on every draw; every score written to the results table (:func:`sweep_rows`).
+
+    The N sweep's subsets are seeded from the draw's seed, so draws differ in their subsets too.
+
+    Returns
+    -------
+    dict
+        ``(dataset, draw) -> run_ablation output``.
+    """
+    from .. import results as results_table
+    from ..extract import torch_threads
+    from .core import prepare_features, preprocessing_label
+    from .layerwise import regime_of
+
+    out = {}
+    for d in draws:
+        feats = prepare_features(comparisons, d.pairs, clip_q=clip_q, clip=clip, device=device, dtype=dtype,
+                                 batch_size=batch_size)
+        regimes = {f"{x} × {y}": regime_of(feats[x].meta.get("modality", ""), feats[y].meta.get("modality", ""))
+                   for x, y in comparisons}
+        with torch_threads(num_threads):
+            res = run_ablation(feats, comparisons, ks=ks, ns=ns, k=k, n_seeds=n_seeds, seed=100 * d.seed,
+                               n_permutations=n_permutations, device=None if device == "cpu" else device)
+        out[(d.dataset, d.draw)] = res
+        results_table.write(sweep_rows(res, regimes=regimes), chapter=chapter, params=params, dataset=d.dataset,
+                            draw=d.draw, seed=d.seed, metric="mutual_knn",
+                            preprocessing=preprocessing_label(clip_q, clip), root=root)
+    return out
+
+
+def aggregate_sweeps(df: pd.DataFrame) -> pd.DataFrame:
+    """Mean ± std over draws of every grid point, after averaging the N sweeps' subsets within each draw.
+
+    Returns
+    -------
+    DataFrame
+        Columns dataset, model_x, model_y, regime, quantity, k, n, ``score_mean``, ``score_std``,
+        ``corrected_mean``, ``corrected_std``, ``calibrated_mean``, ``calibrated_std``, ``n_draws``,
+        ``single_draw``, ``chance`` (k/(n-1)).
+    """
+    import json
+
+    from .. import results as results_table
+
+    if "regime" not in df.columns:
+        extra = pd.DataFrame([json.loads(e) for e in df["extra"]], index=df.index)
+        df = pd.concat([df, extra[[c for c in extra.columns if c not in df.columns]]], axis=1)
+    keys = ["dataset", "model_x", "model_y", "regime", "quantity", "k", "n"]
+    per_draw = df.groupby(keys + ["draw"], dropna=False)[["score", "corrected", "calibrated"]].mean().reset_index()
+    agg = results_table.aggregate(per_draw, by=keys, values=["score", "corrected", "calibrated"])
+    agg["chance"] = agg["k"].astype(float) / (agg["n"].astype(float) - 1)
+    return agg
+
+
+def _ms(mean, std, n_draws):
+    return f"{mean:.3f}" if n_draws < 2 or not np.isfinite(std) else f"{mean:.3f} ± {std:.3f}"
+
+
+def study_table(agg: pd.DataFrame) -> pd.DataFrame:
+    """Endpoints of each sweep at the fixed layer pair, mean ± std over draws: one row per (dataset, pair, sweep).
+
+    Columns: ``k or N``, ``raw``, ``chance``, ``chance-corrected`` (each ``"<at smallest> → <at largest>"``), and
+    the numeric ``from``, ``to``, ``raw_from``, ``raw_to``, ``spread`` (max - min of
+    the mean raw score over the sweep), ``mean`` (of the mean raw score over the sweep), ``n_draws``.
+    """
+    rows = []
+    fixed = agg[agg["quantity"].str.endswith(":fixed")]
+    for (ds, mx, my, q), g in fixed.groupby(["dataset", "model_x", "model_y", "quantity"], sort=False):
+        x = "k" if q.startswith("k-sweep") else "n"
+        g = g.sort_values(x)
+        lo, hi = g.iloc[0], g.iloc[-1]
+        rows.append({
+            "dataset": ds, "pair": f"{mx} × {my}", "regime": g["regime"].iloc[0],
+            "sweep": {"k-sweep:fixed": "k", "n-sweep:fixed-k:fixed": "N at fixed k",
+                      "n-sweep:fixed-ratio:fixed": "N at fixed k/N"}[q],
+            "from": int(lo[x]), "to": int(hi[x]),
+            "k or N": f"{int(lo[x])} → {int(hi[x])}",
+            "raw": f"{_ms(lo['score_mean'], lo['score_std'], lo['n_draws'])} → {_ms(hi['score_mean'], hi['score_std'], hi['n_draws'])}",
+            "chance": f"{lo['chance']:.3f} → {hi['chance']:.3f}",
+            "chance-corrected": (f"{_ms(lo['corrected_mean'], lo['corrected_std'], lo['n_draws'])} → "
+                                 f"{_ms(hi['corrected_mean'], hi['corrected_std'], hi['n_draws'])}"),
+            "raw_from": float(lo["score_mean"]), "raw_to": float(hi["score_mean"]),
+            "spread": float(g["score_mean"].max() - g["score_mean"].min()), "mean": float(g["score_mean"].mean()),
+            "n_draws": int(lo["n_draws"]),
+        })
+    return pd.DataFrame(rows)
+
+
+def findings(agg: pd.DataFrame, table: pd.DataFrame, *, dataset: str, stable: float = 0.25) -> list[dict]:
+    """Rows of "The paper and this build" for ``G/*``, computed from :func:`aggregate_sweeps` on ``dataset``.
+
+    - ``G/k-order``: at the fixed layer pair, the mean raw score at the largest k exceeds that at the
+      smallest k for every pair, and the regimes (cross-modal, vision-vision, ...; mean raw score of their
+      pairs) rank in the same order at every k of the sweep;
+    - ``G/fixed-ratio``: along the N sweep at fixed k/N, every pair's mean raw score varies by at most
+      ``stable`` of its mean (max - min ≤ ``stable`` × mean).
+    """
+    from .. import claims
+
+    a = agg[(agg["dataset"] == dataset) & (agg["quantity"] == "k-sweep:fixed")]
+    t = table[table["dataset"] == dataset]
+    rows = []
+    ks = t[t["sweep"] == "k"]
+    if len(ks):
+        rises = bool((ks["raw_to"] > ks["raw_from"]).all())
+        regime_means = a.groupby(["k", "regime"])["score_mean"].mean().reset_index()
+        orders = {kk: tuple(g.sort_values("score_mean", ascending=False)["regime"])
+                  for kk, g in regime_means.groupby("k")}
+        same = len(set(orders.values())) == 1
+        rows.append(claims.finding(
+            "G/k-order", holds=rises and same,
+            this_build=(f"raw rises with k for {int((ks['raw_to'] > ks['raw_from']).sum())} of {len(ks)} pairs; "
+                        f"order of the regimes (mean raw score) {'the same' if same else 'changes'} across "
+                        f"{len(orders)} values of k" + (f": {' > '.join(next(iter(orders.values())))}" if same else ""))))
+    fr = t[t["sweep"] == "N at fixed k/N"]
+    if len(fr):
+        rel = fr["spread"] / fr["mean"]
+        rows.append(claims.finding(
+            "G/fixed-ratio", holds=bool((rel <= stable).all()),
+            this_build=f"spread over N (max − min of the mean) {fr['spread'].min():.3f}-{fr['spread'].max():.3f}, "
+                       f"{rel.min():.0%}-{rel.max():.0%} of the mean (N {int(fr['from'].min())}-{int(fr['to'].max())})"))
+    return rows
+
+
+def describe_study(table: pd.DataFrame, rows: list[dict], *, dataset: str) -> str:
+    """Markdown generated from :func:`study_table` and the verdicts."""
+    t = table[table["dataset"] == dataset]
+    lines = [f"On **{dataset}** (means over {int(t['n_draws'].max())} draws, each averaging its random subsets):", ""]
+    for _, r in t.iterrows():
+        var = "k" if r["sweep"] == "k" else "N"
+        lines.append(f"- **{r['pair']}**, {r['sweep']}: {var} = {r['k or N']}: raw {r['raw']} (chance "
+                     f"{r['chance']}); chance-corrected {r['chance-corrected']}.")
+    lines.append("")
+    lines += [f"- `{r['id']}`: {r['verdict']} ({r['this build']})." for r in rows]
+    return "\n".join(lines)

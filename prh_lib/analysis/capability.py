@@ -21,19 +21,23 @@ language-model performance measured in bits per byte).
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
+from .. import data, extract, lm
 from ..data.benchmarks import BENCHMARKS, missing_counts
-from .core import score_pair
+from .core import clip_features, score_pair
+from .correlation import CorrelationResult, correlate, near_constant
 
 __all__ = ["join_capabilities", "capability_columns", "bpb_table", "ladder_is_monotone", "describe_ladder",
            "alignment_table", "CorrelationResult", "correlate", "correlation_table", "correlation_note",
-           "describe_correlations", "to_record"]
+           "describe_correlations", "to_record", "QUANTITIES", "StudySets", "study_sets", "heldout_texts", "DegenerateLayers", "paper_setting",
+           "vision_features",
+           "study_alignment", "capability_rows", "summary_table", "summary_display", "study_correlations", "format_correlation",
+           "correlation_display", "findings", "describe_study", "study_record", "near_constant"]
 
 
 def join_capabilities(table: pd.DataFrame, capabilities: pd.DataFrame, *, on: str = "language") -> pd.DataFrame:
@@ -155,131 +159,9 @@ def alignment_table(vision: dict, language, *, k: int = 10,
     return pd.DataFrame(rows)
 
 
-@dataclass(frozen=True)
-class CorrelationResult:
-    """Pearson correlation across models with a p-value and a bootstrap interval.
-
-    Attributes
-    ----------
-    r : float in [-1, 1]
-        NaN when fewer than 2 pairs remain or an input is constant.
-    p_value : float
-        Two-sided, from :func:`scipy.stats.pearsonr` (exact under bivariate normality). NaN when
-        ``n < 3`` (with 2 points r is always +-1) or an input is constant; never 1 by convention.
-    ci_low, ci_high : float
-        Percentile bootstrap interval at level ``ci`` (models resampled with replacement; resamples in
-        which either variable is constant are dropped). NaN when ``n < 3`` or ``n_boot == 0``.
-    n : int
-        Number of (x, y) pairs used (pairs with a NaN are dropped).
-    n_boot, n_boot_valid : int
-        Replicates drawn and replicates with a defined r.
-    ci : float
-    seed : int
-    """
-
-    r: float
-    p_value: float
-    ci_low: float
-    ci_high: float
-    n: int
-    n_boot: int
-    n_boot_valid: int
-    ci: float
-    seed: int
-
-
-def _pearson_rows(xb: np.ndarray, yb: np.ndarray) -> np.ndarray:
-    """Pearson r of each row of two (B, n) arrays; NaN where either row is constant (to round-off)."""
-    xc = xb - xb.mean(axis=1, keepdims=True)
-    yc = yb - yb.mean(axis=1, keepdims=True)
-    sx, sy = np.sqrt((xc**2).sum(axis=1)), np.sqrt((yc**2).sum(axis=1))
-    tol = 1e-12 * np.sqrt(xb.shape[1])
-    ok = (sx > tol * np.abs(xb).max(axis=1)) & (sy > tol * np.abs(yb).max(axis=1))
-    r = np.full(len(xb), np.nan)
-    r[ok] = np.clip((xc[ok] * yc[ok]).sum(axis=1) / (sx[ok] * sy[ok]), -1.0, 1.0)
-    return r
-
-
-def correlate(x, y, *, n_boot: int = 1000, ci: float = 0.95, seed: int = 0) -> CorrelationResult:
-    """Pearson's r between two per-model quantities, its p-value and a bootstrap interval over models.
-
-    Parameters
-    ----------
-    x, y : array_like of shape (n_models,)
-        E.g. alignment scores and capability scores. Pairs where either is NaN are left out.
-    n_boot : int, default=1000
-        Bootstrap replicates (0: no interval).
-    ci : float in (0, 1), default=0.95
-    seed : int, default=0
-        Seeds ``numpy.random.default_rng`` for the resamples.
-
-    Returns
-    -------
-    CorrelationResult
-        With fewer than 3 pairs no p-value or interval is reported (NaN). A constant input gives NaN for
-        r, p and the interval, with a :class:`scipy.stats.ConstantInputWarning`; the p-value is never
-        reported as 1 for a degenerate input.
-
-    Raises
-    ------
-    ValueError
-        If ``x`` and ``y`` are not 1-D of the same length, hold infinite values, or ``n_boot`` / ``ci`` are
-        out of range.
-
-    References
-    ----------
-    Herbst et al., Section 3.2 and Figure 3 (Pearson r of alignment against capability);
-    Efron & Tibshirani (1993), Ch. 13 (percentile interval).
-    """
-    from scipy import stats
-
-    x = np.asarray(x, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    if x.ndim != 1 or y.ndim != 1 or x.shape != y.shape:
-        raise ValueError(f"x and y must be 1-D of the same length; got shapes {x.shape} and {y.shape}")
-    if np.isinf(x).any() or np.isinf(y).any():
-        raise ValueError("x and y must not hold infinite values")
-    if not isinstance(n_boot, (int, np.integer)) or isinstance(n_boot, bool) or n_boot < 0:
-        raise ValueError(f"n_boot must be an int >= 0, got {n_boot!r}")
-    if not 0.0 < float(ci) < 1.0:
-        raise ValueError(f"ci must lie in (0, 1), got {ci}")
-    keep = ~(np.isnan(x) | np.isnan(y))
-    x, y = x[keep], y[keep]
-    n = int(x.size)
-    nan = float("nan")
-
-    def result(r, p, lo=nan, hi=nan, valid=0):
-        return CorrelationResult(float(r), float(p), float(lo), float(hi), n, int(n_boot), int(valid), float(ci),
-                                 int(seed))
-
-    if n < 2:
-        return result(nan, nan)
-    const = [name for name, v in (("x", x), ("y", y)) if np.all(v == v[0])]
-    if const:
-        warnings.warn(f"correlate: {' and '.join(const)} is constant over the {n} models; Pearson r is "
-                      "undefined (reported as NaN, no p-value)", stats.ConstantInputWarning, stacklevel=2)
-        return result(nan, nan)
-    if n < 3:
-        return result(float(_pearson_rows(x[None], y[None])[0]), nan)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", stats.NearConstantInputWarning)
-        res = stats.pearsonr(x, y)
-    r, p = float(res.statistic), float(res.pvalue)
-    if n_boot == 0:
-        return result(r, p)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, n, size=(int(n_boot), n))
-    reps = _pearson_rows(x[idx], y[idx])
-    valid = reps[~np.isnan(reps)]
-    if valid.size == 0:
-        return result(r, p)
-    a = (1.0 - float(ci)) / 2.0
-    lo, hi = np.quantile(valid, [a, 1.0 - a])
-    return result(r, p, lo, hi, valid.size)
-
-
 def correlation_table(table: pd.DataFrame, *, alignment: Sequence[str], capability: Sequence[str],
-                      by: str = "vision", n_boot: int = 1000, ci: float = 0.95, seed: int = 0) -> pd.DataFrame:
+                      by: str = "vision", n_boot: int = 1000, ci: float = 0.95, seed: int = 0,
+                      **options) -> pd.DataFrame:
     """:func:`correlate` of each alignment column with each capability column, per group of rows.
 
     Parameters
@@ -291,8 +173,8 @@ def correlation_table(table: pd.DataFrame, *, alignment: Sequence[str], capabili
         Column names.
     by : str, default="vision"
         Rows are grouped by this column (one correlation per vision model).
-    n_boot, ci, seed
-        As in :func:`correlate`.
+    n_boot, ci, seed, **options
+        As in :func:`correlate` (``method``, ``p_value``, ``interval``).
 
     Returns
     -------
@@ -311,7 +193,8 @@ def correlation_table(table: pd.DataFrame, *, alignment: Sequence[str], capabili
     for group, sub in table.groupby(by, sort=False):
         for a in alignment:
             for c in capability:
-                res = correlate(sub[a].to_numpy(float), sub[c].to_numpy(float), n_boot=n_boot, ci=ci, seed=seed)
+                res = correlate(sub[a].to_numpy(float), sub[c].to_numpy(float), n_boot=n_boot, ci=ci, seed=seed,
+                                **options)
                 rows.append({by: group, "alignment": a, "capability": c, "r": res.r, "p": res.p_value,
                              "ci low": res.ci_low, "ci high": res.ci_high, "n": res.n})
     return pd.DataFrame(rows)
@@ -357,3 +240,634 @@ def to_record(*, n_pairs: int, k: int, chance: float, clip_q: float | None, n_he
         "alignment": table.to_dict(orient="records"), "correlations": correlations.to_dict(orient="records"),
         "capability_missing": missing_counts(capabilities), "n_capability_models": len(capabilities),
     }
+
+
+# --------------------------------------------------------------------------------------------------------
+# the study: independently trained language models over datasets x draws, from the results table
+
+#: Quantities this chapter writes to the results table (column ``quantity``).
+QUANTITIES = ("peak", "final", "bpb", "next_token_accuracy")
+#: Capability measures of the offline study (from bits_per_byte), and their direction: -1 = lower is better.
+OFFLINE_CAPABILITY = {"bpb": -1, "next_token_accuracy": +1}
+#: The paper's benchmarks (higher is better).
+BENCHMARK_DIRECTION = {b: +1 for b in BENCHMARKS}
+
+
+@dataclass(frozen=True)
+class StudySets:
+    """The pair sets that features are extracted on, and where each draw's pairs sit in them.
+
+    Features are extracted once per *parent* set (every image of a dataset with the draw's caption
+    choice) and each draw takes its rows, so seeded subsets share one cache entry instead of one per seed.
+
+    Attributes
+    ----------
+    parents : tuple of Pairs
+    cells : tuple of (Draw, int, tuple of int)
+        Each draw, the index of its parent in ``parents`` and its rows there (in the draw's order).
+    """
+
+    parents: tuple
+    cells: tuple
+
+    def parent_ids(self, datasets: Sequence[str] | None = None) -> list[int]:
+        """Indices of the parents used by the draws of ``datasets`` (default all), in order."""
+        ids = [pid for d, pid, _ in self.cells if datasets is None or d.dataset in datasets]
+        return list(dict.fromkeys(ids))
+
+
+def study_sets(datasets, draws) -> StudySets:
+    """:class:`StudySets` for the draws of :func:`prh_lib.data.study_draws`.
+
+    The parent of a seeded draw is the whole dataset (only the images some draw uses, when that is fewer
+    than half of them), with the spec's caption policy; of a caption draw, the same images with that draw's
+    caption (``caption_policy="nth"``). A draw whose texts are not the
+    parent's on its rows (e.g. ``caption_policy="random"``) is its own parent.
+
+    Parameters
+    ----------
+    datasets : sequence of DatasetSpec, dict or str
+        The specs the draws were made from.
+    draws : sequence of Draw
+
+    Raises
+    ------
+    ValueError
+        If a draw names a dataset that is not in ``datasets``.
+    """
+    from ..data import study
+
+    specs = {s.name: s for s in (study.DatasetSpec.coerce(d) for d in datasets)}
+    parents: list = []
+    keys: dict = {}
+    cells = []
+    used: dict[str, set] = {}
+    for d in draws:
+        used.setdefault(d.dataset, set()).update(d.pairs.sample_ids)
+    for d in draws:
+        if d.dataset not in specs:
+            raise ValueError(f"draw of dataset {d.dataset!r}, which is not among the specs {sorted(specs)}")
+        spec = specs[d.dataset]
+        ds = study.load_spec_dataset(spec)
+        if spec.draws == "captions":
+            parent = data.sample_pairs(ds, n=None, caption_policy="nth", caption_index=d.seed - spec.first_seed)
+        else:
+            parent = data.sample_pairs(ds, n=None, caption_policy=spec.caption_policy, n_captions=spec.n_captions)
+        if 2 * len(used[d.dataset]) < len(parent):  # few images used: extract only those (else the whole
+            # set, whose features other chapters share)
+            parent = parent.subset([i for i, sid in enumerate(parent.sample_ids) if sid in used[d.dataset]])
+        row_of = {sid: i for i, sid in enumerate(parent.sample_ids)}
+        rows = tuple(row_of.get(sid, -1) for sid in d.pairs.sample_ids)
+        if -1 in rows or any(parent.texts[i] != t for i, t in zip(rows, d.pairs.texts)):
+            parent, rows = d.pairs, tuple(range(len(d.pairs)))
+        key = (parent.dataset, parent.text_fingerprint(), parent.image_fingerprint())
+        if key not in keys:
+            keys[key] = len(parents)
+            parents.append(parent)
+        cells.append((d, keys[key], rows))
+    return StudySets(tuple(parents), tuple(cells))
+
+
+def heldout_texts(datasets, draws, *, per_image: int = 1, max_texts: int | None = None) -> tuple[list[str], str]:
+    """:func:`prh_lib.lm.study_heldout` for dataset specs: captions that no draw of the study aligns."""
+    from ..data import study
+
+    loaded = [study.load_spec_dataset(study.DatasetSpec.coerce(d)) for d in datasets]
+    return lm.study_heldout(loaded, draws, per_image=per_image, max_texts=max_texts)
+
+
+def paper_setting(datasets, language_models: Sequence[str], *, min_models: int = 15) -> bool:
+    """Whether a run is in the paper's setting: DOCCI among the datasets at N = 1024, and at least
+    ``min_models`` language models (the paper has 21), so that its r values compare with ours."""
+    from ..data import study
+
+    specs = [study.DatasetSpec.coerce(d) for d in datasets]
+    return any(s.name == "docci" and s.n_pairs == 1024 for s in specs) and len(language_models) >= min_models
+
+
+def vision_features(names: Sequence[str], sets: StudySets, **options) -> dict:
+    """Features of each vision model on each parent set: ``{name: tuple of LayerFeatures}`` (cached, quiet).
+
+    ``options`` go to :func:`prh_lib.extract.features_for_models` (``device``, ``dtype``, ``batch_size``).
+    """
+    with lm.quiet(not options.get("progress", False)):
+        per_parent = [extract.features_for_models(list(names), p, **options) for p in sets.parents]
+    return {name: tuple(f[name] for f in per_parent) for name in names}
+
+
+class DegenerateLayers:
+    """Collects the degenerate-layer warnings of scoring, to explain them in one sentence instead.
+
+    A degenerate layer (every sample the same vector, e.g. a ViT's CLS token at its embedding output) has
+    undefined scores (NaN) and is left out of the peak. ``with DegenerateLayers() as dl:`` records the
+    :class:`RuntimeWarning` s that say so (other warnings pass through); ``dl.add_model(name)`` labels the
+    ones recorded since the last call; :meth:`sentence` is the page's one line.
+    """
+
+    def __init__(self):
+        self.found: dict[str, set] = {}
+        self._pending: list[str] = []
+        self._cm = None
+
+    def __enter__(self):
+        import warnings
+
+        self._cm = warnings.catch_warnings(record=True)
+        self._log = self._cm.__enter__()
+        warnings.simplefilter("always")
+        return self
+
+    def __exit__(self, *exc):
+        import warnings
+
+        log = list(self._log)
+        self._cm.__exit__(*exc)
+        for w in log:
+            if not (issubclass(w.category, RuntimeWarning) and "degenerate" in str(w.message)):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        return False
+
+    def add_model(self, x: str, y: str, x_labels=(), y_labels=()) -> None:
+        """Attribute the degenerate warnings recorded so far to the pair (x, y) (X is x, Y is y)."""
+        import re
+
+        for w in list(self._log):
+            msg = str(w.message)
+            if "degenerate" not in msg:
+                continue
+            who = x if ": X is" in msg else y if ": Y is" in msg else None
+            labels = x_labels if who == x else y_labels
+            idx = [int(i) for i in re.findall(r"\d+", msg.split("in layers", 1)[-1].split(";")[0])]
+            if who is not None:
+                self.found.setdefault(who, set()).update(labels[i] if i < len(labels) else str(i) for i in idx)
+        self._log.clear()
+
+    def sentence(self) -> str:
+        """One Markdown sentence naming the degenerate layers (empty when there were none)."""
+        if not self.found:
+            return ""
+        parts = "; ".join(f"{m}: {', '.join(sorted(ls))}" for m, ls in self.found.items())
+        return (f"Degenerate layers ({parts}) give the same vector for every sample (e.g. a ViT's CLS token at "
+                "its embedding output, before any attention), so their scores are undefined and left out of "
+                "the peak.")
+
+
+def _depth(i: int, n: int) -> float:
+    return float(i) / (n - 1) if n > 1 else 1.0
+
+
+def study_alignment(sets: StudySets, vision: dict, independent, *, ladder=(), ladder_parents: Sequence[int] = (),
+                    k: int = 10, clip_q: float | None = 0.95, n_permutations: int = 200, alpha: float = 0.05,
+                    seed: int = 0, device=None) -> pd.DataFrame:
+    """Mutual k-NN of every vision model with every language model on every draw: rows for the results table.
+
+    For each draw, the vision and language features are restricted to the draw's rows, clipped there
+    (:func:`prh_lib.analysis.clip_features`) and scored over all layer pairs (:func:`score_pair`). The
+    independently trained models get the selection-aware permutation null (calibrated peak, and the final
+    pair against its own null); the ladder points (dependent points on one path in weight space) are
+    scored raw only, since no p-value is claimed for them.
+
+    Parameters
+    ----------
+    sets : StudySets
+    vision : dict of str to tuple of LayerFeatures
+        One per parent (:func:`vision_features`).
+    independent : sequence of LanguageModelResult
+        ``features`` a tuple over ``sets.parents`` (:func:`prh_lib.lm.pretrained_models` with
+        ``pairs=list(sets.parents)``).
+    ladder : sequence of LanguageModelResult
+        ``features`` a tuple over ``ladder_parents``; only draws whose parent is among them are scored.
+    k, clip_q, n_permutations, alpha, seed, device
+        As in :func:`score_pair`; ``seed`` seeds the permutations of every draw alike.
+
+    Returns
+    -------
+    DataFrame
+        Two rows (``quantity`` ``"peak"`` and ``"final"``) per (draw, vision, language model) with the
+        columns of :mod:`prh_lib.results` (``dataset``, ``draw``, ``seed``, ``n``, ``k``, ``metric``,
+        ``model_x`` = vision, ``model_y`` = language, layers and relative depths, ``score``, ``calibrated``,
+        ``tau``, ``p``, ``preprocessing``) plus ``family`` (``"independent"`` or ``"ladder"``) and
+        ``fraction`` (the ladder's t; NaN otherwise).
+
+    References
+    ----------
+    Herbst et al., Section 3.2; Gröger et al. (2026), Sec. 5 (calibration).
+    """
+    ladder_pos = {pid: i for i, pid in enumerate(ladder_parents)}
+    prep = f"clip_outliers(q={clip_q})" if clip_q is not None else "none"
+    rows = []
+    degenerate = DegenerateLayers()
+    with degenerate:
+        _score_cells(sets, vision, independent, ladder, ladder_pos, rows, degenerate, k=k, clip_q=clip_q,
+                     n_permutations=n_permutations, alpha=alpha, seed=seed, device=device, prep=prep)
+    out = pd.DataFrame(rows)
+    out.attrs["degenerate"] = degenerate.sentence()
+    return out
+
+
+def _score_cells(sets, vision, independent, ladder, ladder_pos, rows, degenerate, *, k, clip_q, n_permutations,
+                 alpha, seed, device, prep):
+    for d, pid, idx in sets.cells:
+        entries = [(r, "independent", r.features[pid], n_permutations) for r in independent]
+        if pid in ladder_pos:
+            entries += [(r, "ladder", r.features[ladder_pos[pid]], 0) for r in ladder]
+        vis = {v: clip_features(f[pid].rows(idx), q=clip_q) for v, f in vision.items()}
+        for res, family, feats, n_perm in entries:
+            lang = clip_features(feats.rows(idx), q=clip_q)
+            for v_name, v in vis.items():
+                scored = score_pair(v, lang, k=k, n_permutations=n_perm, alpha=alpha, n_boot=0, seed=seed,
+                                    control=False, device=device)
+                m, cal = scored.matrix, scored.calibration
+                degenerate.add_model(v_name, res.label, m.x_labels, m.y_labels)
+                i, j, best = m.peak
+                nx, ny = len(m.x_labels), len(m.y_labels)
+                common = {"dataset": d.dataset, "draw": d.draw, "seed": d.seed, "n": len(idx), "k": k,
+                          "metric": "mutual_knn", "model_x": v_name, "model_y": res.label, "preprocessing": prep,
+                          "family": family, "fraction": np.nan if res.fraction is None else float(res.fraction)}
+                rows.append(common | {
+                    "quantity": "peak", "layer_x": m.x_labels[i], "layer_y": m.y_labels[j],
+                    "depth_x": _depth(i, nx), "depth_y": _depth(j, ny), "score": float(best),
+                    "calibrated": cal.calibrated_max if cal else np.nan, "tau": cal.threshold_max if cal else np.nan,
+                    "p": cal.p_max if cal else np.nan})
+                rows.append(common | {
+                    "quantity": "final", "layer_x": m.x_labels[-1], "layer_y": m.y_labels[-1], "depth_x": 1.0,
+                    "depth_y": 1.0, "score": float(m.final),
+                    "calibrated": float(cal.calibrated[-1, -1]) if cal else np.nan,
+                    "tau": float(cal.threshold[-1, -1]) if cal else np.nan,
+                    "p": float(cal.p_value[-1, -1]) if cal else np.nan})
+
+
+def capability_rows(language, *, texts: str, dataset: str = "held-out captions") -> pd.DataFrame:
+    """Bits per byte and next-token accuracy of each language model: rows for the results table.
+
+    Parameters
+    ----------
+    language : sequence of LanguageModelResult
+    texts : str
+        Which texts were scored (``"heldout"`` or ``"aligned"``), stored with each row.
+    dataset : str
+        The ``dataset`` label of the rows (one "draw": the capability texts are fixed).
+
+    Returns
+    -------
+    DataFrame
+        Per model two rows, ``quantity`` ``"bpb"`` (metric ``bits_per_byte``) and ``"next_token_accuracy"``,
+        ``model_x`` the model, ``n`` the texts scored, ``draw`` 0, ``family``, ``fraction``, ``texts``,
+        ``bytes``, ``tokens``.
+    """
+    rows = []
+    for r in language:
+        family = "ladder" if r.fraction is not None else "independent"
+        common = {"dataset": dataset, "draw": 0, "model_x": r.label, "n": len(r.bpb.n_bytes), "family": family,
+                  "fraction": np.nan if r.fraction is None else float(r.fraction), "texts": texts,
+                  "bytes": int(r.bpb.n_bytes.sum()), "tokens": int(r.bpb.n_tokens)}
+        rows.append(common | {"quantity": "bpb", "metric": "bits_per_byte", "score": float(r.bpb.bpb)})
+        rows.append(common | {"quantity": "next_token_accuracy", "metric": "next_token_accuracy",
+                              "score": float(r.bpb.accuracy)})
+    return pd.DataFrame(rows)
+
+
+def summary_table(df: pd.DataFrame, capabilities: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per (dataset, vision, language model): alignment mean ± std over draws and capability.
+
+    Parameters
+    ----------
+    df : DataFrame
+        The chapter's rows of the results table (``results.load(chapter=..., params=..., expand_extra=True)``;
+        needs the ``family`` and ``fraction`` columns).
+    capabilities : DataFrame, optional
+        Benchmark scores indexed by model (:func:`prh_lib.data.benchmarks.load_capability_table`), joined
+        as columns :data:`BENCHMARKS` (NaN for models without a value).
+
+    Returns
+    -------
+    DataFrame
+        Columns ``dataset``, ``vision``, ``language``, ``family``, ``fraction``, ``n``, ``chance``
+        (k/(N-1)), for ``peak`` and ``final``: ``<q>`` (mean), ``<q> std``, ``calibrated <q>`` (mean),
+        ``p <q> (max)`` (largest p over draws), ``n_draws``; then ``bpb``, ``next_token_accuracy`` and the
+        benchmarks.
+    """
+    from .. import results
+
+    align = df[df["quantity"].isin(["peak", "final"])]
+    agg = results.aggregate(align, by=["dataset", "family", "model_x", "model_y", "quantity"],
+                            values=["score", "calibrated"])
+    pmax = align.groupby(["dataset", "family", "model_x", "model_y", "quantity"], dropna=False)["p"].max()
+    meta = align.groupby(["dataset", "family", "model_x", "model_y"], dropna=False).agg(
+        n=("n", "first"), k=("k", "first"), fraction=("fraction", "first"))
+    out = None
+    for q in ("peak", "final"):
+        sub = agg[agg["quantity"] == q].set_index(["dataset", "family", "model_x", "model_y"])
+        part = pd.DataFrame({q: sub["score_mean"], f"{q} std": sub["score_std"],
+                             f"calibrated {q}": sub["calibrated_mean"],
+                             f"p {q} (max)": pmax.xs(q, level="quantity").reindex(sub.index),
+                             "n_draws": sub["n_draws"]})
+        out = part if out is None else out.join(part.drop(columns="n_draws"))
+    out = out.join(meta).reset_index().rename(columns={"model_x": "vision", "model_y": "language"})
+    n, k = out["n"].astype(float), out["k"].astype(float)
+    out["chance"] = k / (n - 1)
+    caps = df[df["quantity"].isin(list(OFFLINE_CAPABILITY))]
+    for q in OFFLINE_CAPABILITY:
+        out[q] = out["language"].map(caps[caps["quantity"] == q].set_index("model_x")["score"]).astype(float)
+    if capabilities is not None:
+        for bench in BENCHMARKS:
+            out[bench] = out["language"].map(capabilities[bench]).astype(np.float64)
+    cols = ["dataset", "vision", "language", "family", "fraction", "n", "chance", "n_draws", "peak", "peak std",
+            "calibrated peak", "p peak (max)", "final", "final std", "calibrated final", "p final (max)",
+            *OFFLINE_CAPABILITY, *([b for b in BENCHMARKS] if capabilities is not None else [])]
+    order = {name: i for i, name in enumerate(dict.fromkeys(df["dataset"]))}
+    out = out[cols].sort_values(["dataset", "family", "vision", "fraction", "language"],
+                                key=lambda c: c.map(order) if c.name == "dataset" else c, kind="stable")
+    return out.reset_index(drop=True)
+
+
+def summary_display(summary: pd.DataFrame, *, n_permutations: int | None = None,
+                    family: str = "independent") -> pd.DataFrame:
+    """:func:`summary_table` as the page shows it: ``"mean ± std (n draws)"`` cells, p-values written with
+    :func:`prh_lib.report.format_p` (a bound at the permutation floor), no all-NaN columns, indexed by
+    (dataset, vision, language)."""
+    from .. import report, results
+
+    sub = summary[summary["family"] == family].copy()
+    for q in ("peak", "final"):
+        sub[q] = [results.format_mean_std(m, s, int(n)) for m, s, n in zip(sub[q], sub[f"{q} std"], sub["n_draws"])]
+        sub[f"p {q} (max)"] = [report.format_p(p, n_permutations) for p in sub[f"p {q} (max)"]]
+    sub = sub.drop(columns=["peak std", "final std", "n_draws", "family", "fraction"])
+    return sub.dropna(axis=1, how="all").set_index(["dataset", "vision", "language"])
+
+
+def study_correlations(summary: pd.DataFrame, *, capability: Sequence[str], alignment: Sequence[str] = (
+        "peak", "final", "calibrated peak"), family: str = "independent", ci: float = 0.95,
+        min_models: int = 3) -> pd.DataFrame:
+    """Pearson and Spearman correlation of alignment with capability across models, per (dataset, vision).
+
+    For the independently trained models: exact permutation p over all n! orderings when n <=
+    :data:`~prh_lib.analysis.correlation.EXACT_MAX_N` (else SciPy's) and a Fisher-z interval. For the
+    ladder (``family="ladder"``): Spearman only, and no p-value or interval, because its points lie on one
+    path in weight space and are not independent.
+
+    Parameters
+    ----------
+    summary : DataFrame
+        :func:`summary_table`.
+    capability : sequence of str
+        Capability columns (``"bpb"``, ``"next_token_accuracy"``, benchmarks).
+    alignment : sequence of str
+        Alignment columns (means over draws).
+    family : {"independent", "ladder"}
+    ci : float
+    min_models : int
+        Capability columns with fewer non-missing models in a group are left out.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``dataset``, ``vision``, ``alignment``, ``capability``, ``method``, ``r``, ``ci low``,
+        ``ci high``, ``p``, ``p method``, ``n``, ``direction`` (+1 when higher capability is a higher
+        value, -1 for bits per byte), ``r (capability)`` (``direction * r``: positive when alignment grows
+        with capability).
+    """
+    direction = {**OFFLINE_CAPABILITY, **BENCHMARK_DIRECTION}
+    sub = summary[summary["family"] == family]
+    methods = ("pearson", "spearman") if family == "independent" else ("spearman",)
+    rows = []
+    for (dataset, vision), g in sub.groupby(["dataset", "vision"], sort=False):
+        for cap in capability:
+            if cap not in g.columns or g[cap].notna().sum() < min_models:
+                continue
+            for a in alignment:
+                for method in methods:
+                    if family == "independent":
+                        res = correlate(g[a].to_numpy(float), g[cap].to_numpy(float), method=method,
+                                        p_value="auto", interval="fisher", ci=ci)
+                        r, lo, hi, p, pm = res.r, res.ci_low, res.ci_high, res.p_value, res.p_method
+                    else:
+                        res = correlate(g[a].to_numpy(float), g[cap].to_numpy(float), method=method,
+                                        p_value="scipy", interval="none")
+                        r, lo, hi, p, pm = res.r, np.nan, np.nan, np.nan, "none (dependent points)"
+                    rows.append({"dataset": dataset, "vision": vision, "alignment": a, "capability": cap,
+                                 "method": method, "r": r, "ci low": lo, "ci high": hi, "p": p, "p method": pm,
+                                 "n": res.n, "direction": direction.get(cap, 1),
+                                 "r (capability)": direction.get(cap, 1) * r})
+    return pd.DataFrame(rows, columns=["dataset", "vision", "alignment", "capability", "method", "r", "ci low",
+                                       "ci high", "p", "p method", "n", "direction", "r (capability)"])
+
+
+def _fmt(v, spec=".2f") -> str:
+    return "n/a" if v is None or not np.isfinite(v) else format(v, spec)
+
+
+def format_correlation(row) -> str:
+    """``"r = -0.95 [-1.00, 0.10], exact p = 0.083 (n = 4)"`` for a row of :func:`study_correlations`."""
+    sym = "ρ" if row["method"] == "spearman" else "r"
+    interval = f" [{_fmt(row['ci low'])}, {_fmt(row['ci high'])}]" if np.isfinite(row["ci low"]) else ""
+    if not np.isfinite(row["p"]):
+        p = "no p-value" if str(row["p method"]).startswith("none") else "p = n/a"
+    else:
+        p = f"{'exact ' if row['p method'] == 'exact' else ''}p = {row['p']:.3g}"
+    return f"{sym} = {_fmt(row['r'])}{interval}, {p} (n = {int(row['n'])})"
+
+
+def correlation_display(corr: pd.DataFrame) -> pd.DataFrame:
+    """The correlations as the page shows them: one row per (dataset, vision, alignment, capability), with
+    Pearson and Spearman each in one "value [low, high], p" cell."""
+    if corr.empty:
+        return pd.DataFrame(columns=["dataset", "vision", "alignment", "capability"])
+    cell = corr.assign(shown=[format_correlation(r) for _, r in corr.iterrows()])
+    wide = cell.pivot_table(index=["dataset", "vision", "alignment", "capability"], columns="method",
+                            values="shown", aggfunc="first", sort=False)
+    wide.columns = [str(c) for c in wide.columns]
+    return wide.reset_index()
+
+
+# --------------------------------------------------------------------------------------------------------
+# verdicts and prose
+
+
+def _pick(corr: pd.DataFrame, **eq) -> pd.DataFrame:
+    sel = corr
+    for col, val in eq.items():
+        sel = sel[sel[col] == val]
+    return sel
+
+
+def _paper_vision(corr: pd.DataFrame) -> str | None:
+    names = list(dict.fromkeys(corr["vision"]))
+    return next((v for v in names if "dinov3" in v.lower()), names[0] if names else None)
+
+
+def findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False,
+             missing_models: Sequence[str] = ()) -> list[dict]:
+    """Rows of "The paper and this build" for the claims ``3.2/*``, computed from :func:`study_correlations`.
+
+    With benchmark correlations (the paper profile) the paper's claims are tested as stated: MMLU and ARC
+    on DOCCI (r > 0 and p < 0.05), GSM8K not significant, the order of r over DOCCI, WIT and CC3M, and
+    final-layer alignment predicting less than the peak. Offline only ``3.2/capability-trend`` and
+    ``3.2/final-less`` are testable, in kind: capability is bits per byte on held-out captions of the
+    independently trained models, on ``main_dataset``, and the claim holds when every vision model's
+    Pearson and Spearman correlation has the sign of "alignment grows with capability" (no significance is
+    claimed: with n = 4 the exact two-sided p is at least 1/12).
+
+    Parameters
+    ----------
+    corr : DataFrame
+        :func:`study_correlations` of the independent models.
+    main_dataset : str
+        The dataset whose correlations the offline claims are read on.
+    comparable : bool
+        Whether the run is in the paper's setting (its 21 models, N = 1024, its datasets).
+    missing_models : sequence of str
+        Language models that were asked for but are not available (named in the note).
+
+    Returns
+    -------
+    list of dict
+        :func:`prh_lib.claims.finding` rows (claims not covered are added by ``claims_table``).
+    """
+    from .. import claims
+
+    rows = []
+    why_short = (f"fewer than 3 independent language models ran" +
+                 (f" (missing: {', '.join(missing_models)})" if missing_models else ""))
+    bench = corr[corr["capability"].isin(BENCHMARKS)]
+    if not bench.empty:  # the paper profile
+        vision = _paper_vision(bench)
+        docci = "docci" if "docci" in set(bench["dataset"]) else main_dataset
+
+        def one(dataset, cap, alignment="peak"):
+            sel = _pick(bench, dataset=dataset, vision=vision, capability=cap, alignment=alignment, method="pearson")
+            return None if sel.empty else sel.iloc[0]
+
+        for cid, cap in (("3.2/mmlu-docci", "mmlu_5shot"), ("3.2/arc-docci", "arc_challenge")):
+            r = one(docci, cap)
+            if r is not None:
+                rows.append(claims.finding(cid, this_build=f"{vision}, {docci}: {format_correlation(r)}",
+                                           holds=bool(r["r"] > 0 and r["p"] < 0.05), value=float(r["r"]),
+                                           comparable=comparable))
+        r = one(docci, "gsm8k_5shot")
+        if r is not None:
+            rows.append(claims.finding("3.2/gsm8k", this_build=f"{vision}, {docci}: {format_correlation(r)}",
+                                       holds=bool(not r["p"] < 0.05), comparable=comparable))
+        order = [d for d in ("docci", "docci-10%", "wit-1024", "cc3m-dreamlip") if d in set(bench["dataset"])]
+        got = [(d, one(d, "mmlu_5shot")) for d in order]
+        got = [(d, r) for d, r in got if r is not None and np.isfinite(r["r"])]
+        if len(got) >= 2:
+            rs = [float(r["r"]) for _, r in got]
+            rows.append(claims.finding("3.2/datasets", this_build="; ".join(f"{d}: r = {r['r']:.2f}" for d, r in got),
+                                       holds=bool(np.all(np.diff(rs) <= 0)), comparable=comparable))
+        peak, final = one(docci, "mmlu_5shot"), one(docci, "mmlu_5shot", "final")
+        if peak is not None:
+            rows.append(claims.finding("3.2/capability-trend", this_build=f"MMLU, {docci}: {format_correlation(peak)}",
+                                       holds=bool(peak["r"] > 0 and peak["p"] < 0.05), value=float(peak["r"]),
+                                       comparable=comparable))
+        if peak is not None and final is not None:
+            rows.append(claims.finding("3.2/final-less", this_build=f"final r = {_fmt(final['r'])} vs peak r = "
+                                       f"{_fmt(peak['r'])} (MMLU, {docci})",
+                                       holds=bool(final["r"] < peak["r"]), comparable=comparable))
+        return rows
+    main = _pick(corr, dataset=main_dataset, capability="bpb")
+    peak = _pick(main, alignment="peak")
+    if peak.empty or int(peak["n"].min()) < 3:
+        rows.append(claims.finding("3.2/capability-trend", this_build=None, holds=None, note=why_short))
+        rows.append(claims.finding("3.2/final-less", this_build=None, holds=None, note=why_short))
+        return rows
+    shown = "; ".join(f"{v}: {format_correlation(r)}" for v, g in peak.groupby("vision", sort=False)
+                      for _, r in g.iterrows())
+    rows.append(claims.finding(
+        "3.2/capability-trend", this_build=f"peak vs bits per byte, {main_dataset}: {shown}",
+        holds=bool((peak["r (capability)"] > 0).all()), comparable=False))
+    final = _pick(main, alignment="final", method="pearson").set_index("vision")["r (capability)"]
+    pk = _pick(peak, method="pearson").set_index("vision")["r (capability)"]
+    both = pd.concat({"final": final, "peak": pk}, axis=1).dropna()
+    if both.empty:
+        rows.append(claims.finding("3.2/final-less", this_build=None, holds=None, note="no finite correlation"))
+    else:
+        shown = "; ".join(f"{v}: final {r['final']:+.2f} vs peak {r['peak']:+.2f}" for v, r in both.iterrows())
+        rows.append(claims.finding(
+            "3.2/final-less", this_build=f"Pearson r with capability (−bits per byte), {main_dataset}: {shown}",
+            holds=bool((both["final"] < both["peak"]).all()), comparable=False))
+    return rows
+
+
+def describe_study(corr: pd.DataFrame, ladder: pd.DataFrame, summary: pd.DataFrame, *, main_dataset: str,
+                   missing: dict | None = None) -> str:
+    """Markdown paragraphs, generated from the numbers, on what the correlations show and what they cannot.
+
+    Parameters
+    ----------
+    corr, ladder : DataFrame
+        :func:`study_correlations` of the independent models and of the ladder.
+    summary : DataFrame
+        :func:`summary_table`.
+    main_dataset : str
+    missing : dict of str to str, optional
+        Models asked for but not available (name -> how to install).
+    """
+    import math
+
+    out = []
+    indep = summary[summary["family"] == "independent"]
+    n_models = indep["language"].nunique()
+    if missing:
+        out.append(f"Not available here (see above for how to install them): {', '.join(f'`{m}`' for m in missing)}; "
+                   f"the page runs with the {n_models} independent model(s) that are.")
+    cap_rows = _pick(corr, capability="bpb") if "bpb" in set(corr.get("capability", [])) else corr
+    main = _pick(cap_rows, dataset=main_dataset, alignment="peak")
+    if main.empty:
+        out.append(f"With {n_models} independently trained language model(s) no correlation across models is "
+                   "computed (at least 3 are needed).")
+    else:
+        n = int(main["n"].max())
+        floor = 2 / math.factorial(n) if n <= 8 else float("nan")
+        for vision, g in main.groupby("vision", sort=False):
+            pe = g[g["method"] == "pearson"].iloc[0]
+            sp = g[g["method"] == "spearman"].iloc[0]
+            grows = pe["r (capability)"] > 0 and sp["r (capability)"] > 0
+            falls = pe["r (capability)"] < 0 and sp["r (capability)"] < 0
+            trend = ("grows with capability" if grows else "falls as capability grows" if falls else
+                     "shows no consistent direction (Pearson and Spearman disagree in sign)")
+            out.append(f"- **{vision}**, {main_dataset}: across the {n} independently trained language models, peak "
+                       f"alignment {trend}: against {pe['capability']}, {format_correlation(pe)}; "
+                       f"{format_correlation(sp)}.")
+        if np.isfinite(floor):
+            out.append(f"With n = {n} models the exact two-sided permutation p-value cannot fall below "
+                       f"2/{n}! = {floor:.3f}, so no result here can be significant at 0.05, and the Fisher "
+                       "intervals span most of [-1, 1]: the page reports a direction, not evidence of a trend.")
+        others = _pick(cap_rows, alignment="peak", method="pearson")
+        others = others[others["dataset"] != main_dataset]
+        if not others.empty:
+            same = int((np.sign(others["r (capability)"]) == np.sign(
+                main[main["method"] == "pearson"].set_index("vision")["r (capability)"].reindex(others["vision"]).to_numpy())).sum())
+            out.append(f"On the other dataset(s) ({', '.join(dict.fromkeys(others['dataset']))}) the Pearson r has the "
+                       f"same sign as on {main_dataset} in {same} of {len(others)} vision models.")
+    if not ladder.empty:
+        lad = _pick(ladder, dataset=main_dataset, alignment="peak", capability="bpb")
+        for _, r in lad.iterrows():
+            out.append(f"- Control, the interpolation ladder ({int(r['n'])} points on one path in weight space), "
+                       f"**{r['vision']}**: Spearman ρ(peak, bits per byte) = {_fmt(r['r'])}. Any two quantities "
+                       "that change monotonically along one path correlate, so no p-value is given.")
+    if not indep.empty:
+        sub = indep[indep["dataset"] == main_dataset]
+        ratio = (sub["peak"] / sub["chance"])
+        out.append(f"Peak scores of the independent models on {main_dataset} lie between {sub['peak'].min():.3f} and "
+                   f"{sub['peak'].max():.3f}, {ratio.min():.1f} to {ratio.max():.1f} times chance k/(N-1) = "
+                   f"{sub['chance'].iloc[0]:.4f}.")
+    return "\n".join(out)
+
+
+def study_record(*, summary: pd.DataFrame, correlations: pd.DataFrame, ladder: pd.DataFrame, claims_rows: list,
+                 draws, heldout: Sequence[str], heldout_source: str, missing: dict, k: int,
+                 n_permutations: int, capabilities: pd.DataFrame | None = None) -> dict:
+    """What the Section 3.2 page records for the book and the tests (:func:`prh_lib.report.record`)."""
+    rec = {
+        "k": k, "n_permutations": n_permutations, "summary": summary.to_dict(orient="records"),
+        "correlations": correlations.to_dict(orient="records"), "ladder": ladder.to_dict(orient="records"),
+        "claims": list(claims_rows), "missing": dict(missing), "n_heldout": len(heldout),
+        "heldout_source": heldout_source,
+        "draws": [{"dataset": d.dataset, "draw": d.draw, "seed": d.seed, "n": len(d.pairs),
+                   "repeatable": d.repeatable, "what_varies": d.what_varies} for d in draws],
+    }
+    if capabilities is not None:
+        rec["capability_missing"] = missing_counts(capabilities)
+        rec["n_capability_models"] = len(capabilities)
+    return rec

@@ -45,7 +45,8 @@ _CHUNK_ELEMENTS = 1 << 24  # float32 elements of the reconstructions scored in o
 
 __all__ = ["COMPRESS", "SPACES", "DEFAULT_VARIANCE", "DENSE_DIMS", "max_components", "fit_pca", "default_dims",
            "components_for_variance", "CompressionSweep", "pca_sweep", "LAYER_ROLES", "select_layer_pairs",
-           "compress_layer_pairs", "compress_comparisons", "describe", "summary_table", "to_record"]
+           "compress_layer_pairs", "compress_comparisons", "describe", "summary_table", "to_record", "run_study",
+           "sweep_rows", "aggregate_sweeps", "study_table", "findings", "describe_study"]
 
 
 @dataclass(frozen=True)
@@ -442,3 +443,184 @@ def to_record(sweeps: Sequence[CompressionSweep], table: pd.DataFrame, *, n: int
         "full_rank_scores": [float(s.scores[-1]) for s in sweeps if s.labels["sweep"] == "dims"],
         "references": [float(s.reference) for s in sweeps if s.labels["sweep"] == "dims"],
     }
+
+
+# ------------------------------------------------------------------------------------ datasets x draws
+
+
+def sweep_rows(sweep: CompressionSweep) -> list[dict]:
+    """Results-table rows of one sweep: one per grid point (``quantity`` ``"pca:dims"`` or ``"pca:variance"``)
+    and one ``"pca:reference"`` row (the uncompressed score). Extra columns: ``role`` (peak/final),
+    ``compress`` (x/y/both), ``n_components``, ``variance`` (retained), ``target_variance``, ``relative``."""
+    lab = sweep.labels
+    base = {"model_x": lab.get("x"), "model_y": lab.get("y"), "layer_x": lab.get("layer x"),
+            "layer_y": lab.get("layer y"), "role": lab.get("layers"), "compress": sweep.compress}
+    kind = lab.get("sweep", "dims")
+    rows = [base | {"quantity": f"pca:{kind}", "score": float(sc), "n_components": int(d), "variance": float(v),
+                    "target_variance": float(t) if t is not None else None, "relative": float(sc / sweep.reference)}
+            for sc, d, v, t in zip(sweep.scores, sweep.dims, sweep.variance,
+                                   sweep.target_variance if sweep.target_variance is not None else [None] * len(sweep.dims))]
+    if kind == "dims":
+        rows.append(base | {"quantity": "pca:reference", "score": float(sweep.reference),
+                            "n_components": int(sweep.max_dims[0 if sweep.compress != "y" else 1])})
+    return rows
+
+
+def _blas_threads(n):
+    """BLAS threads of scikit-learn's PCA limited to ``n`` while the body runs (None: unchanged)."""
+    import contextlib
+
+    if n is None:
+        return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(int(n))
+
+
+def run_study(draws, comparisons, *, chapter: str, params: dict, roles=LAYER_ROLES, k: int = 10,
+              variance=DEFAULT_VARIANCE, dims=None, space: str = "original", clip_q: float | None = 0.95,
+              clip: str | None = "stack", device: str = "cpu", dtype: str = "float32", batch_size: int = 32,
+              num_threads: int | None = None, root=None) -> dict:
+    """:func:`compress_comparisons` on every draw; every grid point written to the results table.
+
+    Returns
+    -------
+    dict
+        ``(dataset, draw) -> list of CompressionSweep``.
+    """
+    from .. import results as results_table
+    from ..extract import torch_threads
+    from .core import prepare_features, preprocessing_label
+
+    out = {}
+    for d in draws:
+        feats = prepare_features(comparisons, d.pairs, clip_q=clip_q, clip=clip, device=device, dtype=dtype,
+                                 batch_size=batch_size)
+        with torch_threads(num_threads), _blas_threads(num_threads):
+            sweeps = compress_comparisons(feats, comparisons, roles=roles, k=k, variance=variance, dims=dims,
+                                          space=space, device=None if device == "cpu" else device)
+        out[(d.dataset, d.draw)] = sweeps
+        rows = [r for sw in sweeps for r in sweep_rows(sw)]
+        results_table.write(rows, chapter=chapter, params=params, dataset=d.dataset, draw=d.draw, seed=d.seed,
+                            n=len(d.pairs), k=k, metric="mutual_knn", preprocessing=preprocessing_label(clip_q, clip),
+                            root=root)
+    return out
+
+
+def aggregate_sweeps(df: pd.DataFrame) -> pd.DataFrame:
+    """Mean ± std over draws of each grid point's score and relative score (score / uncompressed).
+
+    Groups: dataset, model_x, model_y, role, compress, quantity and the grid value (``n_components`` for the
+    dims sweep, ``target_variance`` for the variance sweep, as column ``x``). Columns ``score_mean``,
+    ``score_std``, ``relative_mean``, ``relative_std``, ``n_draws``, ``single_draw``, ``n``, ``k``.
+    """
+    import json
+
+    from .. import results as results_table
+
+    if "role" not in df.columns:
+        extra = pd.DataFrame([json.loads(e) for e in df["extra"]], index=df.index)
+        df = pd.concat([df, extra[[c for c in extra.columns if c not in df.columns]]], axis=1)
+    df = df[df["quantity"].isin(["pca:dims", "pca:variance", "pca:reference"])].copy()
+    df["x"] = np.where(df["quantity"] == "pca:variance", df["target_variance"], df["n_components"]).astype(float)
+    df.loc[df["quantity"] == "pca:reference", "relative"] = 1.0
+    by = ["dataset", "model_x", "model_y", "role", "compress", "quantity", "x"]
+    agg = results_table.aggregate(df, by=by, values=["score", "relative"])
+    meta = df.groupby(["dataset"])[["n", "k"]].first()
+    return agg.join(meta, on="dataset")
+
+
+def _at(agg_group: pd.DataFrame, x: float, *, below: bool = True):
+    g = agg_group[agg_group["x"] <= x + 1e-9] if below else agg_group[np.isclose(agg_group["x"], x)]
+    return None if g.empty else g.loc[g["x"].idxmax()]
+
+
+def _ms(mean, std, n_draws):
+    return f"{mean:.3f}" if n_draws < 2 or not np.isfinite(std) else f"{mean:.3f} ± {std:.3f}"
+
+
+def study_table(agg: pd.DataFrame, *, dims_probe: int = 100, low_dims: int = 8, variance_probe: float = 0.4,
+                fraction: float = 0.95) -> pd.DataFrame:
+    """One row per (dataset, pair, layer pair, side compressed): the page's summary, mean ± std over draws.
+
+    Columns: ``uncompressed``; ``@ 40% var`` (relative score keeping ``variance_probe`` of the variance);
+    ``@ 100 dims`` (relative score at the largest swept dimension ≤ ``dims_probe``, with that dimension when
+    smaller); ``@ 8 dims``; ``min dims (95%)`` (smallest swept dimension whose mean relative score reaches
+    ``fraction``); and the numeric ``rel_var``, ``rel_dims``, ``rel_low``, ``dims_at``, ``max_dims``, ``n_draws``.
+    """
+    rows = []
+    for key, g in agg.groupby(["dataset", "model_x", "model_y", "role", "compress"], sort=False):
+        ref = g[g["quantity"] == "pca:reference"].iloc[0]
+        gd, gv = g[g["quantity"] == "pca:dims"], g[g["quantity"] == "pca:variance"]
+        var = _at(gv, variance_probe, below=False)
+        at = _at(gd, dims_probe)
+        low = _at(gd, low_dims)
+        ok = gd[gd["relative_mean"] >= fraction - 1e-12]
+        side = key[1] if key[4] == "x" else key[2] if key[4] == "y" else "both"
+        rows.append({
+            "dataset": key[0], "pair": f"{key[1]} × {key[2]}", "layers": key[3], "compressed": side,
+            "uncompressed": _ms(ref["score_mean"], ref["score_std"], ref["n_draws"]),
+            f"@ {variance_probe:.0%} var": _ms(var["relative_mean"], var["relative_std"], var["n_draws"]) if var is not None else "–",
+            f"@ {dims_probe} dims": (_ms(at["relative_mean"], at["relative_std"], at["n_draws"])
+                                     + (f" (at {int(at['x'])})" if at["x"] < dims_probe else "")) if at is not None else "–",
+            f"@ {low_dims} dims": _ms(low["relative_mean"], low["relative_std"], low["n_draws"]) if low is not None else "–",
+            f"min dims ({fraction:.0%})": int(ok["x"].min()) if len(ok) else "not reached",
+            "rel_var": float(var["relative_mean"]) if var is not None else np.nan,
+            "rel_dims": float(at["relative_mean"]) if at is not None else np.nan,
+            "rel_low": float(low["relative_mean"]) if low is not None else np.nan,
+            "dims_at": int(at["x"]) if at is not None else 0, "max_dims": int(gd["x"].max()),
+            "n_draws": int(ref["n_draws"]), "reference": float(ref["score_mean"]),
+        })
+    return pd.DataFrame(rows)
+
+
+def findings(table: pd.DataFrame, *, dataset: str, role: str = "peak", dims_probe: int = 100,
+             paper_setting: bool = False) -> list[dict]:
+    """Rows of "The paper and this build" for ``3.1/pca-*`` from :func:`study_table` (one dataset, one role).
+
+    - ``3.1/pca-40``: in more than half of the (pair, side) rows, keeping 40 % of the variance keeps at least
+      95 % of the uncompressed score (mean over draws);
+    - ``3.1/pca-100``: in more than half of the rows with a language side compressed, ``dims_probe``
+      components (the largest grid point ≤ ``dims_probe``) keep at least 90 % (not testable when min(N, d)
+      is below ``dims_probe``);
+    - ``3.1/pca-strong``: in more than half of the rows, 8 components keep less than 80 %.
+    """
+    from .. import claims
+
+    t = table[(table["dataset"] == dataset) & (table["layers"] == role)]
+    n = len(t)
+    keep40 = int((t["rel_var"] >= 0.95).sum())
+    rows = [claims.finding("3.1/pca-40", holds=keep40 > n / 2,
+                           this_build=f"{keep40} of {n} (pair, side) keep ≥ 95 % at 40 % variance; relative "
+                                      f"{t['rel_var'].min():.2f}-{t['rel_var'].max():.2f}")]
+    lang = t[t["compressed"].str.contains("smollm|minilm|gemma|qwen|llama|mistral", case=False, regex=True)]
+    if len(lang) and (lang["max_dims"] >= dims_probe).all():
+        ok = int((lang["rel_dims"] >= 0.9).sum())
+        at = sorted(set(int(v) for v in lang["dims_at"]))
+        rows.append(claims.finding("3.1/pca-100", holds=ok > len(lang) / 2,
+                                   this_build=f"{ok} of {len(lang)} language sides keep ≥ 90 % with "
+                                              f"{'/'.join(map(str, at))} dims (the grid point ≤ {dims_probe}); relative "
+                                              f"{lang['rel_dims'].min():.2f}-{lang['rel_dims'].max():.2f}"))
+    else:
+        cap = int(lang["max_dims"].min()) if len(lang) else 0
+        rows.append(claims.finding("3.1/pca-100", holds=None, this_build=None,
+                                   note=f"PCA keeps at most min(N, d) = {cap} components here, fewer than {dims_probe}"))
+    strong = int((t["rel_low"] < 0.8).sum())
+    rows.append(claims.finding("3.1/pca-strong", holds=strong > n / 2,
+                               this_build=f"{strong} of {n} fall below 80 % at 8 dims; relative "
+                                          f"{t['rel_low'].min():.2f}-{t['rel_low'].max():.2f}"))
+    return rows
+
+
+def describe_study(table: pd.DataFrame, rows: list[dict], *, dataset: str) -> str:
+    """Markdown generated from :func:`study_table` and the verdicts: what compression does on this build."""
+    t = table[table["dataset"] == dataset]
+    lines = [f"On **{dataset}** ({int(t['n_draws'].max())} draws):", ""]
+    for _, r in t.iterrows():
+        lines.append(f"- {r['pair']}, {r['layers']} layers, {r['compressed']} compressed: uncompressed "
+                     f"{r['uncompressed']}; 40 % of the variance keeps {r['rel_var']:.0%} of it, "
+                     f"{r['dims_at']} dims {r['rel_dims']:.0%}, 8 dims {r['rel_low']:.0%}.")
+    lines.append("")
+    for r in rows:
+        lines.append(f"- `{r['id']}`: {r['verdict']} ({r['this build']}).")
+    return "\n".join(lines)

@@ -19,13 +19,16 @@ from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
+import torch
 
 from .. import extract
 from ..features import LayerFeatures, check_aligned
 from ..metrics import bootstrap_ci, clip_outliers, get_layerwise_metric, permutation_test_layerwise
+from ..metrics.preprocess import _quantile_lastdim
 from ..validation import check_model_pairs
 
-__all__ = ["AlignmentMatrix", "find_peak", "layerwise_alignment", "clip_features", "shuffled_pairing",
+__all__ = ["AlignmentMatrix", "find_peak", "layerwise_alignment", "clip_features", "clip_threshold", "CLIP_MODES",
+           "preprocessing_label", "shuffled_pairing",
            "check_comparisons", "model_names", "prepare_features", "describe_features", "PairResult", "score_pair"]
 
 
@@ -124,31 +127,95 @@ def layerwise_alignment(x: LayerFeatures, y: LayerFeatures, *, metric: str = "mu
                            {**options, "n": len(x.sample_ids)})
 
 
-def clip_features(features: LayerFeatures, *, q: float | None = 0.95) -> LayerFeatures:
-    """Clip outlying activations of every layer, as the PRH code does before scoring (Huh et al. 2024, App. A).
+CLIP_MODES = ("stack", "layer")
 
-    Each layer is clipped to ``[-t, t]`` with ``t`` from :func:`prh_lib.metrics.clip_outliers` (``scope="prh"``:
-    the mean over samples of each sample's ``q``-quantile of ``|x|``), computed on that layer's true width.
-    The PRH code uses one threshold for all layers of a model; per layer is used here because the scale
-    of a residual stream grows with depth, so one shared threshold would clip deep layers hardest (and
-    zero padding of narrower CNN stages would bias it). ``q=None`` or ``q=1`` returns ``features`` unchanged.
+
+def clip_threshold(features: LayerFeatures, *, q: float = 0.95) -> float:
+    """The PRH reference's clipping threshold for a model's whole stack of layers.
+
+    For every sample, the ``q``-quantile (linear interpolation, as ``torch.quantile``) of the absolute
+    values of all its entries over every layer and every feature of that layer (the ``L x D`` entries of
+    the sample's ``(L, D)`` slice; a narrower, zero-padded CNN stage contributes only its true width), then
+    the mean of these per-sample quantiles over the samples. This is ``remove_outliers(feats, q,
+    exact=False)`` of the PRH ``metrics.py`` on a model's ``(N, L, D)`` feature tensor, the path
+    ``measure_alignment.py`` takes by default (without ``--precise``).
 
     Parameters
     ----------
     features : LayerFeatures
+        ``values`` of shape (n_layers, n_samples, dim).
+    q : float in (0, 1)
+
+    Returns
+    -------
+    float
+        The threshold t > 0 (0 only for an all-zero stack).
+
+    References
+    ----------
+    Huh et al. (2024), App. A; ``remove_outliers`` and ``prepare_features`` in github.com/minyoungg/platonic-rep.
+    """
+    v = features.values
+    per_sample = torch.cat([v[i, :, :d].abs() for i, d in enumerate(features.layer_dims)], dim=1)  # (N, sum d)
+    return float(_quantile_lastdim(per_sample.to(torch.float64), float(q)).mean())
+
+
+def clip_features(features: LayerFeatures, *, q: float | None = 0.95, clip: str | None = "stack") -> LayerFeatures:
+    """Clip outlying activations before scoring (Huh et al. 2024, App. A).
+
+    Parameters
+    ----------
+    features : LayerFeatures
+        ``values`` of shape (n_layers, n_samples, dim); narrower layers zero-padded (``layer_dims``).
     q : float in (0, 1] or None
+        Quantile level (the PRH default 0.95). ``None`` or ``1`` returns ``features`` unchanged.
+    clip : {"stack", "layer"} or None, default "stack"
+        - ``"stack"`` (the PRH reference, the default): one threshold ``t`` for the model's whole stack of
+          layers, :func:`clip_threshold`: the mean over samples of each sample's ``q``-quantile of ``|x|``
+          over all its layers and features; every entry of every layer is clamped to ``[-t, t]``. On a
+          model whose layers all have the same width this equals the reference exactly.
+        - ``"layer"``: every layer its own threshold, the same statistic computed on that layer alone
+          (the mean over samples of each sample's ``q``-quantile of ``|x|`` over that layer's true width;
+          :func:`prh_lib.metrics.clip_outliers` with ``scope="prh"``). Not what the reference does: the
+          scale of a residual stream grows with depth, so one shared threshold clips deep layers hardest
+          and barely touches early ones; per layer clips every layer at the same relative level.
+        - ``None``: no clipping.
 
     Returns
     -------
     LayerFeatures
-        Same labels and rows; ``meta["clip_q"]`` records ``q``.
+        Same labels and rows; ``meta["clip_q"]`` and ``meta["clip"]`` record the choice.
+
+    Raises
+    ------
+    ValueError
+        If ``clip`` is not one of :data:`CLIP_MODES` or None, or ``q`` is outside (0, 1].
+
+    References
+    ----------
+    Huh et al. (2024), App. A; ``remove_outliers`` in the PRH ``metrics.py`` (github.com/minyoungg/platonic-rep).
     """
-    if q is None or q == 1:
+    if clip is not None and clip not in CLIP_MODES:
+        raise ValueError(f"clip must be one of {CLIP_MODES} or None; got {clip!r}")
+    if q is not None and not 0 < float(q) <= 1:
+        raise ValueError(f"clip_q must be in (0, 1] or None; got {q!r}")
+    if clip is None or q is None or q == 1:
         return features
     values = features.values.clone()
-    for i, d in enumerate(features.layer_dims):
-        values[i, :, :d] = clip_outliers(features.values[i, :, :d], q=q)
-    return features.replace(values, clip_q=str(q))
+    if clip == "stack":
+        t = clip_threshold(features, q=q)
+        values = values.clamp(-t, t)  # zero padding stays zero
+    else:
+        for i, d in enumerate(features.layer_dims):
+            values[i, :, :d] = clip_outliers(features.values[i, :, :d], q=q)
+    return features.replace(values, clip_q=str(q), clip=clip)
+
+
+def preprocessing_label(clip_q: float | None, clip: str | None = "stack") -> str:
+    """The ``preprocessing`` column of the results table for a clipping choice, e.g. ``"clip(stack, q=0.95)"``."""
+    if clip is None or clip_q is None or clip_q == 1:
+        return "none"
+    return f"clip({clip}, q={clip_q})"
 
 
 def shuffled_pairing(y: LayerFeatures, *, seed: int = 0) -> LayerFeatures:
@@ -177,7 +244,8 @@ def check_comparisons(features: dict, comparisons) -> None:
         raise KeyError(f"no features for {missing}; have {sorted(features)}")
 
 
-def prepare_features(comparisons, pairs, *, clip_q: float | None = 0.95, device: str = "cpu",
+def prepare_features(comparisons, pairs, *, clip_q: float | None = 0.95, clip: str | None = "stack",
+                     device: str = "cpu",
                      dtype: str = "float32", batch_size: int = 32, progress: bool = False,
                      models: Sequence[str] = ()) -> dict[str, LayerFeatures]:
     """The features every chapter starts from: each model of ``comparisons`` on ``pairs``, cached, clipped.
@@ -189,6 +257,8 @@ def prepare_features(comparisons, pairs, *, clip_q: float | None = 0.95, device:
     pairs : prh_lib.data.Pairs
     clip_q : float in (0, 1] or None
         Outlier clipping quantile of :func:`clip_features` (None: off).
+    clip : {"stack", "layer"} or None, default "stack"
+        One threshold per model's stack of layers (the PRH reference) or one per layer; see :func:`clip_features`.
     device, dtype, batch_size, progress
         As in :func:`prh_lib.extract.get_features`.
     models : sequence of str
@@ -210,7 +280,7 @@ def prepare_features(comparisons, pairs, *, clip_q: float | None = 0.95, device:
     names = sorted(set(model_names(comparisons)) | set(models))
     raw = extract.features_for_models(names, pairs, device=device, dtype=dtype, batch_size=batch_size,
                                       progress=progress)
-    return {name: clip_features(f, q=clip_q) for name, f in raw.items()}
+    return {name: clip_features(f, q=clip_q, clip=clip) for name, f in raw.items()}
 
 
 def describe_features(features: dict[str, LayerFeatures]) -> pd.DataFrame:

@@ -502,3 +502,33 @@ def paper_table(table: pd.DataFrame, *, steps=("reference code", "our procedure"
     out = pd.DataFrame.from_dict(rows, orient="index")
     out.index.name = "claim"
     return out
+
+
+_CHECKLIST_IDS = {"vision-vision": "D/vision-vision", "language-language": "D/language-language",
+                  "vision-language": "D/cross-modal"}
+
+
+def checklist_rows(table: pd.DataFrame, *, step: str = "reference code") -> list[dict]:
+    """The sample-level rows of :func:`paper_table` in the form of :func:`prh_lib.claims.finding`.
+
+    The front page's checklist (:func:`prh_lib.claims.checklist`) shows them; the verdict is the one
+    :func:`paper_table` computed for ``step`` (the reference code's procedure, the one comparable with the
+    paper), and the value of our centred procedure is shown beside it.
+
+    Raises
+    ------
+    KeyError
+        If ``table`` lacks the columns of ``step`` or of ``"our procedure"``.
+    """
+    from .. import claims as _claims
+
+    rows = []
+    for name, r in table.iterrows():
+        kind = next((k for k in _CHECKLIST_IDS if f", {k}, sample level" in str(name)), None)
+        if kind is None:
+            continue
+        row = _claims.finding(_CHECKLIST_IDS[kind], this_build=None, holds=None)
+        row.update({"this build": f"{r[step]} ({step}); our procedure: {r['our procedure']}",
+                    "verdict": r[f"{step} verdict"], "note": ""})
+        rows.append(row)
+    return rows

@@ -15,7 +15,16 @@ mutual k-NN over all layer pairs, the final-layer score, the selection-aware per
 maximum (Groeger et al. 2026) and a bootstrap interval at the peak layer pair. Features are expected to
 be preprocessed by the caller (e.g. :func:`prh_lib.analysis.clip_features`).
 
-Functions here take features and comparison specs and return tables; they never load models or plot.
+Over datasets × draws (the paper's study shape, issue 11): :func:`run_study` scores every comparison and
+its control floors (:mod:`prh_lib.analysis.controls`) on every draw and writes them to the results table
+(:mod:`prh_lib.results`; quantities ``"peak"``, ``"final"``, ``"projection"``, ``"control:shuffled"`` and
+``"control:<kind>"``); :func:`study_summary`, :func:`floor_summary` and :func:`with_floors` aggregate them
+back (mean ± std over draws); :func:`page_table`, :func:`floor_table`, :func:`describe_study`,
+:func:`regime_claims` and :func:`offline_scope` turn the aggregates into the page's tables, prose and
+verdicts.
+
+Functions here take features, comparison specs and result tables and return tables or text; they never
+load models (features come through :mod:`prh_lib.extract`) and never plot.
 
 References
 ----------
@@ -36,8 +45,10 @@ from ..features import LayerFeatures
 from ..validation import check_model_pairs, check_seeds
 from .layerwise import compare_pairs
 
-__all__ = ["REGIMES", "REGIME_LABELS", "Comparison", "regime_comparisons", "regime_table", "regime_summary",
-           "regime_groups", "projection_table", "describe_regimes", "comparison_table", "to_record"]
+__all__ = ["REGIMES", "REGIME_LABELS", "Comparison", "regime_comparisons", "regime_table", "projection_table",
+           "comparison_table", "regime_rows", "control_pairs", "run_study", "study_summary", "floor_summary",
+           "with_floors", "regime_means", "floor_bands", "regime_groups_over_draws", "page_table", "floor_table",
+           "regime_claims", "describe_study", "offline_scope", "study_record"]
 
 #: Regime keys in the order of the paper's Figure 5.
 REGIMES = ("random-init", "unimodal", "aligned", "same-modality")
@@ -170,8 +181,9 @@ def regime_table(
     pandas.DataFrame
         One row per comparison, indexed by its label, with columns ``regime`` (a key of :data:`REGIMES`),
         ``x``, ``y``, ``seed``, ``max`` (mutual k-NN maximised over layer pairs, in [0, 1]),
-        ``max layer x``, ``max layer y``, ``max low`` and ``max high`` (bootstrap interval at that layer
-        pair), ``final`` (last layer x last layer), ``projection`` (joint-space x joint-space, for
+        ``max layer x``, ``max layer y``, ``max depth x``, ``max depth y`` (relative depth in [0, 1]),
+        ``max low`` and ``max high`` (bootstrap interval at that layer pair), ``final`` (last layer x last
+        layer), ``projection`` (joint-space x joint-space, for
         comparisons whose two models both end in a ``"projection"`` layer, else NaN), ``shuffled (max)``
         (maximum with the pairing shuffled), ``calibrated`` (selection-aware calibrated maximum, in
         [0, 1]), ``calibrated low`` and ``calibrated high`` (the bootstrap interval mapped through the
@@ -201,11 +213,13 @@ def regime_table(
     for c, r in zip(comparisons, results):
         m = r.matrix
         i, j, best = m.peak
+        dx, dy = m.relative_depth()
         has_projection = m.x_labels[-1] == PROJECTION and m.y_labels[-1] == PROJECTION
         tau = r.calibration.threshold_max
         rows.append({
             "comparison": c.label, "regime": c.regime, "x": c.x, "y": c.y, "seed": c.seed,
             "max": best, "max layer x": m.x_labels[i], "max layer y": m.y_labels[j],
+            "max depth x": dx, "max depth y": dy,
             "max low": r.peak_ci.low, "max high": r.peak_ci.high,
             "final": m.final, "projection": m.final if has_projection else np.nan,
             "shuffled (max)": float(np.nanmax(r.control.scores)),
@@ -215,57 +229,6 @@ def regime_table(
             "threshold": tau, "p": r.calibration.p_max,
         })
     return pd.DataFrame(rows).set_index("comparison")
-
-
-def regime_summary(table: pd.DataFrame, *, regimes: Sequence[str] = REGIMES) -> pd.DataFrame:
-    """Per regime: number of comparisons and the mean, minimum and maximum of the raw and calibrated maxima.
-
-    Parameters
-    ----------
-    table : DataFrame
-        From :func:`regime_table`.
-    regimes : sequence of str
-        Regimes to list, in this order; a regime without comparisons gets ``n = 0`` and NaN scores.
-
-    Returns
-    -------
-    pandas.DataFrame
-        Indexed by regime key; columns ``regime`` (label), ``n``, ``max (mean)``, ``max (min)``,
-        ``max (max)``, ``final (mean)``, ``calibrated (mean)``, ``calibrated (min)``, ``calibrated (max)``.
-    """
-    rows = []
-    for key in regimes:
-        part = table[table["regime"] == key]
-        row = {"regime key": key, "regime": REGIME_LABELS.get(key, key), "n": len(part)}
-        for col, name in (("max", "max"), ("calibrated", "calibrated")):
-            vals = part[col].to_numpy(dtype=float)
-            row[f"{name} (mean)"] = float(np.mean(vals)) if len(vals) else np.nan
-            row[f"{name} (min)"] = float(np.min(vals)) if len(vals) else np.nan
-            row[f"{name} (max)"] = float(np.max(vals)) if len(vals) else np.nan
-        row["final (mean)"] = float(part["final"].mean()) if len(part) else np.nan
-        rows.append(row)
-    cols = ["regime", "n", "max (mean)", "max (min)", "max (max)", "final (mean)", "calibrated (mean)",
-            "calibrated (min)", "calibrated (max)"]
-    return pd.DataFrame(rows).set_index("regime key")[cols]
-
-
-def regime_groups(table: pd.DataFrame, *, regimes: Sequence[str] = REGIMES) -> tuple[dict, dict]:
-    """The points of the regime figure: raw and calibrated maxima with their intervals, grouped by regime.
-
-    Returns
-    -------
-    raw, calibrated : dict of str to dict of str to (float, float, float)
-        Regime label -> comparison label -> ``(value, low, high)``; every regime in ``regimes`` is a key,
-        with an empty dict when it has no comparisons (drawn as an empty slot).
-    """
-    raw, cal = {}, {}
-    for key in regimes:
-        part = table[table["regime"] == key]
-        label = REGIME_LABELS.get(key, key)
-        raw[label] = {name: (row["max"], row["max low"], row["max high"]) for name, row in part.iterrows()}
-        cal[label] = {name: (row["calibrated"], row["calibrated low"], row["calibrated high"])
-                      for name, row in part.iterrows()}
-    return raw, cal
 
 
 def projection_table(table: pd.DataFrame) -> pd.DataFrame:
@@ -283,63 +246,530 @@ def projection_table(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def describe_regimes(summary: pd.DataFrame, *, chance: float | None = None,
-                     missing_note: str = "not run with these parameters") -> str:
-    """Markdown stating what was measured, in figures: one line per regime, then how the regimes compare.
-
-    Parameters
-    ----------
-    summary : DataFrame
-        From :func:`regime_summary`.
-    chance : float, optional
-        Analytic chance level, to express the means as multiples of it.
-    missing_note : str
-        Said of a regime without comparisons.
-
-    Returns
-    -------
-    str
-        A list item per regime, then the order of the regimes' mean maxima and the comparisons the paper
-        makes (unimodal against same-modality, random init and aligned models), each only when measured.
-    """
-    lines = []
-    for key, row in summary.iterrows():
-        if row["n"] == 0:
-            lines.append(f"- **{row['regime']}**: {missing_note}.")
-            continue
-        spread = (f" (range {row['max (min)']:.3f}-{row['max (max)']:.3f} over {row['n']} comparisons)"
-                  if row["n"] > 1 else "")
-        text = (f"- **{row['regime']}**: mean maximum over layer pairs {row['max (mean)']:.3f}{spread}; "
-                f"final layers {row['final (mean)']:.3f}; calibrated {row['calibrated (mean)']:.3f}")
-        if chance:
-            text += f"; {row['max (mean)'] / chance:.1f}× chance ({chance:.3f})"
-        lines.append(text + ".")
-    measured = summary[summary["n"] > 0].sort_values("max (mean)")
-    if len(measured) > 1:
-        order = " < ".join(f"{row['regime']} ({row['max (mean)']:.3f})" for _, row in measured.iterrows())
-        lines.append(f"\nOrder of the mean maxima: {order}.")
-    if {"unimodal", "same-modality"} <= set(measured.index):
-        ratio = measured.loc["unimodal", "max (mean)"] / measured.loc["same-modality", "max (mean)"]
-        lines.append(f"Unimodal vision-language pairs reach {ratio:.0%} of the same-modality mean.")
-    if {"unimodal", "aligned"} <= set(measured.index):
-        a, u = measured.loc["aligned", "max (mean)"], measured.loc["unimodal", "max (mean)"]
-        lines.append(f"Aligned vision-language models score {'above' if a > u else 'below'} the unimodal mean "
-                     f"({a:.3f} against {u:.3f}).")
-    if {"unimodal", "random-init"} <= set(measured.index):
-        above = (measured.loc["unimodal", "max (min)"] > measured.loc["random-init", "max (max)"])
-        lines.append("Every unimodal pair scores above every random-init comparison." if above else
-                     "Some random-init comparison scores as high as a unimodal pair.")
-    return "\n".join(lines)
-
-
 def comparison_table(comparisons: Sequence[Comparison]) -> pd.DataFrame:
     """The comparisons as a table indexed by label: ``regime``, ``x``, ``y``."""
     return pd.DataFrame(list(comparisons), columns=list(Comparison._fields)).set_index("label")[["regime", "x", "y"]]
 
 
-def to_record(table: pd.DataFrame, summary: pd.DataFrame, *, n_pairs: int, k: int, chance: float,
-              clip_q: float | None, random_init_seeds: Sequence[int], aligned_models: Sequence[str]) -> dict:
-    """What the Section 3.3 page records for the book and the tests (:func:`prh_lib.report.record`)."""
-    return {"n_pairs": n_pairs, "k": k, "chance": chance, "clip_q": clip_q,
-            "random_init_seeds": list(random_init_seeds), "aligned_models": list(aligned_models),
-            "table": table, "summary": summary}
+# --------------------------------------------------------------------------------------------- datasets × draws
+
+#: Quantities of the regime rows in the results table (controls: ``"control:<kind>"``, see ``controls``).
+PEAK, FINAL, SHUFFLED = "peak", "final", "control:shuffled"
+
+
+def regime_rows(table: pd.DataFrame, *, k: int, n: int, clip_q: float | None) -> pd.DataFrame:
+    """The rows of one draw's :func:`regime_table` in the results-table schema.
+
+    Parameters
+    ----------
+    table : DataFrame
+        From :func:`regime_table` (one draw).
+    k, n : int
+        Neighbours and number of pairs of the draw.
+    clip_q : float or None
+        Outlier clipping applied to the features (recorded as ``preprocessing``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Per comparison a ``"peak"`` row (maximum over layer pairs, its layers and relative depths,
+        calibrated maximum, tau, p, and the extra columns ``ci_low``/``ci_high`` and
+        ``calibrated_low``/``calibrated_high``), a ``"final"`` row (last layers), a ``"projection"`` row
+        (joint space, aligned models only) and a ``"control:shuffled"`` row (maximum with the pairing
+        shuffled). Every row carries the extra columns ``regime``, ``comparison`` and ``init_seed``.
+    """
+    prep = f"clip_outliers(q={clip_q})" if clip_q not in (None, 1) else "none"
+    rows = []
+    for label, r in table.iterrows():
+        common = {"model_x": r["x"], "model_y": r["y"], "metric": "mutual_knn", "k": k, "n": n,
+                  "preprocessing": prep, "regime": r["regime"], "comparison": label,
+                  "init_seed": None if pd.isna(r["seed"]) else int(r["seed"])}
+        rows.append(common | {"quantity": PEAK, "score": r["max"], "layer_x": r["max layer x"],
+                              "layer_y": r["max layer y"], "depth_x": r["max depth x"], "depth_y": r["max depth y"],
+                              "calibrated": r["calibrated"], "tau": r["threshold"], "p": r["p"],
+                              "ci_low": r["max low"], "ci_high": r["max high"],
+                              "calibrated_low": r["calibrated low"], "calibrated_high": r["calibrated high"]})
+        rows.append(common | {"quantity": FINAL, "score": r["final"], "depth_x": 1.0, "depth_y": 1.0})
+        if np.isfinite(r["projection"]):
+            rows.append(common | {"quantity": PROJECTION, "score": r["projection"], "layer_x": PROJECTION,
+                                  "layer_y": PROJECTION, "depth_x": 1.0, "depth_y": 1.0})
+        rows.append(common | {"quantity": SHUFFLED, "score": r["shuffled (max)"]})
+    return pd.DataFrame(rows)
+
+
+def control_pairs(comparisons: Sequence[Comparison]) -> list[tuple[str, str]]:
+    """The trained pairs whose control floors are measured: the unimodal and same-modality comparisons."""
+    return [(c.x, c.y) for c in comparisons if c.regime in ("unimodal", "same-modality")]
+
+
+def run_study(draws, comparisons: Sequence[Comparison], *, chapter: str, params: dict, k: int = 10,
+              clip_q: float | None = 0.95, n_permutations: int = 200, alpha: float = 0.05, n_boot: int = 200,
+              control_seed: int = 0, svd_components: int | None = 100, device: str = "cpu",
+              dtype: str = "float32", batch_size: int = 32, root=None) -> dict[str, str]:
+    """Score every regime and its control floors on every draw, writing each draw's rows to the results table.
+
+    Parameters
+    ----------
+    draws : sequence of prh_lib.data.Draw
+        From :func:`prh_lib.data.study.study_draws`.
+    comparisons : sequence of Comparison
+        From :func:`regime_comparisons`.
+    chapter, params
+        Passed to :func:`prh_lib.results.write` (a rerun with the same parameters replaces its rows).
+    k, clip_q, n_permutations, alpha, n_boot
+        As in :func:`regime_table` and :func:`prh_lib.analysis.prepare_features`; the draw's seed seeds
+        the permutations, the bootstrap and the shuffled control.
+    control_seed, svd_components
+        Initialisation seed of the random-init controls and size of the SVD bag of words
+        (:func:`prh_lib.analysis.controls.control_floors`).
+    device, dtype, batch_size
+        Feature extraction.
+    root : path, optional
+        Results-table folder (tests).
+
+    Returns
+    -------
+    dict of str to str
+        Modality (``"vision"`` / ``"language"``) of every trained model named by the comparisons.
+    """
+    from .. import results
+    from .controls import control_floors
+    from .core import prepare_features
+
+    modality = {}
+    trained = control_pairs(comparisons)
+    for d in draws:
+        feats = prepare_features(comparisons, d.pairs, clip_q=clip_q, device=device, dtype=dtype,
+                                 batch_size=batch_size)
+        table = regime_table(feats, comparisons, k=k, n_permutations=n_permutations, alpha=alpha, n_boot=n_boot,
+                             seed=d.seed, device=device)
+        results.write(regime_rows(table, k=k, n=len(d.pairs), clip_q=clip_q), chapter=chapter, params=params,
+                      dataset=d.dataset, draw=d.draw, seed=d.seed, root=root)
+        if trained:
+            control_floors(feats, trained, d.pairs, chapter=chapter, params=params, dataset=d.dataset, draw=d.draw,
+                           draw_seed=d.seed, k=k, n_permutations=n_permutations, alpha=alpha, seed=control_seed,
+                           svd_components=svd_components, clip_q=clip_q, device=device, dtype=dtype,
+                           batch_size=batch_size, root=root)
+        modality.update({m: f.meta.get("modality") for m, f in feats.items() if "@random-init:" not in m})
+    return modality
+
+
+def study_summary(df: pd.DataFrame, *, quantity: str = PEAK) -> pd.DataFrame:
+    """Mean ± std over draws of one quantity of every comparison, per dataset (from the results table).
+
+    Parameters
+    ----------
+    df : DataFrame
+        Rows of the results table loaded with ``expand_extra=True`` (columns ``regime``, ``comparison``).
+    quantity : str
+        ``"peak"`` (maximum over layer pairs), ``"final"``, ``"projection"`` or ``"control:shuffled"``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per dataset and comparison (in the order of :data:`REGIMES`, then as written): ``dataset``,
+        ``n``, ``k``, ``regime``, ``comparison``, ``model_x``, ``model_y``, ``score_mean``, ``score_std``,
+        ``calibrated_mean``, ``calibrated_std``, ``p_max`` (largest p over draws), ``n_draws``,
+        ``single_draw``, ``chance`` (k/(N-1)).
+    """
+    from .. import results
+
+    part = df[df["quantity"] == quantity]
+    by = ["dataset", "n", "k", "regime", "comparison", "model_x", "model_y"]
+    out = results.aggregate(part, by=by, values=["score", "calibrated", "p"])
+    if out.empty:
+        return out
+    out["p_max"] = part.groupby(by, dropna=False, sort=True)["p"].max().to_numpy()
+    out["chance"] = out["k"].astype(float) / (out["n"].astype(float) - 1)
+    datasets = list(dict.fromkeys(df["dataset"]))
+    written = {c: i for i, c in enumerate(dict.fromkeys(df["comparison"]))}
+    out["_d"] = out["dataset"].map({d: i for i, d in enumerate(datasets)})
+    out["_r"] = out["regime"].map({r: i for i, r in enumerate(REGIMES)})
+    out["_c"] = out["comparison"].map(written)
+    return out.sort_values(["_d", "_r", "_c"]).drop(columns=["_d", "_r", "_c", "p_mean", "p_std"]).reset_index(drop=True)
+
+
+def floor_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Mean ± std over draws of every control floor (rows ``quantity="control:<kind>"`` but the shuffled one).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``dataset``, ``n``, ``k``, ``quantity``, ``kind``, ``model_x``, ``model_y``, ``score_mean``,
+        ``score_std``, ``calibrated_mean``, ``calibrated_std``, ``p_max``, ``n_draws``, ``single_draw``.
+    """
+    from .. import results
+
+    part = df[df["quantity"].str.startswith("control:") & (df["quantity"] != SHUFFLED)]
+    by = ["dataset", "n", "k", "quantity", "kind", "model_x", "model_y"]
+    out = results.aggregate(part, by=by, values=["score", "calibrated", "p"])
+    if out.empty:
+        return out
+    out["p_max"] = part.groupby(by, dropna=False, sort=True)["p"].max().to_numpy()
+    return out.drop(columns=["p_mean", "p_std"])
+
+
+def with_floors(summary: pd.DataFrame, floors: pd.DataFrame, modality: dict, *, control_seed: int = 0,
+                svd_components: int | None = 100) -> pd.DataFrame:
+    """``summary`` with, for every trained comparison, its highest control floor (mean over draws).
+
+    Adds ``floor`` (the highest mean floor score of the pair's controls,
+    :func:`prh_lib.analysis.controls.floors_of_pair`), ``floor kind`` and ``above floors`` (True when the
+    mean score exceeds the highest floor by more than the larger of the two standard deviations over draws,
+    or by any margin with one draw). Random-init and aligned comparisons get NaN / None.
+    """
+    from .controls import floors_of_pair
+
+    out = summary.copy()
+    out["floor"], out["floor kind"], out["above floors"] = np.nan, None, None
+    for i, r in out.iterrows():
+        if r["regime"] not in ("unimodal", "same-modality") or floors.empty:
+            continue
+        f = floors_of_pair(floors[floors["dataset"] == r["dataset"]], r["model_x"], r["model_y"], modality,
+                           seed=control_seed, svd_components=svd_components)
+        if f.empty:
+            continue
+        top = f.loc[f["score_mean"].idxmax()]
+        spread = np.nanmax([r["score_std"], top["score_std"], 0.0])
+        out.at[i, "floor"], out.at[i, "floor kind"] = float(top["score_mean"]), top["kind"]
+        out.at[i, "above floors"] = bool(r["score_mean"] - top["score_mean"] > spread)
+    return out
+
+
+def regime_means(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per dataset and regime: comparisons, and the mean (over comparisons) of their draw means.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``dataset``, ``regime``, ``comparisons``, ``score``, ``score min``, ``score max``, ``calibrated``,
+        ``chance``, ``n_draws`` (fewest draws of a comparison).
+    """
+    rows = []
+    for dataset, part in summary.groupby("dataset", sort=False):
+        for key in REGIMES:
+            g = part[part["regime"] == key]
+            rows.append({"dataset": dataset, "regime": key, "comparisons": len(g),
+                         "score": g["score_mean"].mean() if len(g) else np.nan,
+                         "score min": g["score_mean"].min() if len(g) else np.nan,
+                         "score max": g["score_mean"].max() if len(g) else np.nan,
+                         "calibrated": g["calibrated_mean"].mean() if len(g) else np.nan,
+                         "chance": float(part["chance"].iloc[0]),
+                         "n_draws": int(g["n_draws"].min()) if len(g) else 0})
+    return pd.DataFrame(rows)
+
+
+def floor_bands(floors: pd.DataFrame, modality: dict) -> dict:
+    """The control floors of vision × language pairs as bands, per dataset and kind (for the figure).
+
+    Returns
+    -------
+    dict
+        ``{dataset: {kind: (mean, low, high)}}`` over the vision × language controls of that kind (``mean``
+        of their draw means; ``low``/``high`` their smallest and largest), for the score and, under the key
+        ``(dataset, "calibrated")``, for the calibrated score.
+    """
+    def base(m):
+        return m.split("@random-init:", 1)[0]
+
+    def is_vl(row):
+        mods = {modality.get(base(row["model_x"]), "language"), modality.get(base(row["model_y"]), "language")}
+        return mods == {"vision", "language"}
+
+    out = {}
+    if floors.empty:
+        return out
+    vl = floors[[is_vl(r) for _, r in floors.iterrows()]]
+    for dataset, part in vl.groupby("dataset", sort=False):
+        for col, key in (("score_mean", dataset), ("calibrated_mean", (dataset, "calibrated"))):
+            out[key] = {kind: (float(g[col].mean()), float(g[col].min()), float(g[col].max()))
+                        for kind, g in part.groupby("kind", sort=False)}
+    return out
+
+
+def regime_groups_over_draws(summary: pd.DataFrame, *, regimes: Sequence[str] = REGIMES) -> dict:
+    """The points of the regime figure per dataset: mean over draws ± std over draws, raw and calibrated.
+
+    Returns
+    -------
+    dict
+        ``{dataset: (raw, calibrated)}``; each maps regime label -> comparison label -> ``(mean, mean - std,
+        mean + std)`` (NaN bounds with one draw: no error bar); every regime is a key, empty when unmeasured.
+    """
+    out = {}
+    for dataset, part in summary.groupby("dataset", sort=False):
+        raw, cal = {}, {}
+        for key in regimes:
+            g = part[part["regime"] == key]
+            label = REGIME_LABELS.get(key, key)
+            raw[label] = {r["comparison"]: (r["score_mean"], r["score_mean"] - r["score_std"],
+                                            r["score_mean"] + r["score_std"]) for _, r in g.iterrows()}
+            cal[label] = {r["comparison"]: (r["calibrated_mean"], r["calibrated_mean"] - r["calibrated_std"],
+                                            r["calibrated_mean"] + r["calibrated_std"]) for _, r in g.iterrows()}
+        out[dataset] = (raw, cal)
+    return out
+
+
+def _ms(mean, std, n_draws, digits=3):
+    from .. import results
+
+    return results.format_mean_std(float(mean), float(std), int(n_draws), digits=digits)
+
+
+def page_table(summary: pd.DataFrame, *, n_permutations: int) -> pd.DataFrame:
+    """The page's table of every comparison: mean ± std over draws beside chance, the highest floor, calibrated, p.
+
+    ``summary`` is :func:`with_floors` of :func:`study_summary`. Columns: ``dataset``, ``regime``,
+    ``comparison``, ``max over layer pairs``, ``× chance``, ``highest floor``, ``calibrated``, ``p (largest
+    over draws)``.
+    """
+    from ..report import format_p
+
+    rows = []
+    for _, r in summary.iterrows():
+        floor = (f"{r['floor']:.3f} ({r['floor kind']})" if np.isfinite(r.get("floor", np.nan)) else "–")
+        rows.append({"dataset": r["dataset"], "regime": REGIME_LABELS.get(r["regime"], r["regime"]),
+                     "comparison": r["comparison"],
+                     "max over layer pairs": _ms(r["score_mean"], r["score_std"], r["n_draws"]),
+                     "× chance": f"{r['score_mean'] / r['chance']:.1f} (chance {r['chance']:.3f})",
+                     "highest floor": floor,
+                     "calibrated": _ms(r["calibrated_mean"], r["calibrated_std"], r["n_draws"]),
+                     "p (largest over draws)": format_p(r["p_max"], n_permutations)})
+    return pd.DataFrame(rows)
+
+
+def floor_table(floors: pd.DataFrame, *, chance: dict, n_permutations: int) -> pd.DataFrame:
+    """The page's table of control floors: dataset, control, features compared, mean ± std, × chance, calibrated, p."""
+    from ..report import format_p
+    from .controls import CONTROL_LABELS
+
+    rows = []
+    for _, r in floors.iterrows():
+        c = chance.get(r["dataset"], np.nan)
+        rows.append({"dataset": r["dataset"], "control": CONTROL_LABELS.get(r["kind"], r["kind"]),
+                     "features": f"{r['model_x']} × {r['model_y']}",
+                     "max over layer pairs": _ms(r["score_mean"], r["score_std"], r["n_draws"]),
+                     "× chance": f"{r['score_mean'] / c:.1f}",
+                     "calibrated": _ms(r["calibrated_mean"], r["calibrated_std"], r["n_draws"]),
+                     "p (largest over draws)": format_p(r["p_max"], n_permutations)})
+    return pd.DataFrame(rows)
+
+
+#: aligned models of the paper's Table 1: claim id -> (name fragment, dataset of the paper's value)
+_ALIGNED_CLAIMS = {"3.3/clip": ("clip-vit-large-patch14", "coco"), "3.3/siglip": ("siglip2", "coco"),
+                   "3.3/qwen3-vl": ("Qwen3-VL", "docci")}
+
+
+def regime_claims(summary: pd.DataFrame, projection: pd.DataFrame | None = None, *, headline: str | None = None,
+                  near_chance: float = 2.0) -> list[dict]:
+    """Rows of "The paper and this build" for the claims ``3.3/*``, computed from the aggregated numbers.
+
+    Parameters
+    ----------
+    summary : DataFrame
+        :func:`with_floors` of :func:`study_summary` (``"peak"`` rows).
+    projection : DataFrame, optional
+        :func:`study_summary` of the ``"projection"`` rows (aligned models), for Table 1 and App. E.
+    headline : str, optional
+        Dataset the claims of Figure 5 are read on (default: ``"coco"`` when present, as in the paper's
+        Table 1, else the first dataset of ``summary``).
+    near_chance : float
+        "Near chance" is read as a mean maximum below ``near_chance`` × k/(N-1).
+
+    Returns
+    -------
+    list of dict
+        :func:`prh_lib.claims.finding` rows; a claim without numbers here is left out (the claims table
+        adds it as not testable offline).
+    """
+    from .. import claims
+
+    rows = []
+    if summary.empty:
+        return rows
+    names = list(dict.fromkeys(summary["dataset"]))
+    headline = headline or ("coco" if "coco" in names else names[0])
+    s = summary[summary["dataset"] == headline]
+    chance = float(s["chance"].iloc[0])
+    n, k = int(s["n"].iloc[0]), int(s["k"].iloc[0])
+    paper_n = n == 1024 and k == 10
+    uni, same, rnd = (s[s["regime"] == r] for r in ("unimodal", "same-modality", "random-init"))
+    where = f"{headline}, N = {n}, k = {k}"
+    if len(uni):
+        best = uni.loc[uni["score_mean"].idxmax()]
+        floors_ok = bool(uni["above floors"].fillna(False).astype(bool).all()) if "above floors" in uni else False
+        above_chance = bool((uni["score_mean"] > 2 * chance).all())
+        if paper_n:
+            holds, note = bool((uni["score_mean"] > 0.3).all()), ""
+        else:
+            holds = above_chance and floors_ok
+            note = (f"0.3 is not comparable at N = {n}, k = {k} (chance {chance:.3f} here, 0.0098 at N = 1024); "
+                    f"read here as: every unimodal pair above 2× chance and above its control floors")
+        floor_txt = (f"; highest floor {best['floor']:.3f} ({best['floor kind']})"
+                     if np.isfinite(best.get("floor", np.nan)) else "")
+        rows.append(claims.finding(
+            "3.3/unimodal", holds=holds, value=float(best["score_mean"]), std=float(best["score_std"]),
+            comparable=paper_n and headline in ("coco", "docci"), note=note,
+            this_build=(f"best {best['comparison']}: {_ms(best['score_mean'], best['score_std'], best['n_draws'])}, "
+                        f"{best['score_mean'] / chance:.1f}× chance{floor_txt} ({where})")))
+    if len(same) and len(uni):
+        m, sd = float(same["score_mean"].mean()), float(same["score_std"].mean())
+        holds = bool(same["score_mean"].min() > uni["score_mean"].max())
+        rows.append(claims.finding(
+            "3.3/same-modality", holds=holds, value=m, std=sd, comparable=paper_n,
+            note="" if paper_n else "read here as: every same-modality pair above every unimodal pair",
+            this_build=(f"mean of {len(same)} pairs {m:.3f} (range {same['score_mean'].min():.3f}-"
+                        f"{same['score_mean'].max():.3f}; std over draws ≤ {same['score_std'].max():.3f}) against "
+                        f"unimodal ≤ {uni['score_mean'].max():.3f} ({where})")))
+    if len(rnd):
+        m = float(rnd["score_mean"].mean())
+        rows.append(claims.finding(
+            "3.3/random-init", holds=bool((rnd["score_mean"] < near_chance * chance).all()), comparable=paper_n,
+            note=f"near chance read as below {near_chance:g}× chance",
+            this_build=(f"mean {m:.3f} = {m / chance:.1f}× chance over {len(rnd)} comparisons, highest "
+                        f"{rnd['score_mean'].max() / chance:.1f}× ({where})")))
+    if projection is not None and len(projection):
+        for cid, (fragment, dataset) in _ALIGNED_CLAIMS.items():
+            part = projection[projection["model_x"].str.contains(fragment, regex=False)
+                              & (projection["dataset"] == dataset)]
+            u = summary[(summary["dataset"] == dataset) & (summary["regime"] == "unimodal")]
+            if part.empty or u.empty:
+                continue
+            p = part.iloc[0]
+            above = bool(u["score_mean"].max() > p["score_mean"])
+            holds = (not above) if cid == "3.3/qwen3-vl" else above
+            rows.append(claims.finding(cid, holds=holds, value=float(p["score_mean"]), std=float(p["score_std"]),
+                                       comparable=int(p["n"]) == 1024 and int(p["k"]) == 10,
+                                       this_build=(f"projection {_ms(p['score_mean'], p['score_std'], p['n_draws'])}; "
+                                                   f"best unimodal {u['score_mean'].max():.3f} ({dataset})")))
+        both = projection.merge(summary[["dataset", "comparison", "score_mean"]], on=["dataset", "comparison"],
+                                suffixes=("", "_max"))
+        if len(both):
+            gap = float((both["score_mean_max"] - both["score_mean"]).max())
+            rows.append(claims.finding("3.3/projection", holds=gap <= 0.016, value=gap,
+                                       comparable=bool((both["n"] == 1024).all()),
+                                       this_build=f"largest gap best layer pair - projection {gap:.3f}"))
+    return rows
+
+
+def describe_study(summary: pd.DataFrame, bands: dict, *, missing_note: str = "not run with these parameters",
+                   word_floor: float = 1.5) -> str:
+    """Markdown reading each dataset's regimes against chance and the control floors, in figures.
+
+    Parameters
+    ----------
+    summary : DataFrame
+        :func:`with_floors` of :func:`study_summary`.
+    bands : dict
+        :func:`floor_bands`.
+    missing_note : str
+        Said of a regime without comparisons.
+    word_floor : float
+        A floor is said to come partly from the words when trained vision × random-init language reaches
+        this multiple of chance.
+
+    Returns
+    -------
+    str
+        Per dataset: one list item per regime (mean of the comparisons' means over draws, × chance, range),
+        the floors (× chance), how many trained comparisons clear their highest floor, and the order.
+    """
+    from .controls import CONTROL_LABELS
+
+    out = []
+    for dataset, part in summary.groupby("dataset", sort=False):
+        chance = float(part["chance"].iloc[0])
+        nd = int(part["n_draws"].min())
+        draws = f"{nd} draws" if nd > 1 else "one draw, which cannot be repeated"
+        out.append(f"**{dataset}** (N = {int(part['n'].iloc[0])}, chance {chance:.3f}, {draws}):\n")
+        means = {}
+        for key in REGIMES:
+            g = part[part["regime"] == key]
+            if not len(g):
+                out.append(f"- {REGIME_LABELS[key]}: {missing_note}.")
+                continue
+            m = float(g["score_mean"].mean())
+            means[key] = m
+            rng = (f", range {g['score_mean'].min():.3f}-{g['score_mean'].max():.3f} over {len(g)} comparisons"
+                   if len(g) > 1 else "")
+            out.append(f"- {REGIME_LABELS[key]}: {m:.3f} ({m / chance:.1f}× chance{rng}); calibrated "
+                       f"{g['calibrated_mean'].mean():.3f}.")
+        band = bands.get(dataset, {})
+        if band:
+            parts = [f"{CONTROL_LABELS.get(kind, kind)} {mean:.3f} ({mean / chance:.1f}× chance)"
+                     for kind, (mean, _, _) in band.items()]
+            out.append("- control floors of the vision × language pairs (mean over pairs): " + "; ".join(parts) + ".")
+            rl = band.get("random-language")
+            rl_cal = bands.get((dataset, "calibrated"), {}).get("random-language")
+            if rl and rl[0] >= word_floor * chance and rl_cal and rl_cal[0] > 0.01:
+                out.append(f"- The trained-vision × random-LM floor is {rl[0] / chance:.1f}× chance (calibrated "
+                           f"{rl_cal[0]:.3f}): part of any cross-modal score comes from the words (a random-init "
+                           "language model keeps token identity), not from learned alignment.")
+            elif rl and rl[0] >= word_floor * chance:
+                out.append(f"- The trained-vision × random-LM floor is {rl[0] / chance:.1f}× chance, but its "
+                           f"calibrated score is {rl_cal[0] if rl_cal else float('nan'):.3f}: the excess over chance "
+                           "is what choosing the best of many layer pairs gives, not evidence of shared structure.")
+            elif rl:
+                out.append(f"- The trained-vision × random-LM floor is {rl[0] / chance:.1f}× chance, close to chance.")
+        trained = part[part["above floors"].notna()] if "above floors" in part else part.iloc[:0]
+        if len(trained):
+            clear = trained[trained["above floors"].astype(bool)]
+            missing = ", ".join(f"{r['comparison']} ({r['score_mean']:.3f} against {r['floor']:.3f}, {r['floor kind']})"
+                                for _, r in trained[~trained["above floors"].astype(bool)].iterrows())
+            out.append(f"- {len(clear)} of {len(trained)} trained comparisons clear their highest control floor by "
+                       "more than the spread over draws" + (f"; not: {missing}." if missing else "."))
+        if len(means) > 1:
+            order = " < ".join(f"{REGIME_LABELS[k]} ({v:.3f})" for k, v in sorted(means.items(), key=lambda kv: kv[1]))
+            out.append(f"- Order of the regime means: {order}.")
+        out.append("")
+    return "\n".join(out)
+
+
+def offline_scope(summary: pd.DataFrame, bands: dict, *, aligned_measured: bool) -> str:
+    """Markdown: what this run's models can and cannot tell about the paper's Section 3.3 claims, from the numbers."""
+    if summary.empty:
+        return "*No scores in this run.*"
+    first = summary["dataset"].iloc[0]
+    s = summary[summary["dataset"] == first]
+    chance, n = float(s["chance"].iloc[0]), int(s["n"].iloc[0])
+    uni = s[s["regime"] == "unimodal"]
+    same = s[s["regime"] == "same-modality"]
+    rl = bands.get(first, {}).get("random-language")
+    lex = bands.get(first, {}).get("tfidf")
+    can = []
+    if len(uni) and len(same):
+        can.append(f"whether the *order* of the regimes holds for small models (here same-modality "
+                   f"{same['score_mean'].mean():.3f} against unimodal {uni['score_mean'].mean():.3f})")
+    if rl or lex:
+        floors = [f"a random-init language model {rl[0]:.3f}" if rl else "", f"a bag of words {lex[0]:.3f}" if lex else ""]
+        can.append("how much of a cross-modal score needs no learned language model at all ("
+                   + " and ".join(f for f in floors if f) + f", against unimodal {uni['score_mean'].mean():.3f})")
+    trained = s[s["regime"].isin(["unimodal", "same-modality"])]
+    names = ", ".join(dict.fromkeys(list(trained["model_x"]) + list(trained["model_y"])))
+    cannot = [f"the paper's absolute values: N = {n} rather than 1024 puts chance at {chance:.3f} rather than "
+              f"0.0098, and the models ({names}) are not the paper's"] if n != 1024 else []
+    if not aligned_measured:
+        cannot.append("where explicitly aligned models (CLIP, SigLIP 2, Qwen3-VL-Embedding) sit: no such weights "
+                      "install offline, so the unimodal-versus-aligned comparison of Table 1 and the projection "
+                      "gap of Appendix E need the paper profile")
+    cannot.append("whether the pattern holds across the paper's datasets (offline there is only coco-mini, "
+                  "with its caption choice or its captions concatenated)")
+    return ("**What the offline models can tell:** " + "; ".join(can) + ".\n\n"
+            "**What they cannot tell:** " + "; ".join(cannot) + ".")
+
+
+def study_record(summary: pd.DataFrame, floors: pd.DataFrame, means: pd.DataFrame, claim_rows: list[dict], *,
+                 draws, comparisons: Sequence[Comparison], aligned_models: Sequence[str], params: dict) -> dict:
+    """What the Section 3.3 page records for the book and the tests (:func:`prh_lib.report.record`).
+
+    Holds the draws, the comparisons, the aggregated tables, the claims rows and ``params_hash``, with which
+    a test reads the same rows back from the results table.
+    """
+    from ..results import params_hash as _hash
+
+    params_hash = _hash(params)
+    return {"draws": [{"dataset": d.dataset, "draw": d.draw, "seed": d.seed, "n": len(d.pairs),
+                       "repeatable": d.repeatable, "what_varies": d.what_varies} for d in draws],
+            "comparisons": [c._asdict() for c in comparisons], "aligned_models": list(aligned_models),
+            "summary": summary.to_dict(orient="records"), "floors": floors.to_dict(orient="records"),
+            "means": means.to_dict(orient="records"), "claims": claim_rows, "params_hash": params_hash}

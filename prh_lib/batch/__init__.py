@@ -47,7 +47,7 @@ __all__ = ["DatasetSpec", "Job", "clear_caches", "describe_plan", "plan_study", 
 def _expand_models(names: Sequence[str]) -> list[str]:
     out = []
     for n in names:
-        out.extend(paper.models(n) if n in paper.MODEL_GROUPS else [n])
+        out.extend(paper.feature_models(n) if n in paper.MODEL_GROUPS else paper.expand_towers(n))
     return out
 
 
@@ -88,6 +88,34 @@ def _study_args(args, parser) -> list[Job]:
                       batch_size=args.batch_size or options.get("batch_size", 32))
 
 
+def _capability(args) -> int:
+    from . import capability
+
+    params = get_profile(args.profile)
+    models = args.models or list(params.get("language_models") or [])
+    options = {"device": args.device or params.get("device", "cpu"), "dtype": params.get("dtype", "bfloat16"),
+               "limit": args.limit}
+    if args.profile == "rehearsal":  # the harness's own task format, tiny local tasks
+        tasks = capability.REHEARSAL_TASKS
+        options["include_path"] = str(capability.write_rehearsal_tasks(paths_cache("rehearsal-lm-eval-tasks")))
+        options["dtype"] = "float32"
+    else:
+        tasks = capability.PAPER_TASKS
+    out = capability.run_capability_jobs(models, tasks, executor=args.executor, **options)
+    table = capability.capability_table(models, tasks)
+    print(table.drop(columns=["task_config"], errors="ignore").to_string() if len(table) else "no results")
+    failed = {m: r for m, r in out.items() if r.startswith("FAILED")}
+    for m, r in failed.items():
+        print(f"  {m}: {r}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def paths_cache(kind: str):
+    from .. import paths
+
+    return paths.cache_dir(kind)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="prh-batch", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -122,7 +150,16 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--slurm-setup", action="append", default=[], metavar="LINE",
                      help="shell line run before each task, e.g. 'source .venv/bin/activate' (repeatable)")
     sub.add_parser("models", help="list the paper's models")
+    cap = sub.add_parser("capability", help="lm-eval capability scores, one job per language model")
+    cap.add_argument("--profile", default="paper", help=f"named parameter set: {', '.join(PROFILES)}")
+    cap.add_argument("--models", nargs="+", help="default: the profile's language_models")
+    cap.add_argument("--executor", choices=("inline", "local", "slurm"), default="inline")
+    cap.add_argument("--limit", type=int, help="items per task (a quick check; not for the paper's numbers)")
+    cap.add_argument("--device", help="default: the profile's")
     args = parser.parse_args(argv)
+
+    if args.command == "capability":
+        return _capability(args)
 
     if args.command == "models":
         import pandas as pd

@@ -8,77 +8,18 @@ reads the study from a notebook parameter set.
 
 from __future__ import annotations
 
-import functools
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
 from .. import data, extract, paper
+from ..features import CorruptFeatureFileError, check_feature_file
+from ..data.study import DatasetSpec, clear_caches, study_draws, study_pairs
 from ..models import DTYPES
 
 __all__ = ["DatasetSpec", "Job", "study_pairs", "clear_caches", "planned_cache_file", "plan_study", "plan_table",
            "describe_plan", "study_from_profile"]
-
-
-@dataclass(frozen=True)
-class DatasetSpec:
-    """One dataset of the study: where it comes from and which pairs are drawn from it.
-
-    Attributes
-    ----------
-    name : str
-        Label in plans and tables (e.g. ``"coco"``).
-    source : str
-        A name in :data:`prh_lib.data.SOURCES`.
-    location : str, optional
-        Hub id or local path handed to the source (None: the source's default).
-    options : tuple of (str, value)
-        Extra keyword options of the source, sorted by name.
-    n_pairs : int, optional
-        Pairs per repetition (None: every image in dataset order).
-    repetitions : int
-        Number of seeded draws; repetition r uses seed ``first_seed + r``.
-    first_seed : int
-    caption_policy, n_captions
-        As in :func:`prh_lib.data.sample_pairs`.
-    """
-
-    name: str
-    source: str = "coco-folder"
-    location: str | None = None
-    options: tuple = ()
-    n_pairs: int | None = 1024
-    repetitions: int = 1
-    first_seed: int = 0
-    caption_policy: str = "first"
-    n_captions: int = 1
-
-    def __post_init__(self):
-        if self.source not in data.SOURCES:
-            raise ValueError(f"dataset {self.name!r}: unknown source {self.source!r}; known: {sorted(data.SOURCES)}")
-        if self.repetitions < 1:
-            raise ValueError(f"dataset {self.name!r}: repetitions must be >= 1, got {self.repetitions}")
-
-    @property
-    def seeds(self) -> tuple[int, ...]:
-        return tuple(range(self.first_seed, self.first_seed + self.repetitions))
-
-    @classmethod
-    def coerce(cls, spec: "DatasetSpec | dict | str") -> "DatasetSpec":
-        """A spec from a :class:`DatasetSpec`, a dict (as in :data:`prh_lib.paper.DATASETS`) or a paper dataset name."""
-        if isinstance(spec, DatasetSpec):
-            return spec
-        if isinstance(spec, str):
-            spec = paper.dataset_info(spec)
-        if not isinstance(spec, dict):
-            raise TypeError(f"a dataset spec is a DatasetSpec, dict or name, got {type(spec).__name__}")
-        fields = {k: v for k, v in spec.items() if k in cls.__dataclass_fields__}
-        opts = fields.get("options") or {}
-        fields["options"] = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in dict(opts).items()))
-        if fields.get("location") is not None:
-            fields["location"] = str(fields["location"])
-        return cls(**fields)
 
 
 @dataclass(frozen=True)
@@ -112,33 +53,27 @@ class Job:
         return None if self.cache_file is None else Path(self.cache_file)
 
     def is_done(self) -> bool:
-        """Whether the job's feature file exists (written atomically, so existing means complete)."""
-        return self.cache_file is not None and Path(self.cache_file).is_file()
+        """Whether the job's feature file exists and its header is sound (safetensors header, metadata, shape).
+
+        Files are written atomically, so an interrupted write leaves no file (its temporary folder is never
+        this path); a damaged one (truncated, garbage, without metadata, a shape that contradicts it) counts
+        as not done, and the worker's ``get_features`` moves it aside and recomputes it. Only the header is
+        read (no tensor), so planning stays cheap; damaged tensor bytes (checked against the SHA-256 in the
+        metadata) and other rows are caught when ``get_features`` reads the file, which then recomputes it.
+        """
+        if self.cache_file is None or not Path(self.cache_file).is_file():
+            return False
+        try:
+            check_feature_file(self.cache_file)
+        except (CorruptFeatureFileError, FileNotFoundError):
+            return False
+        return True
 
     def status(self) -> str:
         """``"cached"``, ``"left"`` or ``"unknown"`` (cache path not resolvable at planning time)."""
         if self.cache_file is None:
             return "unknown"
         return "cached" if self.is_done() else "left"
-
-
-@functools.lru_cache(maxsize=8)
-def _load(source: str, location: str | None, options: tuple) -> data.ImageCaptionDataset:
-    return data.load_dataset(source, location, **dict(options))
-
-
-@functools.lru_cache(maxsize=64)
-def study_pairs(spec: DatasetSpec, seed: int) -> data.Pairs:
-    """The pairs of one repetition of a dataset (loaded once per process and memoised)."""
-    dataset = _load(spec.source, spec.location, spec.options)
-    return data.sample_pairs(dataset, n=spec.n_pairs, seed=seed, caption_policy=spec.caption_policy,
-                             n_captions=spec.n_captions)
-
-
-def clear_caches() -> None:
-    """Forget memoised datasets and pairs (after data on disk changed within one process)."""
-    _load.cache_clear()
-    study_pairs.cache_clear()
 
 
 def planned_cache_file(model: str, pairs: data.Pairs, *, dtype: str, max_length: int | None = None) -> Path:
@@ -170,7 +105,8 @@ def plan_study(
     Parameters
     ----------
     models : sequence of str
-        Model names as understood by :func:`prh_lib.models.load_model` (zoo names, Hub ids, folders).
+        Model names as understood by :func:`prh_lib.models.load_model` (zoo names, Hub ids, folders). A paper
+        VLM named without a tower (``"openai/clip-vit-large-patch14"``, or its stand-in) plans both towers.
     datasets : sequence of DatasetSpec, dict or str
         Dataset specs; a string names one of :data:`prh_lib.paper.DATASETS`.
     n_pairs, repetitions, caption_policy : optional
@@ -210,10 +146,12 @@ def plan_study(
         if caption_policy is not None:
             over["caption_policy"] = caption_policy
         specs.append(replace(s, **over) if over else s)
-    seed_lists = {s: tuple(seeds) if seeds is not None else s.seeds for s in specs}
+    # the draws the notebooks will read (one draw only where the dataset allows no other, e.g. WIT-1024)
+    seed_lists = {s: tuple(seeds) if seeds is not None else tuple(d.seed for d in study_draws([s])) for s in specs}
     idents: dict[str, str] = {}
     jobs = []
-    for model in dict.fromkeys(models):
+    # a paper VLM named without a tower (as the paper profile names them) is both of its towers
+    for model in dict.fromkeys(t for m in models for t in paper.expand_towers(m)):
         for spec in specs:
             for seed in seed_lists[spec]:
                 pairs = study_pairs(spec, seed)
@@ -273,7 +211,8 @@ def study_from_profile(params: dict) -> tuple[list[str], list[DatasetSpec], dict
     """Models, dataset specs and extraction options of a notebook parameter set.
 
     Models: ``vision_models`` + ``language_models`` + ``embedding_models`` + ``vlm_models`` when present,
-    else every model in ``comparisons``. Datasets: ``study_datasets`` when present, else the notebook's own
+    else every model in ``comparisons``. Datasets: ``datasets`` (the notebooks' study parameter) or
+    ``study_datasets`` when present, else the notebook's own
     dataset parameters (``dataset_source``, ``data_location``, ``n_pairs``, ``seed``, ``caption_policy``) as
     one dataset with one repetition, so the files are the ones the notebook will read.
     """
@@ -281,8 +220,10 @@ def study_from_profile(params: dict) -> tuple[list[str], list[DatasetSpec], dict
               for m in params.get(key) or []]
     if not models:
         models = [m for pair in params.get("comparisons") or [] for m in pair]
-    if "study_datasets" in params:
-        datasets = [DatasetSpec.coerce(d) for d in params["study_datasets"]]
+    if params.get("datasets") or params.get("study_datasets"):
+        specs = [DatasetSpec.coerce(d) for d in (params.get("datasets") or params["study_datasets"])]
+        n_draws = params.get("n_draws")
+        datasets = [replace(s, repetitions=int(n_draws)) if n_draws else s for s in specs]
     else:
         source = params.get("dataset_source", "coco-folder")
         datasets = [DatasetSpec(name=source, source=source, location=params.get("data_location"),

@@ -10,14 +10,16 @@ caption files), :mod:`~prh_lib.data.tables` (tables read with ``datasets``), :mo
 """
 
 from .coco import load_coco_folder, load_coco_official, read_coco_captions
-from .pairs import CAPTION_POLICIES, DataError, ImageCaptionDataset, Pairs, sample_pairs
+from .pairs import CAPTION_POLICIES, DataError, DataWarning, ImageCaptionDataset, Pairs, sample_pairs
 from .sources import (DEFAULTS, DREAMLIP_COLUMNS, DREAMLIP_LONG, SOURCES, load_cc3m_dreamlip, load_coco_captions,
                       load_dataset, load_docci, load_wit)
+from .study import DRAW_KINDS, DatasetSpec, Draw, study_draws, study_pairs
 from .tables import TableImage, load_hf_table, open_table, table_to_dataset
 
 __all__ = [
-    "CAPTION_POLICIES", "DataError", "ImageCaptionDataset", "Pairs", "sample_pairs",
+    "CAPTION_POLICIES", "DataError", "DataWarning", "ImageCaptionDataset", "Pairs", "sample_pairs",
     "load_coco_folder", "load_coco_official", "read_coco_captions",
+    "DRAW_KINDS", "DatasetSpec", "Draw", "study_draws", "study_pairs",
     "TableImage", "open_table", "table_to_dataset", "load_hf_table",
     "DEFAULTS", "DREAMLIP_COLUMNS", "DREAMLIP_LONG", "SOURCES", "load_dataset", "load_wit", "load_coco_captions",
     "load_docci", "load_cc3m_dreamlip",

@@ -7,31 +7,104 @@ images sorted by COCO image id, the captions of each image sorted by annotation 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 from .. import paths
-from .pairs import DataError, ImageCaptionDataset
+from .pairs import DataError, DataWarning, ImageCaptionDataset
 
 __all__ = ["load_coco_folder", "load_coco_official", "read_coco_captions"]
+
+
+def _decode_utf8(raw: bytes, ann_path: Path) -> str:
+    """The file's text as UTF-8 (a byte-order mark is allowed), whatever the locale's encoding.
+
+    Raises
+    ------
+    DataError
+        At a byte that is not UTF-8, naming the file, the byte offset and, where the file is otherwise valid
+        JSON, the image (and annotation) whose caption holds it.
+    """
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        where = ""
+        try:  # locate the bad byte: undecodable bytes become lone surrogates, which json keeps in strings
+            meta = json.loads(raw.decode("utf-8", errors="surrogateescape"))
+            for ann in meta.get("annotations", []):
+                caption = ann.get("caption") if isinstance(ann, dict) else None
+                if isinstance(caption, str) and any("\udc80" <= c <= "\udcff" for c in caption):
+                    where = f" in the caption of image {ann.get('image_id')!r} (annotation {ann.get('id')!r})"
+                    break
+        except (ValueError, AttributeError):
+            pass
+        raise DataError(f"{ann_path} is not valid UTF-8: byte 0x{raw[err.start]:02x} at offset {err.start}{where}; "
+                        "caption files are read as UTF-8 whatever the locale (re-save the file as UTF-8)") from err
 
 
 def read_coco_captions(ann_path: Path) -> tuple[list[dict], dict[int, list[str]]]:
     """Image records (sorted by id) and the captions of each image id (sorted by annotation id) of a COCO JSON.
 
+    The file is read as UTF-8 whatever the locale. Captions are stripped; empty (or whitespace-only) ones are
+    skipped with one :class:`~prh_lib.data.DataWarning` that counts them, so no text is ever empty.
+
     Raises
     ------
     DataError
-        If the file is not in COCO caption format (``images`` and ``annotations`` lists).
+        Naming the file and, where it applies, the image id: if the file is not UTF-8 or not in COCO caption
+        format (``images`` and ``annotations`` lists), an image record lacks ``id`` or ``file_name`` or repeats
+        an id, an annotation lacks ``image_id``, points to an image not in ``images``, or has a caption that is
+        missing, ``null`` or not a string, or an image is left with no caption.
     """
+    ann_path = Path(ann_path)
     try:
-        meta = json.loads(Path(ann_path).read_text())
-        records = sorted(meta["images"], key=lambda im: im["id"])
-        by_image: dict[int, list[tuple[int, str]]] = {}
-        for ann in meta["annotations"]:
-            by_image.setdefault(ann["image_id"], []).append((ann["id"], ann["caption"].strip()))
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
-        raise DataError(f"{ann_path} is not in COCO caption format ({err!r})") from err
-    return records, {image: [c for _, c in sorted(caps)] for image, caps in by_image.items()}
+        meta = json.loads(_decode_utf8(ann_path.read_bytes(), ann_path))
+    except json.JSONDecodeError as err:
+        raise DataError(f"{ann_path} is not in COCO caption format: invalid JSON ({err})") from err
+    if not isinstance(meta, dict) or not isinstance(meta.get("images"), list) \
+            or not isinstance(meta.get("annotations"), list):
+        raise DataError(f"{ann_path} is not in COCO caption format: it needs an 'images' list and an "
+                        "'annotations' list")
+    known: dict = {}
+    for i, im in enumerate(meta["images"]):
+        if not isinstance(im, dict) or "id" not in im or not isinstance(im.get("file_name"), str):
+            raise DataError(f"{ann_path}: image record {i} ({im!r:.80}) needs an 'id' and a 'file_name'")
+        if im["id"] in known:
+            raise DataError(f"{ann_path}: image id {im['id']!r} appears twice in 'images'")
+        known[im["id"]] = im
+    by_image: dict = {image: [] for image in known}
+    empty = []
+    for i, ann in enumerate(meta["annotations"]):
+        if not isinstance(ann, dict) or "image_id" not in ann:
+            raise DataError(f"{ann_path}: annotation {i} ({ann!r:.80}) has no 'image_id'")
+        image, ann_id = ann["image_id"], ann.get("id", i)
+        label = f"{ann_path}: the caption of image {image!r} (annotation {ann_id!r})"
+        if image not in known:
+            raise DataError(f"{ann_path}: annotation {ann_id!r} points to image {image!r}, which is not in 'images'")
+        if "caption" not in ann:
+            raise DataError(f"{label} is missing (no 'caption' key)")
+        caption = ann["caption"]
+        if caption is None:
+            raise DataError(f"{label} is null")
+        if not isinstance(caption, str):
+            raise DataError(f"{label} is a {type(caption).__name__} ({caption!r:.60}), not a string")
+        if not caption.strip():
+            empty.append(image)
+            continue
+        by_image[image].append((ann_id, caption.strip()))
+    if empty:
+        warnings.warn(f"{ann_path}: skipped {len(empty)} empty caption(s) (images {sorted(set(empty), key=str)[:5]}"
+                      f"{' ...' if len(set(empty)) > 5 else ''})", DataWarning, stacklevel=2)
+    uncaptioned = [image for image, caps in by_image.items() if not caps]
+    if uncaptioned:
+        raise DataError(f"{ann_path}: {len(uncaptioned)} image(s) have no caption"
+                        f"{' left after skipping empty ones' if empty else ''}: ids {uncaptioned[:5]}")
+    try:
+        records = sorted(known.values(), key=lambda im: im["id"])
+        captions = {image: [c for _, c in sorted(caps)] for image, caps in by_image.items()}
+    except TypeError as err:
+        raise DataError(f"{ann_path}: image or annotation ids of mixed types cannot be ordered ({err})") from err
+    return records, captions
 
 
 def _coco_dataset(records, captions, image_dir: Path, *, name: str, source: str) -> ImageCaptionDataset:

@@ -17,13 +17,17 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["CAPTION_POLICIES", "DataError", "ImageCaptionDataset", "Pairs", "sample_pairs"]
+__all__ = ["CAPTION_POLICIES", "DataError", "DataWarning", "ImageCaptionDataset", "Pairs", "sample_pairs"]
 
-CAPTION_POLICIES = ("first", "random", "concat")
+CAPTION_POLICIES = ("first", "random", "concat", "nth")
 
 
 class DataError(ValueError):
     """A dataset is missing, unreadable or malformed; the message names the path and the fix."""
+
+
+class DataWarning(UserWarning):
+    """Data was usable after a repair that the reader should know of (e.g. empty captions skipped, counted)."""
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,8 @@ class ImageCaptionDataset:
     captions : tuple of tuple of str, length n_images
         All captions of each image, in the source's order (COCO: by annotation id).
     source : str
-        Where the data came from (folder path or dataset id and revision).
+        Where the data came from (folder path or dataset id and revision), in full, for provenance; pages show
+        :attr:`display_source` (relative to ``PRH_DATA_ROOT`` or the dataset's name), as does the repr.
     """
 
     name: str
@@ -65,6 +70,22 @@ class ImageCaptionDataset:
 
     def __len__(self) -> int:
         return len(self.sample_ids)
+
+    @property
+    def display_source(self) -> str:
+        """:attr:`source` as a page may show it (:func:`prh_lib.paths.display_path`: no machine-specific paths)."""
+        return _display_source(self.source)
+
+    def __repr__(self) -> str:
+        n_captions = sum(len(c) for c in self.captions)
+        return (f"ImageCaptionDataset(name={self.name!r}, n_images={len(self)}, n_captions={n_captions}, "
+                f"source={self.display_source!r})")
+
+
+def _display_source(source: str) -> str:
+    from .. import paths
+
+    return paths.display_path(source) if source else source
 
 
 @dataclass(frozen=True)
@@ -100,6 +121,12 @@ class Pairs:
     def __len__(self) -> int:
         return len(self.sample_ids)
 
+    def __repr__(self) -> str:
+        source = self.info.get("source")
+        where = f", source={_display_source(source)!r}" if source else ""
+        return (f"Pairs(dataset={self.dataset!r}, n={len(self)}, caption_policy={self.caption_policy!r}, "
+                f"n_captions={self.n_captions}, seed={self.seed}{where})")
+
     def load_images(self, indices: Sequence[int] | None = None):
         """Open the images of the given rows (all rows by default) as RGB ``PIL.Image`` objects.
 
@@ -134,12 +161,35 @@ class Pairs:
         return h.hexdigest()[:16]
 
     def image_fingerprint(self) -> str:
-        """SHA-256 (hex, 16 chars) of the sample ids and image identities (file name and size) in row order."""
+        """SHA-256 (hex, 16 chars) of the sample ids and image contents in row order: the image side's cache key.
+
+        An image file counts by its bytes (:func:`prh_lib.paths.file_digests`: each file is read once and
+        remembered by path, size and modification times, so replacing a photo by another of the same size
+        changes the key); a table image (:class:`~prh_lib.data.TableImage`) by its stored encoded bytes; an
+        in-memory ``PIL.Image`` by its mode, size and pixels.
+
+        Raises
+        ------
+        DataError
+            If an image file does not exist (the message names it and its sample).
+        """
+        from .. import paths
+
+        files = [i for i, item in enumerate(self.images) if isinstance(item, (str, Path))]
+        try:
+            digests = dict(zip(files, paths.file_digests([self.images[i] for i in files])))
+        except FileNotFoundError as err:
+            missing = next(i for i in files if not Path(self.images[i]).is_file())
+            raise DataError(f"cannot fingerprint the images of {self.dataset!r}: image file {self.images[missing]} "
+                            f"(sample {self.sample_ids[missing]!r}) does not exist") from err
         h = hashlib.sha256()
-        for sid, item in zip(self.sample_ids, self.images):
-            if isinstance(item, (str, Path)):
-                p = Path(item)
-                ident = f"{p.name}:{p.stat().st_size}" if p.exists() else p.name
+        for i, (sid, item) in enumerate(zip(self.sample_ids, self.images)):
+            if i in digests:
+                ident = "sha256:" + digests[i]
+            elif hasattr(item, "content_digest"):  # TableImage: its stored (encoded) bytes
+                ident = item.content_digest()
+            elif hasattr(item, "mode") and hasattr(item, "size"):  # PIL.Image: pixels alone omit the shape
+                ident = f"pil:{item.mode}:{item.size[0]}x{item.size[1]}:" + hashlib.sha256(item.tobytes()).hexdigest()
             else:
                 ident = hashlib.sha256(item.tobytes()).hexdigest()
             h.update(sid.encode() + b"\x00" + ident.encode() + b"\x01")
@@ -182,6 +232,7 @@ def sample_pairs(
     seed: int = 0,
     caption_policy: str = "first",
     n_captions: int = 1,
+    caption_index: int = 0,
 ) -> Pairs:
     """Draw ``n`` image-caption pairs with a seed and a caption policy.
 
@@ -192,11 +243,15 @@ def sample_pairs(
         Number of pairs, ``1 <= n <= len(dataset)``. Default: all images, in dataset order.
     seed : int
         Seed of ``np.random.default_rng`` for the sample and for ``"random"`` captions.
-    caption_policy : {"first", "random", "concat"}
+    caption_policy : {"first", "random", "concat", "nth"}
         ``"first"``: each image's first caption; ``"random"``: one caption drawn with the seed;
-        ``"concat"``: the first ``n_captions`` captions joined by a space (Appendix F's "more detail").
+        ``"concat"``: the first ``n_captions`` captions joined by a space (Appendix F's "more detail");
+        ``"nth"``: each image's caption number ``caption_index`` (0-based; draw r of a dataset with several
+        human captions per image pairs every image with its r-th caption, see :mod:`prh_lib.data.study`).
     n_captions : int
         Captions to concatenate with ``"concat"`` (1 to the minimum captions per image); must be 1 otherwise.
+    caption_index : int
+        Caption used with ``"nth"`` (0 to the minimum captions per image - 1); must be 0 otherwise.
 
     Returns
     -------
@@ -206,7 +261,8 @@ def sample_pairs(
     Raises
     ------
     ValueError
-        If ``n`` is out of range, the policy is unknown, or ``n_captions`` exceeds the captions available.
+        If ``n`` is out of range, the policy is unknown, or ``n_captions`` / ``caption_index`` exceeds the
+        captions available.
     """
     if caption_policy not in CAPTION_POLICIES:
         raise ValueError(f"unknown caption_policy {caption_policy!r}; use one of {CAPTION_POLICIES}")
@@ -219,7 +275,12 @@ def sample_pairs(
         rows = np.random.default_rng(seed).choice(total, size=int(n), replace=False)
     if caption_policy != "concat" and n_captions != 1:
         raise ValueError(f"n_captions={n_captions} only applies to caption_policy='concat'")
+    if caption_policy != "nth" and caption_index != 0:
+        raise ValueError(f"caption_index={caption_index} only applies to caption_policy='nth'")
     min_caps = min(len(dataset.captions[i]) for i in rows)
+    if caption_policy == "nth" and not 0 <= int(caption_index) < min_caps:
+        raise ValueError(f"caption_index={caption_index} but some selected images have only {min_caps} captions "
+                         f"(valid: 0 to {min_caps - 1})")
     if not 1 <= n_captions <= min_caps:
         raise ValueError(f"n_captions={n_captions} but some selected images have only {min_caps} captions")
 
@@ -231,6 +292,8 @@ def sample_pairs(
             texts.append(caps[0])
         elif caption_policy == "random":
             texts.append(caps[int(caption_rng.integers(len(caps)))])
+        elif caption_policy == "nth":
+            texts.append(caps[int(caption_index)])
         else:
             texts.append(" ".join(caps[:n_captions]))
     return Pairs(
@@ -241,5 +304,5 @@ def sample_pairs(
         caption_policy=caption_policy,
         n_captions=n_captions,
         seed=seed,
-        info={"source": dataset.source},
+        info={"source": dataset.source, **({"caption_index": int(caption_index)} if caption_policy == "nth" else {})},
     )

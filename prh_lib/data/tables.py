@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import ast
 import os
+import warnings
 from pathlib import Path
 from typing import Sequence
 
 from .. import paths
-from .pairs import DataError, ImageCaptionDataset
+from .pairs import DataError, DataWarning, ImageCaptionDataset
 
 __all__ = ["TableImage", "open_table", "table_to_dataset", "load_hf_table"]
 
@@ -51,6 +52,15 @@ class TableImage:
         if stored.get("bytes") is not None:
             return stored["bytes"]
         return Path(stored["path"]).read_bytes()
+
+    def content_digest(self) -> str:
+        """SHA-256 (hex) of the stored bytes (a stored path: of the file, through :func:`prh_lib.paths.file_digests`)."""
+        import hashlib
+
+        stored = self._stored()
+        if stored.get("bytes") is not None:
+            return hashlib.sha256(stored["bytes"]).hexdigest()
+        return paths.file_digests([stored["path"]])[0]
 
     def open(self):
         """The decoded ``PIL.Image``."""
@@ -193,6 +203,15 @@ def _texts(value, *, join_lists: bool = False) -> list[str]:
     raise DataError(f"caption cell of type {type(value).__name__} is neither a string nor a list: {value!r:.80}")
 
 
+def _blank_count(value) -> int:
+    """Empty or whitespace-only strings in a caption cell (``None``, a column without a value, does not count)."""
+    if isinstance(value, str):
+        return int(not value.strip())
+    if isinstance(value, (list, tuple)):
+        return sum(_blank_count(v) for v in value)
+    return 0
+
+
 def table_to_dataset(
     table,
     *,
@@ -224,7 +243,9 @@ def table_to_dataset(
     Raises
     ------
     DataError
-        If a column is missing (the message lists the table's columns) or a row has no caption.
+        If a column is missing (the message lists the table's columns), a caption cell is neither a string
+        nor a list (naming the row and sample), or a row has no caption. Empty captions are skipped with one
+        :class:`~prh_lib.data.DataWarning` that counts them.
     """
     import datasets
 
@@ -235,7 +256,24 @@ def table_to_dataset(
     n = len(table)
     ids = [str(v) for v in _column(table, id_column)] if id_column else [str(i) for i in range(n)]
     per_column = [_column(table, c) for c in caption_columns]
-    captions = [tuple(t for col in per_column for t in _texts(col[i], join_lists=join_lists)) for i in range(n)]
+    captions, empty = [], 0
+    for i in range(n):
+        texts = []
+        for column, values in zip(caption_columns, per_column):
+            cell = values[i]
+            try:
+                found = _texts(cell, join_lists=join_lists)
+            except DataError as err:
+                raise DataError(f"{name}: row {i} (sample {ids[i]!r}), column {column!r} of {source}: {err}") from err
+            empty += _blank_count(cell)
+            texts += found
+        captions.append(tuple(texts))
+    if empty:
+        warnings.warn(f"{name}: skipped {empty} empty caption(s) in {source}", DataWarning, stacklevel=2)
+    uncaptioned = [ids[i] for i in range(n) if not captions[i]]
+    if uncaptioned:
+        raise DataError(f"{name}: {len(uncaptioned)} row(s) of {source} have no caption in columns "
+                        f"{list(caption_columns)}: samples {uncaptioned[:5]}")
 
     feature = table.features[image_column]
     if isinstance(feature, datasets.Image):

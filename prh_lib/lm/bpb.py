@@ -24,7 +24,7 @@ import torch
 from .. import __version__, paths
 from ..validation import check_texts
 
-__all__ = ["BitsPerByte", "bits_per_byte", "heldout_captions", "BPB_SOURCES", "bpb_corpus", "BPB_FORMAT_VERSION",
+__all__ = ["BitsPerByte", "bits_per_byte", "heldout_captions", "study_heldout", "BPB_SOURCES", "bpb_corpus", "BPB_FORMAT_VERSION",
            "bpb_cache_path", "cached_bits_per_byte"]
 
 #: Bump when a change to :func:`bits_per_byte` changes its numbers; part of every cache key.
@@ -48,6 +48,9 @@ class BitsPerByte:
     context : {"bos", "first-token"}
         ``"bos"``: every token scored, the first conditioned on the BOS token; ``"first-token"``: the first
         token is context only and its bytes are not counted.
+    n_correct : int or None
+        Scored tokens whose top-1 prediction (argmax of the logits) is the actual next token; None for a
+        result cached before it was recorded.
     """
 
     bpb: float
@@ -55,6 +58,18 @@ class BitsPerByte:
     n_bytes: np.ndarray
     n_tokens: int
     context: str
+    n_correct: int | None = None
+
+    @property
+    def accuracy(self) -> float:
+        """Next-token accuracy: ``n_correct / n_tokens`` in [0, 1] (NaN when not recorded).
+
+        Tokenizer-dependent (a larger vocabulary makes each token longer and harder to guess), unlike
+        :attr:`bpb`; a second, coarser capability measure.
+        """
+        if self.n_correct is None or self.n_tokens == 0:
+            return float("nan")
+        return self.n_correct / self.n_tokens
 
 
 def _tokenize_for_bpb(tokenizer, texts: list[str], use_bos: bool):
@@ -104,7 +119,8 @@ def bits_per_byte(lm: torch.nn.Module, tokenizer, texts: Sequence[str], *, batch
     Returns
     -------
     BitsPerByte
-        ``bpb`` >= 0 (a uniform model over V tokens gives about ``log2(V) * tokens / bytes``).
+        ``bpb`` >= 0 (a uniform model over V tokens gives about ``log2(V) * tokens / bytes``), and the
+        top-1 next-token accuracy of the same scored tokens (:attr:`BitsPerByte.accuracy`).
 
     Raises
     ------
@@ -133,7 +149,7 @@ def bits_per_byte(lm: torch.nn.Module, tokenizer, texts: Sequence[str], *, batch
     device = next(lm.parameters()).device
     order = np.argsort([len(t) for t in ids], kind="stable")
     bits = np.zeros(len(texts), dtype=np.float64)
-    n_tokens = 0
+    n_tokens = n_correct = 0
     for start in tqdm(range(0, len(texts), batch_size), disable=not progress, desc="bits per byte"):
         rows = order[start:start + batch_size]
         width = max(len(ids[i]) for i in rows)
@@ -152,8 +168,9 @@ def bits_per_byte(lm: torch.nn.Module, tokenizer, texts: Sequence[str], *, batch
         per_text = nll.masked_fill(~scored, 0.0).sum(dim=1).double().cpu().numpy() / math.log(2.0)
         bits[rows] = per_text
         n_tokens += int(scored.sum())
+        n_correct += int(((logits.argmax(-1) == target) & scored).sum())
     return BitsPerByte(float(bits.sum() / n_bytes.sum()), bits, n_bytes, n_tokens,
-                       "bos" if use_bos else "first-token")
+                       "bos" if use_bos else "first-token", n_correct)
 
 
 def heldout_captions(dataset, pairs, *, per_image: int = 1, max_texts: int | None = None) -> list[str]:
@@ -196,6 +213,62 @@ def heldout_captions(dataset, pairs, *, per_image: int = 1, max_texts: int | Non
     if not out:
         raise ValueError("no held-out captions: every image's captions are used by the pairs")
     return out if max_texts is None else out[:max_texts]
+
+
+def study_heldout(datasets, draws, *, per_image: int = 1, max_texts: int | None = None) -> tuple[list[str], str]:
+    """Captions that no draw of the study aligns: held-out text for bits per byte across datasets and draws.
+
+    A caption of an image is *used* when it is contained in the text of that image in any draw of any
+    dataset built on the same source (so caption draws, concatenations and seeded subsets are all left
+    out). The others are held out: ``per_image`` of them per image, images in each dataset's order, at most
+    ``max_texts`` in all. When every caption is used (e.g. caption draws over every caption of every
+    image), the first draw's own texts are returned with ``"aligned"`` (as Huh et al. 2024 measure it),
+    and the caller should say so.
+
+    Parameters
+    ----------
+    datasets : sequence of ImageCaptionDataset
+        The study's datasets (duplicates by name are read once).
+    draws : sequence of prh_lib.data.Draw
+        Every draw of the study (:func:`prh_lib.data.study_draws`).
+    per_image : int >= 1
+    max_texts : int >= 1, optional
+
+    Returns
+    -------
+    texts : list of str
+    used : {"heldout", "aligned"}
+
+    Raises
+    ------
+    ValueError
+        If ``per_image`` or ``max_texts`` is below 1, or ``draws`` is empty.
+    """
+    if not isinstance(per_image, int) or per_image < 1:
+        raise ValueError(f"per_image must be an int >= 1, got {per_image!r}")
+    if max_texts is not None and (not isinstance(max_texts, int) or max_texts < 1):
+        raise ValueError(f"max_texts must be an int >= 1 or None, got {max_texts!r}")
+    draws = list(draws)
+    if not draws:
+        raise ValueError("no draws given")
+    aligned: dict[tuple[str, str], list[str]] = {}
+    for d in draws:
+        for sid, text in zip(d.pairs.sample_ids, d.pairs.texts):
+            aligned.setdefault((d.pairs.dataset, sid), []).append(text)
+    out: list[str] = []
+    seen = set()
+    for ds in datasets:
+        if ds.name in seen:
+            continue
+        seen.add(ds.name)
+        for sid, caps in zip(ds.sample_ids, ds.captions):
+            texts = aligned.get((ds.name, sid), [])
+            spare = [c for c in caps if c.strip() and not any(c in t for t in texts)]
+            out.extend(spare[:per_image])
+    if not out:
+        texts = list(draws[0].pairs.texts)
+        return (texts if max_texts is None else texts[:max_texts]), "aligned"
+    return (out if max_texts is None else out[:max_texts]), "heldout"
 
 
 #: Where the bits-per-byte texts come from (see :func:`bpb_corpus`).
@@ -252,13 +325,18 @@ def bpb_cache_path(name: str, revision: str, dtype: str, texts: Sequence[str]) -
 
 
 def cached_bits_per_byte(path: Path, compute: Callable[[], BitsPerByte]) -> BitsPerByte:
-    """The result cached at ``path``, else ``compute()``, written there atomically."""
-    if path.is_file():
-        d = json.loads(path.read_text())
+    """The result cached at ``path``, else ``compute()``, written there atomically.
+
+    A file written before next-token accuracy was recorded (no ``n_correct``) is recomputed and replaced,
+    so that both measures always come from the same pass.
+    """
+    d = json.loads(path.read_text()) if path.is_file() else None
+    if d is not None and d.get("n_correct") is not None:
         return BitsPerByte(d["bpb"], np.asarray(d["bits"]), np.asarray(d["n_bytes"], dtype=np.int64),
-                           d["n_tokens"], d["context"])
+                           d["n_tokens"], d["context"], d.get("n_correct"))
     res = compute()
     with paths.atomic_path(path) as tmp:
         tmp.write_text(json.dumps({"bpb": res.bpb, "bits": res.bits.tolist(), "n_bytes": res.n_bytes.tolist(),
-                                   "n_tokens": res.n_tokens, "context": res.context, "prh_lib": __version__}))
+                                   "n_tokens": res.n_tokens, "context": res.context, "n_correct": res.n_correct,
+                                   "prh_lib": __version__}))
     return res

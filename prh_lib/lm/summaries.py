@@ -25,6 +25,7 @@ import numpy as np
 from .. import models, paths
 from ..extract import torch_threads
 from .generate import greedy_generate, load_generator, max_new_tokens_for, render_prompt
+from .quiet import quiet
 
 __all__ = ["DEFAULT_FRACTIONS", "DEFAULT_PROMPT", "DEFAULT_SYSTEM", "SUMMARY_FORMAT_VERSION", "word_count",
            "target_words", "truncate_text", "truncate_texts", "token_counts", "clean_generation", "Summaries",
@@ -293,12 +294,15 @@ def summarize_texts(texts: Sequence[str], *, fractions: Sequence[float] = DEFAUL
 
     if callable(generator):
         generator = generator()
-    module, tok, revision = generator if generator is not None else load_generator(model, device=device, dtype=dtype)
+    if generator is None:
+        with quiet(not progress):
+            generator = load_generator(model, device=device, dtype=dtype)
+    module, tok, revision = generator
     chat = bool(getattr(tok, "chat_template", None))
     prompts = [[render_prompt(tok, system, prompt.format(n_words=targets[f][i], text=t)) for f in todo]
                for i, t in enumerate(texts)]
     start = time.perf_counter()
-    with torch_threads(num_threads):
+    with torch_threads(num_threads), quiet(not progress):
         raw = greedy_generate(module, tok, prompts, [[budgets[f][i] for f in todo] for i in range(len(texts))],
                               batch_size=int(batch_size), add_special_tokens=not chat, progress=progress)
     seconds = round(time.perf_counter() - start, 2)

@@ -2,7 +2,8 @@
 
 One module per metric family, pure functions on arrays (NumPy or torch):
 
-- :mod:`~prh_lib.metrics.knn`: ``mutual_knn``, ``jaccard_knn``, ``cycle_knn``, ``cknna``
+- :mod:`~prh_lib.metrics.knn`: ``mutual_knn``, ``jaccard_knn``, ``cycle_knn``, ``cknna`` (with the
+  family's tie semantics: ties straddling the k-th place are averaged over, or broken by lowest index)
 - :mod:`~prh_lib.metrics.kernel`: ``cka_linear``, ``cka_linear_unbiased``, ``cka_rbf``
 - :mod:`~prh_lib.metrics.preprocess`: ``l2_normalize``, ``clip_outliers``, ``center`` (applied by the caller)
 - :mod:`~prh_lib.metrics.calibration`: permutation-calibrated scores (Gröger et al. 2026),

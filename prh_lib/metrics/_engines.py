@@ -2,16 +2,16 @@
 
 Each metric is split into
 
-``gram(XL) -> (G, valid)``
-    the expensive per-layer part: an ``(L, N, N)`` similarity / Gram / squared-distance stack and a
-    ``(L,)`` flag that is False for degenerate layers;
-``state(G, valid, groups=None) -> state``
-    per-layer neighbour lists or centred Gram matrices (``groups`` marks positions that hold the same
-    sample, used by the bootstrap);
-``score(sx, sy, perm=None) -> (L_x, L_y)`` float64 tensor
-    all layer-pair scores, with ``Y`` rows re-paired as ``Y[perm]``. A permutation only relabels the
-    positions looked up (k-NN family) or permutes Gram rows and columns (kernel family); nothing is
-    recomputed from features.
+``prepare(XL, **opts) -> state``
+    the expensive per-layer part, one layer at a time: neighbourhoods with their tie structure
+    (k-NN family) or centred Gram matrices (kernel family);
+``gram(XL) -> (G, valid)`` and ``state(G, valid, groups=None) -> state``
+    the same in two steps, for the bootstrap, which resamples ``G`` (``groups`` marks positions that
+    hold the same sample);
+``scores(sx, sy, perms=None) -> (P, L_x, L_y)`` float64 array
+    all layer-pair scores for every re-pairing ``Y[perm]`` (rows of ``perms``). A permutation only
+    relabels the positions looked up (k-NN family) or permutes Gram rows and columns (kernel family);
+    nothing is recomputed from features, and the result equals recomputation on ``Y[perm]``.
 
 The registry ``ENGINES`` is an explicit dict keyed by the public metric names.
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 import torch
 
 from . import kernel as _ker
@@ -31,46 +32,60 @@ __all__: list[str] = []
 
 @dataclass(frozen=True)
 class Engine:
-    gram: Callable  # (XL) -> (G, valid)
-    state: Callable  # (G, valid, *, groups=None, **opts) -> state
-    score: Callable  # (sx, sy, perm=None) -> Tensor (L_x, L_y) float64
+    prepare: Callable  # (XL, *, name, **opts) -> state (bounded memory: one layer's Gram at a time)
+    gram: Callable  # (XL) -> (G, valid): similarity / Gram stack (bootstrap)
+    state: Callable  # (G, valid, *, groups=None, **opts) -> state (bootstrap)
+    scores: Callable  # (sx, sy, perms=None) -> ndarray (P, L_x, L_y) float64; P = 1 without perms
+    valid: Callable  # state -> (L,) NumPy bool
     options: tuple[str, ...]  # keyword options the metric takes (besides device)
     min_n: int = 2
     needs_k: bool = False
+    check_finite: bool = True  # False: prepare/gram check finiteness on the Gram diagonal
 
-    def prepare(self, XL: torch.Tensor, **opts):
-        G, valid = self.gram(XL)
-        return self.state(G, valid, **opts)
+    def score(self, sx, sy, perm=None) -> np.ndarray:
+        """Scores ``(L_x, L_y)`` for one re-pairing ``Y[perm]`` (or the observed pairing)."""
+        return self.scores(sx, sy, None if perm is None else np.asarray(perm)[None])[0]
 
 
-def _knn_engine(kind, score, min_n=2):
-    def gram(XL):
-        return _knn._gram(XL, kind)
+def _knn_engine(metric, min_n=2):
+    kind = _knn._KIND[metric]
+
+    def prepare(XL, *, k, name="X"):
+        return _knn._prepare(XL, k=k, metric=metric, name=name)
 
     def state(G, valid, *, k, groups=None):
-        return _knn._state(G, valid, k=k, groups=groups, with_gram=(kind == "linear"),
-                           return_by_identity=(score is _knn._score_cycle))
+        return _knn._state(G, valid, k=k, metric=metric, groups=groups)
 
-    return Engine(gram, state, score, ("k",), min_n=min_n, needs_k=True)
+    def scores(sx, sy, perms=None):
+        return _knn._scores(metric, sx, sy, perms)
+
+    return Engine(prepare, lambda XL: _knn._gram(XL, kind), state, scores, _knn._valid, ("k",),
+                  min_n=min_n, needs_k=True, check_finite=False)
 
 
 def _kernel_engine(kind, unbiased):
-    def gram(XL):
-        return _ker._gram(XL, kind)
-
     def state(G, valid, *, groups=None, sigma=1.0, bandwidth="median", unbiased=unbiased):
         return _ker._state(G, valid, kind=kind, unbiased=unbiased, sigma=sigma, bandwidth=bandwidth,
                            groups=groups)
 
+    def prepare(XL, *, name="X", **opts):
+        G, valid = _ker._gram(XL, kind)
+        return state(G, valid, **opts)
+
+    def scores(sx, sy, perms=None):
+        plist = [None] if perms is None else torch.as_tensor(np.asarray(perms)).to(sx.C.device)
+        return np.stack([_ker._score(sx, sy, p).cpu().numpy() for p in plist])
+
     opts = ("sigma", "bandwidth", "unbiased") if kind == "rbf" else ()
-    return Engine(gram, state, _ker._score, opts, min_n=4 if unbiased else 2)
+    return Engine(prepare, lambda XL: _ker._gram(XL, kind), state, scores,
+                  lambda s: s.valid.cpu().numpy(), opts, min_n=4 if unbiased else 2)
 
 
 ENGINES: dict[str, Engine] = {
-    "mutual_knn": _knn_engine("cosine", _knn._score_mutual),
-    "jaccard_knn": _knn_engine("cosine", _knn._score_jaccard),
-    "cycle_knn": _knn_engine("cosine", _knn._score_cycle),
-    "cknna": _knn_engine("linear", _knn._score_cknna, min_n=4),
+    "mutual_knn": _knn_engine("mutual_knn"),
+    "jaccard_knn": _knn_engine("jaccard_knn"),
+    "cycle_knn": _knn_engine("cycle_knn"),
+    "cknna": _knn_engine("cknna", min_n=4),
     "cka_linear": _kernel_engine("linear", False),
     "cka_linear_unbiased": _kernel_engine("linear", True),
     "cka_rbf": _kernel_engine("rbf", False),
@@ -101,8 +116,8 @@ def resolve(metric: str, X, Y, *, ndim: int, k, device, options: dict):
     engine = get_engine(metric)
     opts = dict(check_options(metric, engine, options))
     dev = V.resolve_device(device, X, Y)
-    X = V.to_tensor(X, "X", ndim=ndim, device=dev)
-    Y = V.to_tensor(Y, "Y", ndim=ndim, device=dev)
+    X = V.to_tensor(X, "X", ndim=ndim, device=dev, check_finite=engine.check_finite)
+    Y = V.to_tensor(Y, "Y", ndim=ndim, device=dev, check_finite=engine.check_finite)
     n = V.check_same_samples(X, Y)
     min_n = 4 if opts.get("unbiased") else engine.min_n
     V.check_min_samples(n, min_n, metric)

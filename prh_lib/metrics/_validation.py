@@ -17,11 +17,14 @@ __all__: list[str] = []
 _FLOAT_KINDS = "fiu"  # float, signed and unsigned integer
 
 
-def to_tensor(X, name: str, *, ndim: int, device=None) -> torch.Tensor:
+def to_tensor(X, name: str, *, ndim: int, device=None, check_finite: bool = True) -> torch.Tensor:
     """Check ``X`` and return it as a contiguous float32 tensor on ``device``.
 
     Integer and half-precision inputs are promoted to float32 and float64 inputs are rounded to float32:
     the metrics accumulate in float32 on purpose (float64 where an estimator needs it, as documented there).
+    With ``check_finite=False`` the caller takes over the NaN/inf check (the k-NN family checks the
+    diagonal of each Gram matrix instead, which is NaN or infinite exactly when a row is, and raises
+    :func:`nonfinite_error`); everything else is still checked here.
 
     Raises
     ------
@@ -48,13 +51,21 @@ def to_tensor(X, name: str, *, ndim: int, device=None) -> torch.Tensor:
     if device is not None:
         t = t.to(device)
     t = t.to(torch.float32) if t.dtype != torch.float32 else t
-    if not _all_finite(t):
-        n_nan = int(torch.isnan(t).sum())
-        n_inf = int(torch.isinf(t).sum())
-        raise ValueError(
-            f"{name} of shape {tuple(t.shape)} contains {n_nan} NaN and {n_inf} infinite values"
-        )
+    if check_finite and not _all_finite(t):
+        raise nonfinite_error(t, name)
     return t.contiguous()
+
+
+def nonfinite_error(t: torch.Tensor, name: str) -> ValueError:
+    """The ValueError for a tensor with NaN or infinite values, counting them (call only on failure)."""
+    n_nan = int(torch.isnan(t).sum())
+    n_inf = int(torch.isinf(t).sum())
+    if n_nan == n_inf == 0:
+        return ValueError(
+            f"{name} of shape {tuple(t.shape)} has values so large that squared row norms overflow "
+            f"float32 (max |value| = {float(t.abs().max()):.3g}); rescale it"
+        )
+    return ValueError(f"{name} of shape {tuple(t.shape)} contains {n_nan} NaN and {n_inf} infinite values")
 
 
 def _all_finite(t: torch.Tensor, chunk: int = 1 << 22) -> bool:
@@ -108,8 +119,17 @@ def check_fraction(value, name: str, *, closed_high: bool = False) -> float:
 
 def constant_layers(X: torch.Tensor) -> torch.Tensor:
     """Boolean ``(n_layers,)``: True where every row of a ``(n_layers, n, d)`` stack is identical."""
-    # one layer at a time: no temporary larger than a layer
-    return torch.stack([(Z == Z[:1]).all() for Z in X])
+    return torch.tensor([is_constant(Z) for Z in X], dtype=torch.bool, device=X.device)
+
+
+def is_constant(Z: torch.Tensor) -> bool:
+    """True if every row of ``Z`` (n, d) is identical. Compares rows 0 and 1 first (O(d)): real data
+    differ there, so the full O(n d) comparison only runs for (nearly) degenerate layers."""
+    if Z.shape[0] < 2:
+        return True
+    if not bool(torch.equal(Z[0], Z[1])):
+        return False
+    return bool((Z == Z[:1]).all())
 
 
 def warn_degenerate(mask: torch.Tensor, name: str, metric: str, reason: str) -> None:

@@ -9,8 +9,11 @@ this module does about it, per metric family (``method="bootstrap"``):
 - k-NN metrics (``mutual_knn``, ``jaccard_knn``, ``cycle_knn``, ``cknna``): neighbours are searched
   among the resampled rows, excluding every position that holds a copy of the *same original sample*
   (exclusion by sample identity, the resampling analogue of excluding the diagonal). Copies of *other*
-  samples remain distinct positions and can both be neighbours; they tie exactly, and the lowest
-  position wins any tie at the k-th place, identically in ``X`` and ``Y``.
+  samples remain distinct positions and can both be neighbours; they tie exactly. A tie at the k-th
+  place between copies of one sample is not a tie between samples: the first copy wins, identically in
+  ``X`` and ``Y``. Ties between different samples follow the metric's tie semantics
+  (:mod:`prh_lib.metrics.knn`: tie-averaged for mutual and Jaccard k-NN, lowest position for cycle
+  k-NN and CKNNA, which the resampled positions, sorted by original index, make the lowest index).
 - ``cka_linear_unbiased``: entries of the Gram matrix at pairs of positions holding the same sample are
   zeroed together with the diagonal before U-centring. This removes the duplicated self-similarity
   (without it the replicates drift towards the biased CKA); it is an approximation of the U-statistic,

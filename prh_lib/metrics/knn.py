@@ -3,18 +3,48 @@
 Neighbourhoods
 --------------
 For ``mutual_knn``, ``jaccard_knn`` and ``cycle_knn`` the neighbours of sample ``i`` are the ``k`` other
-samples with the largest cosine similarity to it (rows are L2-normalised inside; that is the metric's
-definition, not a hidden preprocessing step). ``cknna`` ranks by the raw inner product ``<x_i, x_j>``, the
-kernel it scores with; pass :func:`~prh_lib.metrics.preprocess.l2_normalize`-d features to reproduce
-the PRH numbers, which normalise first.
+samples with the largest cosine similarity to it (ranking by cosine is the metric's definition, not a
+hidden preprocessing step; it is computed from the Gram matrix of the raw rows, see
+:mod:`._neighbours`). ``cknna`` ranks by the raw inner product ``<x_i, x_j>``, the kernel it scores
+with; pass :func:`~prh_lib.metrics.preprocess.l2_normalize`-d features to reproduce the PRH numbers,
+which normalise first. A sample is excluded from its own neighbours *by index*, never by dropping the
+first sorted column, which goes wrong when rows are duplicated.
 
-A sample is excluded from its own neighbours *by index* (the diagonal of the similarity matrix), never by
-dropping the first sorted column, which goes wrong when rows are duplicated. Ties at the k-th
-neighbour are broken deterministically: among equal similarities the lowest index wins.
+Ties
+----
+Exact ties are common in real data: duplicate samples (the same image or caption twice), quantised or
+categorical features, all-zero rows. When a tie *straddles* the ``k``-th place (``r`` of ``t`` equally
+similar samples must be chosen), any particular choice is arbitrary, and a choice made the same way in
+``X`` and ``Y`` (say, lowest index first) makes the two neighbourhoods agree for no reason in the data.
+That inflates the observed score, and a permutation null, which relabels samples, does not reproduce
+the inflation: the test then rejects far more often than ``alpha`` on independent data.
 
-Layer-wise forms take stacks ``(L_x, N, d_x)`` and ``(L_y, N, d_y)``, compute each layer's neighbours
-once, and score all ``L_x * L_y`` pairs with batched gathers from boolean neighbour masks (counts are
-integers, so layer-wise and pairwise values are bit-identical for mutual and cycle k-NN).
+- ``mutual_knn`` and ``jaccard_knn`` use **tie-averaged membership**: sample ``j`` belongs to
+  ``N(i)`` with weight 1 if it is strictly among the ``k`` nearest, ``r / t`` if it is one of the ``t``
+  samples tied at the ``k``-th place, 0 otherwise. The per-sample overlap
+  ``m_i = sum_j w_X(i, j) w_Y(i, j)`` is the *expected* overlap under independent, uniformly random
+  tie-breaking in ``X`` and ``Y``; without straddling ties it is the usual count. The definition does
+  not depend on sample order, so the re-paired null equals recomputation and the permutation test is
+  exact; unrelated tied data stay at the chance level ``k / (N - 1)`` in expectation. A representation
+  with straddling ties scores below 1 against itself (its neighbourhoods are not determined by the
+  data). Jaccard uses the same ``m_i`` in ``m_i / (2k - m_i)``.
+- ``cycle_knn`` and ``cknna`` are not linear in the memberships, so an expectation over tie-breaks has
+  no cheap closed form; they keep the deterministic **lowest-index** rule of :func:`knn_indices` (as
+  ``torch.topk`` in the PRH code does in practice), and their permutation nulls re-apply it in the
+  re-paired sample order, which is exactly what recomputation does; their tests stay exact, but their
+  raw scores on heavily tied data carry the shared-tie-break inflation.
+
+All counting is integer or exact fixed-point arithmetic (resolution ``2**-36`` of a neighbour per sample
+at the paper's size; :mod:`._bits`): given the same similarity matrices, results are deterministic and identical on
+CPU and GPU, and a layer-wise score equals the pairwise one bit for bit.
+
+Computation
+-----------
+Layer-wise forms take stacks ``(L_x, N, d_x)`` and ``(L_y, N, d_y)``, form each layer's Gram matrix once
+(the unavoidable ``O(N^2 d)`` part; one layer at a time, so memory stays at one ``(N, N)`` matrix per
+layer plus ``O(L N k)`` neighbour lists), take its top ``k + 1`` similarities per row, and count the
+overlaps of all ``L_x L_y`` pairs with bit-sliced popcounts over packed membership words (63 layers
+per int64 word). Permutation nulls reuse the same kernels with relabelled neighbour lists.
 
 References
 ----------
@@ -24,14 +54,14 @@ Huh, Cheung, Wang, Isola (2024). "The Platonic Representation Hypothesis", ICML.
 
 from __future__ import annotations
 
-import warnings
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
+from . import _cknna as C
+from . import _overlap as O
 from . import _validation as V
-from .kernel import _hsic_unbiased_dense
+from ._bits import Backend
+from ._neighbours import hoods_from_features, hoods_from_similarity, similarity
 
 __all__ = [
     "knn_indices",
@@ -47,241 +77,49 @@ __all__ = [
     "cknna_layerwise",
 ]
 
-_GATHER_BUDGET = 1 << 24  # elements per batched gather; bounds memory of the layer-wise scores
-
 # --------------------------------------------------------------------------------------------------
-# private core: similarity, neighbour selection, per-layer state
+# private core: two-stage form (neighbourhoods, then scores for any re-pairings), used by the engines
 # --------------------------------------------------------------------------------------------------
 
-
-def _gram(XL: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Similarity stack ``(L, N, N)`` (float32, exactly symmetric) and validity flags ``(L,)``.
-
-    ``kind="cosine"``: cosine similarity (rows L2-normalised; all-zero rows stay zero).
-    ``kind="linear"``: raw inner products (CKNNA's kernel).
-    A layer is invalid (degenerate) when all its rows are identical after this step. Layers are
-    processed one at a time, so temporaries never exceed one layer's features.
-    """
-    L, N, _ = XL.shape
-    G = torch.empty(L, N, N, dtype=torch.float32, device=XL.device)
-    valid = torch.empty(L, dtype=torch.bool, device=XL.device)
-    n_zero = 0
-    for l in range(L):
-        Z = XL[l]
-        if kind == "cosine":
-            norms = torch.linalg.vector_norm(Z, dim=-1, keepdim=True)
-            n_zero += int((norms == 0).sum())
-            Z = Z / norms.clamp_min(1e-12)
-        g = Z @ Z.T
-        G[l] = 0.5 * (g + g.T)
-        valid[l] = ~V.constant_layers(Z[None])[0]
-    if n_zero:
-        warnings.warn(
-            f"{n_zero} all-zero rows: their cosine similarity to every sample is 0, so their "
-            "neighbours are decided by the lowest-index tie-break",
-            RuntimeWarning,
-            stacklevel=4,
-        )
-    return G, valid
+_KIND = {"mutual_knn": "cosine", "jaccard_knn": "cosine", "cycle_knn": "cosine", "cknna": "linear"}
 
 
-def _select(G: torch.Tensor, k: int, groups: torch.Tensor | None = None):
-    """k nearest neighbours per row of a similarity stack ``G`` of shape ``(L, N, N)``.
-
-    The diagonal (and, with ``groups``, every position holding the same group id) is excluded. Among
-    equal similarities the lowest column index wins: the k-th largest *value* is unique, every entry
-    above it is taken, and the remaining places go to the entries equal to it in index order (an
-    index-based tie-break, not ``torch.topk``'s unspecified order). Returns ``idx (L, N, k)`` ordered
-    by decreasing similarity (ties by increasing index) and the boolean membership ``mask (L, N, N)``.
-    One layer at a time, so temporaries stay at one ``(N, N)`` matrix.
-    """
-    L, N, _ = G.shape
-    excluded = torch.eye(N, dtype=torch.bool, device=G.device)
-    if groups is not None:
-        excluded |= groups[:, None] == groups[None, :]
-    mask = torch.empty(L, N, N, dtype=torch.bool, device=G.device)
-    idx = torch.empty(L, N, k, dtype=torch.int64, device=G.device)
-    for l in range(L):
-        S = G[l].masked_fill(excluded, float("-inf"))
-        kth = torch.topk(S, k, dim=-1, sorted=True).values[:, k - 1 :]  # (N, 1)
-        m = S > kth
-        ties = S == kth
-        need = k - m.sum(-1, keepdim=True)
-        if bool((ties.sum(-1, keepdim=True) == need).all()):
-            m |= ties
-        else:  # a tie straddles the k-th place: lowest indices first
-            m |= ties & (torch.cumsum(ties, dim=-1) <= need)
-        nb = torch.nonzero(m)[:, 1].view(N, k)  # ascending column index within each row
-        order = torch.sort(torch.gather(S, -1, nb), dim=-1, descending=True, stable=True).indices
-        idx[l] = torch.gather(nb, -1, order)
-        mask[l] = m
-    return idx, mask
+def _prepare(XL: torch.Tensor, *, k: int, metric: str, name: str = "X"):
+    """Neighbourhood state of a stack ``XL`` (L, N, d) for ``metric``."""
+    kind = _KIND[metric]
+    h = hoods_from_features(XL, k=k, kind=kind, name=name, bk=Backend(XL.device), keep_gram=(kind == "linear"))
+    return C.state(h) if metric == "cknna" else h
 
 
-@dataclass
-class _KnnState:
-    """Per-layer neighbour structure of one representation stack (private)."""
+def _gram(XL: torch.Tensor, kind: str):
+    """Similarity stack ``(L, N, N)`` float32 and validity ``(L,)`` bool tensor (bootstrap path)."""
+    from ._neighbours import is_constant
 
-    idx: torch.Tensor  # (L, N, k) int64
-    mask: torch.Tensor  # (L, N, N) bool; mask[l, i, j] <=> j in N_l(i)
-    valid: torch.Tensor  # (L,) bool
-    k: int
-    gram: torch.Tensor | None = None  # (L, N, N) float32 kernel values (CKNNA only)
-    self_hsic: torch.Tensor | None = None  # (L,) float64 (CKNNA only)
-    return_mask: torch.Tensor | None = None  # (L, N, N) bool, cycle k-NN under the bootstrap only
+    S = torch.stack([similarity(Z, kind, "X")[0] for Z in XL])
+    return S, torch.tensor([not is_constant(Z, kind) for Z in XL])
 
 
-def _identity_mask(mask: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
-    """``out[l, j, i]``: some position holding the same sample as ``i`` is in ``N_l(j)``.
-
-    With positions resampled with replacement, "returning to ``i``" means returning to any copy of it.
-    Counts are small integers, so the float index_add is exact (and deterministic) on any device.
-    """
-    _, gid = torch.unique(groups, return_inverse=True)
-    L, N, _ = mask.shape
-    per_group = torch.zeros(L, N, int(gid.max()) + 1, device=mask.device)
-    per_group.index_add_(2, gid, mask.float())
-    return per_group[:, :, gid] > 0
+def _state(G: torch.Tensor, valid, *, k: int, metric: str, groups=None):
+    """State from a (resampled) similarity stack, excluding same-group positions (bootstrap path)."""
+    gram = G if metric == "cknna" else None
+    h = hoods_from_similarity(G, np.asarray(valid.cpu() if isinstance(valid, torch.Tensor) else valid),
+                              k=k, bk=Backend(G.device), groups=groups, gram=gram)
+    return C.state(h) if metric == "cknna" else h
 
 
-def _state(G, valid, *, k, groups=None, with_gram=False, return_by_identity=False) -> _KnnState:
-    idx, mask = _select(G, k, groups)
-    st = _KnnState(idx=idx, mask=mask, valid=valid, k=k)
-    if return_by_identity and groups is not None:
-        st.return_mask = _identity_mask(mask, groups)
-    if with_gram:
-        st.gram = G
-        st.self_hsic = _cknna_self(G, idx, mask)
-    return st
+def _scores(metric: str, sx, sy, perms=None) -> np.ndarray:
+    """``(P, L_x, L_y)`` float64 scores; ``perms`` a ``(P, N)`` int64 array of re-pairings or None."""
+    if metric == "cknna":
+        return C.scores(sx, sy, perms)
+    bk = sx.bk
+    P = None if perms is None else bk.asarray(perms)
+    if metric == "cycle_knn":
+        return O.cycle_scores(sx, sy, P)
+    return O.overlap_scores(sx, sy, P, jaccard=(metric == "jaccard_knn"))
 
 
-def _prepare(XL: torch.Tensor, *, k: int, kind: str) -> _KnnState:
-    G, valid = _gram(XL, kind)
-    return _state(G, valid, k=k, with_gram=(kind == "linear"))
-
-
-def _blocks(n_x: int, per_x: int):
-    step = max(1, _GATHER_BUDGET // max(per_x, 1))
-    for s in range(0, n_x, step):
-        yield slice(s, min(s + step, n_x))
-
-
-def _overlap_counts(sx: _KnnState, sy: _KnnState, perm=None, *, per_sample: bool) -> torch.Tensor:
-    """``counts[a, b, i] = |N_Xa(i) ∩ N_Yb'(i)|`` with ``Y' = Y[perm]``; shape ``(L_x, L_y, N)``.
-
-    With ``per_sample=False`` the sum over samples, shape ``(L_x, L_y)``. Looks up Y's mask at X's
-    neighbour positions; a permutation of the pairing only relabels the positions looked up
-    (``M_Y'[i, j] = M_Y[perm[i], perm[j]]``), nothing is recomputed.
-    """
-    Lx, N, k = sx.idx.shape
-    Ly = sy.mask.shape[0]
-    rows = (torch.arange(N, device=sx.idx.device) if perm is None else perm).view(1, N, 1)
-    out = []
-    for blk in _blocks(Lx, Ly * N * k):
-        cols = sx.idx[blk] if perm is None else perm[sx.idx[blk]]
-        hits = sy.mask[:, rows, cols]  # (Ly, B, N, k) bool
-        if per_sample:
-            out.append(hits.count_nonzero(-1).transpose(0, 1))
-        else:
-            out.append(hits.view(Ly, hits.shape[1], -1).count_nonzero(-1).transpose(0, 1))
-    return torch.cat(out, 0)
-
-
-def _cycle_hits(sx: _KnnState, sy: _KnnState, perm=None) -> torch.Tensor:
-    """``hits[a, b] = #{i : i in N_Xa(j) for some j in N_Yb'(i)}``; shape ``(L_x, L_y)``, int64."""
-    Lx = sx.mask.shape[0]
-    Ly, N, k = sy.idx.shape
-    knn_y = sy.idx
-    if perm is not None:  # N_Y'(i) = perm^-1(N_Y(perm[i]))
-        inv = torch.empty_like(perm)
-        inv[perm] = torch.arange(N, device=perm.device)
-        knn_y = inv[sy.idx[:, perm, :]]
-    rows = torch.arange(N, device=knn_y.device).view(1, N, 1)
-    back = sx.mask if sx.return_mask is None else sx.return_mask
-    out = []
-    for blk in _blocks(Ly, Lx * N * k):
-        hit = back[:, knn_y[blk], rows]  # (Lx, B, N, k): M_X[j, i] for j in N_Y'(i)
-        out.append(hit.any(-1).count_nonzero(-1))
-    return torch.cat(out, 1)
-
-
-def _masked_hsic(A, Bv, rec, rowB_at_nbr, n: int) -> torch.Tensor:
-    """Song et al. (2012) Eq. (5) for matrices supported on neighbour lists (sums over last 2 axes).
-
-    ``A[..., i, t] = A_{i, j_t}``, ``Bv`` likewise, ``rec`` = ``M_{j_t, i}`` (reciprocal membership),
-    ``rowB_at_nbr[..., i, t] = sum_l B_{j_t, l}``. The diagonal is zero by construction (a sample is
-    never its own neighbour), as Eq. (5) requires.
-    """
-    tr = (A * Bv * rec).sum((-1, -2))  # tr(A B) = sum_ij A_ij B_ji, with B symmetric in value
-    sA, sB = A.sum((-1, -2)), Bv.sum((-1, -2))
-    ab = (A * rowB_at_nbr).sum((-1, -2))  # 1^T A B 1 = sum_ij A_ij rowsum(B)_j  (no scatter)
-    return (tr + sA * sB / ((n - 1) * (n - 2)) - 2.0 * ab / (n - 2)) / (n * (n - 3))
-
-
-def _cknna_self(G, idx, mask) -> torch.Tensor:
-    """``HSIC_u(M∘K, M∘K)`` per layer, float64, shape ``(L,)``."""
-    L, N, k = idx.shape
-    lidx = torch.arange(L, device=idx.device).view(L, 1, 1)
-    rows = torch.arange(N, device=idx.device).view(1, N, 1)
-    kv = torch.gather(G, -1, idx).double()
-    rec = mask[lidx, idx, rows]
-    rowA = kv.sum(-1)  # (L, N)
-    return _masked_hsic(kv, kv, rec, torch.gather(rowA, -1, idx.view(L, -1)).view(L, N, k), N)
-
-
-def _cknna_hsic(sx: _KnnState, sy: _KnnState, perm=None) -> torch.Tensor:
-    """``HSIC_u(M∘K_a, M∘L_b')`` with ``M = M_Xa ∘ M_Yb'``; shape ``(L_x, L_y)``, float64."""
-    Lx, N, k = sx.idx.shape
-    Ly = sy.mask.shape[0]
-    dev = sx.idx.device
-    r = torch.arange(N, device=dev) if perm is None else perm
-    rows_i = torch.arange(N, device=dev).view(1, N, 1)
-    out = []
-    for blk in _blocks(Lx, 4 * Ly * N * k):
-        knn = sx.idx[blk]  # (B, N, k)
-        B = knn.shape[0]
-        bidx = torch.arange(B, device=dev).view(B, 1, 1)
-        kv = torch.gather(sx.gram[blk], -1, knn).double()  # K_a[i, j]
-        rec_x = sx.mask[blk][bidx, knn, rows_i]  # M_Xa[j, i]
-        pr, pc = r.view(1, N, 1), r[knn]
-        w = sy.mask[:, pr, pc]  # M_Yb'[i, j]            (Ly, B, N, k)
-        rec_y = sy.mask[:, pc, pr]  # M_Yb'[j, i]
-        lv = sy.gram[:, pr, pc].double()  # L_b'[i, j]
-        A = w * kv
-        Bv = w * lv
-        rowB = Bv.sum(-1)  # (Ly, B, N)
-        rowB_at = torch.gather(rowB, -1, knn.reshape(1, B, N * k).expand(Ly, B, N * k)).view(Ly, B, N, k)
-        out.append(_masked_hsic(A, Bv, rec_x & rec_y, rowB_at, N).transpose(0, 1))
-    return torch.cat(out, 0)
-
-
-# score functions on states: (sx, sy, perm) -> (L_x, L_y) float64, NaN where a layer is degenerate
-
-
-def _nan_invalid(S: torch.Tensor, sx: _KnnState, sy: _KnnState) -> torch.Tensor:
-    bad = ~(sx.valid[:, None] & sy.valid[None, :])
-    return S.masked_fill(bad, float("nan")) if bool(bad.any()) else S
-
-
-def _score_mutual(sx, sy, perm=None):
-    N, k = sx.idx.shape[1], sx.k
-    return _nan_invalid(_overlap_counts(sx, sy, perm, per_sample=False).double() / (N * k), sx, sy)
-
-
-def _score_jaccard(sx, sy, perm=None):
-    c = _overlap_counts(sx, sy, perm, per_sample=True).double()
-    return _nan_invalid((c / (2 * sx.k - c)).mean(-1), sx, sy)
-
-
-def _score_cycle(sx, sy, perm=None):
-    N = sx.idx.shape[1]
-    return _nan_invalid(_cycle_hits(sx, sy, perm).double() / N, sx, sy)
-
-
-def _score_cknna(sx, sy, perm=None):
-    den = sx.self_hsic[:, None] * sy.self_hsic[None, :]
-    out = _cknna_hsic(sx, sy, perm) / den.clamp_min(0).sqrt()
-    return _nan_invalid(out.masked_fill(den <= 0, float("nan")), sx, sy)
+def _valid(state) -> np.ndarray:
+    return state.valid
 
 
 # --------------------------------------------------------------------------------------------------
@@ -289,18 +127,27 @@ def _score_cknna(sx, sy, perm=None):
 # --------------------------------------------------------------------------------------------------
 
 
-def _check_pair(X, Y, *, ndim, k, min_n=2, estimator="k-NN metric", device=None):
+def _check(X, Y, *, ndim, k, min_n=2, estimator="k-NN metric", device=None):
     dev = V.resolve_device(device, X, Y)
-    X = V.to_tensor(X, "X", ndim=ndim, device=dev)
-    Y = V.to_tensor(Y, "Y", ndim=ndim, device=dev)
+    X = V.to_tensor(X, "X", ndim=ndim, device=dev, check_finite=False)
+    Y = V.to_tensor(Y, "Y", ndim=ndim, device=dev, check_finite=False)
     n = V.check_same_samples(X, Y)
     V.check_min_samples(n, min_n, estimator)
     return X, Y, V.check_k(k, n)
 
 
-def _report(valid_x, valid_y, metric):
-    V.warn_degenerate(~valid_x, "X", metric, "all samples identical after normalisation")
-    V.warn_degenerate(~valid_y, "Y", metric, "all samples identical after normalisation")
+def _report(sx, sy, metric):
+    V.warn_degenerate(torch.from_numpy(~_valid(sx)), "X", metric, "all samples identical after normalisation")
+    V.warn_degenerate(torch.from_numpy(~_valid(sy)), "Y", metric, "all samples identical after normalisation")
+
+
+def _run(X, Y, *, ndim, k, metric, device=None, min_n=2, estimator=None):
+    X, Y, k = _check(X, Y, ndim=ndim, k=k, min_n=min_n, estimator=estimator or metric, device=device)
+    XL, YL = (X, Y) if ndim == 3 else (X[None], Y[None])
+    sx, sy = _prepare(XL, k=k, metric=metric, name="X"), _prepare(YL, k=k, metric=metric, name="Y")
+    _report(sx, sy, metric)
+    S = _scores(metric, sx, sy)[0]
+    return S if ndim == 3 else float(S[0, 0])
 
 
 def knn_indices(X, *, k: int, device=None) -> np.ndarray:
@@ -317,7 +164,9 @@ def knn_indices(X, *, k: int, device=None) -> np.ndarray:
     -------
     idx : ndarray of int64, shape (n_samples, k) or (n_layers, n_samples, k)
         Row ``i`` lists its neighbours by decreasing similarity. ``i`` itself never appears (excluded
-        by index, so a duplicate of ``i`` is its first neighbour); ties go to the lowest index.
+        by index, so a duplicate of ``i`` is its first neighbour); ties go to the lowest index. (This is
+        one deterministic list; ``mutual_knn`` and ``jaccard_knn`` average over the choices a tie at the
+        ``k``-th place leaves open, see the module notes.)
 
     Raises
     ------
@@ -325,18 +174,12 @@ def knn_indices(X, *, k: int, device=None) -> np.ndarray:
         Wrong number of dimensions, NaN/inf values, or ``k`` out of range.
     """
     stacked = isinstance(X, (np.ndarray, torch.Tensor)) and X.ndim == 3
-    XL = V.to_tensor(X, "X", ndim=3 if stacked else 2, device=V.resolve_device(device, X))
+    XL = V.to_tensor(X, "X", ndim=3 if stacked else 2, device=V.resolve_device(device, X), check_finite=False)
     XL = XL if stacked else XL[None]
     k = V.check_k(k, XL.shape[1])
-    idx, _ = _select(_gram(XL, "cosine")[0], k)
-    idx = idx.cpu().numpy()
+    h = hoods_from_features(XL, k=k, kind="cosine", name="X", bk=Backend(XL.device))
+    idx = h.bk.to_numpy(h.idx)
     return idx if stacked else idx[0]
-
-
-def _pairwise_masks(X, Y, k, kind):
-    Gx, vx = _gram(X[None], kind)
-    Gy, vy = _gram(Y[None], kind)
-    return Gx[0], Gy[0], _select(Gx, k)[1][0], _select(Gy, k)[1][0], bool(vx[0]), bool(vy[0])
 
 
 def mutual_knn(X, Y, *, k: int = 10) -> float:
@@ -352,10 +195,11 @@ def mutual_knn(X, Y, *, k: int = 10) -> float:
     Returns
     -------
     score : float in [0, 1]
-        1 when every sample has the same neighbours in both; :func:`mutual_knn_chance` (``k/(N-1)``) in
-        expectation for an unrelated pairing. NaN (with a RuntimeWarning) if either representation has
-        all samples identical. Symmetric in ``X`` and ``Y``; invariant to rotations and to any rescaling
-        of rows.
+        1 when every sample has the same, unambiguous neighbours in both; :func:`mutual_knn_chance`
+        (``k/(N-1)``) in expectation for an unrelated pairing. Ties straddling the ``k``-th place count
+        with their expected overlap under independent random tie-breaking (module notes). NaN (with a
+        RuntimeWarning) if either representation has all samples identical. Symmetric in ``X`` and
+        ``Y``; invariant to rotations, to any rescaling of rows and to a common permutation of samples.
 
     Raises
     ------
@@ -375,19 +219,14 @@ def mutual_knn(X, Y, *, k: int = 10) -> float:
     >>> mutual_knn(X, 2 * X, k=5)
     1.0
     """
-    X, Y, k = _check_pair(X, Y, ndim=2, k=k)
-    _, _, mx, my, vx, vy = _pairwise_masks(X, Y, k, "cosine")
-    _report(torch.tensor([vx]), torch.tensor([vy]), "mutual_knn")
-    if not (vx and vy):
-        return float("nan")
-    return int((mx & my).sum()) / (X.shape[0] * k)
+    return _run(X, Y, ndim=2, k=k, metric="mutual_knn")
 
 
 def jaccard_knn(X, Y, *, k: int = 10) -> float:
     """Jaccard k-NN alignment: mean over samples of ``|N_X(i) ∩ N_Y(i)| / |N_X(i) ∪ N_Y(i)|``.
 
     The intersection-over-union counterpart of :func:`mutual_knn`; with ``m`` shared neighbours a
-    sample scores ``m / (2k - m)`` rather than ``m / k``.
+    sample scores ``m / (2k - m)`` rather than ``m / k`` (``m`` the tie-averaged overlap).
 
     Parameters
     ----------
@@ -398,7 +237,8 @@ def jaccard_knn(X, Y, *, k: int = 10) -> float:
     Returns
     -------
     score : float in [0, 1]
-        Chance level :func:`jaccard_knn_chance`. Symmetric; NaN (warning) for degenerate inputs.
+        Chance level :func:`jaccard_knn_chance` (without ties). Symmetric; NaN (warning) for
+        degenerate inputs.
 
     Raises
     ------
@@ -410,13 +250,7 @@ def jaccard_knn(X, Y, *, k: int = 10) -> float:
     Jaccard (1912); used for neighbourhood overlap e.g. by Klabunde et al. (2023), "Similarity of
     Neural Network Models: A Survey of Functional and Representational Measures", Sec. 3.6.
     """
-    X, Y, k = _check_pair(X, Y, ndim=2, k=k)
-    _, _, mx, my, vx, vy = _pairwise_masks(X, Y, k, "cosine")
-    _report(torch.tensor([vx]), torch.tensor([vy]), "jaccard_knn")
-    if not (vx and vy):
-        return float("nan")
-    m = (mx & my).sum(1).double()
-    return float((m / (mx | my).sum(1).double()).mean())
+    return _run(X, Y, ndim=2, k=k, metric="jaccard_knn")
 
 
 def cycle_knn(X, Y, *, k: int = 10) -> float:
@@ -424,7 +258,7 @@ def cycle_knn(X, Y, *, k: int = 10) -> float:
 
     ``i`` scores 1 when ``i in N_X(j)`` for some ``j in N_Y(i)`` (go to a neighbour in Y, come back
     through X). Asymmetric: ``cycle_knn(X, Y) != cycle_knn(Y, X)`` in general, and
-    ``cycle_knn(X, X) < 1`` when neighbourhoods are not reciprocal.
+    ``cycle_knn(X, X) < 1`` when neighbourhoods are not reciprocal. Ties: lowest index (module notes).
 
     Parameters
     ----------
@@ -447,12 +281,7 @@ def cycle_knn(X, Y, *, k: int = 10) -> float:
     Huh et al. (2024), App. A (cycle k-NN); ``AlignmentMetrics.cycle_knn(feats_A=X, feats_B=Y)`` in
     github.com/minyoungg/platonic-rep, which tests ``i in knn_A[knn_B[i]]``.
     """
-    X, Y, k = _check_pair(X, Y, ndim=2, k=k)
-    _, _, mx, my, vx, vy = _pairwise_masks(X, Y, k, "cosine")
-    _report(torch.tensor([vx]), torch.tensor([vy]), "cycle_knn")
-    if not (vx and vy):
-        return float("nan")
-    return int((my & mx.T).any(1).sum()) / X.shape[0]
+    return _run(X, Y, ndim=2, k=k, metric="cycle_knn")
 
 
 def cknna(X, Y, *, k: int = 10) -> float:
@@ -460,8 +289,8 @@ def cknna(X, Y, *, k: int = 10) -> float:
 
     ``CKNNA = HSIC_u(M∘K, M∘L) / sqrt(HSIC_u(M_X∘K, M_X∘K) HSIC_u(M_Y∘L, M_Y∘L))`` with linear kernels
     ``K = X X^T``, ``L = Y Y^T``, neighbour masks ``M_X[i, j] = 1[j in N_X(i)]`` (neighbours by the same
-    inner product, self excluded by index), ``M = M_X ∘ M_Y`` and the unbiased HSIC of Song et al.
-    (2012). Computed in float64 after float32 Gram matrices.
+    inner product, self excluded by index, ties by lowest index), ``M = M_X ∘ M_Y`` and the unbiased
+    HSIC of Song et al. (2012). Computed in float64 after float32 Gram matrices.
 
     Parameters
     ----------
@@ -499,27 +328,7 @@ def cknna(X, Y, *, k: int = 10) -> float:
     github.com/minyoungg/platonic-rep. Song, Smola, Gretton, Bedo, Borgwardt (2012), "Feature Selection
     via Dependence Maximization", JMLR 13, Eq. (5).
     """
-    X, Y, k = _check_pair(X, Y, ndim=2, k=k, min_n=4, estimator="cknna (unbiased HSIC)")
-    Gx, Gy, mx, my, vx, vy = _pairwise_masks(X, Y, k, "linear")
-    V.warn_degenerate(torch.tensor([not vx]), "X", "cknna", "all samples identical")
-    V.warn_degenerate(torch.tensor([not vy]), "Y", "cknna", "all samples identical")
-    if not (vx and vy):
-        return float("nan")
-    Kd, Ld = Gx.double(), Gy.double()
-    m = (mx & my).double()
-    num = _hsic_unbiased_dense(m * Kd, m * Ld)
-    den = _hsic_unbiased_dense(mx * Kd, mx * Kd) * _hsic_unbiased_dense(my * Ld, my * Ld)
-    if not bool(den > 0):
-        V.warn_degenerate(torch.tensor([True]), "X or Y", "cknna", "non-positive self-HSIC")
-        return float("nan")
-    return float(num / den.sqrt())
-
-
-def _layerwise(X, Y, *, k, device, metric, kind, score, min_n=2):
-    X, Y, k = _check_pair(X, Y, ndim=3, k=k, min_n=min_n, estimator=metric, device=device)
-    sx, sy = _prepare(X, k=k, kind=kind), _prepare(Y, k=k, kind=kind)
-    _report(sx.valid, sy.valid, metric)
-    return score(sx, sy).cpu().numpy()
+    return _run(X, Y, ndim=2, k=k, metric="cknna", min_n=4, estimator="cknna (unbiased HSIC)")
 
 
 _LAYERWISE_DOC = """Layer-wise {name}: every pair of layers of two stacked representations.
@@ -535,7 +344,7 @@ _LAYERWISE_DOC = """Layer-wise {name}: every pair of layers of two stacked repre
     Returns
     -------
     scores : ndarray of float64, shape (n_layers_x, n_layers_y)
-        ``scores[a, b] == {name}(X[a], Y[b], k=k)`` ({equality}). Rows/columns of degenerate layers
+        ``scores[a, b] == {name}(X[a], Y[b], k=k)``, bit for bit. Rows/columns of degenerate layers
         are NaN (with a RuntimeWarning).
 
     Raises
@@ -545,39 +354,41 @@ _LAYERWISE_DOC = """Layer-wise {name}: every pair of layers of two stacked repre
 
     Notes
     -----
-    Each layer's neighbours are computed once (``L_x + L_y`` similarity matrices), then all pair scores
-    come from batched look-ups of one representation's neighbour masks at the other's neighbour indices.
+    Each layer's Gram matrix and neighbours are computed once (``L_x + L_y`` Gram matrices, one at a
+    time); {how}. Time is close to forming the Gram matrices alone (see ``benchmarks/README.md``).
     """
 
 
 def mutual_knn_layerwise(X, Y, *, k: int = 10, device=None) -> np.ndarray:
-    return _layerwise(X, Y, k=k, device=device, metric="mutual_knn", kind="cosine", score=_score_mutual)
+    return _run(X, Y, ndim=3, k=k, metric="mutual_knn", device=device)
 
 
 def jaccard_knn_layerwise(X, Y, *, k: int = 10, device=None) -> np.ndarray:
-    return _layerwise(X, Y, k=k, device=device, metric="jaccard_knn", kind="cosine", score=_score_jaccard)
+    return _run(X, Y, ndim=3, k=k, metric="jaccard_knn", device=device)
 
 
 def cycle_knn_layerwise(X, Y, *, k: int = 10, device=None) -> np.ndarray:
-    return _layerwise(X, Y, k=k, device=device, metric="cycle_knn", kind="cosine", score=_score_cycle)
+    return _run(X, Y, ndim=3, k=k, metric="cycle_knn", device=device)
 
 
 def cknna_layerwise(X, Y, *, k: int = 10, device=None) -> np.ndarray:
-    return _layerwise(
-        X, Y, k=k, device=device, metric="cknna", kind="linear", score=_score_cknna, min_n=4
-    )
+    return _run(X, Y, ndim=3, k=k, metric="cknna", device=device, min_n=4, estimator="cknna (unbiased HSIC)")
 
 
-mutual_knn_layerwise.__doc__ = _LAYERWISE_DOC.format(name="mutual_knn", equality="bit-identical")
-jaccard_knn_layerwise.__doc__ = _LAYERWISE_DOC.format(name="jaccard_knn", equality="up to rounding")
-cycle_knn_layerwise.__doc__ = _LAYERWISE_DOC.format(name="cycle_knn", equality="bit-identical")
-cknna_layerwise.__doc__ = _LAYERWISE_DOC.format(name="cknna", equality="up to float64 rounding")
+_BITS = "all pair overlaps are counted at once with bit-sliced popcounts over packed membership words"
+mutual_knn_layerwise.__doc__ = _LAYERWISE_DOC.format(name="mutual_knn", how=_BITS)
+jaccard_knn_layerwise.__doc__ = _LAYERWISE_DOC.format(name="jaccard_knn", how=_BITS + " (per sample)")
+cycle_knn_layerwise.__doc__ = _LAYERWISE_DOC.format(name="cycle_knn", how=_BITS)
+cknna_layerwise.__doc__ = _LAYERWISE_DOC.format(
+    name="cknna", how="the masked HSIC terms are gathered at neighbour positions for all pairs in batches"
+)
 
 
 def mutual_knn_chance(n: int, k: int) -> float:
     """Expected :func:`mutual_knn` for an unrelated pairing: ``k / (n - 1)``.
 
-    Each of ``i``'s ``k`` X-neighbours is one of ``i``'s Y-neighbours with probability ``k / (n - 1)``.
+    Each of ``i``'s ``k`` X-neighbours is one of ``i``'s Y-neighbours with probability ``k / (n - 1)``
+    (with tie-averaged membership this holds with ties as well).
 
     Raises
     ------
@@ -589,7 +400,7 @@ def mutual_knn_chance(n: int, k: int) -> float:
 
 
 def jaccard_knn_chance(n: int, k: int) -> float:
-    """Expected :func:`jaccard_knn` for an unrelated pairing.
+    """Expected :func:`jaccard_knn` for an unrelated pairing (without ties).
 
     The overlap ``m`` of two independent uniformly random ``k``-subsets of the ``n - 1`` other samples is
     hypergeometric; the value is ``E[m / (2k - m)]``, computed exactly.

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from .loaded import LoadedModel, dtype_kwarg, freeze, hf_labels, input_device, placement, torch_dtype
-from .spec import ModelSpec, hf_config, infer_modality, is_causal_lm, location, parse_model_name
+from .spec import ModelSpec, hf_config, infer_modality, is_causal_lm, location, parse_model_name, remote_code_kwargs
 from .zoo import ModelNotAvailableError
 
 __all__ = ["load_hf", "CausalLM", "load_causal_lm", "text_tokenizer"]
@@ -54,7 +54,7 @@ def text_tokenizer(name: str, path_or_id: str, revision: str | None = None):
     """
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(path_or_id, revision=revision)
+    tokenizer = AutoTokenizer.from_pretrained(path_or_id, revision=revision, **remote_code_kwargs(path_or_id))
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
             raise ValueError(f"tokenizer of {name!r} has neither a pad nor an EOS token to pad with")
@@ -99,8 +99,13 @@ def _build_hf_text(name, path_or_id, config, *, device, dtype, revision, weight_
     if is_causal_lm(config):
         module = _causal_lm_module(path_or_id, revision=revision, device=device, dtype=dtype).base_model
     else:
-        module = AutoModel.from_pretrained(path_or_id, revision=revision, **dtype_kwarg(dtype), **placement(device))
+        module = AutoModel.from_pretrained(path_or_id, revision=revision, **dtype_kwarg(dtype), **placement(device),
+                                           **remote_code_kwargs(path_or_id))
         module = freeze(module, device, dtype)
+        # NV-Embed-v2 (remote code): hidden states are those of its Mistral encoder; the latent-attention
+        # pooling head on top is not a layer of the encoder and is left out
+        module = getattr(module, "embedding_model", module)
+        config = getattr(config, "text_config", None) or config
     return LoadedModel(
         name=name, modality="language", family="hf-text", module=module,
         layer_labels=hf_labels(config), pooling="mean", tokenizer=text_tokenizer(name, path_or_id, revision),

@@ -22,6 +22,7 @@ block stage and the head convolution (the pre-logits feature map). Other timm mo
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
@@ -221,8 +222,36 @@ def _timm_layer_outputs(module, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 def _joint_layer_outputs(module, modality: str, inputs: dict) -> tuple[torch.Tensor, ...]:
     """The tower's hidden states, then its joint-space embedding (``get_image_features`` / ``get_text_features``)."""
+    if getattr(module.config, "model_type", None) == "qwen3_vl":  # one decoder for both inputs
+        return vlm_layer_outputs(module, modality, inputs)
     get = module.get_image_features if modality == "vision" else module.get_text_features
     out = get(**inputs, output_hidden_states=True, return_dict=True)
     return tuple(out.hidden_states) + (out.pooler_output,)
 
 
+def vlm_layer_outputs(module, modality: str, inputs: dict) -> tuple[torch.Tensor, ...]:
+    """Qwen3-VL (:mod:`prh_lib.models.vlm`): Decoder hidden states for an image (``pixel_values`` (B, n_patches, patch_dim)) or a text, then the
+    last-token embedding (B, d)."""
+    cfg = module.config
+    if modality == "vision":
+        pixels = inputs["pixel_values"]
+        b, n_patches, dim = pixels.shape
+        side = math.isqrt(n_patches)
+        if side * side != n_patches:
+            raise ValueError(f"expected square images, got {n_patches} patches per image")
+        merge = cfg.vision_config.spatial_merge_size
+        n_tokens = n_patches // (merge * merge)
+        row = [cfg.vision_start_token_id] + [cfg.image_token_id] * n_tokens + [cfg.vision_end_token_id]
+        ids = torch.tensor([row] * b, device=pixels.device)
+        out = module(input_ids=ids, attention_mask=torch.ones_like(ids), pixel_values=pixels.reshape(b * n_patches, dim),
+                     image_grid_thw=torch.tensor([[1, side, side]] * b, device=pixels.device),
+                     mm_token_type_ids=(ids == cfg.image_token_id).long(), output_hidden_states=True)
+        last = out.hidden_states[-1][:, -1]
+    else:
+        mask = inputs["attention_mask"]
+        extra = {"position_ids": inputs["position_ids"]} if "position_ids" in inputs else {}
+        out = module(input_ids=inputs["input_ids"], attention_mask=mask, output_hidden_states=True, **extra)
+        # last real token (right padding: at mask.sum - 1; left padding: at the end)
+        index = (mask.long().cumsum(-1).argmax(-1)).to(out.hidden_states[-1].device)
+        last = out.hidden_states[-1][torch.arange(mask.shape[0], device=index.device), index]
+    return tuple(out.hidden_states) + (last,)

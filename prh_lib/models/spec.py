@@ -9,7 +9,10 @@ feature cache key (:meth:`ModelSpec.identity`, no weights loaded) and the loader
 * a local folder (Hugging Face or timm layout), kind ``"folder"``;
 * a Hugging Face Hub id, kind ``"hub"``;
 * one tower of a two-tower image-text model: ``"<folder or Hub id>:vision"`` or ``":text"``;
-* any of the above followed by ``"@random-init:<seed>"``: the same architecture with seeded random weights.
+* any of the above followed by ``"@random-init:<seed>"``: the same architecture with seeded random weights;
+* ``"<paper id>~rehearsal"`` (with any tower or random-init suffix after it): the paper model's tiny
+  stand-in (:mod:`prh_lib.models.standins`), kind ``"folder"``, built on first use; the name keeps the
+  ``~rehearsal`` so caches and pages show that the result is a rehearsal.
 
 No model is downloaded when ``HF_HUB_OFFLINE=1``: a Hub id that is not in the local Hugging Face cache
 raises :class:`ModelNotAvailableError`.
@@ -24,7 +27,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import zoo
+from . import standins, zoo
 from .zoo import ModelNotAvailableError
 
 __all__ = ["ModelSpec", "ModelIdentity", "parse_model_name", "resolve_identity", "VISION_MODEL_TYPES",
@@ -43,9 +46,18 @@ VISION_MODEL_TYPES = frozenset({
 #: fixed-resolution SigLIP 2 checkpoints, whose ``model_type`` is ``"siglip"``) has no CLS token: hidden
 #: states are mean-pooled over patches; its projection is the attention-pooling head. SigLIP pools the
 #: text tower's *last position*, so every text input is padded to the full context, as in training.
+#: Padding is always on the right and SigLIP gets no attention mask, whatever the checkpoint's tokenizer
+#: says: big_vision trains SigLIP / SigLIP 2 on texts right-padded to 64 tokens with no mask and pools the
+#: last position, so the last position must be a pad that attends to the whole caption. (transformers 5
+#: loads SigLIP 2's Gemma-based tokenizers with ``padding_side="left"`` and an ``attention_mask`` output;
+#: using either would move the pooled position onto the caption's last token or hide the pads from it.)
+#: CLIP gets its tokenizer's attention mask, as its processor passes it.
+#: Qwen3-VL (Qwen3-VL-Embedding) is no two-tower model: one decoder reads an image or a text
+#: (:mod:`prh_lib.models.vlm`); its "towers" are the two input modalities, hidden states mean-pooled.
 JOINT_MODEL_TYPES = {
-    "clip": {"vision_pooling": "cls", "pad_to_context": False},
-    "siglip": {"vision_pooling": "mean", "pad_to_context": True},
+    "clip": {"vision_pooling": "cls", "pad_to_context": False, "attention_mask": True},
+    "siglip": {"vision_pooling": "mean", "pad_to_context": True, "attention_mask": False},
+    "qwen3_vl": {"vision_pooling": "mean", "pad_to_context": False, "attention_mask": True},
 }
 
 #: Pooling of each loading family (towers of two-tower models: see :data:`JOINT_MODEL_TYPES`).
@@ -212,6 +224,8 @@ def parse_model_name(name: str) -> ModelSpec:
     match = _TOWER_RE.match(rest)
     if match is not None and not rest.startswith("timm:") and not _is_dir(rest):
         rest, tower = match["base"], match["tower"]
+    if standins.is_standin_name(rest):
+        rest = str(standins.ensure_standin(standins.paper_id_of(rest)))
     if tower is not None:
         kind = "folder" if _is_dir(rest) else "hub"
     elif rest in zoo.ZOO:
@@ -294,12 +308,47 @@ def hub_unreachable_hint(name: str) -> str:
     return "the Hugging Face Hub did not provide it; check the id, your connection, or pass a local folder"
 
 
+def remote_code_kwargs(path_or_id: str) -> dict:
+    """``{"trust_remote_code": True}`` for a paper model that needs its repository's code, if allowed; else ``{}``.
+
+    Running a model repository's Python code is allowed only explicitly, with the environment variable
+    ``PRH_TRUST_REMOTE_CODE=1`` (:data:`prh_lib.paper.TRUST_REMOTE_CODE_ENV`), because the code runs with your
+    permissions and the weights come under their own licence (NV-Embed-v2: CC-BY-NC-4.0).
+
+    Raises
+    ------
+    ModelNotAvailableError
+        If the model needs remote code and it is not allowed; the message names ``trust_remote_code``,
+        the licence and the variable that allows it.
+    """
+    import os
+
+    from .. import paper
+
+    info = paper.model_info(str(path_or_id))
+    needs = info and info.get("remote_code")
+    if not needs:
+        return {}
+    if os.environ.get(paper.TRUST_REMOTE_CODE_ENV, "") not in ("1", "true", "yes"):
+        raise ModelNotAvailableError(
+            f"{path_or_id!r} needs its repository's own code ({needs['code']}), which transformers runs only "
+            f"with trust_remote_code=True, and its weights are licensed {needs['licence']}. Read the code and "
+            f"the licence on the Hub, then allow it with {paper.TRUST_REMOTE_CODE_ENV}=1 (or leave the model out: "
+            f"prh-batch --models ...). Its stand-in '{path_or_id}~rehearsal' rehearses the Mistral encoder only."
+        )
+    return {"trust_remote_code": True}
+
+
 def hf_config(name: str, path_or_id: str, revision: str | None = None):
-    """``AutoConfig`` of a folder or Hub id; :class:`ModelNotAvailableError` (with the fix) if it cannot be read."""
+    """``AutoConfig`` of a folder or Hub id; :class:`ModelNotAvailableError` (with the fix) if it cannot be read.
+
+    A paper model that needs remote code raises unless it is allowed (:func:`remote_code_kwargs`).
+    """
     from transformers import AutoConfig
 
+    remote = remote_code_kwargs(path_or_id)
     try:
-        return AutoConfig.from_pretrained(path_or_id, revision=revision)
+        return AutoConfig.from_pretrained(path_or_id, revision=revision, **remote)
     except (OSError, ValueError) as err:
         if Path(path_or_id).is_dir():
             raise ModelNotAvailableError(f"cannot read the config of model folder {name!r}: {err}") from err

@@ -19,6 +19,9 @@ import torch
 
 from .loaded import LoadedModel, dtype_kwarg, freeze, hf_labels, input_device, placement
 from .spec import JOINT_MODEL_TYPES, TOWER_MODALITY, ModelSpec, joint_config
+from .hf import text_tokenizer
+from .standins import SUFFIX
+from .vlm import VLM_MODEL_TYPES, load_vlm
 from .zoo import ModelNotAvailableError
 
 __all__ = ["TextChunking", "load_joint"]
@@ -47,8 +50,8 @@ class TextChunking:
         Pad every chunk to ``context_length`` (SigLIP, which pools the last position) instead of to the
         longest chunk of the batch.
     attention_mask : bool
-        Pass an attention mask to the model: True when its tokenizer returns one (as its processor
-        would), False for tokenizers whose only model input is ``input_ids`` (SigLIP).
+        Pass an attention mask to the model: CLIP yes (as its processor does), SigLIP no, whatever its
+        tokenizer returns (trained without one; see :data:`~prh_lib.models.spec.JOINT_MODEL_TYPES`).
     """
 
     context_length: int
@@ -150,7 +153,7 @@ def _text_chunking(tokenizer, config) -> TextChunking:
     return TextChunking(
         context_length=int(config.text_config.max_position_embeddings), prefix=prefix, suffix=suffix,
         pad_id=int(pad_id), pad_to_context=JOINT_MODEL_TYPES[config.model_type]["pad_to_context"],
-        attention_mask="attention_mask" in tokenizer.model_input_names,
+        attention_mask=JOINT_MODEL_TYPES[config.model_type]["attention_mask"],
     )
 
 
@@ -175,6 +178,10 @@ def load_joint(spec: ModelSpec, *, device, dtype, modality, revision) -> LoadedM
         path, hub_revision, source = str(spec.folder), None, f"local folder {spec.folder}"
     else:
         path, hub_revision, source = spec.base, revision, f"Hugging Face Hub {spec.base}"
+    if config.model_type in VLM_MODEL_TYPES:
+        return load_vlm(spec, path, config, hub_revision=hub_revision, weight_revision=weight_revision,
+                        source=source, device=device, dtype=dtype, standin=SUFFIX in spec.name,
+                        text_tokenizer=text_tokenizer)
     module = AutoModel.from_pretrained(path, revision=hub_revision, **dtype_kwarg(dtype), **placement(device))
     module = freeze(module, device, dtype)
     kind = JOINT_MODEL_TYPES[config.model_type]
@@ -192,6 +199,7 @@ def load_joint(spec: ModelSpec, *, device, dtype, modality, revision) -> LoadedM
         return LoadedModel(modality="vision", layer_labels=hf_labels(config.vision_config) + ("projection",),
                            pooling=kind["vision_pooling"], tokenizer=None, image_transform=image_transform, **common)
     tokenizer = AutoTokenizer.from_pretrained(path, revision=hub_revision)
+    # TextChunking.collate pads on the right itself; the tokenizer is set to agree for any other use
     tokenizer.padding_side = "right"
     return LoadedModel(modality="language", layer_labels=hf_labels(config.text_config) + ("projection",),
                        pooling="mean", tokenizer=tokenizer, image_transform=None,

@@ -1,0 +1,72 @@
+"""Silence library chatter (logs, progress bars, load-time warnings) while models load and run, for clean pages.
+
+Loading a causal LM prints a lot on stderr: "Loading weights" progress bars, GGUF dequantisation bars,
+generation-config notes and deprecation warnings from ``transformers`` and ``torch``. A book page must show
+none of it (the executed notebook keeps stderr). :func:`quiet` scopes the silence to one block and restores
+every setting afterwards; nothing global is flipped for the rest of the process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import sys
+import warnings
+
+__all__ = ["quiet"]
+
+_LOGGERS = ("transformers", "huggingface_hub", "accelerate", "torch", "timm", "prh_lib", "gguf")
+
+
+@contextlib.contextmanager
+def quiet(enabled: bool = True):
+    """A context in which library logs, progress bars and warnings are not shown.
+
+    Inside the block: ``transformers`` verbosity is ERROR and its progress bars are off
+    (``transformers.logging.set_verbosity_error`` / ``disable_progress_bar``, restored on exit), the
+    loggers of :data:`_LOGGERS` are at ERROR, warnings are ignored, and whatever is still written to
+    ``sys.stderr`` (e.g. tqdm bars of other libraries) is captured. If the block raises, the captured text
+    is written to the real stderr before the exception propagates, so nothing that explains a failure is
+    lost.
+
+    Parameters
+    ----------
+    enabled : bool, default True
+        False: a no-op context (e.g. ``quiet(not progress)``).
+    """
+    if not enabled:
+        yield
+        return
+    restore = []
+    try:
+        from transformers.utils import logging as hf_logging
+
+        verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+
+        def _restore_hf():
+            hf_logging.set_verbosity(verbosity)
+            if bars:
+                hf_logging.enable_progress_bar()
+
+        restore.append(_restore_hf)
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        pass
+    levels = {name: logging.getLogger(name).level for name in _LOGGERS}
+    for name in _LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    captured = io.StringIO()
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stderr(captured):
+            warnings.simplefilter("ignore")
+            yield
+    except BaseException:
+        sys.stderr.write(captured.getvalue())
+        raise
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+        for fn in restore:
+            fn()

@@ -1,0 +1,63 @@
+"""``analysis.clip_features``: the PRH reference's one threshold per model's stack (default) and per-layer clipping,
+against values computed by hand."""
+
+import numpy as np
+import pytest
+import torch
+
+from prh_lib import analysis
+from prh_lib.analysis.core import clip_threshold, preprocessing_label
+from prh_lib.features import LayerFeatures
+
+
+def _features():
+    # 2 layers x 2 samples; layer 0 has width 2 (zero-padded to 3), layer 1 width 3
+    values = torch.tensor([[[1.0, -4.0, 0.0], [0.5, 6.0, 0.0]],
+                           [[2.0, 8.0, -3.0], [1.0, -1.0, 10.0]]])
+    return LayerFeatures(values, ("stage.0", "stage.1"), ("a", "b"), {"model": "toy"}, (2, 3))
+
+
+def test_stack_threshold_by_hand():
+    # sample a: |x| over both layers' true widths = 1, 4, 2, 8, 3 -> median 3; sample b: 0.5, 6, 1, 1, 10 -> 1
+    assert clip_threshold(_features(), q=0.5) == pytest.approx(2.0)
+    # q = 0.75: position 0.75 * 4 = 3 of the sorted values -> 4 and 6; mean 5
+    assert clip_threshold(_features(), q=0.75) == pytest.approx(5.0)
+    out = analysis.clip_features(_features(), q=0.5)  # default: clip="stack"
+    expected = torch.tensor([[[1.0, -2.0, 0.0], [0.5, 2.0, 0.0]],
+                             [[2.0, 2.0, -2.0], [1.0, -1.0, 2.0]]])
+    torch.testing.assert_close(out.values, expected)
+    assert out.meta["clip"] == "stack" and out.meta["clip_q"] == "0.5"
+
+
+def test_layer_thresholds_by_hand():
+    # layer 0: medians of |x| 2.5 (a) and 3.25 (b) -> t = 2.875; layer 1: medians 3 and 1 -> t = 2
+    out = analysis.clip_features(_features(), q=0.5, clip="layer")
+    expected = torch.tensor([[[1.0, -2.875, 0.0], [0.5, 2.875, 0.0]],
+                             [[2.0, 2.0, -2.0], [1.0, -1.0, 2.0]]])
+    torch.testing.assert_close(out.values, expected)
+    assert out.meta["clip"] == "layer"
+
+
+def test_stack_equals_the_reference_formula_on_equal_widths():
+    # the reference clips a (N, L, D) tensor at mean over samples of torch.quantile(|x| of the sample, q)
+    rng = np.random.default_rng(0)
+    v = torch.from_numpy(rng.standard_t(3, size=(4, 30, 16))).float()
+    f = LayerFeatures(v, tuple(f"l{i}" for i in range(4)), tuple(str(i) for i in range(30)), {"model": "t"})
+    nld = v.permute(1, 0, 2)
+    t = torch.quantile(nld.abs().flatten(start_dim=1).double(), 0.95, dim=1).mean().item()
+    assert clip_threshold(f, q=0.95) == pytest.approx(t, rel=1e-6)
+    torch.testing.assert_close(analysis.clip_features(f, q=0.95).values, v.clamp(-t, t))
+
+
+def test_off_and_errors():
+    f = _features()
+    assert analysis.clip_features(f, q=None) is f
+    assert analysis.clip_features(f, q=1) is f
+    assert analysis.clip_features(f, q=0.5, clip=None) is f
+    with pytest.raises(ValueError, match="clip must be one of"):
+        analysis.clip_features(f, q=0.5, clip="global")
+    with pytest.raises(ValueError, match="clip_q"):
+        analysis.clip_features(f, q=1.5)
+    assert preprocessing_label(0.95) == "clip(stack, q=0.95)"
+    assert preprocessing_label(0.95, "layer") == "clip(layer, q=0.95)"
+    assert preprocessing_label(None) == "none"

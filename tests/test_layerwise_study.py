@@ -1,0 +1,55 @@
+"""Section 3.1 over draws: rows into the results table, aggregation and verdicts, on hand-made matrices."""
+
+import numpy as np
+import pytest
+
+from prh_lib import results
+from prh_lib.analysis import layerwise
+from prh_lib.analysis.core import AlignmentMatrix, PairResult
+
+
+def _result(scores, x="vis", y="lang"):
+    scores = np.asarray(scores, dtype=float)
+    m = AlignmentMatrix(scores, tuple(f"l{i}" for i in range(scores.shape[0])),
+                        tuple(f"m{j}" for j in range(scores.shape[1])), x, y, "mutual_knn", {"k": 2, "n": 11})
+    ctrl = AlignmentMatrix(np.full_like(scores, 0.2), m.x_labels, m.y_labels, x, y, "mutual_knn")
+    return PairResult(f"{x} × {y}", m, ctrl, None, None)
+
+
+def _write(tmp_path, draws):
+    for d, mats in enumerate(draws):
+        rows = [row for (x, y, mod_x, mod_y), s in mats for row in
+                layerwise.pair_rows(_result(s, x, y), x_modality=mod_x, y_modality=mod_y)]
+        results.write(rows, chapter="t31", params={"a": 1}, dataset="toy", draw=d, seed=d, n=11, k=2,
+                      metric="mutual_knn", preprocessing="clip(stack, q=0.95)", root=tmp_path)
+    return results.load(root=tmp_path, chapter="t31", expand_extra=True)
+
+
+def test_rows_aggregate_and_verdicts(tmp_path):
+    cross = ("vis", "lang", "vision", "language")
+    vv = ("vis", "vis2", "vision", "vision")
+    df = _write(tmp_path, [
+        [(cross, [[0.1, 0.2, 0.3], [0.2, 0.4, 0.3]]), (vv, [[0.5, 0.6], [0.9, 0.7]])],
+        [(cross, [[0.1, 0.2, 0.3], [0.2, 0.2, 0.6]]), (vv, [[0.5, 0.6], [0.8, 0.7]])],
+    ])
+    assert set(df["quantity"]) == set(layerwise.QUANTITIES)
+    assert (df["quantity"] == "layer_pair").sum() == 2 * (6 + 4)
+    agg = layerwise.aggregate_peaks(df)
+    c = agg[agg["pair"] == "vis × lang"].iloc[0]
+    assert c["regime"] == "cross-modal" and c["n_draws"] == 2
+    assert c["peak_mean"] == pytest.approx(0.5) and c["peak_std"] == pytest.approx(np.std([0.4, 0.6], ddof=1))
+    assert c["final_mean"] == pytest.approx(0.45) and c["final_is_peak"] == 1  # draw 1 peaks at the final pair
+    assert c["chance"] == pytest.approx(2 / 10) and c["shuffled_max_mean"] == pytest.approx(0.2)
+    assert c["depth_x_mean"] == pytest.approx(1.0) and c["depth_y_mean"] == pytest.approx(0.75)
+    v = agg[agg["pair"] == "vis × vis2"].iloc[0]
+    assert v["regime"] == "vision-vision" and v["peak_layers"] == "l1 × m0" and v["peak_layers_draws"] == 2
+    rows = {r["id"]: r for r in layerwise.findings(agg, dataset="toy")}
+    assert rows["3.1/final-not-max"]["verdict"] == "differs"  # one draw's maximum is the final pair
+    assert rows["3.1/later-layers"]["verdict"] == "reproduces in kind"
+    assert rows["3.1/cross-modal-peak"]["verdict"] == "differs"  # no p-values (and 0.5 is not "small")
+    # 0.85 exceeds every cross-modal peak, but sits at depth 1 × 0: "later layers" needs both sides ≥ 0.5
+    assert rows["3.1/vision-vision"]["verdict"] == "differs"
+    text = layerwise.describe_findings(agg, list(rows.values()), dataset="toy")
+    assert "does **not** on" in text and "3.1/final-not-max" in text
+    table = layerwise.headline_table(agg)
+    assert table.loc[("toy", "vis × lang"), "peak"] == "0.500 ± 0.141"
