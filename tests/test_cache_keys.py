@@ -45,12 +45,19 @@ def frozen_pairs(tmp_path):
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
-#: Zoo model -> its revision (the sha256 of the installed package's weight file), from prh-zoo 0.1 packages.
+#: Zoo model -> its revision (the sha256 of the installed packages' weight file, + "+c<n>" from an entry's
+#: n-th conversion on), from the pinned packages. efficientnet-lite0 changed deliberately (issue 15): its
+#: conversion 2 maps the weights onto timm's tf_efficientnet_lite0 (TF padding, BN eps 1e-3), which gives the
+#: packages' reference logits; features from conversion 1 ("sha256:579344248a93e230") must not be reused.
 ZOO_REVISIONS = {
     "minilm-l6": "sha256:53aa51172d142c89",
     "dinov2-small": "sha256:198644e37de36674",
-    "efficientnet-lite0": "sha256:579344248a93e230",
+    "efficientnet-lite0": "sha256:579344248a93e230+c2",
+    "efficientnet-lite2": "sha256:9656183eaeafe8cb",
     "smollm2-135m": "sha256:b179c9523d0e6a0f",
+    "gemma3-270m": "sha256:a5fd3b62230aa5ec",
+    "qwen2.5-coder-0.5b": "sha256:1d9614638d18024d",
+    "qwen2.5-coder-1.5b": "sha256:cc324af070c2ecbf",
 }
 
 #: (model name, options of features_path) -> cache file relative to PRH_CACHE_DIR. Vision entries: recomputed
@@ -58,7 +65,7 @@ ZOO_REVISIONS = {
 FROZEN_FEATURES = [
     ("minilm-l6", {}, "features/minilm-l6/frozen-n3-language-784a575572d557bc.safetensors"),
     ("dinov2-small", {}, "features/dinov2-small/frozen-n3-vision-d317274c74d4bb83.safetensors"),
-    ("efficientnet-lite0", {}, "features/efficientnet-lite0/frozen-n3-vision-a6cc9ddeeb5257d9.safetensors"),
+    ("efficientnet-lite0", {}, "features/efficientnet-lite0/frozen-n3-vision-4c5c62e66ed7c745.safetensors"),  # conversion 2
     ("smollm2-135m", {"dtype": "bfloat16", "max_length": 64},
      "features/smollm2-135m/frozen-n3-language-6eea896493b9e0c3.safetensors"),
     ("dinov2-small@random-init:3", {},

