@@ -28,9 +28,9 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from . import __version__, models, paths
+from .progress import bar as progress_bar, note
 from .data import DataError, Pairs
 from .features import (CorruptCacheWarning, CorruptFeatureFileError, FeatureMismatchError, LayerFeatures,
                        check_aligned, load_features, quarantine, save_features)
@@ -111,7 +111,7 @@ def _extract_text(model, texts: Sequence[str], *, batch_size: int, padding_side:
     order = np.argsort(lengths, kind="stable")  # length-sorted batches waste little padding
     pass_positions = _accepts(model.module, "position_ids")
     out = None
-    bar = tqdm(total=len(texts), desc=f"{model.name} (text)", unit="caption", disable=not progress)
+    bar = progress_bar(total=len(texts), desc=f"{model.name} (text)", unit="caption", show=progress)
     for start in range(0, len(texts), batch_size):
         rows = order[start : start + batch_size]
         enc = tok([texts[i] for i in rows], padding=True, return_tensors="pt", **enc_kwargs)
@@ -149,7 +149,7 @@ def _extract_text_chunked(model, texts: Sequence[str], *, batch_size: int, max_l
     weight = torch.as_tensor(n_tokens / np.bincount(owner, weights=n_tokens)[owner], dtype=torch.float32)
     order = np.argsort([len(c) for c in chunks], kind="stable")
     out = None
-    bar = tqdm(total=len(chunks), desc=f"{model.name} (text chunks)", unit="chunk", disable=not progress)
+    bar = progress_bar(total=len(chunks), desc=f"{model.name} (text chunks)", unit="chunk", show=progress)
     for start in range(0, len(chunks), batch_size):
         rows = torch.as_tensor(order[start : start + batch_size])
         inputs, real = chunking.collate([chunks[i] for i in rows.tolist()])
@@ -169,7 +169,7 @@ def _extract_images(model, pairs: Pairs, *, batch_size: int, progress: bool):
     pool = {"cls": lambda h: cls_pool(h), "gap": gap_pool, "mean": gap_pool}[model.pooling]
     out = None
     n = len(pairs)
-    bar = tqdm(total=n, desc=f"{model.name} (images)", unit="image", disable=not progress)
+    bar = progress_bar(total=n, desc=f"{model.name} (images)", unit="image", show=progress)
     for start in range(0, n, batch_size):
         rows = list(range(start, min(start + batch_size, n)))
         pixels = model.image_transform(pairs.load_images(rows)).to(model.device, model.dtype)
@@ -427,7 +427,9 @@ def features_for_pairs(model, pairs_list: Sequence[Pairs], *, device: str = "cpu
             out.append(cached)
             continue
         if loaded is None:
+            note(f"loading {model}")
             loaded = models.load_model(model, device=device, dtype=models.torch_dtype(dtype))
+        note(f"extracting {loaded.name} on {pairs.dataset} ({len(pairs)} pairs, {pairs.caption_policy})")
         with torch_threads(num_threads):
             feats = extract_features(loaded, pairs, batch_size=batch_size, max_length=max_length, progress=progress)
         if cache:

@@ -17,6 +17,7 @@ folded into one box (:func:`fold_parameters`); the book is then built with ``jup
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ast
 import os
 import shutil
@@ -27,7 +28,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import paths
+from . import paths, progress
 from .profiles import PROFILES, get_profile
 from .report import declared_parameters
 
@@ -120,10 +121,13 @@ def run_notebook(name: str, params: dict[str, object], *, output_dir: Path | Non
         src = notebook_to_ipynb(name, Path(tmp) / f"{name}.ipynb")
         used = {k: v for k, v in params.items() if k in declared}
         out = output_dir / f"{name}.ipynb"
-        with paths.atomic_path(out) as tmp_out, _inline_matplotlib():
+        # not quiet: the kernel reports its steps (which model, which draw, bars) on a side channel that is
+        # copied to this terminal, never into the page (prh_lib.progress)
+        live = _progress_channel(Path(tmp) / "progress.log") if not quiet else contextlib.nullcontext()
+        with paths.atomic_path(out) as tmp_out, _inline_matplotlib(), live:
             papermill.execute_notebook(
                 str(src), str(tmp_out), parameters=used, kernel_name="python3",
-                cwd=str(paths.repo_root()), progress_bar=not quiet, log_output=False,
+                cwd=str(paths.repo_root()), progress_bar=False, log_output=False,
                 config=Config(_KERNEL_CONFIG),
             )
             fold_parameters(tmp_out, source=f"notebooks/{name}.py")
@@ -178,6 +182,21 @@ def fold_parameters(ipynb: str | Path, *, source: str | None = None) -> None:
 def _add_tags(cell, *tags: str) -> None:
     have = list(cell.metadata.get("tags", []))
     cell.metadata["tags"] = have + [t for t in tags if t not in have]
+
+
+@contextmanager
+def _progress_channel(path: Path):
+    """Point the kernel (it inherits the environment) at the progress file ``path`` and follow it."""
+    old = os.environ.get(progress.ENV)
+    os.environ[progress.ENV] = str(path)
+    try:
+        with progress.follow(path):
+            yield
+    finally:
+        if old is None:
+            os.environ.pop(progress.ENV, None)
+        else:
+            os.environ[progress.ENV] = old
 
 
 @contextmanager

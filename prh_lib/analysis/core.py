@@ -23,6 +23,7 @@ import torch
 
 from .. import extract
 from ..features import LayerFeatures, check_aligned
+from ..progress import note
 from ..metrics import bootstrap_ci, clip_outliers, get_layerwise_metric, permutation_test_layerwise
 from ..metrics.preprocess import _quantile_lastdim
 from ..validation import check_model_pairs
@@ -352,6 +353,8 @@ def score_pair(x: LayerFeatures, y: LayerFeatures, *, k: int = 10, n_permutation
     ----------
     Herbst et al., Section 3.1; Huh et al. (2024), App. A (mutual k-NN); Groeger et al. (2026), Sec. 5.
     """
+    note(f"scoring {label or f'{x.name} × {y.name}'} on {len(x.sample_ids)} pairs: {x.n_layers} × {y.n_layers} layers, "
+         f"{n_permutations} permutations, {n_boot} bootstraps")
     matrix = layerwise_alignment(x, y, metric="mutual_knn", k=k, device=device)
     ctrl = (layerwise_alignment(x, shuffled_pairing(y, seed=seed), metric="mutual_knn", k=k, device=device)
             if control else None)

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from .. import __version__, paths
+from ..progress import bar as progress_bar
 from ..validation import check_texts
 
 __all__ = ["BitsPerByte", "bits_per_byte", "heldout_captions", "study_heldout", "BPB_SOURCES", "bpb_corpus", "BPB_FORMAT_VERSION",
@@ -135,8 +136,6 @@ def bits_per_byte(lm: torch.nn.Module, tokenizer, texts: Sequence[str], *, batch
     Huh et al. (2024), Sec. 3 (bits per byte as the language-model performance axis); Gao et al. (2020),
     "The Pile", Sec. 4 (bits per UTF-8 byte, tokenizer-independent).
     """
-    from tqdm.auto import tqdm
-
     texts = check_texts(texts, why="bits per byte is undefined for them")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -150,7 +149,9 @@ def bits_per_byte(lm: torch.nn.Module, tokenizer, texts: Sequence[str], *, batch
     order = np.argsort([len(t) for t in ids], kind="stable")
     bits = np.zeros(len(texts), dtype=np.float64)
     n_tokens = n_correct = 0
-    for start in tqdm(range(0, len(texts), batch_size), disable=not progress, desc="bits per byte"):
+    bar = progress_bar(total=len(texts), desc="bits per byte", unit="text", show=progress)
+    for start in range(0, len(texts), batch_size):
+        bar.update(min(batch_size, len(texts) - start))
         rows = order[start:start + batch_size]
         width = max(len(ids[i]) for i in rows)
         input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
@@ -169,6 +170,7 @@ def bits_per_byte(lm: torch.nn.Module, tokenizer, texts: Sequence[str], *, batch
         bits[rows] = per_text
         n_tokens += int(scored.sum())
         n_correct += int(((logits.argmax(-1) == target) & scored).sum())
+    bar.close()
     return BitsPerByte(float(bits.sum() / n_bytes.sum()), bits, n_bytes, n_tokens,
                        "bos" if use_bos else "first-token", n_correct)
 

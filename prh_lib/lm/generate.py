@@ -11,6 +11,7 @@ import math
 from typing import Sequence
 
 from .. import models
+from ..progress import bar as progress_bar
 
 __all__ = ["load_generator", "render_prompt", "max_new_tokens_for", "greedy_generate"]
 
@@ -122,6 +123,7 @@ def greedy_generate(module, tok, prompts: Sequence[Sequence[str]], budgets: Sequ
     # transformers >= 5.2x names the cache argument ``cache`` (``past_key_values`` is deprecated there)
     cache_kw = "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
     out: list[list[str]] = []
+    bar = progress_bar(total=len(prompts), desc="generating summaries", unit="text", show=progress)
     for s in range(0, len(prompts), batch_size):
         rows = prompts[s : s + batch_size]
         ids = [[tok(p, add_special_tokens=add_special_tokens)["input_ids"] for p in row] for row in rows]
@@ -166,6 +168,6 @@ def greedy_generate(module, tok, prompts: Sequence[Sequence[str]], budgets: Sequ
                                 use_cache=True, logits_to_keep=1, **{cache_kw: cache}).logits[:, -1]
         texts = tok.batch_decode(new_tokens, skip_special_tokens=True)
         out += [texts[i * F:(i + 1) * F] for i in range(len(rows))]
-        if progress:
-            print(f"[summaries] {min(s + batch_size, len(prompts))}/{len(prompts)} texts", flush=True)
+        bar.update(len(rows))
+    bar.close()
     return out
