@@ -572,20 +572,37 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     if args.sweep or args.sweep_file:
         return _sweep_main(parser, args, params)
+    seconds: dict[str, float] = {}
+    start = time.perf_counter()
     if not args.build_only:
-        for n in names:
+        what = args.params + "".join(f", {k}={v!r}" for k, v in overrides.items())
+        for i, n in enumerate(names, 1):
             t0 = time.perf_counter()
-            print(f"[prh-run] executing {n} with {args.params} {params}", flush=True)
+            print(f"[prh-run] {i}/{len(names)} executing {n} ({what})", flush=True)
             out = run_notebook(n, params, output_dir=args.output_dir)
-            print(f"[prh-run] wrote {out} in {time.perf_counter() - t0:.1f} s", flush=True)
+            seconds[n] = time.perf_counter() - t0
+            print(f"[prh-run] wrote {paths.display_path(out)} in {seconds[n]:.1f} s", flush=True)
     if not args.no_build:
+        t0 = time.perf_counter()
         try:
             html = build_book()
         except BookBuildError as err:
             print(f"[prh-run] {err}", file=sys.stderr)
             return 1
+        seconds["(book build)"] = time.perf_counter() - t0
         print(f"[prh-run] book: {html / 'index.html'}", flush=True)
+    if len(seconds) > 1:
+        print(timing_table(seconds, total=time.perf_counter() - start), flush=True)
     return 0
+
+
+def timing_table(seconds: dict[str, float], *, total: float) -> str:
+    """The wall time of each step of a ``prh-run``, slowest first, and the total, as aligned text."""
+    width = max(map(len, seconds))
+    lines = ["[prh-run] wall time per step:"]
+    lines += [f"  {name:<{width}}  {s:7.1f} s" for name, s in sorted(seconds.items(), key=lambda kv: -kv[1])]
+    lines.append(f"  {'total':<{width}}  {total:7.1f} s")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":  # pragma: no cover

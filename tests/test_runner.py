@@ -132,3 +132,11 @@ def test_a_notebook_without_exactly_one_parameters_cell_is_an_error(tiny_noteboo
         runner.run_notebook("untagged", {"a": 2}, output_dir=tiny_notebooks / "o", quiet=True)
     with pytest.raises(ValueError, match="untagged.py has"):
         runner.check_sweep_keys("untagged", ["a"])
+
+
+def test_timing_table_lists_steps_slowest_first_with_the_total():
+    text = runner.timing_table({"a": 1.0, "sec3_1_layerwise": 12.25, "(book build)": 3.0}, total=16.5)
+    lines = text.splitlines()
+    assert lines[0] == "[prh-run] wall time per step:"
+    assert [ln.split()[0] for ln in lines[1:]] == ["sec3_1_layerwise", "(book", "a", "total"]
+    assert lines[1].endswith("12.2 s") and lines[-1].endswith("16.5 s")
