@@ -44,7 +44,7 @@ def note(message: str) -> None:
     """Report one step (e.g. ``"extracting smollm2-135m on coco-mini (239 pairs)"``) on the channel, if any."""
     out = channel()
     if out is not None:
-        out.write(f"  · {message}\n")
+        out.write(f"  · {time.strftime('%H:%M:%S')} {message}\n")
 
 
 def bar(*, total: int | None = None, desc: str | None = None, unit: str = "it", show: bool = False):

@@ -1,6 +1,7 @@
 """Live progress (prh_lib.progress): a side channel to the terminal of ``prh-run``, never into the page."""
 
 import io
+import re
 import json
 
 import pytest
@@ -31,7 +32,7 @@ def test_notes_and_bars_go_to_the_channel(tmp_path, monkeypatch, capsys):
         for _ in range(4):
             bar.update(1)
     text = log.read_text()
-    assert text.startswith("  · extracting smollm2-135m on coco-mini\n")
+    assert re.match(r"  · \d\d:\d\d:\d\d extracting smollm2-135m on coco-mini\n", text)
     assert "smollm2-135m (text)" in text and "4/4" in text
     assert capsys.readouterr() == ("", "")  # nothing on the notebook's own streams (they become the page)
 
