@@ -155,8 +155,12 @@ def test_headline_table_and_prose_say_when_a_draw_cannot_be_repeated(run):
     assert table.loc[("a", "vit × lm"), "draws"] == "3"
     assert " ± " in table.loc[("a", "vit × lm"), "Cross-Model"] and " ± " not in table.loc[("b", "vit × lm"), "Cross-Model"]
     text = ds.describe_study(agg, DRAWS)
-    assert "**b** (N = 60, 1 draw; one draw that cannot be repeated)" in text
-    assert "(one draw; cannot be repeated)" in text and "(3 draws)" in text
+    assert "**b** (N = 60, 1 draw; one draw that cannot be repeated, so no spread):" in text
+    assert "**a** (N = 60, 3 draws; what varies: captions):" in text
+    row = agg.iloc[0]
+    assert (f"  - vit × lm: Pointwise {row['pointwise_mean']:.3f} ± {row['pointwise_std']:.3f}; Cross-Model "
+            f"{row['cross_model_mean']:.3f} ± {row['cross_model_std']:.3f}") in text
+    assert "identical in every draw" not in text  # every fake draw has its own features
 
 
 def test_a_rerun_replaces_its_rows_and_a_run_id_selects_one_run(run, tmp_path):
@@ -165,11 +169,16 @@ def test_a_rerun_replaces_its_rows_and_a_run_id_selects_one_run(run, tmp_path):
         mp.setattr(ds, "prepare_features", lambda comparisons, pairs, **kw: feats[0])
         for run_id in ("run-1", "run-2"):
             mp.setenv("PRH_RUN_ID", run_id)
-            ds.run_study(DRAWS[:1], COMPARISONS, chapter="demo", params={"p": 2}, root=tmp_path, **OPTS)
-    assert set(ds.load_rows(chapter="demo", params={"p": 2}, root=tmp_path)["run_id"]) == {"run-2"}
+            ds.run_study(DRAWS[:2], COMPARISONS, chapter="demo", params={"p": 2}, root=tmp_path, **OPTS)
+    df = ds.load_rows(chapter="demo", params={"p": 2}, root=tmp_path)
+    assert set(df["run_id"]) == {"run-2"}
     assert ds.load_rows(chapter="demo", params={"p": 2}, run_id="run-1", root=tmp_path).empty
-    coverage = ds.draw_coverage(ds.load_rows(chapter="demo", params={"p": 2}, root=tmp_path))
-    assert coverage.to_numpy().tolist() == [[4, 4]]  # four metrics per pair at its best layer pair
+    coverage = ds.draw_coverage(df)
+    assert coverage.to_numpy().tolist() == [[4, 4], [4, 4]]  # four metrics per pair at its best layer pair
+    # both draws saw the same features: zero spread, and the prose says why rather than showing "± 0.000"
+    agg = ds.aggregate_best(df)
+    assert (agg[[f"{m}_std" for m in da.MEASURE_NAMES]] == 0).all().all()
+    assert ds.describe_study(agg, DRAWS[:2]).count("identical in every draw") == 2
 
 
 def test_aggregate_needs_best_rows():

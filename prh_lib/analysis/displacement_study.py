@@ -294,22 +294,28 @@ def headline_table(agg: pd.DataFrame) -> pd.DataFrame:
 
 
 def describe_study(agg: pd.DataFrame, draws=()) -> str:
-    """Markdown bullets: per dataset, what its draws vary, then each pair's measures as mean ± std over draws."""
-    from ..results import format_mean_std
-
+    """Markdown bullets: per dataset, its draws and what varies between them, then each pair's measures as
+    mean ± std over the draws (a pair whose measures are identical in every draw is said to be so)."""
     varies = {d.dataset: (d.what_varies, d.repeatable) for d in draws}
     lines = []
     for ds, g in agg.groupby("dataset", sort=False):
         what, repeatable = varies.get(ds, ("", True))
         n_draws = int(g["n_draws"].iloc[0])
         head = f"- **{ds}** (N = {int(g['n'].iloc[0])}, {n_draws} draw{'s' if n_draws != 1 else ''}"
-        head += f"; what varies: {what})" if what and repeatable else "; one draw that cannot be repeated)"
+        single = n_draws < 2 or not repeatable
+        head += "; one draw that cannot be repeated, so no spread)" if single else (
+            f"; what varies: {what})" if what else ")")
         lines.append(head + ":")
         for _, r in g.iterrows():
-            parts = [f"{_DISPLAY[m]} {format_mean_std(r[f'{m}_mean'], r[f'{m}_std'], r['n_draws'])}"
-                     for m in MEASURE_NAMES]
-            lines.append(f"  - {r['pair']} at {r['best_layers']} (the best layer pair in {r['best_layers_draws']} "
-                         f"of {r['n_draws']} draws): " + "; ".join(parts) + ".")
+            parts = [f"{_DISPLAY[m]} {_ms(r[f'{m}_mean'], r[f'{m}_std'], r['n_draws'])}" for m in MEASURE_NAMES]
+            text = f"  - {r['pair']}: " + "; ".join(parts)
+            if not single:
+                text += f", at {r['best_layers']} in {r['best_layers_draws']} of {r['n_draws']} draws"
+                if all(abs(r[f"{m}_std"]) < 1e-12 for m in MEASURE_NAMES):
+                    text += " (identical in every draw: what varies between the draws does not reach this pair)"
+            else:
+                text += f", at {r['best_layers']}"
+            lines.append(text + ".")
     return "\n".join(lines)
 
 
