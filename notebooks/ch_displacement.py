@@ -207,7 +207,7 @@ plt.close(fig)
 
 # %%
 table = ds.load_rows(chapter=CHAPTER, params=params, run_id=results.current_run_id())
-study_summary = ds.aggregate_best(table)
+study_summary = ds.aggregate_best(table, datasets=list(dict.fromkeys(d.dataset for d in draws)))
 ds.headline_table(study_summary)
 
 # %%

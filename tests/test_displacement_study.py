@@ -128,6 +128,9 @@ def test_aggregate_equals_a_plain_recomputation(run):
     df = ds.load_rows(chapter="demo", params={"p": 1}, root=root)
     agg = ds.aggregate_best(df).set_index(["dataset", "model_x", "model_y"])
     assert list(agg.index) == [("a", "vit", "lm"), ("a", "vit", "cnn"), ("b", "vit", "lm"), ("b", "vit", "cnn")]
+    reordered = ds.aggregate_best(df, datasets=["b", "a"])  # the study's order, not the table's sorted one
+    assert list(zip(reordered["dataset"], reordered["pair"])) == [("b", "vit × lm"), ("b", "vit × cnn"),
+                                                                  ("a", "vit × lm"), ("a", "vit × cnn")]
     for (dataset, x, y), row in agg.iterrows():
         sel = df[(df["dataset"] == dataset) & (df["model_x"] == x) & (df["model_y"] == y)]
         for name, metric in ds.METRICS.items():

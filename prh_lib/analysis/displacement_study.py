@@ -201,18 +201,21 @@ def load_rows(*, chapter: str, params: dict, run_id: str | None = None, root=Non
 _KEYS = ["dataset", "model_x", "model_y"]
 
 
-def aggregate_best(df: pd.DataFrame) -> pd.DataFrame:
+def aggregate_best(df: pd.DataFrame, *, datasets: Sequence[str] | None = None) -> pd.DataFrame:
     """The measures at each draw's best Cross-Model layer pair, as mean ± std over draws.
 
     Parameters
     ----------
     df : DataFrame
         Rows of one run of the chapter (:func:`load_rows`), with the extra columns expanded.
+    datasets : sequence of str, optional
+        Dataset names in the order the rows should follow (the study's order; :func:`prh_lib.results.load`
+        sorts by name). Default: the order of ``df``.
 
     Returns
     -------
     DataFrame
-        One row per (dataset, model_x, model_y), in order of first appearance: ``pair``, ``kind``, ``n``,
+        One row per (dataset, model_x, model_y), in order of first appearance (or of ``datasets``): ``pair``, ``kind``, ``n``,
         ``k``, ``chance`` (k/(n-1) of mutual k-NN), ``n_draws``, ``single_draw``; ``<metric>_mean`` and
         ``<metric>_std`` (ddof = 1; NaN for one draw) for ``pointwise``, ``cross_model``, ``cross_object``
         and ``mutual_knn`` at the best layer pair, and ``shuffled_<measure>_mean`` for the three shuffled
@@ -231,6 +234,9 @@ def aggregate_best(df: pd.DataFrame) -> pd.DataFrame:
     if best.empty:
         raise ValueError(f"no rows of quantity {BEST!r}; quantities present: {sorted(df['quantity'].unique())}")
     order = list(dict.fromkeys(map(tuple, best[_KEYS].to_numpy())))
+    if datasets is not None:
+        rank = {name: i for i, name in enumerate(datasets)}
+        order.sort(key=lambda key: rank.get(key[0], len(rank)))  # stable: pairs keep their order
     by = _KEYS + ["metric"]
     agg = results_table.aggregate(best, by=by, values=["score", "depth_x", "depth_y"]).set_index(by)
     ctrl = df[df["quantity"] == "control:shuffled"]
