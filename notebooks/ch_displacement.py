@@ -42,16 +42,25 @@
 #
 # **What runs here by default.** The four offline models of Section 3.1 on the 239 COCO pairs, in four
 # pairs: vision-language (DINOv2-S × SmolLM2-135M, DINOv2-S × MiniLM-L6), vision-vision (DINOv2-S ×
-# EfficientNet-Lite0) and language-language (SmolLM2-135M × MiniLM-L6). The last two sections run the
-# paper's public code's own procedure beside ours on the same features, derive why the two differ, and set
-# the paper's numbers against this build's (`prh_lib.analysis.displacement_reference`).
+# EfficientNet-Lite0) and language-language (SmolLM2-135M × MiniLM-L6). As in Section 3.1 the study has
+# datasets and draws: both views are scored on every draw of every dataset (offline: five caption draws of
+# the same 239 images), every score is a row of the results table, and the headline measures are means ±
+# standard deviations over the draws (`prh_lib.analysis.displacement_study`). The heatmaps and the analyses
+# of a single draw (the `r` sweep, depth profiles, consensus, the reference code's procedure) use one draw,
+# `heatmap_dataset` / `heatmap_draw`. The last two sections run the paper's public code's own procedure
+# beside ours on the same features, derive why the two differ, and set the paper's numbers against this
+# build's (`prh_lib.analysis.displacement_reference`).
 
 # %% tags=["parameters"]
-dataset_source = "coco-folder"  # a name in prh_lib.data.SOURCES
-data_location = None  # None: PRH_DATA_ROOT (default ../shared/data/coco-mini)
-n_pairs = None  # None: every image of the dataset
-seed = 0  # sampling of pairs, train/test split, sampled (i, j) pairs, random subspaces
-caption_policy = "first"  # "first", "random" or "concat"
+# the study: datasets (each a source, location and options) and draws per dataset (None: each spec's repetitions);
+# the first is Section 3.1's first dataset, so the two chapters share their features
+datasets = [
+    {"name": "coco-mini", "source": "coco-folder", "n_pairs": None, "repetitions": 5, "draws": "captions"},
+]
+n_draws = None
+heatmap_dataset = None  # the draw of the heatmaps and of every single-draw analysis (None: the first dataset)
+heatmap_draw = 0
+split_seed = 0  # train/test split and sampled (i, j) pairs (the same in every draw), random subspaces
 k = 10  # mutual k-NN neighbours
 clip_q = 0.95  # clip outlying activations per layer before BOTH measures, as Section 3.1 does; None: off
 n_components = 32  # whitened dimension r; the paper uses 100 with 1024 pairs (see Choosing r below)
@@ -59,7 +68,7 @@ n_components_sweep = [8, 16, 32, 50, 100]
 profile_components = [4, 8, 32]  # r values of the depth profiles
 test_fraction = 0.5
 n_displacement_pairs = 10000  # sampled (i, j) pairs for Cross-Model and Cross-Object
-n_splits = 5  # fresh train/test splits on which the best layer pair is re-scored
+n_splits = 5  # fresh train/test splits of the heatmaps' draw on which its best layer pair is re-scored
 displacement_comparisons = [  # one row of heatmaps per pair (a list of its own, not the comparisons of 3.1)
     ["dinov2-small", "smollm2-135m"],
     ["dinov2-small", "minilm-l6"],
@@ -86,16 +95,20 @@ blas_threads = 1  # BLAS/OpenMP threads in this kernel; None: the libraries' def
 import warnings
 
 import matplotlib
+import matplotlib.pyplot as plt
 import pandas as pd
 import threadpoolctl
-from IPython.display import Markdown
+from IPython.display import Markdown, display
 
 warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm without widgets: not for the page
 
-from prh_lib import analysis, data, extract, report  # noqa: E402
+from prh_lib import report, results  # noqa: E402
 from prh_lib.analysis import displacement as da  # noqa: E402
 from prh_lib.analysis import displacement_consensus as dc  # noqa: E402
 from prh_lib.analysis import displacement_reference as dr  # noqa: E402
+from prh_lib.analysis import displacement_study as ds  # noqa: E402
+from prh_lib.analysis import layerwise  # noqa: E402
+from prh_lib.data.study import study_draws  # noqa: E402
 from prh_lib.metrics import knn  # noqa: E402
 from prh_lib.models import zoo  # noqa: E402
 
@@ -108,9 +121,30 @@ blas_limits = threadpoolctl.threadpool_limits(blas_threads)
 
 pd.set_option("display.float_format", "{:.3f}".format)
 matplotlib.rcParams["figure.dpi"] = 150  # figures readable at page width
+CHAPTER = "ch_displacement"
+params = report.page_parameters(CHAPTER, globals())
 
 # %% [markdown]
-# ## Data and features
+# ## Data: datasets and draws
+# As in Section 3.1, every score below is computed on every draw and written to the results table. Offline
+# the draws of `coco-mini` are caption draws: the same 239 images each time, draw r pairing every image
+# with its r-th human caption, so the spread over draws is the spread over caption choice. A dataset that
+# allows one draw only (a fixed set of pairs) is marked "not repeatable": its spread is undefined, not zero.
+# The train/test split of a draw and its sampled pairs `(i, j)` are seeded by `split_seed`, the same in
+# every draw.
+
+# %%
+draws = study_draws(datasets, n_draws=n_draws)
+heatmap_dataset = heatmap_dataset or draws[0].dataset
+shown_draw = next((d for d in draws if (d.dataset, d.draw) == (heatmap_dataset, heatmap_draw)), None)
+if shown_draw is None:
+    raise ValueError(f"no draw {heatmap_draw} of dataset {heatmap_dataset!r}; draws: "
+                     f"{[(d.dataset, d.draw) for d in draws]}")
+pairs = shown_draw.pairs
+layerwise.draws_table(draws)
+
+# %% [markdown]
+# ## Models and features
 # The same pairs, models and features as Section 3.1: language models mean-pooled over real tokens, a
 # ViT's CLS token per hidden state, the CNN's stages after global average pooling. As on that page, each
 # layer's outlying activations are clipped at the `clip_q` quantile before scoring, and *both* measures
@@ -119,18 +153,22 @@ matplotlib.rcParams["figure.dpi"] = 150  # figures readable at page width
 # undefined there, and there is nothing to whiten, so the displacement measures are NaN too (blank rows).
 
 # %%
-dataset = data.load_dataset(dataset_source, data_location)
-pairs = data.sample_pairs(dataset, n=n_pairs, seed=seed, caption_policy=caption_policy)
 chance = knn.mutual_knn_chance(len(pairs), k)
 models = list(dict.fromkeys([m for pair in displacement_comparisons for m in pair] + list(consensus_models)))
 zoo.describe(models)
 
 # %%
-features = analysis.prepare_features(displacement_comparisons, pairs, models=consensus_models, clip_q=clip_q,
-                                    device=device, dtype=dtype, batch_size=batch_size)
+# both views on every draw, written to the results table; the features of the heatmaps' draw are kept
+study = ds.run_study(draws, displacement_comparisons, chapter=CHAPTER, params=params, k=k,
+                     n_components=n_components, test_fraction=test_fraction, n_pairs=n_displacement_pairs,
+                     split_seed=split_seed, clip_q=clip_q, device=device, dtype=dtype, batch_size=batch_size,
+                     keep=[(heatmap_dataset, heatmap_draw)], models=consensus_models)
+features = study[(heatmap_dataset, heatmap_draw)].features
+shown = study[(heatmap_dataset, heatmap_draw)].views  # the heatmaps' draw
 n_train = len(pairs) - round(len(pairs) * test_fraction)
-print(f"{len(pairs)} pairs from {dataset.name}; {n_train} training / {len(pairs) - n_train} held-out samples; "
-      f"r = {n_components}; k = {k} (mutual k-NN chance {chance:.4f})")
+print(f"{len(draws)} draws of {len(set(d.dataset for d in draws))} dataset(s); heatmaps and single-draw analyses "
+      f"on {heatmap_dataset}, draw {heatmap_draw}: {len(pairs)} pairs, {n_train} training / "
+      f"{len(pairs) - n_train} held-out samples; r = {n_components}; k = {k} (mutual k-NN chance {chance:.4f})")
 
 # %% [markdown]
 # (choosing-r)=
@@ -149,23 +187,43 @@ print(f"{len(pairs)} pairs from {dataset.name}; {n_train} training / {len(pairs)
 #
 # Left: mutual k-NN (as in Section 3.1; red line on the colour bar: chance k/(N-1)). Right: Cross-Model
 # on held-out samples (0 is chance). A white star marks each maximum, a red square the final-layer pair;
-# each panel has its own colour scale.
+# each panel has its own colour scale. One draw (`heatmap_dataset`, `heatmap_draw`); every draw's matrices
+# are in the results table.
 
 # %%
-results = da.compare_views(features, displacement_comparisons, k=k, n_components=n_components,
-                           test_fraction=test_fraction, n_pairs=n_displacement_pairs, seed=seed)
-fig = da.heatmaps_side_by_side(results, chance=chance)
+fig = da.heatmaps_side_by_side(shown, chance=chance)
+report.caption(fig, CHAPTER, params)
+display(fig)
+plt.close(fig)
 
 # %% [markdown]
-# ## The three measures at the best layer pair, with controls
+# ## The three measures over datasets and draws
 #
-# The best layer pair is the maximum of each Cross-Model heatmap. `(shuffled)` columns are the
-# shuffled-pairing control at that layer pair; `Cross-Model shuffled (max)` is the largest control value
-# over *all* layer pairs, a control that includes the selection of the best pair. The last two columns
-# re-score the best pair on `n_splits` fresh train/test splits: their spread is the split-to-split noise.
+# For every draw, the best layer pair is the maximum of that draw's Cross-Model heatmap; the table gives,
+# per dataset and pair, the three measures there as mean ± std over the draws (computed from the results
+# table's rows of this run), the most frequent best layer pair (in how many draws), the shuffled-pairing
+# Cross-Model at that pair and its maximum over all layer pairs (means over draws), and mutual k-NN at the
+# same layers with its chance level k/(N-1).
 
 # %%
-best = da.best_pair_table(results, features, n_splits=n_splits)
+table = ds.load_rows(chapter=CHAPTER, params=params, run_id=results.current_run_id())
+study_summary = ds.aggregate_best(table, datasets=list(dict.fromkeys(d.dataset for d in draws)))
+ds.headline_table(study_summary)
+
+# %%
+Markdown(ds.describe_study(study_summary, draws))
+
+# %% [markdown]
+# ## The three measures at the best layer pair of one draw, with controls
+#
+# On the heatmaps' draw, the best layer pair is the maximum of each Cross-Model heatmap. `(shuffled)` columns are the
+# shuffled-pairing control at that layer pair; `Cross-Model shuffled (max)` is the largest control value
+# over *all* layer pairs, a control that includes the selection of the best pair. The last two columns
+# re-score the best pair on `n_splits` fresh train/test splits of the same draw: their spread is the
+# split-to-split noise within one draw (the spread over draws is in the table above).
+
+# %%
+best = da.best_pair_table(shown, features, n_splits=n_splits)
 best.T
 
 # %% [markdown]
@@ -175,7 +233,7 @@ best.T
 # relative (0 = embedding output, 1 = last layer).
 
 # %%
-views = da.views_table(results)
+views = da.views_table(shown)
 views.T
 
 # %% [markdown]
@@ -185,8 +243,11 @@ views.T
 # what the training rows support (`min(n_train - 1, d)`) give the same `r`.
 
 # %%
-sweep = da.n_components_sweep(results, features, n_components=n_components_sweep)
+sweep = da.n_components_sweep(shown, features, n_components=n_components_sweep)
 fig = da.sweep_figure(sweep)
+report.caption(fig, CHAPTER, params)
+display(fig)
+plt.close(fig)
 sweep.pivot(index="pair", columns="n_components", values="cross_model")
 
 # %% [markdown]
@@ -195,8 +256,11 @@ sweep.pivot(index="pair", columns="n_components", values="cross_model")
 # k-NN (dashed, right axis).
 
 # %%
-profiles = da.depth_profiles(results, features, n_components=profile_components)
+profiles = da.depth_profiles(shown, features, n_components=profile_components)
 fig = da.depth_profile_figure(profiles)
+report.caption(fig, CHAPTER, params)
+display(fig)
+plt.close(fig)
 
 # %% [markdown]
 # ## Shared and private subspaces
@@ -213,24 +277,29 @@ fig = da.depth_profile_figure(profiles)
 # fitted eigenvalues, biased upward by the fit) and on the held-out rows.
 
 # %%
-layers = dict(consensus_layers) if consensus_layers else da.best_layers(results, consensus_models)
+layers = dict(consensus_layers) if consensus_layers else da.best_layers(shown, consensus_models)
 consensus = dc.consensus_summary(features, layers, n_components=n_components, n_shared=n_shared,
                                  n_private=n_private, k=k, test_fraction=test_fraction,
-                                 n_pairs=n_displacement_pairs, seed=seed, n_random=n_random)
+                                 n_pairs=n_displacement_pairs, seed=split_seed, n_random=n_random)
 fig = dc.consensus_figure(consensus)
+report.caption(fig, CHAPTER, params)
+display(fig)
+plt.close(fig)
 consensus.table
 
 # %% [markdown]
 # ## Measured on this build
 
 # %%
-Markdown(da.describe(best, views) + "\n" + dc.describe_consensus(consensus))
+Markdown(f"On `{heatmap_dataset}`, draw {heatmap_draw} (the heatmaps' draw):\n\n" + da.describe(best, views)
+         + "\n" + dc.describe_consensus(consensus))
 
 # %% [markdown]
 # ## Reading the two views side by side
 #
-# What the offline run above shows (the bullets under "Measured on this build" give the figures; at the
-# defaults the build is deterministic):
+# What the offline run above shows (the bullets under "Measured on this build" give the figures of the
+# heatmaps' draw, the table over draws above those of every draw; at the defaults the build is
+# deterministic):
 #
 # - **Both views agree on where alignment is, broadly.** For the vision-language and vision-vision pairs
 #   the Cross-Model heatmap is a close copy of the mutual k-NN heatmap (rank correlations 0.88-0.95): both
@@ -244,6 +313,11 @@ Markdown(da.describe(best, views) + "\n" + dc.describe_consensus(consensus))
 #   k-NN profile closely, late rise included. That structure lives in a few leading directions, which
 #   dominate cosine neighbourhoods on raw features but are diluted when 32 whitened directions count
 #   equally.
+# - **Caption choice moves the measures less than the split does.** Over the five caption draws,
+#   Cross-Model at each draw's best layer pair varies with a standard deviation of 0.010-0.020 for the pairs
+#   with a language model (the best layer pair itself moves between neighbouring layers from draw to draw),
+#   about the size of the split-to-split standard deviation within one draw (0.011-0.024). The vision-vision
+#   pair is identical in every draw: neither of its models reads a caption.
 # - **Both views rank the pairs the same way.** Same-modality pairs (0.56 and 0.66 Cross-Model at
 #   `r = 32`) sit far above the vision-language pairs (0.18-0.20), as for mutual k-NN; every shuffled
 #   control is within 0.035 of 0, including the maximum over all layer pairs, so the cross-modal values,
@@ -306,11 +380,12 @@ Markdown(da.describe(best, views) + "\n" + dc.describe_consensus(consensus))
 # none of it copied), with one switch for each step where our procedure differs: whitening fitted on the
 # training rows only, no means added, random pairs. Below, both procedures see the same (clipped) features
 # at each pair's best Cross-Model layer pair, at the same `r`, with as many training rows; each value is
-# the mean ± sd over `n_splits` splits (seeds `seed`, `seed + 1`, ...; each procedure draws its own split).
+# the mean ± sd over `n_splits` splits of the heatmaps' draw (seeds `split_seed`, `split_seed + 1`, ...; each
+# procedure draws its own split).
 
 # %%
 procedures = dr.compare_procedures(features, best, n_components=n_components, test_fraction=test_fraction,
-                                   n_pairs=n_displacement_pairs, n_splits=n_splits, seed=seed,
+                                   n_pairs=n_displacement_pairs, n_splits=n_splits, seed=split_seed,
                                    train_fractions=reference_train_fractions,
                                    reference_components=reference_components)
 dr.side_by_side(procedures)
@@ -362,6 +437,9 @@ dr.formula_check(procedures)
 synthetic = dr.synthetic_sweep(synthetic_offsets, n=synthetic_n, r=32, n_shared=16, correlation=0.9,
                                n_seeds=synthetic_seeds, n_pairs=n_displacement_pairs)
 fig = dr.procedure_figure(synthetic, procedures)
+report.caption(fig, CHAPTER, params)
+display(fig)
+plt.close(fig)
 
 # %% [markdown]
 # ### The smaller differences
@@ -384,7 +462,7 @@ Markdown(dr.procedure_verdict(procedures, synthetic, tol=claim_tol))
 # ## The paper and this build
 #
 # One row per claim of arXiv:2609.24209's main results table (numbers quoted from its text as summarised
-# for this project). This build's values are the mean ± sd over the `n_splits` splits of the mean over its
+# for this project). This build's values are the mean ± sd over the `n_splits` splits (of the heatmaps' draw) of the mean over its
 # pairs of that kind (two vision-language pairs, one of each same-modality kind), at each pair's best
 # Cross-Model layer pair and `r` as above, on COCO pairs rather than Flickr30k, and with small offline
 # models rather than the paper's 44. The verdict (`da.claim_verdict`, tolerance `claim_tol`) is
@@ -404,7 +482,12 @@ _ = report.record(paper_claims.RECORD_NAME, da.checklist_rows(claims))  # the fr
 record = report.record("ch_displacement", {
     "n_pairs": len(pairs), "k": k, "chance": chance, "clip_q": clip_q, "n_components": n_components,
     "test_fraction": test_fraction, "n_displacement_pairs": n_displacement_pairs,
+    "heatmap_dataset": heatmap_dataset, "heatmap_draw": heatmap_draw, "split_seed": split_seed,
     "best": best, "views": views,
+    "study": {"params_hash": results.params_hash(params), "run_id": results.current_run_id(),
+              "draws": [{"dataset": d.dataset, "draw": d.draw, "seed": d.seed, "n": len(d.pairs),
+                         "repeatable": d.repeatable} for d in draws],
+              "summary": study_summary.to_dict(orient="records")},
     "sweep": sweep.to_dict(orient="records"),
     "depth_profiles": {label: {"layer x": f.attrs["layer x"], **f.to_dict(orient="list")}
                        for label, f in profiles.items()},
@@ -421,5 +504,5 @@ record = report.record("ch_displacement", {
     "matrices": {r.label: {"mutual_knn": r.knn.scores, "cross_model": r.cross_model.scores,
                            "pointwise": r.displacement["pointwise"].scores,
                            "cross_model_shuffled": r.displacement["cross_model_shuffled"].scores,
-                           "x_labels": r.knn.x_labels, "y_labels": r.knn.y_labels} for r in results},
+                           "x_labels": r.knn.x_labels, "y_labels": r.knn.y_labels} for r in shown},
 })

@@ -21,7 +21,6 @@ _LANGUAGE = paper.models("language")
 PROFILES: dict[str, dict[str, object]] = {
     "offline": {},
     "smoke": {
-        "n_pairs": 48,
         "k": 5,
         "n_permutations": 20,
         "n_boot": 20,
@@ -45,15 +44,10 @@ PROFILES: dict[str, dict[str, object]] = {
         "n_draws": None,
     },
     # The paper's study (Herbst et al., Section 2); models and datasets are listed in prh_lib.paper.
-    # Notebooks receive the keys their parameters cell declares (the notebook's pairs are the seed-0 WIT-1024
-    # job of the study); `prh-batch --profile paper` reads the `*_models` lists and `study_datasets` to extract
-    # every (model, dataset, seed) first. Other datasets: -p dataset_source=docci -p data_location=... -p seed=3.
+    # Notebooks receive the keys their parameters cell declares (every notebook takes the study's `datasets`
+    # and `n_draws`); `prh-batch --profile paper` reads the `*_models` lists and `study_datasets` to extract
+    # every (model, dataset, seed) first. Other datasets: -p 'datasets=[...]' (specs as in prh_lib.paper.DATASETS).
     "paper": {
-        "dataset_source": "wit",
-        "data_location": "minhuh/prh",  # revision wit_1024 (the source's default)
-        "n_pairs": 1024,
-        "seed": 0,
-        "caption_policy": "first",
         "k": 10,
         "n_permutations": 500,
         "alpha": 0.05,

@@ -342,14 +342,15 @@ def test_paper_profile_uses_the_notebook_parameter_names():
     declared = set().union(*(_notebook_parameters(n) for n in runner.available_notebooks()))
     batch_only = {"vision_models", "language_models", "embedding_models", "vlm_models", "study_datasets"}
     assert set(prof) - batch_only <= declared, set(prof) - batch_only - declared
-    assert prof["n_pairs"] == 1024 and prof["n_permutations"] == 500
+    assert prof["n_permutations"] == 500
     assert prof["device"] == "cuda" and prof["dtype"] == "bfloat16"
     assert len(prof["comparisons"]) == 3 * 21
-    # the notebook's own pairs (dataset_source/data_location/seed) are the wit-1024 job of the study
+    # no notebook takes a single dataset any more: the notebooks' datasets are the study's, the wit-1024 job first
+    assert not {"dataset_source", "data_location", "n_pairs", "seed", "caption_policy"} & set(prof)
     models, specs, opts = batch.study_from_profile(prof)
     wit = specs[0]
-    assert (wit.source, wit.location, wit.n_pairs, wit.seeds) == (prof["dataset_source"], prof["data_location"],
-                                                                   prof["n_pairs"], (prof["seed"],))
+    assert (wit.name, wit.source, wit.n_pairs, wit.seeds) == ("wit-1024", "wit", 1024, (0,))
+    assert [s.name for s in specs] == [d["name"] for d in prof["datasets"]]
     assert len(models) == 29 and opts == {"device": "cuda", "dtype": "bfloat16", "batch_size": 32}
 
 

@@ -6,11 +6,17 @@ import math
 
 import nbformat
 import numpy as np
+import pandas as pd
 import pytest
 
 from prh_lib.analysis import displacement as da
-from prh_lib import report
+from prh_lib.analysis import displacement_study as ds
+from prh_lib import report, results
+from prh_lib.data.study import study_draws
 from prh_lib.profiles import get_profile
+
+PAIRS = ["dinov2-small × smollm2-135m", "dinov2-small × minilm-l6", "dinov2-small × efficientnet-lite0",
+         "smollm2-135m × minilm-l6"]
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +43,16 @@ def test_figures_present(executed):
     # no logs or warnings on the page: the only stream is the one-line summary of the data
     streams = [o for o in outputs if o.get("output_type") == "stream"]
     assert [o["name"] for o in streams] == ["stdout"] and streams[0]["text"].count("\n") == 1
+
+
+def test_every_figure_carries_its_provenance(executed):
+    nb = nbformat.read(str(executed), as_version=4)
+    drawing = [c for c in nb.cells if c.cell_type == "code"
+               and any("image/png" in o.get("data", {}) for o in c.get("outputs", []))]
+    assert len(drawing) == 5
+    for cell in drawing:  # the caption is drawn into the figure before it is shown
+        assert "report.caption(fig, CHAPTER, params)" in cell.source, cell.source[:80]
+        assert cell.source.index("report.caption(") < cell.source.index("display(fig)")
 
 
 def test_page_has_the_new_sections(executed):
@@ -203,3 +219,89 @@ def test_paper_table_verdicts_are_computed_from_the_recorded_draws(rec):
                 assert np.array(draws).shape == (get_profile("smoke")["n_splits"], 2)
                 assert claim[f"{step} verdict"] == da.claim_verdict(
                     (paper["cross_model"], paper["pointwise"]), draws, tol=rec["claim_tol"])
+
+
+# --------------------------------------------------------------------------- datasets × draws, the results table
+@pytest.fixture(scope="module")
+def smoke_draws():
+    smoke = get_profile("smoke")
+    return study_draws(smoke["datasets"], n_draws=smoke["n_draws"])
+
+
+@pytest.fixture(scope="module")
+def rows(rec):
+    """This run's rows of the results table (the kernel wrote them into the same cache)."""
+    study = rec["study"]
+    df = results.load(chapter="ch_displacement", params_hash=study["params_hash"], run_id=study["run_id"],
+                      expand_extra=True)
+    assert len(df), "the chapter wrote no rows"
+    return df
+
+
+def test_every_dataset_and_draw_of_the_profile_is_scored(rec, rows, smoke_draws):
+    expected = [{"dataset": d.dataset, "draw": d.draw, "seed": d.seed, "n": len(d.pairs), "repeatable": d.repeatable}
+                for d in smoke_draws]
+    assert rec["study"]["draws"] == expected
+    assert len({d["dataset"] for d in expected}) == 2 and len(expected) == 4  # two datasets, two draws each
+    best = rows[rows["quantity"] == ds.BEST]
+    for d in expected:
+        sub = best[(best["dataset"] == d["dataset"]) & (best["draw"] == d["draw"])]
+        assert set(sub["seed"]) == {d["seed"]} and set(sub["n"]) == {d["n"]}
+        got = sorted(zip(sub["model_x"] + " × " + sub["model_y"], sub["metric"]))
+        assert got == sorted((p, m) for p in PAIRS for m in ds.METRICS.values()), d
+        assert sub["score"].notna().all()
+    assert set(rows["chapter"]) == {"ch_displacement"} and set(rows["preprocessing"]) == {"clip(stack, q=0.95)"}
+    # every layer pair of every metric on every draw, and the controls
+    for (dataset, draw), g in rows.groupby(["dataset", "draw"]):
+        for pair in PAIRS:
+            m = rec["matrices"][pair]
+            cells = len(m["x_labels"]) * len(m["y_labels"])
+            lp = g[(g["model_x"] + " × " + g["model_y"] == pair) & (g["quantity"] == "layer_pair")]
+            assert lp["metric"].value_counts().to_dict() == {metric: cells for metric in ds.METRICS.values()}
+            ctrl = g[(g["model_x"] + " × " + g["model_y"] == pair) & g["quantity"].str.startswith("control:")]
+            assert len(ctrl) == 4 and (ctrl["score"].abs() < 0.25).all()
+
+
+def test_heatmap_draw_rows_are_the_page_heatmaps_and_best_table(rec, rows):
+    shown = rows[(rows["dataset"] == rec["heatmap_dataset"]) & (rows["draw"] == rec["heatmap_draw"])]
+    assert rec["heatmap_dataset"] == "coco-mini" and rec["heatmap_draw"] == 0
+    for pair in PAIRS:
+        m = rec["matrices"][pair]
+        g = shown[shown["model_x"] + " × " + shown["model_y"] == pair]
+        for metric, key in (("displacement_cross_model", "cross_model"), ("displacement_pointwise", "pointwise"),
+                            ("mutual_knn", "mutual_knn")):
+            lp = g[(g["quantity"] == "layer_pair") & (g["metric"] == metric)]
+            np.testing.assert_allclose(lp["score"].to_numpy(dtype=float).reshape(_arr(m[key]).shape), _arr(m[key]))
+        b = g[g["quantity"] == ds.BEST].set_index("metric")
+        row = rec["best"][pair]
+        assert set(b["layer_x"]) == {row["layer x"]} and set(b["layer_y"]) == {row["layer y"]}
+        for name, display in da.MEASURE_NAMES.items():
+            assert b.loc[ds.METRICS[name], "score"] == pytest.approx(row[display])
+
+
+def test_page_aggregate_equals_a_recomputation_from_the_table(executed, rec, rows):
+    best = rows[rows["quantity"] == ds.BEST].assign(pair=lambda f: f["model_x"] + " × " + f["model_y"])
+    plain = best.groupby(["dataset", "pair", "metric"])["score"].agg(
+        mean="mean", std=lambda x: np.std(x.to_numpy(dtype=float), ddof=1), draws="count")
+    summary = pd.DataFrame(rec["study"]["summary"])
+    assert len(summary) == 2 * len(PAIRS)
+    nb = nbformat.read(str(executed), as_version=4)
+    page = "\n".join(o.get("data", {}).get("text/plain", "") for c in nb.cells if c.cell_type == "code"
+                     and "ds.headline_table(" in c.source for o in c.get("outputs", []))
+    for _, r in summary.iterrows():
+        assert r["n_draws"] == 2 and not r["single_draw"]
+        for name, metric in ds.METRICS.items():
+            ref = plain.loc[(r["dataset"], r["pair"], metric)]
+            assert ref["draws"] == 2
+            assert r[f"{name}_mean"] == pytest.approx(ref["mean"], abs=1e-12)
+            assert r[f"{name}_std"] == pytest.approx(ref["std"], abs=1e-12)
+        # what the page's table shows is these numbers, rounded
+        assert f"{r['cross_model_mean']:.3f} ± {r['cross_model_std']:.3f}" in page
+        assert f"{r['pointwise_mean']:.3f} ± {r['pointwise_std']:.3f}" in page
+        # the best layer pair of each draw is the maximum of that draw's Cross-Model heatmap
+        sel = rows[(rows["dataset"] == r["dataset"]) & (rows["model_x"] == r["model_x"])
+                   & (rows["model_y"] == r["model_y"]) & (rows["metric"] == "displacement_cross_model")]
+        for draw, g in sel.groupby("draw"):
+            peak = g.loc[g["quantity"] == "layer_pair", "score"].max()
+            assert g.loc[g["quantity"] == ds.BEST, "score"].item() == pytest.approx(peak)
+        assert r["chance"] == pytest.approx(5 / 47)
