@@ -134,6 +134,115 @@ def _extract_text(model, texts: Sequence[str], *, batch_size: int, padding_side:
     return out, dims
 
 
+def prefix_servers(token_ids: Sequence[Sequence[int]]) -> np.ndarray:
+    """For each token sequence, the index of a sequence that starts with it and is not itself a prefix of another.
+
+    A causal language model's hidden state at position t depends only on tokens 0..t, so the mean-pooled
+    features of a text whose tokens are a prefix of another text's (a caption and the same caption with more
+    captions appended; a truncation of a longer text) can be read off the longer text's forward pass. In
+    lexicographic order a prefix is immediately followed by a sequence that starts with it, if any does, so one
+    sort and one backward sweep find every maximal sequence.
+
+    Parameters
+    ----------
+    token_ids : sequence of sequences of int, length n
+
+    Returns
+    -------
+    ndarray of int, shape (n,)
+        ``server[i]``: the sequence whose forward pass serves sequence i (``i`` itself when none extends it).
+        Identical sequences share one server.
+    """
+    seqs = [tuple(t) for t in token_ids]
+    order = sorted(range(len(seqs)), key=lambda i: seqs[i])
+    server = np.arange(len(seqs))
+    for a, b in zip(reversed(order[:-1]), reversed(order[1:])):
+        longer = seqs[b]
+        if longer[:len(seqs[a])] == seqs[a]:
+            server[a] = server[b]
+    return server
+
+
+def shares_prefixes(model) -> bool:
+    """Whether ``model`` is a causal language model whose mean-pooled features of a token prefix can be read off
+    a longer sequence's forward pass (:func:`prefix_servers`): decoder-only, mean pooling, no text chunking."""
+    if (getattr(model, "modality", None) != "language" or getattr(model, "pooling", None) != "mean"
+            or getattr(model, "text_chunking", None) is not None):
+        return False
+    config = getattr(model.module, "config", None)
+    return config is not None and models.spec.is_causal_lm(config)
+
+
+@torch.inference_mode()
+def _extract_text_shared(model, texts: Sequence[str], *, batch_size: int, max_length: int | None, progress: bool,
+                         check: bool = True):
+    """:func:`_extract_text` for a causal LM, running only the texts that no other text extends.
+
+    Each text is served by the forward pass of a text whose tokens start with its tokens
+    (:func:`prefix_servers`): its features are the mean of the first ``len(text tokens)`` hidden states of that
+    pass, per layer (a cumulative sum over positions). A text served by itself is pooled exactly as in
+    :func:`_extract_text`. With ``check``, the first text served by a longer one is also run on its own, and a
+    difference beyond float32 round-off (the model is not causal after all) raises RuntimeError.
+
+    Returns
+    -------
+    (Tensor of shape (n_layers, n_texts, dim), tuple of int)
+        As :func:`_extract_text`; equal to it up to float32 round-off.
+    """
+    tok = model.tokenizer
+    tok.padding_side = "right"
+    enc_kwargs = {"truncation": max_length is not None}
+    if max_length is not None:
+        enc_kwargs["max_length"] = max_length
+    ids = tok(list(texts), **enc_kwargs)["input_ids"]
+    lengths = np.array([len(t) for t in ids])
+    if lengths.min(initial=1) == 0:
+        rows = np.flatnonzero(lengths == 0).tolist()
+        raise DataError(f"{len(rows)} texts tokenize to no token for {model.name!r} (rows {rows[:5]}, e.g. "
+                        f"{texts[rows[0]]!r:.60}); they would pool to all-zero feature rows")
+    server = prefix_servers(ids)
+    runs = np.unique(server)
+    served = {int(r): np.flatnonzero(server == r) for r in runs}
+    runs = runs[np.argsort(lengths[runs], kind="stable")]  # length-sorted batches waste little padding
+    pass_positions = _accepts(model.module, "position_ids")
+    out, dims, checked = None, None, not check
+    bar = progress_bar(total=len(texts), desc=f"{model.name} (text, shared prefixes)", unit="caption", show=progress)
+    for start in range(0, len(runs), batch_size):
+        rows = runs[start : start + batch_size]
+        enc = tok([texts[i] for i in rows], padding=True, return_tensors="pt", **enc_kwargs)
+        inputs = {"input_ids": enc["input_ids"].to(model.device), "attention_mask": enc["attention_mask"].to(model.device)}
+        if pass_positions:
+            inputs["position_ids"] = (inputs["attention_mask"].long().cumsum(-1) - 1).clamp(min=0)
+        layers = model.layer_outputs(**inputs)
+        # (text, batch row, tokens) of every text served by this batch
+        who = [(int(i), b, int(lengths[i])) for b, r in enumerate(rows) for i in served[int(r)]]
+        pooled = []
+        for h in layers:
+            mask = inputs["attention_mask"].to(h.device)
+            own = mean_pool(h, mask).cpu()  # (B, d): each run text on its own tokens, as _extract_text pools
+            csum = h.float().masked_fill(~mask.bool().unsqueeze(-1), 0.0).cumsum(dim=1).cpu()  # (B, T, d)
+            pooled.append(torch.stack([own[b] if n == int(lengths[rows[b]]) else csum[b, n - 1] / n
+                                       for _, b, n in who]))
+        pooled, dims = stack_layers(pooled)
+        if out is None:
+            out = torch.empty(len(layers), len(texts), pooled.shape[-1], dtype=torch.float32)
+        out[:, torch.as_tensor([i for i, _, _ in who])] = pooled
+        if not checked:
+            prefix = next((i for i, b, n in who if n < int(lengths[rows[b]])), None)
+            if prefix is not None:
+                alone, _ = _extract_text(model, [texts[prefix]], batch_size=1, padding_side="right",
+                                         max_length=max_length, progress=False)
+                err = float((alone[:, 0] - out[:, prefix]).abs().max() / alone[:, 0].abs().max().clamp(min=1e-12))
+                if err > 1e-3:
+                    raise RuntimeError(f"{model.name!r}: features of a token prefix read off a longer text differ "
+                                       f"from the prefix run alone (relative error {err:.2g}); the model is not "
+                                       "causal, so prefixes cannot be shared")
+                checked = True
+        bar.update(len(who))
+    bar.close()
+    return out, dims
+
+
 @torch.inference_mode()
 def _extract_text_chunked(model, texts: Sequence[str], *, batch_size: int, max_length: int | None, progress: bool):
     """Text towers of two-tower models (``model.text_chunking``, Herbst et al. Section 3.3).
@@ -250,6 +359,12 @@ def extract_features(
         data_key = pairs.image_fingerprint()
     else:  # pragma: no cover - LoadedModel validates modality
         raise ValueError(f"unknown modality {model.modality!r}")
+    return _layer_features(model, pairs, values, dims, data_key=data_key, max_length=max_length)
+
+
+def _layer_features(model, pairs: Pairs, values: torch.Tensor, dims, *, data_key: str, max_length: int | None,
+                    shared: bool = False) -> LayerFeatures:
+    """Wrap extracted values (n_layers, n_samples, dim) with the metadata every feature file records."""
     meta = {
         "model": model.name,
         "revision": model.revision,
@@ -268,7 +383,24 @@ def extract_features(
     }
     if model.modality == "language" and getattr(model, "text_chunking", None) is not None:
         meta["text_chunking"] = f"context {model.text_chunking.context_length}, chunk mean weighted by caption tokens"
+    if shared:
+        meta["shared_prefixes"] = "token prefixes pooled from the forward pass of a longer text (causal LM)"
     return LayerFeatures(values, tuple(model.layer_labels), tuple(pairs.sample_ids), meta, dims)
+
+
+def _shared_text_features(model, pairs_list: Sequence[Pairs], *, batch_size: int, max_length: int | None,
+                          progress: bool) -> list[LayerFeatures]:
+    """:func:`extract_features` of a causal LM on several sets of pairs in one pass over their distinct texts,
+    reading each token prefix off a longer text's forward pass (:func:`_extract_text_shared`)."""
+    for pairs in pairs_list:
+        _check_texts(pairs)
+    unique = list(dict.fromkeys(t for pairs in pairs_list for t in pairs.texts))
+    row = {t: i for i, t in enumerate(unique)}
+    values, dims = _extract_text_shared(model, unique, batch_size=batch_size, max_length=max_length,
+                                        progress=progress)
+    return [_layer_features(model, pairs, values[:, torch.as_tensor([row[t] for t in pairs.texts])].contiguous(),
+                            dims, data_key=pairs.text_fingerprint(), max_length=max_length, shared=True)
+            for pairs in pairs_list]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -398,10 +530,15 @@ def get_features(
 
 def features_for_pairs(model, pairs_list: Sequence[Pairs], *, device: str = "cpu", dtype: str = "float32",
                        batch_size: int = 32, max_length: int | None = None, progress: bool = True,
-                       cache: bool = True, num_threads: int | None = None) -> list[LayerFeatures]:
+                       cache: bool = True, num_threads: int | None = None,
+                       share_prefixes: bool = True) -> list[LayerFeatures]:
     """:func:`get_features` of one model on several sets of pairs, loading the model at most once.
 
     The model is loaded only if some set of pairs is not cached (e.g. caption variants of the same images).
+    For a causal language model (:func:`shares_prefixes`) and more than one set to extract, each distinct
+    text is run once and every text whose tokens are a prefix of another's (one caption and the same caption
+    with more appended, a truncation) is pooled from that longer text's forward pass: the same features to
+    float32 round-off (checked on the first such text), for a fraction of the compute.
 
     Parameters
     ----------
@@ -411,6 +548,8 @@ def features_for_pairs(model, pairs_list: Sequence[Pairs], *, device: str = "cpu
         As in :func:`get_features`.
     num_threads : int, optional
         Torch intra-op threads while extracting (:func:`torch_threads`, restored afterwards); None: unchanged.
+    share_prefixes : bool, default True
+        Share forward passes between token prefixes (above); False: every set is extracted on its own.
 
     Returns
     -------
@@ -419,22 +558,38 @@ def features_for_pairs(model, pairs_list: Sequence[Pairs], *, device: str = "cpu
     """
     models.torch_dtype(dtype)  # unknown dtype: ValueError before anything is loaded
     loaded = None if isinstance(model, str) else model
-    out = []
-    for pairs in pairs_list:
+    out: list[LayerFeatures | None] = [None] * len(pairs_list)
+    todo = []
+    for i, pairs in enumerate(pairs_list):
         path = features_path(model, pairs, dtype=dtype, max_length=max_length)
         cached = read_cached_features(path, pairs.sample_ids) if cache else None
         if cached is not None:
-            out.append(cached)
-            continue
-        if loaded is None:
-            note(f"loading {model}")
-            loaded = models.load_model(model, device=device, dtype=models.torch_dtype(dtype))
-        note(f"extracting {loaded.name} on {pairs.dataset} ({len(pairs)} pairs, {pairs.caption_policy})")
+            out[i] = cached
+        else:
+            todo.append((i, pairs, path))
+    if not todo:
+        return out
+    if loaded is None:
+        note(f"loading {model}")
+        loaded = models.load_model(model, device=device, dtype=models.torch_dtype(dtype))
+    if share_prefixes and len(todo) > 1 and shares_prefixes(loaded):
+        sets = [pairs for _, pairs, _ in todo]
+        note(f"extracting {loaded.name} on {len(sets)} caption sets of {sets[0].dataset} "
+             f"({sum(map(len, sets))} texts; token prefixes shared)")
+        with torch_threads(num_threads):
+            got = _shared_text_features(loaded, sets, batch_size=batch_size, max_length=max_length, progress=progress)
+        for (i, _, path), feats in zip(todo, got):
+            if cache:
+                save_features(feats, path)
+            out[i] = feats
+        return out
+    for i, pairs, path in todo:
+        note(f"extracting {getattr(loaded, 'name', loaded)} on {pairs.dataset} ({len(pairs)} pairs, {pairs.caption_policy})")
         with torch_threads(num_threads):
             feats = extract_features(loaded, pairs, batch_size=batch_size, max_length=max_length, progress=progress)
         if cache:
             save_features(feats, path)
-        out.append(feats)
+        out[i] = feats
     return out
 
 

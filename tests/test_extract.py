@@ -211,3 +211,67 @@ def test_zero_padding_leaves_knn_and_cka_scores_unchanged():
         for j in range(2):
             assert M[i, j] == pytest.approx(mutual_knn(layer, y[j], k=5), abs=1e-12)
             assert cka_linear(stacked[i], y[j]) == pytest.approx(cka_linear(layer, y[j]), rel=1e-5)
+
+
+def test_prefix_servers_point_every_prefix_at_a_sequence_that_extends_it():
+    seqs = [[1, 2], [1, 2, 3], [1], [2], [1, 2], [1, 3], [], [2, 1]]
+    server = extract.prefix_servers(seqs)
+    for i, s in enumerate(seqs):
+        longer = seqs[server[i]]
+        assert longer[:len(s)] == s  # served by a sequence that starts with it
+        assert not any(t != longer and t[:len(longer)] == longer for t in seqs)  # which nothing extends
+    assert server[3] == 7 and server[1] == 1 and server[0] == server[4] == 1
+
+
+def test_shared_prefix_extraction_equals_each_set_extracted_on_its_own(tmp_path, monkeypatch):
+    """Captions, the same captions with a second appended, and truncations: one forward pass per longest text,
+    the same features (to float32 round-off) as extracting each set alone, written to each set's own cache file."""
+    from fixtures.tiny_models import tiny_llama
+    from prh_lib import models
+
+    monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path / "cache"))
+    caps = [("a dog runs on the grass", "the dog is brown"), ("two cats sleep", "a cat on a sofa"),
+            ("a red bus in the street", "a bus stops"), ("a man rides a horse", "a horse and a man")]
+    ids = tuple(f"s{i}" for i in range(len(caps)))
+    first = data.Pairs("t", ids, (None,) * 4, tuple(c[0] for c in caps), caption_policy="first")
+    both = first.with_texts([f"{a} {b}" for a, b in caps], policy="concat-2")
+    short = first.with_texts([" ".join(a.split()[:2]) for a, _ in caps], policy="truncate")
+    folder = tiny_llama(tmp_path / "tiny-llama", [t for c in caps for t in c])
+    model = models.load_model(str(folder))
+    assert extract.shares_prefixes(model)
+    sets = [first, both, short]
+    alone = [extract.extract_features(model, p, batch_size=2, progress=False) for p in sets]
+
+    calls = []
+    forward = model.layer_outputs
+    monkeypatch.setattr(model, "layer_outputs", lambda **kw: calls.append(kw["input_ids"].shape[0]) or forward(**kw))
+    shared = extract.features_for_pairs(model, sets, batch_size=2, progress=False)
+    # 4 longest texts run (+ 1 text for the causality check), not 12
+    assert sum(calls) == 4 + 1
+    for a, b in zip(alone, shared):
+        assert b.sample_ids == a.sample_ids and b.meta["shared_prefixes"]
+        torch.testing.assert_close(b.values, a.values, rtol=1e-5, atol=1e-5)
+    cached = extract.features_for_pairs(str(folder), sets, progress=False)  # each set has its own cache file
+    for a, b in zip(shared, cached):
+        torch.testing.assert_close(b.values, a.values, rtol=0, atol=0)
+    off = extract.features_for_pairs(model, sets, batch_size=2, progress=False, cache=False, share_prefixes=False)
+    for a, b in zip(alone, off):
+        assert "shared_prefixes" not in b.meta
+        torch.testing.assert_close(b.values, a.values, rtol=1e-6, atol=1e-6)
+
+
+def test_a_model_that_is_not_causal_is_caught_by_the_prefix_check(tmp_path, monkeypatch):
+    from fixtures.tiny_models import tiny_llama
+    from prh_lib import models
+
+    texts = ["a dog runs", "a dog runs on the grass"]
+    model = models.load_model(str(tiny_llama(tmp_path / "tiny-llama", texts)))
+    forward = model.layer_outputs
+
+    def leaky(**kw):  # every position sees the mean of the whole sequence: not causal
+        hs = forward(**kw)
+        return [h + h.mean(dim=1, keepdim=True) for h in hs]
+
+    monkeypatch.setattr(model, "layer_outputs", leaky)
+    with pytest.raises(RuntimeError, match="not causal"):
+        extract._extract_text_shared(model, texts, batch_size=2, max_length=None, progress=False)
