@@ -192,14 +192,19 @@ def _features_and_bpb(build, name: str, revision: str, pairs, bpb_texts, *, dtyp
             built.append(build())
         return built[0]
 
-    feats = []
+    feats: list = [None] * len(sets)
     with quiet(not progress):
-        for ps in sets:
+        missing = []
+        for i, ps in enumerate(sets):
             fpath = extract.features_cache_path(name, revision, "language", ps, dtype=dtype, pooling="mean")
-            if fpath.is_file():
-                feats.append(extract.load_features(fpath, expected_sample_ids=ps.sample_ids))
-            else:
-                feats.append(extract.get_features(model().loaded, ps, batch_size=batch_size, progress=progress))
+            feats[i] = extract.read_cached_features(fpath, ps.sample_ids)  # None if absent (or bad: moved aside)
+            if feats[i] is None:
+                missing.append(i)
+        if missing:  # in one call, so that token prefixes shared between the sets are run once
+            got = extract.features_for_pairs(model().loaded, [sets[i] for i in missing], batch_size=batch_size,
+                                             progress=progress)
+            for i, f in zip(missing, got):
+                feats[i] = f
         bpb = cached_bits_per_byte(bpath, lambda: bits_per_byte(model().lm, model().tokenizer, bpb_texts,
                                                                 batch_size=batch_size, progress=progress))
     return (feats[0] if not isinstance(pairs, (list, tuple)) else tuple(feats)), bpb
