@@ -531,7 +531,7 @@ def get_features(
 def features_for_pairs(model, pairs_list: Sequence[Pairs], *, device: str = "cpu", dtype: str = "float32",
                        batch_size: int = 32, max_length: int | None = None, progress: bool = True,
                        cache: bool = True, num_threads: int | None = None,
-                       share_prefixes: bool = True) -> list[LayerFeatures]:
+                       share_prefixes: bool = True, keep: bool = True) -> list[LayerFeatures | None]:
     """:func:`get_features` of one model on several sets of pairs, loading the model at most once.
 
     The model is loaded only if some set of pairs is not cached (e.g. caption variants of the same images).
@@ -550,6 +550,9 @@ def features_for_pairs(model, pairs_list: Sequence[Pairs], *, device: str = "cpu
         Torch intra-op threads while extracting (:func:`torch_threads`, restored afterwards); None: unchanged.
     share_prefixes : bool, default True
         Share forward passes between token prefixes (above); False: every set is extracted on its own.
+    keep : bool, default True
+        False (with ``cache``): only fill the cache; sets extracted one by one are not held in memory, and
+        None is returned in their place.
 
     Returns
     -------
@@ -559,16 +562,20 @@ def features_for_pairs(model, pairs_list: Sequence[Pairs], *, device: str = "cpu
     models.torch_dtype(dtype)  # unknown dtype: ValueError before anything is loaded
     loaded = None if isinstance(model, str) else model
     out: list[LayerFeatures | None] = [None] * len(pairs_list)
-    todo = []
+    todo, first_of, repeats = [], {}, []
     for i, pairs in enumerate(pairs_list):
         path = features_path(model, pairs, dtype=dtype, max_length=max_length)
+        if path in first_of:  # the same data again (e.g. the images of every caption draw): extracted once
+            repeats.append((i, first_of[path]))
+            continue
+        first_of[path] = i
         cached = read_cached_features(path, pairs.sample_ids) if cache else None
         if cached is not None:
             out[i] = cached
         else:
             todo.append((i, pairs, path))
     if not todo:
-        return out
+        return _fill_repeats(out, repeats)
     if loaded is None:
         note(f"loading {model}")
         loaded = models.load_model(model, device=device, dtype=models.torch_dtype(dtype))
@@ -582,14 +589,21 @@ def features_for_pairs(model, pairs_list: Sequence[Pairs], *, device: str = "cpu
             if cache:
                 save_features(feats, path)
             out[i] = feats
-        return out
+        return _fill_repeats(out, repeats)
     for i, pairs, path in todo:
         note(f"extracting {getattr(loaded, 'name', loaded)} on {pairs.dataset} ({len(pairs)} pairs, {pairs.caption_policy})")
         with torch_threads(num_threads):
             feats = extract_features(loaded, pairs, batch_size=batch_size, max_length=max_length, progress=progress)
         if cache:
             save_features(feats, path)
-        out[i] = feats
+        out[i] = feats if keep or not cache else None
+    return _fill_repeats(out, repeats)
+
+
+def _fill_repeats(out: list, repeats: list[tuple[int, int]]) -> list:
+    """Give every repeated set of pairs (same cache file: same data, same rows) its first occurrence's features."""
+    for i, first in repeats:
+        out[i] = out[first]
     return out
 
 

@@ -275,3 +275,37 @@ def test_a_model_that_is_not_causal_is_caught_by_the_prefix_check(tmp_path, monk
     monkeypatch.setattr(model, "layer_outputs", leaky)
     with pytest.raises(RuntimeError, match="not causal"):
         extract._extract_text_shared(model, texts, batch_size=2, max_length=None, progress=False)
+
+
+def test_repeated_sets_of_pairs_are_extracted_once_and_prefetch_fills_the_cache(tmp_path, monkeypatch):
+    """The images of five caption draws are one cache file: one extraction, five equal results; prefetching a
+    study's draws loads the model once and leaves every draw cached."""
+    from fixtures.tiny_models import tiny_llama
+    from prh_lib import models
+    from prh_lib.analysis import core
+    from prh_lib.data.study import Draw
+
+    monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path / "cache"))
+    texts = ["a dog runs", "two cats sleep", "a red bus", "a man rides a horse"]
+    folder = str(tiny_llama(tmp_path / "tiny-llama", texts + ["on the grass"]))
+    ids = tuple(f"s{i}" for i in range(4))
+    first = data.Pairs("t", ids, (None,) * 4, tuple(texts))
+    longer = first.with_texts([t + " on the grass" for t in texts], policy="longer")
+    loads, extracted = [], []
+    load = models.load_model
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: loads.append(a[0]) or load(*a, **k))
+    real = extract.extract_features
+    monkeypatch.setattr(extract, "extract_features", lambda m, p, **k: extracted.append(p.caption_policy) or real(m, p, **k))
+
+    out = extract.features_for_pairs(folder, [first, first, first], progress=False)
+    assert extracted == ["first"] and out[0] is out[1] is out[2]
+    assert len(list((tmp_path / "cache" / "features").rglob("*.safetensors"))) == 1
+
+    draws = [Draw("t", r, r, p, True, "test") for r, p in enumerate([first, longer, first])]
+    loads.clear()
+    core.prefetch_features([(folder, folder)], draws)
+    assert loads == [folder]  # once for all draws; `first` was cached already, so only `longer` ran
+    assert extract.features_path(folder, longer, dtype="float32").is_file()
+    loads.clear()
+    core.prefetch_features([(folder, folder)], draws)
+    assert loads == []  # everything cached: nothing loaded

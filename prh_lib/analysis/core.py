@@ -30,7 +30,7 @@ from ..validation import check_model_pairs
 
 __all__ = ["AlignmentMatrix", "find_peak", "layerwise_alignment", "clip_features", "clip_threshold", "CLIP_MODES",
            "preprocessing_label", "shuffled_pairing",
-           "check_comparisons", "model_names", "prepare_features", "describe_features", "PairResult", "score_pair"]
+           "check_comparisons", "model_names", "prepare_features", "prefetch_features", "describe_features", "PairResult", "score_pair"]
 
 
 def find_peak(scores) -> tuple[int, int, float]:
@@ -282,6 +282,36 @@ def prepare_features(comparisons, pairs, *, clip_q: float | None = 0.95, clip: s
     raw = extract.features_for_models(names, pairs, device=device, dtype=dtype, batch_size=batch_size,
                                       progress=progress)
     return {name: clip_features(f, q=clip_q, clip=clip) for name, f in raw.items()}
+
+
+def prefetch_features(comparisons, draws, *, models: Sequence[str] = (), device: str = "cpu",
+                      dtype: str = "float32", batch_size: int = 32, num_threads: int | None = None) -> None:
+    """Extract (or find cached) every model of ``comparisons`` on every draw before a study loop runs.
+
+    Each model is loaded once for all draws instead of once per draw; draws with the same data (the images
+    of caption draws) are extracted once; and a causal LM runs texts that are token prefixes of other draws'
+    texts only once (:func:`prh_lib.extract.features_for_pairs`). The loop's :func:`prepare_features` then
+    reads the cache. Nothing is returned: the features are on disk.
+
+    Parameters
+    ----------
+    comparisons : sequence of (str, str) or of objects with ``x`` and ``y``
+    draws : sequence of prh_lib.data.study.Draw
+    models : sequence of str
+        Further models, as in :func:`prepare_features`.
+    device, dtype, batch_size, num_threads
+        As in :func:`prh_lib.extract.features_for_pairs`.
+    """
+    names = sorted(set(model_names(comparisons)) | set(models))
+    by_dataset: dict[str, list] = {}
+    for d in draws:  # one call per dataset bounds the memory held at once (one dataset's draws)
+        by_dataset.setdefault(d.dataset, []).append(d.pairs)
+    for name in names:
+        for pairs in by_dataset.values():
+            missing = [p for p in pairs if not extract.features_path(name, p, dtype=dtype).is_file()]
+            if missing:
+                extract.features_for_pairs(name, missing, device=device, dtype=dtype, batch_size=batch_size,
+                                           progress=False, num_threads=num_threads, keep=False)
 
 
 def describe_features(features: dict[str, LayerFeatures]) -> pd.DataFrame:
