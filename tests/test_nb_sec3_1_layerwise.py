@@ -7,9 +7,9 @@ from prh_lib import analysis, extract, profiles, report, results
 from prh_lib.data.study import study_draws
 from prh_lib.metrics import mutual_knn_layerwise
 
-LAYERS = {"dinov2-small": 13, "smollm2-135m": 31, "minilm-l6": 7, "efficientnet-lite0": 9, "qwen2.5-coder-0.5b": 25}
+LAYERS = {"dinov2-small": 13, "smollm2-135m": 31, "minilm-l6": 7, "efficientnet-lite0": 9, "gemma3-270m": 19}
 PAIRS = {"dinov2-small × smollm2-135m", "dinov2-small × minilm-l6", "efficientnet-lite0 × smollm2-135m",
-         "efficientnet-lite0 × minilm-l6", "dinov2-small × qwen2.5-coder-0.5b", "dinov2-small × efficientnet-lite0",
+         "efficientnet-lite0 × minilm-l6", "dinov2-small × gemma3-270m", "dinov2-small × efficientnet-lite0",
          "smollm2-135m × minilm-l6"}
 
 
