@@ -231,7 +231,7 @@ def _extract_text_shared(model, texts: Sequence[str], *, batch_size: int, max_le
             prefix = next((i for i, b, n in who if n < int(lengths[rows[b]])), None)
             if prefix is not None:
                 alone, _ = _extract_text(model, [texts[prefix]], batch_size=1, padding_side="right",
-                                         max_length=max_length, progress=False)
+                                         max_length=max_length, progress=None)  # None: no bar of its own
                 err = float((alone[:, 0] - out[:, prefix]).abs().max() / alone[:, 0].abs().max().clamp(min=1e-12))
                 if err > 1e-3:
                     raise RuntimeError(f"{model.name!r}: features of a token prefix read off a longer text differ "

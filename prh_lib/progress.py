@@ -47,7 +47,7 @@ def note(message: str) -> None:
         out.write(f"  · {time.strftime('%H:%M:%S')} {message}\n")
 
 
-def bar(*, total: int | None = None, desc: str | None = None, unit: str = "it", show: bool = False):
+def bar(*, total: int | None = None, desc: str | None = None, unit: str = "it", show: bool | None = False):
     """A tqdm progress bar on the channel; on stderr instead if ``show`` and there is no channel; else silent.
 
     Parameters
@@ -56,15 +56,16 @@ def bar(*, total: int | None = None, desc: str | None = None, unit: str = "it", 
         Number of steps.
     desc, unit : str
         As in :class:`tqdm.tqdm`.
-    show : bool
-        Show on stderr when there is no channel (e.g. a function's ``progress=True`` in a script).
+    show : bool or None
+        Show on stderr when there is no channel (e.g. a function's ``progress=True`` in a script); None:
+        nowhere, not even on the channel (an inner step of a step that has its own bar).
 
     Returns
     -------
     tqdm.tqdm
         Use ``update`` and ``close`` (or as a context manager); disabled when there is nowhere to show it.
     """
-    out = channel()
+    out = channel() if show is not None else None
     if out is not None:
         from tqdm import tqdm
 
@@ -72,7 +73,7 @@ def bar(*, total: int | None = None, desc: str | None = None, unit: str = "it", 
                     ncols=100, ascii=True)
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=desc, unit=unit, disable=not show)
+    return tqdm(total=total, desc=desc, unit=unit, disable=not show)  # None: disabled
 
 
 @contextmanager

@@ -91,3 +91,11 @@ def test_quiet_runs_have_no_channel(tmp_path, monkeypatch, capfd):
     monkeypatch.delenv(progress.ENV, raising=False)
     runner.run_notebook("tiny", {"a": 3}, output_dir=tmp_path / "out", quiet=True)
     assert "step 3" not in capfd.readouterr().err
+
+
+def test_an_inner_bar_can_be_silent_even_on_the_channel(tmp_path, monkeypatch):
+    log = tmp_path / "progress.log"
+    monkeypatch.setenv(progress.ENV, str(log))
+    with progress.bar(total=1, desc="inner", show=None) as bar:
+        bar.update(1)
+    assert not log.exists() or "inner" not in log.read_text()
