@@ -22,7 +22,7 @@ import pandas as pd
 
 from .. import data, extract, lm
 from ..lm import DEFAULT_FRACTIONS, Summaries, target_words, token_counts, truncate_texts, word_count
-from .ablation import chance_corrected, subsample_rows
+from .ablation_study import chance_corrected, subsample_rows
 from .core import clip_features, layerwise_alignment
 
 __all__ = ["detail_variants", "detail_alignment", "summary_report", "detail_summary", "describe", "example_texts",
