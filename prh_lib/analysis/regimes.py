@@ -43,7 +43,7 @@ import pandas as pd
 
 from ..features import LayerFeatures
 from ..validation import check_model_pairs, check_seeds
-from .layerwise import compare_pairs
+from .layerwise_study import compare_pairs
 
 __all__ = ["REGIMES", "REGIME_LABELS", "Comparison", "regime_comparisons", "regime_table", "projection_table",
            "comparison_table", "regime_rows", "control_pairs", "run_study", "study_summary", "floor_summary",
