@@ -43,6 +43,7 @@ import pandas as pd
 
 from ..features import LayerFeatures
 from ..validation import check_model_pairs, check_seeds
+from .controls import random_init_name
 from .layerwise_study import compare_pairs
 
 __all__ = ["REGIMES", "REGIME_LABELS", "Comparison", "regime_comparisons", "regime_table", "projection_table",
@@ -128,7 +129,7 @@ def regime_comparisons(
     for m in aligned:
         if not isinstance(m, str) or not m or m.endswith((":vision", ":text")):
             raise ValueError(f"aligned takes model names without a tower suffix; got {m!r}")
-    out = [Comparison(f"{x}@random-init:{s}", f"{y}@random-init:{s}", "random-init", f"{x} × {y} (seed {s})", s)
+    out = [Comparison(random_init_name(x, s), random_init_name(y, s), "random-init", f"{x} × {y} (seed {s})", s)
            for x, y in random_init for s in seeds]
     out += [Comparison(x, y, "unimodal", f"{x} × {y}") for x, y in unimodal]
     out += [Comparison(f"{m}:vision", f"{m}:text", "aligned", f"{m} (vision × text)") for m in aligned]
@@ -372,21 +373,17 @@ def study_summary(df: pd.DataFrame, *, quantity: str = PEAK) -> pd.DataFrame:
         ``calibrated_mean``, ``calibrated_std``, ``p_max`` (largest p over draws), ``n_draws``,
         ``single_draw``, ``chance`` (k/(N-1)).
     """
-    from .. import results
-
     part = df[df["quantity"] == quantity]
-    by = ["dataset", "n", "k", "regime", "comparison", "model_x", "model_y"]
-    out = results.aggregate(part, by=by, values=["score", "calibrated", "p"])
+    out = _over_draws(part, ["dataset", "n", "k", "regime", "comparison", "model_x", "model_y"])
     if out.empty:
         return out
-    out["p_max"] = part.groupby(by, dropna=False, sort=True)["p"].max().to_numpy()
     out["chance"] = out["k"].astype(float) / (out["n"].astype(float) - 1)
     datasets = list(dict.fromkeys(df["dataset"]))
     written = {c: i for i, c in enumerate(dict.fromkeys(df["comparison"]))}
     out["_d"] = out["dataset"].map({d: i for i, d in enumerate(datasets)})
     out["_r"] = out["regime"].map({r: i for i, r in enumerate(REGIMES)})
     out["_c"] = out["comparison"].map(written)
-    return out.sort_values(["_d", "_r", "_c"]).drop(columns=["_d", "_r", "_c", "p_mean", "p_std"]).reset_index(drop=True)
+    return out.sort_values(["_d", "_r", "_c"]).drop(columns=["_d", "_r", "_c"]).reset_index(drop=True)
 
 
 def floor_summary(df: pd.DataFrame) -> pd.DataFrame:
@@ -398,10 +395,14 @@ def floor_summary(df: pd.DataFrame) -> pd.DataFrame:
         ``dataset``, ``n``, ``k``, ``quantity``, ``kind``, ``model_x``, ``model_y``, ``score_mean``,
         ``score_std``, ``calibrated_mean``, ``calibrated_std``, ``p_max``, ``n_draws``, ``single_draw``.
     """
+    part = df[df["quantity"].str.startswith("control:") & (df["quantity"] != SHUFFLED)]
+    return _over_draws(part, ["dataset", "n", "k", "quantity", "kind", "model_x", "model_y"])
+
+
+def _over_draws(part: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Mean ± std over draws of score and calibrated score per ``by`` group, with ``p_max`` (the largest p)."""
     from .. import results
 
-    part = df[df["quantity"].str.startswith("control:") & (df["quantity"] != SHUFFLED)]
-    by = ["dataset", "n", "k", "quantity", "kind", "model_x", "model_y"]
     out = results.aggregate(part, by=by, values=["score", "calibrated", "p"])
     if out.empty:
         return out
