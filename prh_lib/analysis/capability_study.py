@@ -21,6 +21,7 @@ import pandas as pd
 
 from .. import data, extract, lm
 from ..data.benchmarks import BENCHMARKS
+from ..validation import check_columns
 from .core import clip_features, score_pair
 from .correlation import correlate
 
@@ -157,9 +158,7 @@ def correlation_table(table: pd.DataFrame, *, alignment: Sequence[str], capabili
     ValueError
         If a named column is not in ``table``.
     """
-    missing = [c for c in [by, *alignment, *capability] if c not in table.columns]
-    if missing:
-        raise ValueError(f"columns {missing} are not in the table; it has {list(table.columns)}")
+    check_columns(table, [by, *alignment, *capability])
     rows = []
     for group, sub in table.groupby(by, sort=False):
         for a in alignment:
