@@ -13,7 +13,8 @@ capability when captions are informative. The language models (features and bits
 
 The computation (those tables and the study over datasets x draws) lives in
 :mod:`~prh_lib.analysis.capability_study` and is re-exported here, so that this module stays the chapter's one
-namespace; this module holds the page: summary tables, correlation displays, findings and the record.
+namespace; this module holds the page: summaries and correlations over draws (:func:`summary_table`,
+:func:`study_correlations`), their displays, findings and the record.
 
 References
 ----------
@@ -32,9 +33,13 @@ import pandas as pd
 
 from ..data.benchmarks import BENCHMARKS, missing_counts
 from .correlation import CorrelationResult, correlate, near_constant
-from .capability_study import (alignment_table, BENCHMARK_DIRECTION, bpb_table, capability_columns, capability_rows,
-    correlation_table, DegenerateLayers, heldout_texts, join_capabilities, ladder_is_monotone, OFFLINE_CAPABILITY,
-    paper_setting, QUANTITIES, study_alignment, study_correlations, study_sets, StudySets, vision_features)
+
+# the computation (single-run tables, the study over draws), re-exported: this module stays the chapter's one
+# namespace
+from .capability_study import (  # noqa: F401
+    BENCHMARK_DIRECTION, OFFLINE_CAPABILITY, QUANTITIES, DegenerateLayers, StudySets, alignment_table, bpb_table,
+    capability_columns, capability_rows, correlation_table, heldout_texts, join_capabilities, ladder_is_monotone,
+    paper_setting, study_alignment, study_sets, vision_features)
 
 __all__ = ["join_capabilities", "capability_columns", "bpb_table", "ladder_is_monotone", "describe_ladder",
            "alignment_table", "CorrelationResult", "correlate", "correlation_table", "correlation_note",
@@ -171,6 +176,63 @@ def summary_display(summary: pd.DataFrame, *, n_permutations: int | None = None,
         sub[f"p {q} (max)"] = [report.format_p(p, n_permutations) for p in sub[f"p {q} (max)"]]
     sub = sub.drop(columns=["peak std", "final std", "n_draws", "family", "fraction"])
     return sub.dropna(axis=1, how="all").set_index(["dataset", "vision", "language"])
+
+
+def study_correlations(summary: pd.DataFrame, *, capability: Sequence[str], alignment: Sequence[str] = (
+        "peak", "final", "calibrated peak"), family: str = "independent", ci: float = 0.95,
+        min_models: int = 3) -> pd.DataFrame:
+    """Pearson and Spearman correlation of alignment with capability across models, per (dataset, vision).
+
+    For the independently trained models: exact permutation p over all n! orderings when n <=
+    :data:`~prh_lib.analysis.correlation.EXACT_MAX_N` (else SciPy's) and a Fisher-z interval. For the
+    ladder (``family="ladder"``): Spearman only, and no p-value or interval, because its points lie on one
+    path in weight space and are not independent.
+
+    Parameters
+    ----------
+    summary : DataFrame
+        :func:`summary_table`.
+    capability : sequence of str
+        Capability columns (``"bpb"``, ``"next_token_accuracy"``, benchmarks).
+    alignment : sequence of str
+        Alignment columns (means over draws).
+    family : {"independent", "ladder"}
+    ci : float
+    min_models : int
+        Capability columns with fewer non-missing models in a group are left out.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``dataset``, ``vision``, ``alignment``, ``capability``, ``method``, ``r``, ``ci low``,
+        ``ci high``, ``p``, ``p method``, ``n``, ``direction`` (+1 when higher capability is a higher
+        value, -1 for bits per byte), ``r (capability)`` (``direction * r``: positive when alignment grows
+        with capability).
+    """
+    direction = {**OFFLINE_CAPABILITY, **BENCHMARK_DIRECTION}
+    sub = summary[summary["family"] == family]
+    methods = ("pearson", "spearman") if family == "independent" else ("spearman",)
+    rows = []
+    for (dataset, vision), g in sub.groupby(["dataset", "vision"], sort=False):
+        for cap in capability:
+            if cap not in g.columns or g[cap].notna().sum() < min_models:
+                continue
+            for a in alignment:
+                for method in methods:
+                    if family == "independent":
+                        res = correlate(g[a].to_numpy(float), g[cap].to_numpy(float), method=method,
+                                        p_value="auto", interval="fisher", ci=ci)
+                        r, lo, hi, p, pm = res.r, res.ci_low, res.ci_high, res.p_value, res.p_method
+                    else:
+                        res = correlate(g[a].to_numpy(float), g[cap].to_numpy(float), method=method,
+                                        p_value="scipy", interval="none")
+                        r, lo, hi, p, pm = res.r, np.nan, np.nan, np.nan, "none (dependent points)"
+                    rows.append({"dataset": dataset, "vision": vision, "alignment": a, "capability": cap,
+                                 "method": method, "r": r, "ci low": lo, "ci high": hi, "p": p, "p method": pm,
+                                 "n": res.n, "direction": direction.get(cap, 1),
+                                 "r (capability)": direction.get(cap, 1) * r})
+    return pd.DataFrame(rows, columns=["dataset", "vision", "alignment", "capability", "method", "r", "ci low",
+                                       "ci high", "p", "p method", "n", "direction", "r (capability)"])
 
 
 def _fmt(v, spec=".2f") -> str:

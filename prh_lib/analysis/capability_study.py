@@ -1,9 +1,9 @@
 """The computation of the capability chapter (Herbst et al., Section 3.2, App. D): scores, correlations, the study.
 
 Single-run tables (:func:`alignment_table`, :func:`correlation_table`, :func:`bpb_table`) and the study over
-datasets x draws (:func:`study_sets`, :func:`study_alignment`, :func:`capability_rows`,
-:func:`study_correlations`). Re-exported by :mod:`prh_lib.analysis.capability`, which holds the page's tables,
-findings and records.
+datasets x draws (:func:`study_sets`, :func:`study_alignment`, :func:`capability_rows`). Re-exported by
+:mod:`prh_lib.analysis.capability`, which holds the page: summaries and correlations over draws, findings
+and records.
 
 References
 ----------
@@ -454,59 +454,3 @@ def capability_rows(language, *, texts: str, dataset: str = "held-out captions")
                               "score": float(r.bpb.accuracy)})
     return pd.DataFrame(rows)
 
-
-def study_correlations(summary: pd.DataFrame, *, capability: Sequence[str], alignment: Sequence[str] = (
-        "peak", "final", "calibrated peak"), family: str = "independent", ci: float = 0.95,
-        min_models: int = 3) -> pd.DataFrame:
-    """Pearson and Spearman correlation of alignment with capability across models, per (dataset, vision).
-
-    For the independently trained models: exact permutation p over all n! orderings when n <=
-    :data:`~prh_lib.analysis.correlation.EXACT_MAX_N` (else SciPy's) and a Fisher-z interval. For the
-    ladder (``family="ladder"``): Spearman only, and no p-value or interval, because its points lie on one
-    path in weight space and are not independent.
-
-    Parameters
-    ----------
-    summary : DataFrame
-        :func:`summary_table`.
-    capability : sequence of str
-        Capability columns (``"bpb"``, ``"next_token_accuracy"``, benchmarks).
-    alignment : sequence of str
-        Alignment columns (means over draws).
-    family : {"independent", "ladder"}
-    ci : float
-    min_models : int
-        Capability columns with fewer non-missing models in a group are left out.
-
-    Returns
-    -------
-    DataFrame
-        Columns ``dataset``, ``vision``, ``alignment``, ``capability``, ``method``, ``r``, ``ci low``,
-        ``ci high``, ``p``, ``p method``, ``n``, ``direction`` (+1 when higher capability is a higher
-        value, -1 for bits per byte), ``r (capability)`` (``direction * r``: positive when alignment grows
-        with capability).
-    """
-    direction = {**OFFLINE_CAPABILITY, **BENCHMARK_DIRECTION}
-    sub = summary[summary["family"] == family]
-    methods = ("pearson", "spearman") if family == "independent" else ("spearman",)
-    rows = []
-    for (dataset, vision), g in sub.groupby(["dataset", "vision"], sort=False):
-        for cap in capability:
-            if cap not in g.columns or g[cap].notna().sum() < min_models:
-                continue
-            for a in alignment:
-                for method in methods:
-                    if family == "independent":
-                        res = correlate(g[a].to_numpy(float), g[cap].to_numpy(float), method=method,
-                                        p_value="auto", interval="fisher", ci=ci)
-                        r, lo, hi, p, pm = res.r, res.ci_low, res.ci_high, res.p_value, res.p_method
-                    else:
-                        res = correlate(g[a].to_numpy(float), g[cap].to_numpy(float), method=method,
-                                        p_value="scipy", interval="none")
-                        r, lo, hi, p, pm = res.r, np.nan, np.nan, np.nan, "none (dependent points)"
-                    rows.append({"dataset": dataset, "vision": vision, "alignment": a, "capability": cap,
-                                 "method": method, "r": r, "ci low": lo, "ci high": hi, "p": p, "p method": pm,
-                                 "n": res.n, "direction": direction.get(cap, 1),
-                                 "r (capability)": direction.get(cap, 1) * r})
-    return pd.DataFrame(rows, columns=["dataset", "vision", "alignment", "capability", "method", "r", "ci low",
-                                       "ci high", "p", "p method", "n", "direction", "r (capability)"])
