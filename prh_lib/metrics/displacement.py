@@ -235,14 +235,19 @@ class DisplacementResult:
         return {k: getattr(self, k) for k in MEASURES}
 
 
-def _check_options(n: int, n_components, test_fraction, n_pairs, seed, eps) -> tuple:
+def _plan(n: int, n_components, test_fraction, n_pairs, seed, eps) -> tuple:
+    """The options checked, then the seeded split and pair draws that every layer pair shares.
+
+    Returns ``(n_components, n_pairs, seed, eps, train, test, draws)``.
+    """
     n_components = check_int(n_components, "n_components", low=1)
     n_pairs = check_int(n_pairs, "n_pairs", low=1)
     seed = check_int(seed, "seed", low=0)
     if not 0.0 <= float(eps) < 1.0:
         raise ValueError(f"eps must be in [0, 1), got {eps!r}")
     n_train, _ = _split_sizes(n, test_fraction)
-    return n_components, n_train, n_pairs, seed, float(eps)
+    train, test = _split(n, n_train, seed)
+    return n_components, n_pairs, seed, float(eps), train, test, _draw_pairs(len(test), n_pairs, seed)
 
 
 def _whiten_split(X: np.ndarray, train: np.ndarray, test: np.ndarray, n_components: int, eps: float, name: str):
@@ -318,9 +323,7 @@ def displacement_similarity(X, Y, *, n_components: int = 100, test_fraction: flo
     if X.shape[0] != Y.shape[0]:
         raise ValueError(f"X and Y must have the same n_samples, got shapes {X.shape} and {Y.shape}")
     n = X.shape[0]
-    n_components, n_train, n_pairs, seed, eps = _check_options(n, n_components, test_fraction, n_pairs, seed, eps)
-    train, test = _split(n, n_train, seed)
-    draws = _draw_pairs(len(test), n_pairs, seed)
+    n_components, n_pairs, seed, eps, train, test, draws = _plan(n, n_components, test_fraction, n_pairs, seed, eps)
     wx = _whiten_split(X, train, test, n_components, eps, "X")
     wy = _whiten_split(Y, train, test, n_components, eps, "Y")
     _warn_degenerate([0] if wx is None else [], "X", "displacement_similarity", True)
@@ -364,9 +367,7 @@ def displacement_layerwise(XL, YL, *, n_components: int = 100, test_fraction: fl
     if XL.shape[1] != YL.shape[1]:
         raise ValueError(f"XL and YL must have the same n_samples (axis 1), got shapes {XL.shape} and {YL.shape}")
     n = XL.shape[1]
-    n_components, n_train, n_pairs, seed, eps = _check_options(n, n_components, test_fraction, n_pairs, seed, eps)
-    train, test = _split(n, n_train, seed)
-    draws = _draw_pairs(len(test), n_pairs, seed)
+    n_components, n_pairs, seed, eps, train, test, draws = _plan(n, n_components, test_fraction, n_pairs, seed, eps)
     wx = [_whiten_split(X, train, test, n_components, eps, f"XL[{l}]") for l, X in enumerate(XL)]
     wy = [_whiten_split(Y, train, test, n_components, eps, f"YL[{m}]") for m, Y in enumerate(YL)]
     _warn_degenerate([l for l, w in enumerate(wx) if w is None], "XL", "displacement_layerwise", False)
