@@ -45,7 +45,7 @@
 # EfficientNet-Lite0) and language-language (SmolLM2-135M × MiniLM-L6). As in Section 3.1 the study has
 # datasets and draws: both views are scored on every draw of every dataset (offline: five caption draws of
 # the same 239 images), every score is a row of the results table, and the headline measures are means ±
-# standard deviations over the draws (`prh_lib.analysis.displacement_study`). The heatmaps and the analyses
+# standard deviations over the draws (`prh_lib.analysis.displacement_draws`). The heatmaps and the analyses
 # of a single draw (the `r` sweep, depth profiles, consensus, the reference code's procedure) use one draw,
 # `heatmap_dataset` / `heatmap_draw`. The last two sections run the paper's public code's own procedure
 # beside ours on the same features, derive why the two differ, and set the paper's numbers against this
@@ -106,7 +106,7 @@ from prh_lib import report, results  # noqa: E402
 from prh_lib.analysis import displacement as da  # noqa: E402
 from prh_lib.analysis import displacement_consensus as dc  # noqa: E402
 from prh_lib.analysis import displacement_reference as dr  # noqa: E402
-from prh_lib.analysis import displacement_study as ds  # noqa: E402
+from prh_lib.analysis import displacement_draws as ds  # noqa: E402
 from prh_lib.analysis import layerwise  # noqa: E402
 from prh_lib.data.study import study_draws  # noqa: E402
 from prh_lib.metrics import knn  # noqa: E402

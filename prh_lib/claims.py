@@ -250,6 +250,14 @@ def claims_table(rows: list[dict], *, chapter: str | None = None) -> pd.DataFram
     return frame
 
 
+def verdict_lines(rows: list[dict]) -> list[str]:
+    """One Markdown bullet per verdict row (of :func:`verdict` / :func:`finding`): ``- `<id>`: <verdict> (<this build>).``
+
+    The closing list of a chapter's generated prose, one line per claim, in the order of ``rows``.
+    """
+    return [f"- `{r['id']}`: {r['verdict']} ({r['this build']})." for r in rows]
+
+
 def verdict_counts(rows: list[dict]) -> dict[str, int]:
     """How many rows have each verdict (the 'not testable offline (reason)' rows counted together)."""
     counts = dict.fromkeys(VERDICTS, 0)

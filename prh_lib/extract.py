@@ -565,8 +565,8 @@ def features_for_pairs(model, pairs_list: Sequence[Pairs], *, device: str = "cpu
     todo, first_of, repeats = [], {}, []
     for i, pairs in enumerate(pairs_list):
         path = features_path(model, pairs, dtype=dtype, max_length=max_length)
-        if path in first_of:  # the same data again (e.g. the images of every caption draw): extracted once
-            repeats.append((i, first_of[path]))
+        if path in first_of and pairs_list[first_of[path]].sample_ids == pairs.sample_ids:
+            repeats.append((i, first_of[path]))  # the same data again (the images of every caption draw): once
             continue
         first_of[path] = i
         cached = read_cached_features(path, pairs.sample_ids) if cache else None

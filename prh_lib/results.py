@@ -55,14 +55,16 @@ extra          str       JSON object of the row's columns that are not in this s
 
 Extra columns. A chapter may pass columns beyond the schema (``n_components``, ``ci_low``, ...); they are
 stored per row in the ``extra`` JSON column, so every file has the same Parquet schema and the table always
-combines. ``load(expand_extra=True)`` unpacks them into columns again.
+combines. ``load(expand_extra=True)`` (or :func:`expand_extra`) unpacks them into columns again.
+
+The schema itself (``COLUMNS``, ``REQUIRED``, ``PROVENANCE``, ``RUN_KEY``) and the validation and type coercion
+of rows live in :mod:`prh_lib.results_schema`; the names are re-exported here.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import re
 import secrets
@@ -77,32 +79,10 @@ import numpy as np
 import pandas as pd
 
 from . import __version__, paths
+from .results_schema import (COLUMNS, PROVENANCE, REQUIRED, RUN_KEY, _arrow_schema, _canonical_json, _is_null,
+                             _validate_rows)
 
-_STR, _FLOAT, _INT, _TIME = "str", "float", "int", "time"
-
-#: column -> kind, in table order
-COLUMNS: dict[str, str] = {
-    "model_x": _STR, "model_y": _STR, "layer_x": _STR, "layer_y": _STR, "depth_x": _FLOAT, "depth_y": _FLOAT,
-    "metric": _STR, "k": _INT, "n": _INT, "dataset": _STR, "draw": _INT, "seed": _INT,
-    "score": _FLOAT, "calibrated": _FLOAT, "tau": _FLOAT, "p": _FLOAT, "preprocessing": _STR, "quantity": _STR,
-    "chapter": _STR, "lib_version": _STR, "commit": _STR, "params_hash": _STR, "params": _STR,
-    "run_id": _STR, "created": _TIME, "extra": _STR,
-}
-#: columns every row must have (from ``rows`` or from a keyword of :func:`write`), never null
-REQUIRED = ("dataset", "draw", "metric", "score", "quantity")
-#: columns :func:`write` sets itself; ``rows`` must not carry them
-PROVENANCE = ("chapter", "lib_version", "commit", "params_hash", "params", "run_id", "created", "extra")
-#: a rerun replaces earlier runs' rows for the same values of these columns
-RUN_KEY = ("chapter", "params_hash", "dataset", "draw")
-_RANGES = {"depth_x": (0.0, 1.0), "depth_y": (0.0, 1.0), "p": (0.0, 1.0)}
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
-
-
-def _arrow_schema():
-    import pyarrow as pa
-
-    kinds = {_STR: pa.string(), _FLOAT: pa.float64(), _INT: pa.int64(), _TIME: pa.timestamp("us", tz="UTC")}
-    return pa.schema([(c, kinds[t]) for c, t in COLUMNS.items()])
 
 
 # --------------------------------------------------------------------------------------------- identity
@@ -114,22 +94,6 @@ def params_hash(params: Mapping[str, object]) -> str:
     Values JSON cannot hold are written as their ``repr`` (NumPy scalars as Python numbers, paths as strings).
     """
     return hashlib.sha256(_canonical_json(params).encode()).hexdigest()[:16]
-
-
-def _canonical_json(obj) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=_jsonable, allow_nan=True)
-
-
-def _jsonable(obj):
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, (Path, os.PathLike)):
-        return os.fspath(obj)
-    if isinstance(obj, (set, frozenset)):
-        return sorted(obj, key=repr)
-    return repr(obj)
 
 
 def new_run_id() -> str:
@@ -268,103 +232,6 @@ def _write_atomic(df: pd.DataFrame, final: Path) -> None:
         raise
 
 
-def _validate_rows(rows, **constants) -> pd.DataFrame:
-    """Rows as a DataFrame with every schema column (provenance still empty) and ``extra`` filled."""
-    if isinstance(rows, pd.DataFrame):
-        df = rows.reset_index(drop=True).copy()
-    else:
-        try:
-            df = pd.DataFrame(rows)
-        except (ValueError, TypeError) as err:
-            raise ValueError(f"rows must be a DataFrame, a list of dicts or a dict of lists: {err}") from None
-    df.columns = [str(c) for c in df.columns]
-    carried = [c for c in PROVENANCE if c in df.columns]
-    if carried:
-        raise ValueError(f"rows carry column(s) {carried} that write() sets itself; drop them")
-    for name, value in constants.items():
-        if value is None:
-            continue
-        if name not in COLUMNS or name in PROVENANCE:
-            valid = [c for c in COLUMNS if c not in PROVENANCE]
-            raise ValueError(f"write() got an unknown keyword {name!r}; schema columns: {valid}")
-        if name in df.columns:
-            raise ValueError(f"column {name!r} is given both in rows and as a keyword; give it once")
-        df[name] = [value] * len(df)
-    if df.empty:
-        return df
-    extra_cols = [c for c in df.columns if c not in COLUMNS]
-    out = pd.DataFrame(index=df.index)
-    for col, kind in COLUMNS.items():
-        if col in PROVENANCE:
-            continue
-        if col not in df.columns:
-            if col in REQUIRED:
-                raise ValueError(f"required column {col!r} is missing; give it in rows or as write({col}=...)")
-            out[col] = _empty(kind, len(df))
-        else:
-            out[col] = _coerce(col, kind, df[col])
-            if col in REQUIRED and out[col].isna().any() and col != "score":
-                raise ValueError(f"required column {col!r} has null values in rows "
-                                 f"{list(np.flatnonzero(out[col].isna().to_numpy())[:5])}")
-    if extra_cols:
-        out["extra"] = [_canonical_json({c: _plain(v) for c, v in r.items()}) for r in df[extra_cols].to_dict("records")]
-    else:
-        out["extra"] = "{}"
-    return out
-
-
-def _plain(v):
-    if isinstance(v, float) and math.isnan(v):
-        return None
-    if v is pd.NA or v is pd.NaT:
-        return None
-    return v
-
-
-def _empty(kind: str, n: int):
-    if kind == _FLOAT:
-        return np.full(n, np.nan)
-    if kind == _INT:
-        return pd.array([pd.NA] * n, dtype="Int64")
-    return [None] * n
-
-
-def _is_null(v) -> bool:
-    return v is None or v is pd.NA or (isinstance(v, (float, np.floating)) and math.isnan(v))
-
-
-def _coerce(col: str, kind: str, values: pd.Series):
-    vals = list(values)
-    bad = None
-    if kind == _STR:
-        bad = next((v for v in vals if not _is_null(v) and not isinstance(v, str)), None)
-        if bad is not None:
-            raise ValueError(f"column {col!r} must hold strings (or None); got {bad!r} ({type(bad).__name__})")
-        return [None if _is_null(v) else v for v in vals]
-    if kind == _FLOAT:
-        for v in vals:
-            if not _is_null(v) and (isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number))):
-                raise ValueError(f"column {col!r} must hold numbers; got {v!r} ({type(v).__name__})")
-        arr = np.array([np.nan if _is_null(v) else float(v) for v in vals], dtype=np.float64)
-        if col in _RANGES:
-            lo, hi = _RANGES[col]
-            out = arr[~np.isnan(arr) & ((arr < lo) | (arr > hi))]
-            if out.size:
-                raise ValueError(f"column {col!r} must lie in [{lo}, {hi}]; got {out[:5].tolist()}")
-        return arr
-    # integers: Python/NumPy ints, or floats that are whole numbers (a column with NaN becomes float)
-    ints = []
-    for v in vals:
-        if _is_null(v):
-            ints.append(pd.NA)
-        elif isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number)) or (
-                isinstance(v, (float, np.floating)) and not float(v).is_integer()):
-            raise ValueError(f"column {col!r} must hold integers; got {v!r} ({type(v).__name__})")
-        else:
-            ints.append(int(v))
-    return pd.array(ints, dtype="Int64")
-
-
 # --------------------------------------------------------------------------------------------- reading
 
 
@@ -454,10 +321,31 @@ def load(*, root: str | Path | None = None, include_superseded: bool = False, ex
             df = df[df[col] == value]
     df = df.sort_values(["chapter", "params_hash", "dataset", "draw", "run_id", "created"], kind="stable")
     df = df.reset_index(drop=True)
-    if expand_extra and not df.empty:
-        extra = pd.DataFrame([json.loads(e) for e in df["extra"]], index=df.index)
-        df = pd.concat([df, extra], axis=1)
+    if expand_extra:
+        df = expand_extra_columns(df)
     return df
+
+
+def expand_extra_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with the ``extra`` JSON column unpacked into one column per key (missing keys: NaN).
+
+    Keys that are already columns of ``df`` (a table expanded before) are left as they are, so expanding twice
+    changes nothing. An empty table is returned unchanged.
+
+    Parameters
+    ----------
+    df : DataFrame
+        Rows of the results table (from :func:`load`), with the ``extra`` column.
+
+    Returns
+    -------
+    DataFrame
+        A new frame (``df`` itself when empty), same rows and index.
+    """
+    if df.empty:
+        return df
+    extra = pd.DataFrame([json.loads(e) for e in df["extra"]], index=df.index)
+    return pd.concat([df, extra[[c for c in extra.columns if c not in df.columns]]], axis=1)
 
 
 def compact(*, root: str | Path | None = None) -> list[Path]:
@@ -541,8 +429,12 @@ def aggregate(df: pd.DataFrame, by: list[str], *, values: str | list[str] = "sco
     return out.reset_index()
 
 
-def format_mean_std(mean: float, std: float, n_draws: int, *, digits: int = 3) -> str:
-    """``"0.123 ± 0.004 (5 draws)"``, or ``"0.123 (one draw; cannot be repeated)"`` when ``n_draws < 2``."""
+def format_mean_std(mean: float, std: float, n_draws: int, *, digits: int = 3, count: bool = True) -> str:
+    """``"0.123 ± 0.004 (5 draws)"``, or ``"0.123 (one draw; cannot be repeated)"`` when ``n_draws < 2``.
+
+    With ``count=False`` the short form of table cells: ``"0.123 ± 0.004"``, or ``"0.123"`` for one draw (or
+    a non-finite std).
+    """
     if n_draws < 2 or not np.isfinite(std):
-        return f"{mean:.{digits}f} (one draw; cannot be repeated)"
-    return f"{mean:.{digits}f} ± {std:.{digits}f} ({n_draws} draws)"
+        return f"{mean:.{digits}f}" if not count else f"{mean:.{digits}f} (one draw; cannot be repeated)"
+    return f"{mean:.{digits}f} ± {std:.{digits}f}" + (f" ({n_draws} draws)" if count else "")

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["check_seed", "check_seeds", "check_texts", "check_model_pairs", "as_float64_matrix"]
+__all__ = ["check_seed", "check_seeds", "check_texts", "check_model_pairs", "check_columns", "as_float64_matrix"]
 
 
 def check_seed(seed, name: str = "seed") -> int:
@@ -86,6 +86,19 @@ def check_model_pairs(pairs, what: str = "comparisons", *, distinct: bool = Fals
             raise ValueError(f"{what}: a model compared with itself scores 1 by definition; got {pair!r}")
         out.append((pair[0], pair[1]))
     return out
+
+
+def check_columns(table, columns) -> None:
+    """Raise unless every name of ``columns`` is a column of the DataFrame ``table``.
+
+    Raises
+    ------
+    ValueError
+        If a named column is missing; the message lists the missing ones and the table's columns.
+    """
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise ValueError(f"columns {missing} are not in the table; it has {list(table.columns)}")
 
 
 def as_float64_matrix(X, name: str = "X") -> np.ndarray:

@@ -204,7 +204,8 @@ def test_detail_alignment_reuses_rows_and_scores_each_variant(monkeypatch):
         return _text_features(pairs.texts, pairs.sample_ids, "lang")
 
     monkeypatch.setattr(extract, "extract_features", fake_extract_features)
-    monkeypatch.setattr(extract, "features_path", lambda *a, **k: Path("/nonexistent/never.safetensors"))
+    monkeypatch.setattr(extract, "features_path",
+                        lambda model, pairs, **k: Path(f"/nonexistent/{pairs.text_fingerprint()}.safetensors"))
     monkeypatch.setattr(extract, "save_features", lambda *a, **k: None)
     monkeypatch.setattr(models, "load_model", lambda name, **k: loads.append(name) or f"loaded {name}")
     ds = data.load_dataset("coco-folder")

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from prh_lib.analysis import displacement as da
-from prh_lib.analysis import displacement_study as ds
+from prh_lib.analysis import displacement_draws as ds
 from prh_lib import report, results
 from prh_lib.data.study import study_draws
 from prh_lib.profiles import get_profile

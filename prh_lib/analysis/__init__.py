@@ -12,6 +12,10 @@ comparisons -> cached features -> clipped), :func:`layerwise_alignment` (:class:
 - :mod:`~prh_lib.analysis.ablation`: App. G, k and N;
 - :mod:`~prh_lib.analysis.displacement`: the displacement-geometry companion chapter.
 
+A long chapter is two modules: ``<chapter>_study`` (the computation: scores on one draw, the study loop over
+datasets x draws, results-table rows) and ``<chapter>`` (the page: aggregates read back, tables, findings,
+prose, records), which re-exports the study's names; notebooks import ``<chapter>`` only.
+
 Analyses never load models (features come through :mod:`prh_lib.extract`, language-model runs through
 :mod:`prh_lib.lm`) and never plot (figures: :mod:`prh_lib.figures`).
 """

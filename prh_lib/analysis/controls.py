@@ -40,7 +40,7 @@ from ..features import LayerFeatures
 from ..validation import check_model_pairs
 from .core import prepare_features, score_pair
 
-__all__ = ["CONTROL_KINDS", "CONTROL_LABELS", "TFIDF", "Control", "tfidf_name", "tfidf_features",
+__all__ = ["CONTROL_KINDS", "CONTROL_LABELS", "TFIDF", "Control", "tfidf_name", "random_init_name", "tfidf_features",
            "control_comparisons", "control_features", "score_controls", "control_floors", "floors_of_pair"]
 
 #: Control kinds, in display order; a row's quantity is ``"control:<kind>"``.
@@ -140,7 +140,9 @@ def tfidf_features(pairs, *, svd_components: int | None = None, seed: int = 0, m
     return LayerFeatures(values, (name,), tuple(pairs.sample_ids), meta)
 
 
-def _random(name: str, seed: int) -> str:
+def random_init_name(name: str, seed: int) -> str:
+    """The name of ``name`` with seeded random weights, ``"<name>@random-init:<seed>"``
+    (as :func:`prh_lib.models.load_model` reads it)."""
     return f"{name}@random-init:{int(seed)}"
 
 
@@ -188,8 +190,8 @@ def control_comparisons(pairs: Sequence[Sequence[str]], modality: Mapping[str, s
                 raise ValueError(f"controls bound trained pairs; {m!r} is already randomly initialised")
             if modality.get(m) not in ("vision", "language"):
                 raise ValueError(f"no modality for {m!r} (got {modality.get(m)!r}); give 'vision' or 'language'")
-        add(_random(x, seed), y, f"random-{modality[x]}", (x, y))
-        add(x, _random(y, seed), f"random-{modality[y]}", (x, y))
+        add(random_init_name(x, seed), y, f"random-{modality[x]}", (x, y))
+        add(x, random_init_name(y, seed), f"random-{modality[y]}", (x, y))
         if lexical:
             for lang, other in ((y, x), (x, y)):
                 if modality[lang] != "language":

@@ -30,11 +30,8 @@ import pandas as pd
 from ..features import LayerFeatures, check_aligned
 from ..metrics import displacement as D
 from ..metrics import mutual_knn, mutual_knn_chance
+from ..metrics._validation import as_float64 as _as_float64
 from ..metrics._validation import check_int, check_k
-
-# One input check for the whole displacement family (float64, finite, of the stated ndim); it belongs in
-# prh_lib.metrics._validation next to ``to_tensor`` and is imported from the metric module until it moves.
-_as_float64 = D._as_float64
 
 __all__ = [
     "ConsensusResult",

@@ -1,331 +1,297 @@
-"""The displacement chapter over the study's datasets and draws, with every score a row of the results table.
+"""The computations of the displacement chapter: displacement geometry beside mutual k-NN, layer by layer.
 
-Every other chapter takes the study's shape (:mod:`prh_lib.data.study`): several datasets, several draws of
-pairs from each, every score written to the one results table (:mod:`prh_lib.results`) and the page's
-numbers computed back from it as mean ± std over draws. This module gives the displacement chapter that
-shape, on top of :mod:`prh_lib.analysis.displacement` (the two views of one draw):
-
-- :func:`run_study` scores both views (mutual k-NN and the three displacement measures) over all layer pairs
-  on every draw and writes the rows (:func:`view_rows`, quantities in :data:`QUANTITIES`);
-- :func:`aggregate_best` reads them back: per (dataset, model pair), the measures at each draw's best
-  Cross-Model layer pair, as mean ± std over the draws; :func:`headline_table` and :func:`describe_study`
-  put them on the page.
-
-The split of one draw into training and held-out rows, and the sampled ``(i, j)`` pairs, are seeded by
-``split_seed``, the same in every draw: what varies between draws is what the dataset's draws vary (caption
-choice, or the sample), while the chapter's re-splits of one draw measure the split-to-split noise.
+Layer-pair matrices of the three cosine measures (:func:`displacement_matrices`) next to mutual k-NN
+(:func:`compare_views`, :class:`ViewComparison`), the measures at the best layer pair with their controls
+(:func:`best_pair_table`, :func:`views_table`), a sweep over the whitened dimension
+(:func:`n_components_sweep`), depth profiles and per-model best layers. Re-exported by
+:mod:`prh_lib.analysis.displacement`, which holds the page (figures, prose, verdicts).
 
 References
 ----------
-"Displacement geometry captures platonic shared reality across models and modalities", arXiv:2609.24209;
-Herbst et al., Section 2 (mean ± std over draws).
+"Displacement geometry captures platonic shared reality across models and modalities",
+arXiv:2609.24209, Sec. "Method". Herbst et al., Section 3.1 (layer-wise mutual k-NN).
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
+from scipy.stats import spearmanr
 
-from .core import find_peak, preprocessing_label, prepare_features
-from .displacement import MEASURE_NAMES, ViewComparison, compare_views
+from .core import AlignmentMatrix, check_comparisons, layerwise_alignment
+from ..features import LayerFeatures, check_aligned
+from ..metrics import displacement as D
 
-__all__ = ["METRICS", "QUANTITIES", "BEST", "StudyDraw", "view_rows", "run_study", "load_rows", "aggregate_best",
-           "headline_table", "describe_study", "draw_coverage"]
-
-#: Results-table metric name of each displacement measure (and of mutual k-NN, scored at the same layers).
-METRICS = {"pointwise": "displacement_pointwise", "cross_model": "displacement_cross_model",
-           "cross_object": "displacement_cross_object", "mutual_knn": "mutual_knn"}
-#: The quantity of the rows at a draw's best Cross-Model layer pair (every metric of :data:`METRICS`).
-BEST = "at_cross_model_peak"
-#: The ``quantity`` values this chapter writes, and what each row is.
-QUANTITIES = {
-    "layer_pair": "one layer pair of the heatmaps (every metric of METRICS, every layer pair)",
-    BEST: "at the draw's best Cross-Model layer pair (the maximum of its Cross-Model heatmap), every metric",
-    "control:shuffled": "a displacement measure with the second model's rows paired to the wrong samples, at "
-                        "that best layer pair",
-    "control:shuffled-max": "the largest shuffled-pairing Cross-Model over all layer pairs (includes the selection)",
-}
-_DISPLAY = {**MEASURE_NAMES, "mutual_knn": "mutual k-NN"}
+#: Display names of the three measures (arXiv:2609.24209).
+MEASURE_NAMES = {"pointwise": "Pointwise", "cross_model": "Cross-Model", "cross_object": "Cross-Object"}
 
 
-def _depths(n: int) -> np.ndarray:
-    return np.arange(n) / max(n - 1, 1)
+def _argmax(scores: np.ndarray) -> tuple[int, int]:
+    if np.isnan(scores).all():
+        raise ValueError(f"all {scores.shape} scores are NaN; no best layer pair")
+    i, j = np.unravel_index(int(np.nanargmax(scores)), scores.shape)
+    return int(i), int(j)
 
 
-def view_rows(comp: ViewComparison, *, k: int) -> list[dict]:
-    """The results-table rows of one model pair on one draw (:data:`QUANTITIES`).
+def pair_kind(x: LayerFeatures, y: LayerFeatures) -> str:
+    """``"vision-language"``, ``"vision-vision"`` or ``"language-language"`` from ``meta["modality"]``."""
+    mx, my = x.meta.get("modality", "?"), y.meta.get("modality", "?")
+    return "-".join(sorted((mx, my), key=lambda m: (m != "vision", m)))
+
+
+def displacement_matrices(x: LayerFeatures, y: LayerFeatures, *, n_components: int = 100, test_fraction: float = 0.5,
+                          n_pairs: int = 10_000, seed: int = 0) -> dict[str, AlignmentMatrix]:
+    """:func:`~prh_lib.metrics.displacement.displacement_layerwise` of two models, as alignment matrices.
 
     Parameters
     ----------
-    comp : ViewComparison
-        From :func:`prh_lib.analysis.displacement.compare_views`.
-    k : int
-        Neighbours of the mutual k-NN matrix (the ``k`` column of its rows; NA for the displacement measures).
+    x, y : LayerFeatures
+        Same samples in the same row order (zero padding of narrow layers changes nothing).
+    n_components, test_fraction, n_pairs, seed
+        As in :func:`~prh_lib.metrics.displacement.displacement_similarity`.
 
     Returns
     -------
-    list of dict
-        ``4 * n_x * n_y`` rows ``"layer_pair"``, then four :data:`BEST` rows, three ``"control:shuffled"`` rows
-        and one ``"control:shuffled-max"`` row. Columns: model_x/y, layer_x/y, depth_x/y, metric, k, score,
-        quantity; extra columns ``kind`` (the pair's modalities), ``r`` (the whitened dimension of that layer
-        pair; NA for mutual k-NN) and the displacement options ``n_components``, ``test_fraction``,
-        ``n_sampled_pairs`` and ``split_seed``.
+    dict of str to AlignmentMatrix
+        One ``(n_layers_x, n_layers_y)`` matrix per name in
+        :data:`~prh_lib.metrics.displacement.MEASURES`, values in [-1, 1]; NaN rows/columns for
+        layers with zero variance (a ViT's constant CLS token at ``embed``). ``options`` records
+        the settings and ``r``, the common whitened dimension of each layer pair (int array).
 
     Raises
     ------
-    ValueError
-        If the Cross-Model matrix is NaN everywhere (no best layer pair).
+    FeatureMismatchError
+        If the rows are not the same samples in the same order.
     """
-    cm = comp.cross_model
-    xl, yl = cm.x_labels, cm.y_labels
-    dx, dy = _depths(len(xl)), _depths(len(yl))
-    r = np.asarray(cm.options["r"])
-    base = {"model_x": cm.x_name, "model_y": cm.y_name, "kind": comp.kind,
-            "n_components": int(cm.options["n_components"]), "test_fraction": float(cm.options["test_fraction"]),
-            "n_sampled_pairs": int(cm.options["n_pairs"]), "split_seed": int(cm.options["seed"])}
-    mats = {name: comp.displacement[name].scores for name in MEASURE_NAMES} | {"mutual_knn": comp.knn.scores}
-
-    def cell(i, j, name, score, quantity):
-        return base | {"layer_x": xl[i], "layer_y": yl[j], "depth_x": float(dx[i]), "depth_y": float(dy[j]),
-                       "metric": METRICS[name], "k": k if name == "mutual_knn" else None,
-                       "r": None if name == "mutual_knn" else int(r[i, j]), "score": float(score),
-                       "quantity": quantity}
-
-    rows = [cell(i, j, name, m[i, j], "layer_pair") for name, m in mats.items()
-            for i in range(len(xl)) for j in range(len(yl))]
-    i, j, _ = find_peak(cm.scores)
-    rows += [cell(i, j, name, m[i, j], BEST) for name, m in mats.items()]
-    rows += [cell(i, j, name, comp.displacement[f"{name}_shuffled"].scores[i, j], "control:shuffled")
-             for name in MEASURE_NAMES]
-    rows.append(base | {"metric": METRICS["cross_model"], "score": float(np.nanmax(
-        comp.displacement["cross_model_shuffled"].scores)), "quantity": "control:shuffled-max"})
-    return rows
+    check_aligned(x, y)
+    out = D.displacement_layerwise(x.values, y.values, n_components=n_components, test_fraction=test_fraction,
+                                   n_pairs=n_pairs, seed=seed)
+    options = {"n_components": n_components, "test_fraction": test_fraction, "n_pairs": n_pairs, "seed": seed,
+               "n": len(x.sample_ids), "r": out["n_components"]}
+    return {name: AlignmentMatrix(out[name], tuple(x.layer_labels), tuple(y.layer_labels), x.name, y.name, name,
+                                  dict(options)) for name in D.MEASURES}
 
 
 @dataclass(frozen=True)
-class StudyDraw:
-    """Both views of every comparison on one draw (:func:`run_study`).
+class ViewComparison:
+    """Mutual k-NN and the displacement measures of one model pair over all layer pairs.
 
     Attributes
     ----------
-    draw : prh_lib.data.study.Draw
-    views : list of ViewComparison
-        One per comparison, in order.
-    features : dict of str to LayerFeatures, optional
-        The clipped features of the draw, kept only for the draws :func:`run_study` was asked to keep.
+    label : str
+        ``"x × y"``.
+    kind : str
+        See :func:`pair_kind`.
+    knn : AlignmentMatrix
+        Mutual k-NN (Huh et al. 2024), as in Section 3.1.
+    displacement : dict of str to AlignmentMatrix
+        :func:`displacement_matrices`.
     """
 
-    draw: object
-    views: list
-    features: dict | None = field(default=None, repr=False)
+    label: str
+    kind: str
+    knn: AlignmentMatrix
+    displacement: dict
+
+    @property
+    def cross_model(self) -> AlignmentMatrix:
+        return self.displacement["cross_model"]
 
 
-def run_study(draws, comparisons: Sequence, *, chapter: str, params: dict, k: int = 10, n_components: int = 100,
-              test_fraction: float = 0.5, n_pairs: int = 10_000, split_seed: int = 0,
-              clip_q: float | None = 0.95, clip: str | None = "stack", device: str = "cpu", dtype: str = "float32",
-              batch_size: int = 32, keep=(), models: Sequence[str] = (), write: bool = True,
-              root=None) -> dict[tuple[str, int], StudyDraw]:
-    """Both views (:func:`~prh_lib.analysis.displacement.compare_views`) on every draw, written as rows.
-
-    Parameters
-    ----------
-    draws : sequence of prh_lib.data.study.Draw
-        From :func:`prh_lib.data.study.study_draws`.
-    comparisons : sequence of (str, str)
-    chapter, params : str, dict
-        As in :func:`prh_lib.results.write` (``params`` from :func:`prh_lib.report.page_parameters`).
-    k, n_components, test_fraction, n_pairs
-        As in :func:`~prh_lib.analysis.displacement.compare_views` (``n_pairs``: sampled ``(i, j)`` pairs).
-    split_seed : int
-        Seed of the train/test split and the sampled pairs, the same in every draw.
-    clip_q, clip
-        Outlier clipping before both views (:func:`prh_lib.analysis.clip_features`); the rows'
-        ``preprocessing``.
-    device, dtype, batch_size
-        Feature extraction (:func:`prh_lib.analysis.prepare_features`).
-    keep : sequence of (str, int)
-        ``(dataset, draw)`` whose features are returned (for the analyses of one draw); only they also
-        extract ``models``.
-    models : sequence of str
-        Further models extracted on the kept draws (e.g. the consensus models).
-    write : bool
-        Write the rows (:func:`prh_lib.results.write`); False only for tests.
-    root : path, optional
-        Results table folder (tests).
-
-    Returns
-    -------
-    dict
-        ``(dataset, draw) -> StudyDraw``, in draw order.
+def compare_views(features: dict[str, LayerFeatures], comparisons: Sequence, *, k: int = 10, n_components: int = 100,
+                  test_fraction: float = 0.5, n_pairs: int = 10_000, seed: int = 0) -> list[ViewComparison]:
+    """Both views for each ``(x, y)`` in ``comparisons``: mutual k-NN and the displacement measures.
 
     Raises
     ------
     KeyError
-        If a model of ``comparisons`` has no features.
-    ValueError
-        If a Cross-Model matrix is NaN everywhere.
+        If a model of ``comparisons`` has no features (the message lists those available).
     """
-    from .. import results as results_table
-
-    keep = {tuple(x) for x in keep}
-    label = preprocessing_label(clip_q, clip)
-    out = {}
-    for d in draws:
-        key = (d.dataset, d.draw)
-        feats = prepare_features(comparisons, d.pairs, models=models if key in keep else (), clip_q=clip_q,
-                                 clip=clip, device=device, dtype=dtype, batch_size=batch_size)
-        views = compare_views(feats, comparisons, k=k, n_components=n_components, test_fraction=test_fraction,
-                              n_pairs=n_pairs, seed=split_seed)
-        out[key] = StudyDraw(d, views, feats if key in keep else None)
-        if write:
-            rows = [row for comp in views for row in view_rows(comp, k=k)]
-            results_table.write(rows, chapter=chapter, params=params, dataset=d.dataset, draw=d.draw, seed=d.seed,
-                                n=len(d.pairs), preprocessing=label, root=root)
+    check_comparisons(features, comparisons)
+    out = []
+    for x_name, y_name in comparisons:
+        x, y = features[x_name], features[y_name]
+        out.append(ViewComparison(
+            f"{x_name} × {y_name}", pair_kind(x, y), layerwise_alignment(x, y, metric="mutual_knn", k=k),
+            displacement_matrices(x, y, n_components=n_components, test_fraction=test_fraction, n_pairs=n_pairs,
+                                  seed=seed)))
     return out
 
 
-def load_rows(*, chapter: str, params: dict, run_id: str | None = None, root=None) -> pd.DataFrame:
-    """This chapter's rows of one parameter set (and run, when ``run_id`` is given), extra columns expanded."""
-    from .. import results as results_table
-
-    filters = {"chapter": chapter, "params": params}
-    if run_id is not None:
-        filters["run_id"] = run_id
-    return results_table.load(root=root, expand_extra=True, **filters)
+def _pair(comp: ViewComparison) -> tuple[str, str]:
+    return comp.knn.x_name, comp.knn.y_name
 
 
-_KEYS = ["dataset", "model_x", "model_y"]
+def best_pair_table(results: list[ViewComparison], features: dict[str, LayerFeatures], *,
+                    n_splits: int = 0) -> pd.DataFrame:
+    """The three measures and their shuffled controls at each pair's best Cross-Model layer pair.
 
-
-def aggregate_best(df: pd.DataFrame, *, datasets: Sequence[str] | None = None) -> pd.DataFrame:
-    """The measures at each draw's best Cross-Model layer pair, as mean ± std over draws.
-
-    Parameters
-    ----------
-    df : DataFrame
-        Rows of one run of the chapter (:func:`load_rows`), with the extra columns expanded.
-    datasets : sequence of str, optional
-        Dataset names in the order the rows should follow (the study's order; :func:`prh_lib.results.load`
-        sorts by name). Default: the order of ``df``.
+    The best pair is the maximum of the Cross-Model matrix (split seed ``s0`` of the matrices).
+    ``shuffled (max)`` is the largest shuffled-pairing Cross-Model value over *all* layer pairs: a
+    control that includes the selection of the best pair. With ``n_splits > 0`` the best pair is
+    re-scored on ``n_splits`` fresh splits (seeds ``s0 + 1, ...``), whose mean and standard
+    deviation show how much the value owes to one split and to the selection.
 
     Returns
     -------
     DataFrame
-        One row per (dataset, model_x, model_y), in order of first appearance (or of ``datasets``): ``pair``, ``kind``, ``n``,
-        ``k``, ``chance`` (k/(n-1) of mutual k-NN), ``n_draws``, ``single_draw``; ``<metric>_mean`` and
-        ``<metric>_std`` (ddof = 1; NaN for one draw) for ``pointwise``, ``cross_model``, ``cross_object``
-        and ``mutual_knn`` at the best layer pair, and ``shuffled_<measure>_mean`` for the three shuffled
-        controls there and ``shuffled_max_mean`` (the control over all layer pairs); ``best_layers`` (the
-        most frequent best layer pair), ``best_layers_draws`` (in how many draws), ``depth_x_mean``,
-        ``depth_y_mean`` and ``r`` (the whitened dimension, its most frequent value).
-
-    Raises
-    ------
-    ValueError
-        If ``df`` holds no rows of quantity :data:`BEST`.
+        One row per pair; measures in [-1, 1].
     """
-    from .. import results as results_table
-
-    best = df[df["quantity"] == BEST]
-    if best.empty:
-        raise ValueError(f"no rows of quantity {BEST!r}; quantities present: {sorted(df['quantity'].unique())}")
-    order = list(dict.fromkeys(map(tuple, best[_KEYS].to_numpy())))
-    if datasets is not None:
-        rank = {name: i for i, name in enumerate(datasets)}
-        order.sort(key=lambda key: rank.get(key[0], len(rank)))  # stable: pairs keep their order
-    by = _KEYS + ["metric"]
-    agg = results_table.aggregate(best, by=by, values=["score", "depth_x", "depth_y"]).set_index(by)
-    ctrl = df[df["quantity"] == "control:shuffled"]
-    a_ctrl = results_table.aggregate(ctrl, by=by).set_index(by) if len(ctrl) else None
-    cmax = df[df["quantity"] == "control:shuffled-max"]
-    a_max = results_table.aggregate(cmax, by=_KEYS).set_index(_KEYS) if len(cmax) else None
     rows = []
-    for key in order:
-        g = best.set_index(_KEYS).loc[[key]]
-        cm = g[g["metric"] == METRICS["cross_model"]]
-        knn = g[g["metric"] == METRICS["mutual_knn"]]
-        n, kk = int(g["n"].iloc[0]), int(knn["k"].iloc[0]) if len(knn) else None
-        loc = Counter(f"{a} × {b}" for a, b in zip(cm["layer_x"], cm["layer_y"])).most_common(1)[0]
-        first = agg.loc[key + (METRICS["cross_model"],)]
-        row = {"dataset": key[0], "model_x": key[1], "model_y": key[2], "pair": f"{key[1]} × {key[2]}",
-               "kind": cm["kind"].iloc[0], "n": n, "k": kk, "chance": kk / (n - 1) if kk else np.nan,
-               "n_draws": int(first["n_draws"]), "single_draw": bool(first["single_draw"])}
-        for name, metric in METRICS.items():
-            a = agg.loc[key + (metric,)] if key + (metric,) in agg.index else None
-            row[f"{name}_mean"] = float(a["score_mean"]) if a is not None else np.nan
-            row[f"{name}_std"] = float(a["score_std"]) if a is not None else np.nan
+    for comp in results:
+        cm = comp.cross_model
+        i, j = _argmax(cm.scores)
+        opts = {key: cm.options[key] for key in ("n_components", "test_fraction", "n_pairs")}
+        row = {"pair": comp.label, "kind": comp.kind, "layer x": cm.x_labels[i], "layer y": cm.y_labels[j],
+               "r": int(cm.options["r"][i, j])}
         for name in MEASURE_NAMES:
-            idx = key + (METRICS[name],)
-            row[f"shuffled_{name}_mean"] = (float(a_ctrl.loc[idx, "score_mean"])
-                                            if a_ctrl is not None and idx in a_ctrl.index else np.nan)
-        row["shuffled_max_mean"] = float(a_max.loc[key, "score_mean"]) if a_max is not None else np.nan
-        row |= {"best_layers": loc[0], "best_layers_draws": int(loc[1]),
-                "depth_x_mean": float(first["depth_x_mean"]), "depth_y_mean": float(first["depth_y_mean"]),
-                "r": int(Counter(int(v) for v in cm["r"]).most_common(1)[0][0])}
+            row[MEASURE_NAMES[name]] = float(comp.displacement[name].scores[i, j])
+            row[f"{MEASURE_NAMES[name]} (shuffled)"] = float(comp.displacement[name + "_shuffled"].scores[i, j])
+        row["Cross-Model shuffled (max)"] = float(np.nanmax(comp.displacement["cross_model_shuffled"].scores))
+        if n_splits:
+            x, y = (features[m] for m in _pair(comp))
+            vals = [D.displacement_similarity(x.layer(i), y.layer(j), seed=cm.options["seed"] + s, **opts).cross_model
+                    for s in range(1, n_splits + 1)]
+            row[f"Cross-Model, {n_splits} re-splits"] = float(np.mean(vals))
+            row["re-split sd"] = float(np.std(vals, ddof=1)) if n_splits > 1 else np.nan
         rows.append(row)
+    return pd.DataFrame(rows).set_index("pair")
+
+
+def views_table(results: list[ViewComparison]) -> pd.DataFrame:
+    """Where each view peaks, what the other view gives there, and how alike the two heatmaps are.
+
+    ``rank correlation`` is Spearman's rho between the two matrices over the layer pairs where both
+    are defined; ``depth`` is the peak's relative depth (0 = embedding output, 1 = last layer).
+    """
+    rows = []
+    for comp in results:
+        mk, cm = comp.knn, comp.cross_model
+        ik, jk = _argmax(mk.scores)
+        ic, jc = _argmax(cm.scores)
+        ok = np.isfinite(mk.scores) & np.isfinite(cm.scores)
+        depth = lambda i, j: f"{i / max(len(mk.x_labels) - 1, 1):.2f} × {j / max(len(mk.y_labels) - 1, 1):.2f}"
+        rows.append({
+            "pair": comp.label, "kind": comp.kind,
+            "k-NN peak": mk.scores[ik, jk], "k-NN peak layers": f"{mk.x_labels[ik]} × {mk.y_labels[jk]}",
+            "k-NN peak depth": depth(ik, jk),
+            "Cross-Model peak": cm.scores[ic, jc], "Cross-Model peak layers": f"{cm.x_labels[ic]} × {cm.y_labels[jc]}",
+            "Cross-Model peak depth": depth(ic, jc),
+            "Cross-Model at k-NN peak": cm.scores[ik, jk], "k-NN at Cross-Model peak": mk.scores[ic, jc],
+            "k-NN final": mk.final, "Cross-Model final": cm.final,
+            "rank correlation": float(spearmanr(mk.scores[ok], cm.scores[ok]).statistic),
+        })
+    return pd.DataFrame(rows).set_index("pair")
+
+
+def n_components_sweep(results: list[ViewComparison], features: dict[str, LayerFeatures], *,
+                       n_components: Sequence[int] = (8, 16, 32, 50, 100)) -> pd.DataFrame:
+    """The measures at each pair's best Cross-Model layer pair for several whitened dimensions.
+
+    The layer pair, split and sampled pairs stay those of ``results``; only ``n_components``
+    changes (requests above ``min(n_train - 1, d)`` give the same ``r``). With every kept
+    component whitened to unit variance, a measure behaves like (shared dimensions) / ``r``
+    once ``r`` exceeds the shared dimension, so values compare only at equal ``r``.
+
+    Returns
+    -------
+    DataFrame
+        Long format: one row per (pair, requested ``n_components``) with the ``r`` used,
+        ``r / n_train`` and the six measures.
+    """
+    rows = []
+    for comp in results:
+        cm = comp.cross_model
+        i, j = _argmax(cm.scores)
+        x, y = (features[m] for m in _pair(comp))
+        for q in n_components:
+            res = D.displacement_similarity(x.layer(i), y.layer(j), n_components=q, seed=cm.options["seed"],
+                                            test_fraction=cm.options["test_fraction"], n_pairs=cm.options["n_pairs"])
+            rows.append({"pair": comp.label, "layers": f"{cm.x_labels[i]} × {cm.y_labels[j]}", "n_components": q,
+                         "r": res.n_components, "r / n_train": res.n_components / res.n_train, **res.measures()})
     return pd.DataFrame(rows)
 
 
-def _ms(mean: float, std: float, n_draws: int, digits: int = 3) -> str:
-    if n_draws < 2 or not np.isfinite(std):
-        return f"{mean:.{digits}f}"
-    return f"{mean:.{digits}f} ± {std:.{digits}f}"
+def depth_profiles(results: list[ViewComparison], features: dict[str, LayerFeatures], *,
+                   n_components: Sequence[int] = (4, 8, 16, 32)) -> dict[str, pd.DataFrame]:
+    """Both views along the second model's depth, at the first model's mutual k-NN peak layer, for several ``r``.
 
+    Mutual k-NN works on the raw (clipped) features, where a few high-variance directions dominate
+    cosine similarities; whitening to ``r`` components weights ``r`` directions equally. Comparing the
+    Cross-Model profile at small and large ``r`` with the k-NN profile shows whether a feature of the
+    k-NN heatmap lives in a few leading directions. Split and sampled pairs are those of ``results``.
 
-def headline_table(agg: pd.DataFrame) -> pd.DataFrame:
-    """The page's summary: one row per (dataset, pair), each measure as mean ± std over draws.
-
-    Columns: draws (``"(not repeatable)"`` when a dataset has one draw that cannot be repeated), best layers
-    (most frequent, in how many draws), r, Pointwise, Cross-Model, Cross-Object, Cross-Model shuffled (at the
-    best pair, mean over draws), shuffled (max) (over all layer pairs), mutual k-NN (at the same layers) and
-    its chance k/(N-1).
+    Returns
+    -------
+    dict of str to DataFrame
+        Pair label -> DataFrame indexed by the second model's layer labels, with columns
+        ``"mutual k-NN"`` and ``"Cross-Model, r=<r>"`` for each distinct ``r`` used (requests above
+        what the training rows support collapse onto one ``r``). The frame's ``attrs["layer x"]``
+        names the first model's layer.
     """
-    rows = []
-    for _, r in agg.iterrows():
-        rows.append({
-            "dataset": r["dataset"], "pair": r["pair"], "kind": r["kind"],
-            "draws": f"{r['n_draws']}" + (" (not repeatable)" if r["single_draw"] else ""),
-            "best layers": f"{r['best_layers']} ({r['best_layers_draws']}/{r['n_draws']})", "r": r["r"],
-            **{_DISPLAY[m]: _ms(r[f"{m}_mean"], r[f"{m}_std"], r["n_draws"]) for m in MEASURE_NAMES},
-            "Cross-Model shuffled": f"{r['shuffled_cross_model_mean']:+.3f}",
-            "shuffled (max)": f"{r['shuffled_max_mean']:.3f}",
-            "mutual k-NN (same layers)": _ms(r["mutual_knn_mean"], r["mutual_knn_std"], r["n_draws"]),
-            "k-NN chance": f"{r['chance']:.3f}",
-        })
-    return pd.DataFrame(rows).set_index(["dataset", "pair"])
+    out = {}
+    for comp in results:
+        ik, _ = _argmax(comp.knn.scores)
+        x, y = (features[m] for m in _pair(comp))
+        opts = {key: comp.cross_model.options[key] for key in ("test_fraction", "n_pairs", "seed")}
+        cols = {"mutual k-NN": comp.knn.scores[ik]}
+        for q in n_components:
+            with warnings.catch_warnings():  # a constant layer is NaN by design (documented there)
+                warnings.filterwarnings("ignore", message=".*degenerate.*", category=RuntimeWarning)
+                res = D.displacement_layerwise(x.values[ik:ik + 1], y.values, n_components=q, **opts)
+            cols.setdefault(f"Cross-Model, r={int(res['n_components'].max())}", res["cross_model"][0])
+        frame = pd.DataFrame(cols, index=pd.Index(comp.knn.y_labels, name=comp.knn.y_name))
+        frame.attrs["layer x"] = f"{comp.knn.x_name} {comp.knn.x_labels[ik]}"
+        out[comp.label] = frame
+    return out
 
 
-def describe_study(agg: pd.DataFrame, draws=()) -> str:
-    """Markdown bullets: per dataset, its draws and what varies between them, then each pair's measures as
-    mean ± std over the draws (a pair whose measures are identical in every draw is said to be so)."""
-    varies = {d.dataset: (d.what_varies, d.repeatable) for d in draws}
-    lines = []
-    for ds, g in agg.groupby("dataset", sort=False):
-        what, repeatable = varies.get(ds, ("", True))
-        n_draws = int(g["n_draws"].iloc[0])
-        head = f"- **{ds}** (N = {int(g['n'].iloc[0])}, {n_draws} draw{'s' if n_draws != 1 else ''}"
-        single = n_draws < 2 or not repeatable
-        head += "; one draw that cannot be repeated, so no spread)" if single else (
-            f"; what varies: {what})" if what else ")")
-        lines.append(head + ":")
-        for _, r in g.iterrows():
-            parts = [f"{_DISPLAY[m]} {_ms(r[f'{m}_mean'], r[f'{m}_std'], r['n_draws'])}" for m in MEASURE_NAMES]
-            text = f"  - {r['pair']}: " + "; ".join(parts)
-            if not single:
-                text += f", at {r['best_layers']} in {r['best_layers_draws']} of {r['n_draws']} draws"
-                if all(abs(r[f"{m}_std"]) < 1e-12 for m in MEASURE_NAMES):
-                    text += " (identical in every draw: what varies between the draws does not reach this pair)"
-            else:
-                text += f", at {r['best_layers']}"
-            lines.append(text + ".")
-    return "\n".join(lines)
+def best_layers(results: list[ViewComparison], models: Sequence[str] | None = None, *,
+                measure: str = "cross_model") -> dict[str, str]:
+    """One layer per model: where it aligns best, on average, with its partners in ``results``.
 
+    For each comparison involving a model, take for each of its layers the best score over the
+    partner's layers; average these profiles over the model's comparisons; return the layer with
+    the highest average.
 
-def draw_coverage(df: pd.DataFrame) -> pd.DataFrame:
-    """Which (dataset, draw) scored which pair: rows (dataset, draw, seed), columns pairs, cells :data:`BEST` rows."""
-    best = df[df["quantity"] == BEST].assign(pair=lambda f: f["model_x"] + " × " + f["model_y"])
-    return best.pivot_table(index=["dataset", "draw", "seed"], columns="pair", values="score", aggfunc="count")
+    Parameters
+    ----------
+    results : list of ViewComparison
+    models : sequence of str, optional
+        Default: every model in ``results``.
+    measure : str
+        ``"mutual_knn"`` or a name in :data:`~prh_lib.metrics.displacement.MEASURES`.
+
+    Returns
+    -------
+    dict of str to str
+        Model name -> layer label.
+
+    Raises
+    ------
+    KeyError
+        If a model appears in no comparison (pass its layer explicitly instead).
+    """
+    profiles: dict[str, list] = {}
+    for comp in results:
+        m = comp.knn if measure == "mutual_knn" else comp.displacement[measure]
+        for name, labels, prof in ((m.x_name, m.x_labels, m.scores), (m.y_name, m.y_labels, m.scores.T)):
+            best = np.full(len(labels), np.nan)
+            rows_ok = ~np.isnan(prof).all(1)
+            best[rows_ok] = np.nanmax(prof[rows_ok], axis=1)
+            profiles.setdefault(name, []).append((labels, best))
+    models = list(profiles) if models is None else list(models)
+    out = {}
+    for name in models:
+        if name not in profiles:
+            raise KeyError(f"{name!r} is in no comparison; compared models are {sorted(profiles)}")
+        labels = profiles[name][0][0]
+        with warnings.catch_warnings():  # an all-NaN layer (constant CLS at embed) stays NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            mean = np.nanmean(np.stack([p for _, p in profiles[name]]), axis=0)
+        out[name] = labels[int(np.nanargmax(mean))]
+    return out

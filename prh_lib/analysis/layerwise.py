@@ -8,6 +8,10 @@ other clipping choices; from the table, :func:`aggregate_peaks` gives mean ± st
 :func:`findings` the rows of "The paper and this build" and :func:`describe_findings` the prose, generated
 from the numbers. :func:`summary_table` / :func:`describe_peaks` remain for one draw.
 
+The scoring and the study (:func:`compare_pairs`, :func:`run_study`, :func:`pair_rows`, :func:`clip_variants`,
+:func:`aggregate_peaks`) live in :mod:`~prh_lib.analysis.layerwise_study` and are re-exported here; this module
+holds the page: tables, findings, prose and the record.
+
 References
 ----------
 Herbst et al., Section 3.1 and Figure 1; Huh et al. (2024), App. A (mutual k-NN); Groeger et al. (2026),
@@ -17,54 +21,23 @@ Sec. 5 (calibration).
 from __future__ import annotations
 
 import math
-from collections import Counter
+from functools import partial
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
-from ..extract import torch_threads
-from ..features import LayerFeatures
-from .core import (AlignmentMatrix, PairResult, check_comparisons, layerwise_alignment, prepare_features,
-                   preprocessing_label, score_pair)
+from ..results import expand_extra_columns, format_mean_std
+from .core import AlignmentMatrix, PairResult
+
+# the computation (scoring, the study over draws), re-exported: this module stays the chapter's one namespace
+from .layerwise_study import (  # noqa: F401
+    QUANTITIES, aggregate_peaks, clip_variants, compare_pairs, pair_rows, regime_of, run_study)
 
 __all__ = ["compare_pairs", "peak_table", "summary_table", "describe_peaks", "to_record", "regime_of",
            "pair_rows", "run_study", "clip_variants", "aggregate_peaks", "headline_table", "peak_locations",
            "clip_effect_table", "describe_clip_effect", "findings", "describe_findings", "QUANTITIES", "draws_table",
            "other_peaks", "in_paper_setting"]
-
-
-def compare_pairs(features: dict[str, LayerFeatures], comparisons, *, k: int = 10, n_permutations: int = 200,
-                  alpha: float = 0.05, n_boot: int = 200, seed: int = 0, device=None) -> list[PairResult]:
-    """Layer-wise mutual k-NN, shuffled control, calibration and peak interval for each ``(x, y)`` pair.
-
-    Parameters
-    ----------
-    features : dict of str to LayerFeatures
-        Features of every model named in ``comparisons``, all on the same pairs.
-    comparisons : sequence of (str, str)
-    k : int
-        Neighbours (the paper: 10).
-    n_permutations, alpha : int, float
-        Permutation null of :func:`prh_lib.metrics.permutation_test_layerwise` (selection-aware).
-    n_boot : int
-        Bootstrap replicates for the interval of the peak score.
-    seed : int
-        Seeds the shuffled control, the permutations and the bootstrap.
-
-    Returns
-    -------
-    list of PairResult
-        One per comparison, labelled ``"x × y"``.
-
-    Raises
-    ------
-    KeyError
-        If a model of ``comparisons`` has no features.
-    """
-    check_comparisons(features, comparisons)
-    return [score_pair(features[x], features[y], k=k, n_permutations=n_permutations, alpha=alpha, n_boot=n_boot,
-                       seed=seed, device=device, label=f"{x} × {y}") for x, y in comparisons]
 
 
 def peak_table(matrices: dict[str, AlignmentMatrix], controls: dict[str, AlignmentMatrix] | None = None,
@@ -144,241 +117,8 @@ def describe_peaks(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-
-#: ``quantity`` values this chapter writes to the results table
-QUANTITIES = {
-    "layer_pair": "mutual k-NN at one layer pair (every pair of the heatmap)",
-    "peak": "the maximum over layer pairs; calibrated/tau/p from the selection-aware null",
-    "final": "the final-layer pair; calibrated/p against its own null",
-    "control:shuffled-max": "maximum over layer pairs with captions paired to the wrong images",
-    "control:shuffled-mean": "mean over layer pairs of that control",
-}
-
-
-def regime_of(x_modality: str, y_modality: str) -> str:
-    """``"cross-modal"``, ``"vision-vision"`` or ``"language-language"`` from the two models' modalities."""
-    if x_modality == y_modality:
-        return f"{x_modality}-{x_modality}"
-    return "cross-modal"
-
-
-def _depths(n: int) -> np.ndarray:
-    return np.arange(n) / max(n - 1, 1)
-
-
-def pair_rows(result: PairResult, *, x_modality: str = "", y_modality: str = "") -> list[dict]:
-    """The results-table rows of one scored model pair (:data:`QUANTITIES`).
-
-    Parameters
-    ----------
-    result : PairResult
-        From :func:`compare_pairs`; ``calibration`` and ``peak_ci`` may be None (skipped).
-    x_modality, y_modality : str
-        ``"vision"`` or ``"language"``; stored as ``regime`` (an extra column).
-
-    Returns
-    -------
-    list of dict
-        ``n_x * n_y`` rows ``"layer_pair"``, then ``"peak"``, ``"final"`` and the shuffled controls. Columns:
-        model_x/y, layer_x/y, depth_x/y, score, calibrated, tau, p, quantity, regime (and ci_low/ci_high on
-        the peak row).
-    """
-    m = result.matrix
-    dx, dy = _depths(len(m.x_labels)), _depths(len(m.y_labels))
-    base = {"model_x": m.x_name, "model_y": m.y_name, "regime": regime_of(x_modality, y_modality)}
-    rows = [base | {"layer_x": m.x_labels[i], "layer_y": m.y_labels[j], "depth_x": float(dx[i]),
-                    "depth_y": float(dy[j]), "score": float(m.scores[i, j]), "quantity": "layer_pair"}
-            for i in range(len(m.x_labels)) for j in range(len(m.y_labels))]
-    i, j, best = m.peak
-    cal = result.calibration
-    peak = base | {"layer_x": m.x_labels[i], "layer_y": m.y_labels[j], "depth_x": float(dx[i]),
-                   "depth_y": float(dy[j]), "score": best, "quantity": "peak"}
-    final = base | {"layer_x": m.x_labels[-1], "layer_y": m.y_labels[-1], "depth_x": 1.0, "depth_y": 1.0,
-                    "score": m.final, "quantity": "final"}
-    if cal is not None:
-        peak |= {"calibrated": float(cal.calibrated_max), "tau": float(cal.threshold_max), "p": float(cal.p_max)}
-        final |= {"calibrated": float(cal.calibrated[-1, -1]), "tau": float(cal.threshold[-1, -1]),
-                  "p": float(cal.p_value[-1, -1])}
-    if result.peak_ci is not None:
-        peak |= {"ci_low": float(result.peak_ci.low), "ci_high": float(result.peak_ci.high)}
-    rows += [peak, final]
-    if result.control is not None:
-        rows.append(base | {"score": float(np.nanmax(result.control.scores)), "quantity": "control:shuffled-max"})
-        rows.append(base | {"score": float(np.nanmean(result.control.scores)), "quantity": "control:shuffled-mean"})
-    return rows
-
-
-def run_study(draws, comparisons, *, chapter: str, params: dict, k: int = 10, n_permutations: int = 200,
-              alpha: float = 0.05, n_boot: int = 0, clip_q: float | None = 0.95, clip: str | None = "stack",
-              device: str = "cpu", dtype: str = "float32", batch_size: int = 32, write: bool = True,
-              num_threads: int | None = None, root=None) -> dict:
-    """Score every comparison on every draw (:func:`compare_pairs`) and write the rows to the results table.
-
-    Parameters
-    ----------
-    draws : sequence of prh_lib.data.study.Draw
-        From :func:`prh_lib.data.study.study_draws`.
-    comparisons : sequence of (str, str)
-    chapter, params : str, dict
-        As in :func:`prh_lib.results.write` (``params`` from :func:`prh_lib.report.page_parameters`).
-    k, n_permutations, alpha, n_boot
-        As in :func:`compare_pairs` (``n_boot`` = 0 skips the per-draw bootstrap: the spread over draws
-        replaces it).
-    clip_q, clip
-        Outlier clipping (:func:`prh_lib.analysis.clip_features`); stored as ``preprocessing``.
-    device, dtype, batch_size
-        Feature extraction (:func:`prepare_features`); scoring runs on ``device`` unless it is ``"cpu"``.
-    write : bool
-        Write the rows (:func:`prh_lib.results.write`); False only for tests.
-    num_threads : int, optional
-        Torch intra-op threads while scoring (:func:`prh_lib.extract.torch_threads`; on a busy shared CPU one
-        thread is many times faster than two); None: unchanged.
-    root : path, optional
-        Results table folder (tests).
-
-    Returns
-    -------
-    dict
-        ``(dataset, draw) -> list of PairResult``, in draw order.
-    """
-    from .. import results as results_table
-
-    out = {}
-    label = preprocessing_label(clip_q, clip)
-    score_device = None if device == "cpu" else device
-    for d in draws:
-        feats = prepare_features(comparisons, d.pairs, clip_q=clip_q, clip=clip, device=device, dtype=dtype,
-                                 batch_size=batch_size)
-        with torch_threads(num_threads):
-            res = compare_pairs(feats, comparisons, k=k, n_permutations=n_permutations, alpha=alpha, n_boot=n_boot,
-                                seed=d.seed, device=score_device)
-        out[(d.dataset, d.draw)] = res
-        if write:
-            rows = [row for (x, y), r in zip(comparisons, res)
-                    for row in pair_rows(r, x_modality=feats[x].meta.get("modality", ""),
-                                         y_modality=feats[y].meta.get("modality", ""))]
-            results_table.write(rows, chapter=chapter, params=params, dataset=d.dataset, draw=d.draw, seed=d.seed,
-                                n=len(d.pairs), k=k, metric="mutual_knn", preprocessing=label, root=root)
-    return out
-
-
-def clip_variants(draws, comparisons, *, chapter: str, params: dict, k: int = 10, clip_q: float | None = 0.95,
-                  variants: Sequence = ("layer", None), device: str = "cpu", dtype: str = "float32",
-                  batch_size: int = 32, num_threads: int | None = None, root=None) -> None:
-    """Peak and final scores of ``comparisons`` under other clipping choices, written as rows (no permutations).
-
-    For each draw and each ``clip`` in ``variants`` (``"stack"``, ``"layer"`` or None), the layer-wise matrix is
-    recomputed and its ``"peak"`` and ``"final"`` rows written with that ``preprocessing`` label, so
-    :func:`clip_effect_table` can compare them with the main run's.
-    """
-    from .. import results as results_table
-
-    score_device = None if device == "cpu" else device
-    for d in draws:
-        rows_by_label = {}
-        for clip in variants:
-            feats = prepare_features(comparisons, d.pairs, clip_q=clip_q, clip=clip, device=device, dtype=dtype,
-                                     batch_size=batch_size)
-            for x, y in comparisons:
-                with torch_threads(num_threads):
-                    m = layerwise_alignment(feats[x], feats[y], metric="mutual_knn", k=k, device=score_device)
-                r = PairResult(f"{x} × {y}", m, None, None, None)
-                rows = [row for row in pair_rows(r, x_modality=feats[x].meta.get("modality", ""),
-                                                 y_modality=feats[y].meta.get("modality", ""))
-                        if row["quantity"] in ("peak", "final")]
-                rows_by_label.setdefault(preprocessing_label(clip_q, clip), []).extend(rows)
-        for label, rows in rows_by_label.items():
-            results_table.write(rows, chapter=chapter, params=params, dataset=d.dataset, draw=d.draw, seed=d.seed,
-                                n=len(d.pairs), k=k, metric="mutual_knn", preprocessing=label, root=root)
-
-
-def _expand(df: pd.DataFrame) -> pd.DataFrame:
-    import json
-
-    if "regime" in df.columns or df.empty:
-        return df
-    extra = pd.DataFrame([json.loads(e) for e in df["extra"]], index=df.index)
-    return pd.concat([df, extra[[c for c in extra.columns if c not in df.columns]]], axis=1)
-
-
-def aggregate_peaks(df: pd.DataFrame, *, preprocessing: str | None = None) -> pd.DataFrame:
-    """Peak, final and control scores of every (dataset, model pair), as mean ± std over draws.
-
-    Parameters
-    ----------
-    df : DataFrame
-        Rows of this chapter from :func:`prh_lib.results.load` (one params hash).
-    preprocessing : str, optional
-        Keep only rows with this ``preprocessing`` (default: the label of the rows with a ``"layer_pair"``
-        quantity, i.e. the main run).
-
-    Returns
-    -------
-    DataFrame
-        One row per (dataset, model_x, model_y), in order of first appearance, with columns ``regime``, ``n``,
-        ``k``, ``chance`` (k/(n-1)), ``n_draws``, ``single_draw``; ``peak_mean``, ``peak_std``, ``final_mean``,
-        ``final_std``, ``gap_mean`` (peak - final), ``shuffled_max_mean``, ``calibrated_mean``,
-        ``calibrated_std``, ``p_largest`` (the largest p over draws), ``depth_x_mean``, ``depth_y_mean``,
-        ``peak_layers`` (the most frequent peak layer pair), ``peak_layers_draws`` (in how many draws),
-        ``final_is_peak`` (draws whose peak is the final-layer pair).
-
-    Raises
-    ------
-    ValueError
-        If ``df`` holds no peak rows for that preprocessing.
-    """
-    from .. import results as results_table
-
-    df = _expand(df)
-    if preprocessing is None:
-        main = df.loc[df["quantity"] == "layer_pair", "preprocessing"].unique()
-        preprocessing = main[0] if len(main) else None
-    sub = df[df["preprocessing"] == preprocessing] if preprocessing is not None else df
-    keys = ["dataset", "model_x", "model_y"]
-    peaks = sub[sub["quantity"] == "peak"]
-    if peaks.empty:
-        raise ValueError(f"no peak rows with preprocessing {preprocessing!r}")
-    order = list(dict.fromkeys(map(tuple, peaks[keys].to_numpy())))
-
-    def agg(quantity, values=("score",)):
-        part = sub[sub["quantity"] == quantity]
-        if part.empty:
-            return None
-        return results_table.aggregate(part, by=keys, values=list(values)).set_index(keys)
-
-    a_peak = agg("peak", ("score", "calibrated", "depth_x", "depth_y"))
-    a_final = agg("final", ("score", "calibrated"))
-    a_ctrl = agg("control:shuffled-max")
-    rows = []
-    for key in order:
-        g = peaks.set_index(keys).loc[[key]]
-        loc = Counter(f"{a} × {b}" for a, b in zip(g["layer_x"], g["layer_y"])).most_common(1)[0]
-        n, kk = int(g["n"].iloc[0]), int(g["k"].iloc[0])
-        fp = a_final.loc[key] if a_final is not None else None
-        pk = a_peak.loc[key]
-        rows.append({
-            "dataset": key[0], "model_x": key[1], "model_y": key[2], "pair": f"{key[1]} × {key[2]}",
-            "regime": g["regime"].iloc[0], "n": n, "k": kk, "chance": kk / (n - 1),
-            "n_draws": int(pk["n_draws"]), "single_draw": bool(pk["single_draw"]),
-            "peak_mean": float(pk["score_mean"]), "peak_std": float(pk["score_std"]),
-            "final_mean": float(fp["score_mean"]) if fp is not None else math.nan,
-            "final_std": float(fp["score_std"]) if fp is not None else math.nan,
-            "shuffled_max_mean": float(a_ctrl.loc[key, "score_mean"]) if a_ctrl is not None else math.nan,
-            "calibrated_mean": float(pk["calibrated_mean"]), "calibrated_std": float(pk["calibrated_std"]),
-            "p_largest": float(g["p"].max()) if g["p"].notna().any() else math.nan,
-            "depth_x_mean": float(pk["depth_x_mean"]), "depth_y_mean": float(pk["depth_y_mean"]),
-            "peak_layers": loc[0], "peak_layers_draws": int(loc[1]),
-            "final_is_peak": int(((g["depth_x"] == 1.0) & (g["depth_y"] == 1.0)).sum()),
-        })
-    out = pd.DataFrame(rows)
-    out["gap_mean"] = out["peak_mean"] - out["final_mean"]
-    return out
-
-
-def _ms(mean, std, n_draws, digits=3):
-    if n_draws < 2 or not np.isfinite(std):
-        return f"{mean:.{digits}f}"
-    return f"{mean:.{digits}f} ± {std:.{digits}f}"
+#: ``"mean ± std"`` over draws (``"mean"`` for one draw), the cells of the page's tables
+_ms = partial(format_mean_std, count=False)
 
 
 def headline_table(agg: pd.DataFrame, *, n_permutations: int | None = None) -> pd.DataFrame:
@@ -408,7 +148,7 @@ def headline_table(agg: pd.DataFrame, *, n_permutations: int | None = None) -> p
 
 def peak_locations(df: pd.DataFrame, *, dataset: str, preprocessing: str | None = None) -> pd.DataFrame:
     """Peak layer pair and score of every draw of ``dataset``: rows model pairs, columns draws."""
-    df = _expand(df)
+    df = expand_extra_columns(df)
     if preprocessing is None:
         preprocessing = df.loc[df["quantity"] == "layer_pair", "preprocessing"].iloc[0]
     p = df[(df["quantity"] == "peak") & (df["dataset"] == dataset) & (df["preprocessing"] == preprocessing)]
@@ -433,7 +173,7 @@ def clip_effect_table(df: pd.DataFrame, *, dataset: str) -> pd.DataFrame:
         mean ± std), ``"<choice> − <main>"`` (difference of the means to the main run's) and ``"peak layers"``
         (the most frequent peak layer pair under each choice, in the same order, joined by ``" | "``).
     """
-    df = _expand(df)
+    df = expand_extra_columns(df)
     df = df[df["dataset"] == dataset]
     main = df.loc[df["quantity"] == "layer_pair", "preprocessing"].iloc[0]
     labels = [main] + [p for p in dict.fromkeys(df.loc[df["quantity"] == "peak", "preprocessing"]) if p != main]
@@ -589,7 +329,7 @@ def in_paper_setting(agg: pd.DataFrame, paper_models: Sequence[str]) -> bool:
 
 def describe_clip_effect(df: pd.DataFrame, *, dataset: str) -> str:
     """Markdown: how much the clipping choice moves each pair's peak (means over draws) and its location."""
-    df = _expand(df)
+    df = expand_extra_columns(df)
     df = df[df["dataset"] == dataset]
     main = df.loc[df["quantity"] == "layer_pair", "preprocessing"].iloc[0]
     labels = [p for p in dict.fromkeys(df.loc[df["quantity"] == "peak", "preprocessing"]) if p != main]

@@ -56,6 +56,36 @@ def to_tensor(X, name: str, *, ndim: int, device=None, check_finite: bool = True
     return t.contiguous()
 
 
+def as_float64(x, name: str, ndim: int, shape_doc: str) -> np.ndarray:
+    """NumPy array or torch tensor -> finite, C-contiguous float64 array of ``ndim`` (the displacement family's check).
+
+    Raises
+    ------
+    TypeError
+        If ``x`` is not an array or tensor of real numbers.
+    ValueError
+        If it is not ``ndim``-D (the message quotes ``shape_doc`` and the shape), is empty or holds NaN or inf.
+    """
+    if isinstance(x, torch.Tensor):
+        if x.is_complex() or x.dtype == torch.bool:
+            raise TypeError(f"{name} must hold real numbers; got dtype {x.dtype}")
+        x = x.detach().cpu().double().numpy()  # .double() first: numpy has no bfloat16
+    elif not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray or torch.Tensor; got {type(x).__name__}")
+    arr = x
+    if arr.dtype.kind not in "fiu":  # float, signed and unsigned integer
+        raise TypeError(f"{name} must hold real numbers; got dtype {arr.dtype}")
+    if arr.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D of shape {shape_doc}, got shape {arr.shape}")
+    if 0 in arr.shape:
+        raise ValueError(f"{name} must be non-empty, got shape {arr.shape}")
+    arr = np.ascontiguousarray(arr, dtype=np.float64)
+    n_bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
+    if n_bad:
+        raise ValueError(f"{name} contains {n_bad} non-finite values (NaN or inf), shape {arr.shape}")
+    return arr
+
+
 def nonfinite_error(t: torch.Tensor, name: str) -> ValueError:
     """The ValueError for a tensor with NaN or infinite values, counting them (call only on failure)."""
     n_nan = int(torch.isnan(t).sum())

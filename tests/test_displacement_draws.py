@@ -1,4 +1,4 @@
-"""Tests for prh_lib.analysis.displacement_study: the displacement chapter's rows over datasets and draws."""
+"""Tests for prh_lib.analysis.displacement_draws: the displacement chapter's rows over datasets and draws."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from threadpoolctl import threadpool_limits
 
 from prh_lib import results
 from prh_lib.analysis import displacement as da
-from prh_lib.analysis import displacement_study as ds
+from prh_lib.analysis import displacement_draws as ds
 from prh_lib.data.study import Draw
 from prh_lib.extract import LayerFeatures
 
