@@ -62,6 +62,7 @@ def run(tmp_path_factory):
     feats = {d.seed: _features(d.seed) for d in DRAWS}
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ds, "prepare_features", lambda comparisons, pairs, **kw: feats[_current[0]])
+        mp.setattr(ds, "prefetch_features", lambda comparisons, draws, **kw: None)  # fake features: nothing to fetch
         out = {}
         for d in DRAWS:  # one draw at a time so the fake extraction knows which draw it serves
             _current[0] = d.seed
@@ -170,6 +171,7 @@ def test_a_rerun_replaces_its_rows_and_a_run_id_selects_one_run(run, tmp_path):
     _, feats, _ = run
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ds, "prepare_features", lambda comparisons, pairs, **kw: feats[0])
+        mp.setattr(ds, "prefetch_features", lambda comparisons, draws, **kw: None)
         for run_id in ("run-1", "run-2"):
             mp.setenv("PRH_RUN_ID", run_id)
             ds.run_study(DRAWS[:2], COMPARISONS, chapter="demo", params={"p": 2}, root=tmp_path, **OPTS)

@@ -382,9 +382,10 @@ def run_study(draws, comparisons, *, chapter: str, params: dict, ks=None, ns=Non
     """
     from .. import results as results_table
     from ..extract import torch_threads
-    from .core import prepare_features, preprocessing_label
+    from .core import prefetch_features, prepare_features, preprocessing_label
     from .layerwise import regime_of
 
+    prefetch_features(comparisons, draws, device=device, dtype=dtype, batch_size=batch_size)
     out = {}
     for d in draws:
         feats = prepare_features(comparisons, d.pairs, clip_q=clip_q, clip=clip, device=device, dtype=dtype,

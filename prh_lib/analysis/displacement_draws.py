@@ -30,7 +30,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .core import find_peak, preprocessing_label, prepare_features
+from .core import find_peak, prefetch_features, preprocessing_label, prepare_features
 from .displacement_study import MEASURE_NAMES, ViewComparison, compare_views
 
 __all__ = ["METRICS", "QUANTITIES", "BEST", "StudyDraw", "view_rows", "run_study", "load_rows", "aggregate_best",
@@ -173,6 +173,7 @@ def run_study(draws, comparisons: Sequence, *, chapter: str, params: dict, k: in
 
     keep = {tuple(x) for x in keep}
     label = preprocessing_label(clip_q, clip)
+    prefetch_features(comparisons, draws, device=device, dtype=dtype, batch_size=batch_size)
     out = {}
     for d in draws:
         key = (d.dataset, d.draw)

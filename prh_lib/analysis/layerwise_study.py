@@ -23,7 +23,7 @@ import pandas as pd
 from ..extract import torch_threads
 from ..features import LayerFeatures
 from ..results import expand_extra_columns
-from .core import (PairResult, check_comparisons, layerwise_alignment, prepare_features, preprocessing_label,
+from .core import (PairResult, check_comparisons, layerwise_alignment, prefetch_features, prepare_features, preprocessing_label,
                    score_pair)
 
 
@@ -159,6 +159,7 @@ def run_study(draws, comparisons, *, chapter: str, params: dict, k: int = 10, n_
     """
     from .. import results as results_table
 
+    prefetch_features(comparisons, draws, device=device, dtype=dtype, batch_size=batch_size)
     out = {}
     label = preprocessing_label(clip_q, clip)
     score_device = None if device == "cpu" else device

@@ -309,10 +309,11 @@ def run_study(draws, comparisons: Sequence[Comparison], *, chapter: str, params:
     """
     from .. import results
     from .controls import control_floors
-    from .core import prepare_features
+    from .core import prefetch_features, prepare_features
 
     modality = {}
     trained = control_pairs(comparisons)
+    prefetch_features(comparisons, draws, device=device, dtype=dtype, batch_size=batch_size)
     for d in draws:
         feats = prepare_features(comparisons, d.pairs, clip_q=clip_q, device=device, dtype=dtype,
                                  batch_size=batch_size)
