@@ -63,7 +63,8 @@ print("on the page")
 '''
 
 
-def test_run_notebook_shows_the_kernels_progress_in_the_terminal_not_on_the_page(tmp_path, monkeypatch, capfd):
+@pytest.fixture
+def tiny_notebook(tmp_path, monkeypatch):
     from prh_lib import paths
 
     src = tmp_path / "notebooks"
@@ -71,6 +72,10 @@ def test_run_notebook_shows_the_kernels_progress_in_the_terminal_not_on_the_page
     (src / "tiny.py").write_text(NOTEBOOK)
     monkeypatch.setattr(paths, "notebooks_dir", lambda: src)
     monkeypatch.delenv(progress.ENV, raising=False)
+    return "tiny"
+
+
+def test_run_notebook_shows_the_kernels_progress_in_the_terminal_not_on_the_page(tiny_notebook, tmp_path, capfd):
     out = runner.run_notebook("tiny", {"a": 7}, output_dir=tmp_path / "out", quiet=False)
     err = capfd.readouterr().err
     assert "step 7 of the notebook" in err
@@ -81,14 +86,7 @@ def test_run_notebook_shows_the_kernels_progress_in_the_terminal_not_on_the_page
     assert progress.ENV not in os.environ  # restored after the run
 
 
-def test_quiet_runs_have_no_channel(tmp_path, monkeypatch, capfd):
-    from prh_lib import paths
-
-    src = tmp_path / "notebooks"
-    src.mkdir()
-    (src / "tiny.py").write_text(NOTEBOOK)
-    monkeypatch.setattr(paths, "notebooks_dir", lambda: src)
-    monkeypatch.delenv(progress.ENV, raising=False)
+def test_quiet_runs_have_no_channel(tiny_notebook, tmp_path, capfd):
     runner.run_notebook("tiny", {"a": 3}, output_dir=tmp_path / "out", quiet=True)
     assert "step 3" not in capfd.readouterr().err
 
