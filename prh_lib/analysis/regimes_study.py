@@ -308,12 +308,14 @@ def run_study(draws, comparisons: Sequence[Comparison], *, chapter: str, params:
         Modality (``"vision"`` / ``"language"``) of every trained model named by the comparisons.
     """
     from .. import results
-    from .controls import control_floors
+    from .controls import control_floors, random_init_name
     from .core import prefetch_features, prepare_features
 
     modality = {}
     trained = control_pairs(comparisons)
-    prefetch_features(comparisons, draws, device=device, dtype=dtype, batch_size=batch_size)
+    # every model and every control's random-init twin, on every draw, before the loop: each loaded once
+    twins = sorted({random_init_name(m, control_seed) for pair in trained for m in pair})
+    prefetch_features(comparisons, draws, models=twins, device=device, dtype=dtype, batch_size=batch_size)
     for d in draws:
         feats = prepare_features(comparisons, d.pairs, clip_q=clip_q, device=device, dtype=dtype,
                                  batch_size=batch_size)
