@@ -16,6 +16,9 @@ Verdicts
 ``"reproduces in kind"``
     The qualitative claim holds here, but the setting differs (offline models, N = 239, COCO only), so the
     value itself is not comparable, or it is comparable and outside tolerance.
+``"inconclusive"``
+    This build's numbers point the paper's way (e.g. a correlation of the paper's sign), but they cannot
+    separate it from chance (e.g. three models: no exact test reaches p < 0.05), so nothing is claimed.
 ``"differs"``
     The qualitative claim does not hold on this build's numbers.
 ``"not testable offline"``
@@ -34,7 +37,7 @@ import pandas as pd
 PAPER = "Herbst et al. 2026, arXiv 2611.12869"
 COMPANION = "arXiv 2609.24209"
 
-VERDICTS = ("reproduces", "reproduces in kind", "differs", "not testable offline")
+VERDICTS = ("reproduces", "reproduces in kind", "inconclusive", "differs", "not testable offline")
 
 
 @dataclass(frozen=True)
@@ -159,7 +162,7 @@ def claims_for(chapter: str) -> list[Claim]:
 
 
 def verdict(claim: Claim | str, *, holds: bool | None, value: float | None = None, std: float | None = None,
-            comparable: bool = False) -> str:
+            comparable: bool = False, conclusive: bool = True) -> str:
     """The verdict for one claim from this build's numbers.
 
     Parameters
@@ -174,6 +177,9 @@ def verdict(claim: Claim | str, *, holds: bool | None, value: float | None = Non
         draw), compared with ``claim.value`` only when ``comparable``.
     comparable : bool
         Whether this build ran in the paper's setting (its models, dataset and N), so that values compare.
+    conclusive : bool, default True
+        False when the numbers that make ``holds`` True cannot be told apart from chance (then the verdict is
+        "inconclusive", never a reproduction).
 
     Returns
     -------
@@ -190,6 +196,8 @@ def verdict(claim: Claim | str, *, holds: bool | None, value: float | None = Non
         return "not testable offline"
     if not holds:
         return "differs"
+    if not conclusive:
+        return "inconclusive"
     if comparable and claim.value is not None and value is not None and math.isfinite(value):
         spread = 2 * std if std is not None and math.isfinite(std) else 0.0
         if abs(value - claim.value) <= max(claim.tolerance, spread):
@@ -198,14 +206,14 @@ def verdict(claim: Claim | str, *, holds: bool | None, value: float | None = Non
 
 
 def finding(claim: Claim | str, *, this_build: str | None, holds: bool | None, value: float | None = None,
-            std: float | None = None, comparable: bool = False, note: str = "") -> dict:
+            std: float | None = None, comparable: bool = False, note: str = "", conclusive: bool = True) -> dict:
     """One row of a chapter's "The paper and this build" table.
 
     ``this_build`` is the displayed value (e.g. from ``results.format_mean_std``); with ``holds=None`` and no
     ``this_build`` the row says why the claim is not testable offline.
     """
     claim = CLAIMS[claim] if isinstance(claim, str) else claim
-    v = verdict(claim, holds=holds, value=value, std=std, comparable=comparable)
+    v = verdict(claim, holds=holds, value=value, std=std, comparable=comparable, conclusive=conclusive)
     if v == "not testable offline":
         reason = note or claim.offline or "this build has no numbers for it"
         v = f"not testable offline ({reason})"

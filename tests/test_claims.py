@@ -70,7 +70,7 @@ def test_checklist_covers_every_claim_and_marks_chapters_not_run():
     assert table.loc["3.1/cross-modal-peak", "this build"] == "0.167"
     assert table.loc["3.3/unimodal", "verdict"] == "not run in this build"
     counts = claims.verdict_counts([row, claims.finding("3.3/clip", this_build=None, holds=None)])
-    assert counts == {"reproduces": 0, "reproduces in kind": 1, "differs": 0, "not testable offline": 1}
+    assert counts == {"reproduces": 0, "reproduces in kind": 1, "inconclusive": 0, "differs": 0, "not testable offline": 1}
 
 
 def test_checklist_markdown_links_each_claim_to_its_page_and_tallies_verdicts():
@@ -84,3 +84,12 @@ def test_checklist_markdown_links_each_claim_to_its_page_and_tallies_verdicts():
     n_31 = len(claims.claims_for("sec3_1_layerwise"))
     assert f"**{n_31 - 1}** not testable offline" in text  # sec3_1 ran; its other claims have no numbers
     assert f"**{len(claims.CLAIMS) - n_31}** not run in this build" in text  # absent or None: not run
+
+
+def test_a_result_that_points_the_papers_way_but_cannot_be_told_from_chance_is_inconclusive():
+    assert claims.verdict("3.2/capability-trend", holds=True, conclusive=False) == "inconclusive"
+    assert claims.verdict("3.2/capability-trend", holds=False, conclusive=False) == "differs"
+    row = claims.finding("3.2/capability-trend", this_build="r = 0.6, exact p = 0.67 (n = 3)", holds=True,
+                         conclusive=False)
+    assert row["verdict"] == "inconclusive"
+    assert claims.verdict_counts([row])["inconclusive"] == 1

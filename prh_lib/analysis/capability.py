@@ -26,6 +26,8 @@ language-model performance measured in bits per byte).
 
 from __future__ import annotations
 
+import math
+
 from typing import Sequence
 
 import numpy as np
@@ -287,8 +289,8 @@ def findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False,
     final-layer alignment predicting less than the peak. Offline only ``3.2/capability-trend`` and
     ``3.2/final-less`` are testable, in kind: capability is bits per byte on held-out captions of the
     independently trained models, on ``main_dataset``, and the claim holds when every vision model's
-    Pearson and Spearman correlation has the sign of "alignment grows with capability" (no significance is
-    claimed: with n = 4 the exact two-sided p is at least 1/12).
+    Pearson and Spearman correlation has the sign of "alignment grows with capability", and the verdict is
+    "inconclusive" unless every exact p is below 0.05 (with n = 4 the exact two-sided p is at least 1/12).
 
     Parameters
     ----------
@@ -355,9 +357,14 @@ def findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False,
         return rows
     shown = "; ".join(f"{v}: {format_correlation(r)}" for v, g in peak.groupby("vision", sort=False)
                       for _, r in g.iterrows())
+    n_models = int(peak["n"].min())
+    significant = bool((peak["p"] < 0.05).all())
     rows.append(claims.finding(
         "3.2/capability-trend", this_build=f"peak vs bits per byte, {main_dataset}: {shown}",
-        holds=bool((peak["r (capability)"] > 0).all()), comparable=False))
+        holds=bool((peak["r (capability)"] > 0).all()), comparable=False, conclusive=significant,
+        note="" if significant else (f"the sign is the paper's, but {n_models} independent models cannot tell it "
+                                     f"from chance (the smallest exact p at n = {n_models} is "
+                                     f"{2 / math.factorial(n_models):.3g})")))
     final = _pick(main, alignment="final", method="pearson").set_index("vision")["r (capability)"]
     pk = _pick(peak, method="pearson").set_index("vision")["r (capability)"]
     both = pd.concat({"final": final, "peak": pk}, axis=1).dropna()

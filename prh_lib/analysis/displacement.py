@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .. import claims as _claims
 from .core import AlignmentMatrix  # noqa: F401  (read as ``displacement.AlignmentMatrix``)
 
 # the layer-pair computations, re-exported: this module stays the chapter's one namespace
@@ -131,7 +132,7 @@ PAPER_CLAIMS = (
 )
 _CONCEPT_REASON = "needs concept-level features: ImageNet-22k classes matched to CommonWords79k words"
 _DATA = {"concept": "ImageNet-22k × CommonWords79k concepts", "sample": "Flickr30k image-caption pairs"}
-VERDICTS = ("reproduces", "reproduces in kind", "differs", "not testable offline")
+VERDICTS = _claims.VERDICTS  # the one vocabulary of verdicts (prh_lib.claims)
 
 
 def claim_verdict(paper, draws=None, *, tol: float = 0.05, n_sd: float = 2.0, reason: str | None = None) -> str:
