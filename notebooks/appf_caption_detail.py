@@ -61,10 +61,10 @@ import warnings
 import pandas as pd
 from IPython.display import Markdown
 
-with warnings.catch_warnings():  # tqdm warns at import in a kernel without ipywidgets ("IProgress not found")
-    warnings.simplefilter("ignore")
-    from prh_lib import claims, data, extract, figures, lm, report, results
-    from prh_lib.analysis import captions
+warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto in a kernel without ipywidgets
+
+from prh_lib import claims, data, extract, figures, lm, report, results
+from prh_lib.analysis import captions
 
 pd.set_option("display.precision", 3)
 pd.set_option("display.max_colwidth", None)  # captions are shown whole: concatenations must not look alike

@@ -65,11 +65,11 @@ import warnings
 import pandas as pd
 from IPython.display import Markdown
 
-with warnings.catch_warnings():  # tqdm warns at import in a kernel without ipywidgets ("IProgress not found")
-    warnings.simplefilter("ignore")
-    from prh_lib import claims, data, figures, lm, report, results
-    from prh_lib.analysis import capability
-    from prh_lib.data import benchmarks
+warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto in a kernel without ipywidgets
+
+from prh_lib import claims, data, figures, lm, report, results
+from prh_lib.analysis import capability
+from prh_lib.data import benchmarks
 
 pd.set_option("display.precision", 3)
 pd.set_option("display.max_colwidth", None)

@@ -65,14 +65,12 @@ def bar(*, total: int | None = None, desc: str | None = None, unit: str = "it", 
     tqdm.tqdm
         Use ``update`` and ``close`` (or as a context manager); disabled when there is nowhere to show it.
     """
+    from tqdm import tqdm  # the text bar: tqdm.auto would want ipywidgets in a kernel (and warn without them)
+
     out = channel() if show is not None else None
     if out is not None:
-        from tqdm import tqdm
-
         return tqdm(total=total, desc=f"  · {desc}" if desc else None, unit=unit, file=out, mininterval=1.0,
                     ncols=100, ascii=True)
-    from tqdm.auto import tqdm
-
     return tqdm(total=total, desc=desc, unit=unit, disable=not show)  # None: disabled
 
 
