@@ -11,13 +11,20 @@ import pytest  # noqa: E402
 
 @pytest.fixture(scope="session")
 def zoo_cache(tmp_path_factory):
-    """A PRH_CACHE_DIR shared by the whole session, in which zoo models are converted once.
+    """The PRH_CACHE_DIR in which the session's tests find zoo models converted (once each).
 
-    A fresh folder (not the default ``<repo>/.cache``) so that every run tests the current conversion
-    code, not a folder an older version left behind; the cost is one conversion per model per session
-    (~1 min in all, mostly the SmolLM2 GGUF dequantisation).
+    By default the project's own cache (``PRH_CACHE_DIR``, default ``<repo>/.cache``), where the main job
+    has already converted them: a converted folder is reused only while its ``prh_zoo.json`` matches the
+    entry's checksum, conversion number, ``ZOO_FORMAT`` and the installed package versions (``zoo.is_converted``),
+    so a folder written by older conversion code is rebuilt, not trusted. A second copy would cost 4.2 GB
+    of disk (the fp32 weights of the five language and vision models), which is what filled CI's disk.
+    ``PRH_TEST_FRESH_ZOO=1`` converts into a fresh temporary folder instead (every model again, ~1 min).
     """
-    return tmp_path_factory.mktemp("prh-cache")
+    if os.environ.get("PRH_TEST_FRESH_ZOO") == "1":
+        return tmp_path_factory.mktemp("prh-cache")
+    from prh_lib import paths
+
+    return paths.cache_root()
 
 
 @pytest.fixture(scope="session")
