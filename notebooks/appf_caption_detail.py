@@ -43,6 +43,7 @@ k = 10
 clip_q = 0.95
 vision_models = ["dinov2-small"]
 language_models = ["smollm2-135m", "minilm-l6"]
+figure_pairs = None  # the [vision, language] pairs the figures draw; None: as many as fit
 max_captions = 5  # "more detail": 1..max_captions captions; "less detail" source: max_captions captions
 summary_fractions = [0.1, 0.25, 0.5, 0.75]
 summary_model = "smollm2-135m"  # the paper: "Qwen/Qwen3-8B"
@@ -124,6 +125,9 @@ rows = pd.concat(parts, ignore_index=True)
 results.write(rows.drop(columns=["vision model", "language model", "variant", "peak"]), chapter=CHAPTER,
               params=params)
 summary = captions.study_summary(results.load(chapter=CHAPTER, params=params, expand_extra=True))
+drawn, left_out = figures.figure_pairs_of([[v, m] for v in vision_models for m in language_models], figure_pairs,
+                                          panels_per_pair=summary["dataset"].nunique())
+summary_drawn = summary[[(v, m) in set(drawn) for v, m in zip(summary["vision model"], summary["language model"])]]
 Markdown(" ".join(dict.fromkeys(p.attrs["degenerate"] for p in parts if p.attrs.get("degenerate"))))
 
 # %% [markdown]
@@ -131,14 +135,17 @@ Markdown(" ".join(dict.fromkeys(p.attrs["degenerate"] for p in parts if p.attrs.
 # (the controls on the summary subset share the higher one).
 
 # %%
-fig_raw = figures.plot_detail(summary, score="peak")
+Markdown(left_out)
+
+# %%
+fig_raw = figures.plot_detail(summary_drawn, score="peak")
 report.caption(fig_raw, CHAPTER, params)
 
 # %% [markdown]
 # Chance-corrected, (score - c) / (1 - c) with c = k/(N-1): 0 is chance for every control, on one shared scale.
 
 # %%
-fig_corrected = figures.plot_detail(summary, score="corrected peak")
+fig_corrected = figures.plot_detail(summary_drawn, score="corrected peak")
 report.caption(fig_corrected, CHAPTER, params)
 
 # %% [markdown]

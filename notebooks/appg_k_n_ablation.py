@@ -53,6 +53,7 @@ comparisons = [
     ["dinov2-small", "minilm-l6"],
     ["dinov2-small", "efficientnet-lite0"],
 ]
+figure_pairs = None  # the pairs the figures draw ([x, y] each, among the comparisons); None: as many as fit
 device = "cpu"
 dtype = "float32"
 batch_size = 32
@@ -102,8 +103,11 @@ runs = ablation.run_study(draws, comparisons, chapter=CHAPTER, params=params, ks
                           dtype=dtype, batch_size=batch_size, num_threads=num_threads)
 agg = ablation.aggregate_sweeps(results.load(chapter=CHAPTER, params=params, expand_extra=True))
 table = ablation.study_table(agg)
+drawn, left_out = figures.figure_pairs_of(comparisons, figure_pairs, panels_per_pair=2)  # a row of 2-3 panels each
+drawn_labels = {f"{x} × {y}" for x, y in drawn}
 pooled = {sweep: {label: pd.concat([runs[key][sweep][label] for key in runs if key[0] == main_dataset])
-                  for label in runs[(main_dataset, 0)][sweep]} for sweep in runs[(main_dataset, 0)]}
+                  for label in runs[(main_dataset, 0)][sweep] if label in drawn_labels}
+          for sweep in runs[(main_dataset, 0)]}
 
 
 def show(fig):
@@ -117,6 +121,9 @@ def show(fig):
 # Left: raw scores with the chance level k/(N-1), which rises linearly with k. Middle: chance-corrected.
 # Right (with permutations): the calibrated score at the fixed layer pair. Lines are means over the draws
 # of the first dataset, bands ± one standard deviation over its draws (and, for N, subsets).
+
+# %%
+Markdown(left_out)
 
 # %%
 show(figures.plot_sweep(pooled["k"], x="k"))

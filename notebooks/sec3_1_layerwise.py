@@ -56,6 +56,7 @@ comparisons = [
     ["dinov2-small", "efficientnet-lite0"],
     ["smollm2-135m", "minilm-l6"],
 ]
+figure_pairs = None  # the pairs the figures draw ([x, y] each, among the comparisons); None: as many as fit
 heatmap_dataset = None  # the dataset of the heatmaps (None: the first)
 heatmap_draw = 0
 device = "cpu"
@@ -129,14 +130,20 @@ layerwise.clip_variants([d for d in draws if d.dataset == heatmap_dataset], comp
                         batch_size=batch_size, num_threads=num_threads)
 table = results.load(chapter=CHAPTER, params=params)
 agg = layerwise.aggregate_peaks(table)
-shown = {r.label: r.matrix for r in scored[(heatmap_dataset, heatmap_draw)]}
-others = layerwise.other_peaks(scored, dataset=heatmap_dataset, draw=heatmap_draw)
+drawn, left_out = figures.figure_pairs_of(comparisons, figure_pairs)
+shown = {r.label: r.matrix for r in scored[(heatmap_dataset, heatmap_draw)]
+         if r.label in {f"{x} × {y}" for x, y in drawn}}
+others = {label: p for label, p in layerwise.other_peaks(scored, dataset=heatmap_dataset, draw=heatmap_draw).items()
+          if label in shown}
 chance = float(agg.loc[agg["dataset"] == heatmap_dataset, "chance"].iloc[0])
 
 # %% [markdown]
 # ### Figure 1: every model pair on one colour scale
 # The heatmaps of one draw (`heatmap_dataset`, `heatmap_draw`); the circles are the maxima of the other
 # draws of that dataset, and the table under the figure lists every draw's peak.
+
+# %%
+Markdown(left_out)
 
 # %%
 fig = figures.heatmap_grid(shown, chance=chance, ncols=2, other_peaks=others)

@@ -50,6 +50,7 @@ comparisons = [
     ["dinov2-small", "minilm-l6"],
     ["efficientnet-lite0", "smollm2-135m"],
 ]
+figure_pairs = None  # the pairs the figures draw ([x, y] each, among the comparisons); None: as many as fit
 layer_roles = ["peak", "final"]  # layer pairs compressed: the mutual k-NN peak and/or the final layers
 variance_grid = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0]
 pca_dims = None  # None: every number of components up to 32, then a geometric grid to min(N, d)
@@ -106,6 +107,8 @@ sweeps = compression.run_study(draws, comparisons, chapter=CHAPTER, params=param
                                device=device, dtype=dtype, batch_size=batch_size, num_threads=num_threads)
 agg = compression.aggregate_sweeps(results.load(chapter=CHAPTER, params=params, expand_extra=True))
 table = compression.study_table(agg, fraction=keep_fraction)
+drawn, left_out = figures.figure_pairs_of(comparisons, figure_pairs, panels_per_pair=agg["dataset"].nunique())
+agg_drawn = agg[[(x, y) in set(drawn) for x, y in zip(agg["model_x"], agg["model_y"])]]
 shown = [c for c in table.columns if not c.startswith(("rel_", "dims_at", "max_dims", "n_draws", "reference"))]
 table[shown].set_index(["dataset", "pair", "layers", "compressed"])
 
@@ -115,7 +118,10 @@ table[shown].set_index(["dataset", "pair", "layers", "compressed"])
 # comparison and dataset, at the peak layer pair; each line compresses one model and keeps the other whole.
 
 # %%
-fig_variance = figures.plot_sweep_bands(agg, sweep="variance", role="peak")
+Markdown(left_out)
+
+# %%
+fig_variance = figures.plot_sweep_bands(agg_drawn, sweep="variance", role="peak")
 report.caption(fig_variance, CHAPTER, params)
 display(fig_variance)
 plt.close(fig_variance)
@@ -125,7 +131,7 @@ plt.close(fig_variance)
 # The same on a log scale of components kept (every number up to 32, then a geometric grid to min(N, d)).
 
 # %%
-fig_dims = figures.plot_sweep_bands(agg, sweep="dims", role="peak")
+fig_dims = figures.plot_sweep_bands(agg_drawn, sweep="dims", role="peak")
 report.caption(fig_dims, CHAPTER, params)
 display(fig_dims)
 plt.close(fig_dims)

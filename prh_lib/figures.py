@@ -22,8 +22,67 @@ from .validation import check_columns
 # the sweep figures (Section 3.1 Fig. 2, App. G), re-exported: notebooks read every figure from this module
 from .figures_sweeps import plot_sweep, plot_sweep_bands, plot_sweeps  # noqa: F401
 
-__all__ = ["plot_sweep_bands", "heatmap_grid", "regime_figure", "scatter_grid", "capability_panels", "plot_detail",
+__all__ = ["MAX_PANELS", "figure_pairs_of", "plot_sweep_bands", "heatmap_grid", "regime_figure", "scatter_grid", "capability_panels", "plot_detail",
            "plot_sweeps", "plot_sweep"]
+
+
+#: Most panels a figure draws before :func:`figure_pairs_of` leaves comparisons to the tables: 12 panels
+#: in two columns are six rows, about 22 inches of figure, still read at page width one screen at a time.
+MAX_PANELS = 12
+
+
+def figure_pairs_of(comparisons: Sequence[Sequence[str]], figure_pairs: Sequence[Sequence[str]] | None = None, *,
+                    panels_per_pair: int = 1, limit: int = MAX_PANELS) -> tuple[list[tuple[str, str]], str]:
+    """The model pairs a chapter's figures draw, and a sentence saying which are left to the tables.
+
+    Every comparison is scored, written to the results table and listed in the chapter's tables; the
+    figures draw one panel (or row) per pair and dataset, so the paper's 63 vision × language pairs on four
+    datasets would be a figure some 70,000 pixels tall. The figures draw ``figure_pairs`` when given (the
+    paper profile names the pairs of the paper's own figures), else the first comparisons that fit in
+    ``limit`` panels.
+
+    Parameters
+    ----------
+    comparisons : sequence of [x, y]
+        Every scored pair, in the chapter's order.
+    figure_pairs : sequence of [x, y], optional
+        The pairs to draw; each must be one of ``comparisons``. None: the first ``limit // panels_per_pair``.
+    panels_per_pair : int, >= 1
+        Panels one pair takes (its datasets, for example).
+    limit : int, >= 1
+        Most panels drawn when ``figure_pairs`` is None.
+
+    Returns
+    -------
+    (list of (str, str), str)
+        The pairs to draw, in ``comparisons`` order, and a Markdown sentence for the page ("" when every
+        pair is drawn).
+
+    Raises
+    ------
+    ValueError
+        If a pair of ``figure_pairs`` is not among ``comparisons`` (the message names it and lists them),
+        or ``figure_pairs`` is empty.
+    """
+    every = [tuple(map(str, c)) for c in comparisons]
+    if figure_pairs is None:
+        chosen = every[:max(1, limit // max(1, panels_per_pair))]
+        how = f"the first {len(chosen)}; set `figure_pairs` to choose"
+    else:
+        wanted = [tuple(map(str, c)) for c in figure_pairs]
+        if not wanted:
+            raise ValueError("figure_pairs is empty; None draws the first comparisons")
+        unknown = [w for w in wanted if w not in every]
+        if unknown:
+            raise ValueError(f"figure_pairs {[list(u) for u in unknown]} are not among the comparisons "
+                             f"{[list(c) for c in every]}")
+        chosen = [c for c in every if c in set(wanted)]
+        how = "`figure_pairs`"
+    if len(chosen) == len(every):
+        return chosen, ""
+    return chosen, (f"The figures draw {len(chosen)} of the {len(every)} model pairs ({how}): "
+                    f"{', '.join(f'{x} × {y}' for x, y in chosen)}. Every pair is scored, in the tables "
+                    "below and in the results table.")
 
 
 def heatmap_grid(matrices: dict, *, chance: float | None = None, ncols: int = 2, scale: str = "shared",

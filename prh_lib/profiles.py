@@ -59,6 +59,12 @@ PROFILES: dict[str, dict[str, object]] = {
         "embedding_models": paper.models("embedding"),
         "vlm_models": paper.models("vlm"),
         "comparisons": [[v, lm] for v in _VISION for lm in _LANGUAGE],
+        # the pairs drawn in the figures (every comparison is scored and tabled; comparisons' order): DINOv2
+        # (Fig. 2's vision model) and MAE with a language model of Section 3.3's unimodal pairs, and Fig. 1a's
+        # DINOv3 × Qwen3-8B
+        "figure_pairs": [["facebook/dinov2-large", "Qwen/Qwen3-8B"],
+                         ["facebook/dinov3-vitl16-pretrain-lvd1689m", "Qwen/Qwen3-8B"],
+                         ["facebook/vit-mae-large", "meta-llama/Llama-3.1-8B"]],
         "study_datasets": [{k: v for k, v in d.items() if k != "notes"} for d in paper.DATASETS],
         # the notebooks' study parameters: every paper dataset, N = 1024, 5 seeded draws (WIT-1024: one)
         "datasets": [{k: v for k, v in d.items() if k != "notes"} for d in paper.DATASETS],

@@ -8,9 +8,13 @@ import shutil
 
 import nbformat
 import pytest
+from PIL import Image
 import yaml
 
 from prh_lib import paths, runner
+
+#: Tallest figure a page may show, in pixels: 12 panels (figures.MAX_PANELS) in two columns and a legend.
+MAX_FIGURE_HEIGHT = 5000
 
 
 def _toc_files():
@@ -46,6 +50,7 @@ def test_book_builds_with_every_page_and_its_figures(built_book):
         assert images, f"{name}.html shows no figure"
         for src in images:
             assert (html / src).is_file(), f"{name}.html links a missing image {src}"
+            assert Image.open(html / src).size[1] <= MAX_FIGURE_HEIGHT, f"{name}.html: {src} is over {MAX_FIGURE_HEIGHT} px tall"
         assert "Traceback" not in page
         assert "has not been run" not in page
 

@@ -73,3 +73,33 @@ def test_grid_chance_corrected_scale():
     assert float(data[0, 0]) == pytest.approx(0.0) and float(data[0, 1]) == pytest.approx(0.5)
     with pytest.raises(ValueError, match="chance"):
         figures.heatmap_grid({"p": _M(np.eye(2))}, scale="chance-corrected")
+
+
+# ------------------------------------------------------------------- which pairs a figure draws
+
+
+def test_figure_pairs_cap_the_panels_and_say_which_pairs_are_left_to_the_tables():
+    comparisons = [[f"v{i}", f"l{j}"] for i in range(3) for j in range(21)]  # the paper's 63 pairs
+    drawn, note = figures.figure_pairs_of(comparisons, panels_per_pair=4)  # four datasets
+    assert drawn == [("v0", f"l{j}") for j in range(figures.MAX_PANELS // 4)]
+    assert note.startswith(f"The figures draw {figures.MAX_PANELS // 4} of the 63 model pairs")
+    assert "v0 × l2" in note and "set `figure_pairs`" in note
+    # named pairs come back in the comparisons' order, whatever order they were asked in
+    drawn, note = figures.figure_pairs_of(comparisons, [["v2", "l5"], ["v0", "l1"]])
+    assert drawn == [("v0", "l1"), ("v2", "l5")] and "2 of the 63" in note
+    # every pair drawn: nothing to say
+    assert figures.figure_pairs_of(comparisons[:3]) == ([("v0", "l0"), ("v0", "l1"), ("v0", "l2")], "")
+    with pytest.raises(ValueError, match=r"\[\['v9', 'l0'\]\] are not among the comparisons"):
+        figures.figure_pairs_of(comparisons, [["v9", "l0"]])
+    with pytest.raises(ValueError, match="figure_pairs is empty"):
+        figures.figure_pairs_of(comparisons, [])
+
+
+def test_paper_profile_figure_pairs_are_scored_pairs_of_every_chapter():
+    from prh_lib.profiles import get_profile
+
+    p = get_profile("paper")
+    assert 1 <= len(p["figure_pairs"]) * len(p["datasets"]) <= figures.MAX_PANELS
+    for pairs in (p["comparisons"], [[v, m] for v in p["vision_models"] for m in p["language_models"]]):
+        drawn, note = figures.figure_pairs_of(pairs, p["figure_pairs"])
+        assert [list(d) for d in drawn] == p["figure_pairs"] and "3 of the 63" in note

@@ -15,9 +15,13 @@ import subprocess
 import sys
 
 import pytest
+from PIL import Image
 
 from prh_lib import paper, paths, rehearsal, runner
 from prh_lib.profiles import get_profile
+
+#: Tallest figure a page may show, in pixels: 12 panels (figures.MAX_PANELS) in two columns and a legend.
+MAX_FIGURE_HEIGHT = 5000
 
 pytestmark = pytest.mark.slow
 
@@ -83,6 +87,9 @@ def test_book_renders_every_page_with_figures_and_the_results_fill(executed, tmp
         page = (html / f"{name}.html").read_text()
         images = re.findall(r"<img[^>]+src=\"([^\"]+\.png)\"", page)
         assert images and all((html / s).is_file() for s in images), f"{name}.html: no or missing figures"
+        # the paper's 63 pairs on four datasets once drew figures 73,420 pixels tall: they draw figure_pairs
+        tall = {s: Image.open(html / s).size for s in images if Image.open(html / s).size[1] > MAX_FIGURE_HEIGHT}
+        assert not tall, f"{name}.html: figures taller than {MAX_FIGURE_HEIGHT} px (width, height): {tall}"
         assert "Traceback" not in page and "~rehearsal" in page  # a rehearsal page says it is one
     table = results.load()
     table = table[table["params"].str.contains("~rehearsal", regex=False)]
