@@ -21,9 +21,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .. import extract
+from .. import extract, score_cache
 from ..features import LayerFeatures, check_aligned
 from ..progress import note
+from ..score_cache import features_key
 from ..metrics import bootstrap_ci, clip_outliers, get_layerwise_metric, permutation_test_layerwise
 from ..metrics.preprocess import _quantile_lastdim
 from ..validation import check_model_pairs
@@ -123,9 +124,14 @@ def layerwise_alignment(x: LayerFeatures, y: LayerFeatures, *, metric: str = "mu
     """
     check_aligned(x, y)
     fn = get_layerwise_metric(metric)
-    scores = np.asarray(fn(x.values, y.values, **options), dtype=np.float64)
-    return AlignmentMatrix(scores, tuple(x.layer_labels), tuple(y.layer_labels), x.name, y.name, metric,
-                           {**options, "n": len(x.sample_ids)})
+
+    def compute():
+        scores = np.asarray(fn(x.values, y.values, **options), dtype=np.float64)
+        return AlignmentMatrix(scores, tuple(x.layer_labels), tuple(y.layer_labels), x.name, y.name, metric,
+                               {**options, "n": len(x.sample_ids)})
+
+    return score_cache.cached("layerwise_alignment", {"x": features_key(x), "y": features_key(y), "metric": metric,
+                                                      "options": options}, compute)
 
 
 CLIP_MODES = ("stack", "layer")
@@ -379,10 +385,24 @@ def score_pair(x: LayerFeatures, y: LayerFeatures, *, k: int = 10, n_permutation
     FeatureMismatchError
         If ``x`` and ``y`` hold other samples or another row order.
 
+    Notes
+    -----
+    Cached by the content of ``x`` and ``y`` and every option (:mod:`prh_lib.score_cache`): a rerun on the
+    same features returns the same result without recomputing it.
+
     References
     ----------
     Herbst et al., Section 3.1; Huh et al. (2024), App. A (mutual k-NN); Groeger et al. (2026), Sec. 5.
     """
+    check_aligned(x, y)
+    key = {"x": features_key(x), "y": features_key(y), "k": k, "n_permutations": n_permutations, "alpha": alpha,
+           "n_boot": n_boot, "seed": seed, "control": control, "device": str(device), "label": label}
+    return score_cache.cached("score_pair", key, lambda: _score_pair(x, y, k=k, n_permutations=n_permutations,
+                                                                     alpha=alpha, n_boot=n_boot, seed=seed,
+                                                                     control=control, device=device, label=label))
+
+
+def _score_pair(x, y, *, k, n_permutations, alpha, n_boot, seed, control, device, label) -> PairResult:
     note(f"scoring {label or f'{x.name} × {y.name}'} on {len(x.sample_ids)} pairs: {x.n_layers} × {y.n_layers} layers, "
          f"{n_permutations} permutations, {n_boot} bootstraps")
     matrix = layerwise_alignment(x, y, metric="mutual_knn", k=k, device=device)

@@ -1,0 +1,118 @@
+"""The score cache: keyed by feature content and options, identical to a recomputation, healing, atomic."""
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from prh_lib import score_cache
+from prh_lib.analysis import core
+from prh_lib.features import LayerFeatures
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("PRH_SCORE_CACHE", raising=False)
+    return tmp_path / "scores"
+
+
+def _features(name, seed, n=40, layers=3, dim=8):
+    g = torch.Generator().manual_seed(seed)
+    return LayerFeatures(torch.randn(layers, n, dim, generator=g), tuple(f"layer.{i}" for i in range(layers)),
+                         tuple(f"s{i}" for i in range(n)), {"model": name})
+
+
+def _entries(cache):
+    return sorted(cache.rglob("*.pkl")) if cache.exists() else []
+
+
+def test_second_call_is_served_and_equals_the_first(cache):
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return {"scores": np.arange(6.0).reshape(2, 3)}
+
+    key = {"x": score_cache.features_key(_features("a", 0)), "k": 5}
+    first = score_cache.cached("toy", key, compute)
+    second = score_cache.cached("toy", key, compute)
+    assert len(calls) == 1 and len(_entries(cache)) == 1
+    np.testing.assert_array_equal(first["scores"], second["scores"])
+    # another option, kind or code digest is another entry
+    score_cache.cached("toy", {**key, "k": 6}, compute)
+    score_cache.cached("other", key, compute)
+    assert len(calls) == 3 and len(_entries(cache)) == 3
+
+
+def test_the_key_follows_values_rows_and_in_place_edits():
+    a = _features("a", 0)
+    base = score_cache.features_key(a)
+    assert score_cache.features_key(_features("a", 0)) == base  # same content, another object: same key
+    b = _features("a", 0)
+    b.values[1, 3, 2] += 1e-6  # one value, in place: the version counter tells the memo
+    assert score_cache.features_key(b)["values"] != base["values"]
+    order = list(range(40))
+    order[0], order[1] = 1, 0
+    swapped = LayerFeatures(a.values[:, order], a.layer_labels, tuple(a.sample_ids[i] for i in order), a.meta)
+    key = score_cache.features_key(swapped)
+    assert key["values"] != base["values"] and key["samples"] != base["samples"]
+    renamed = LayerFeatures(a.values, a.layer_labels, a.sample_ids, {"model": "b"})
+    assert score_cache.features_key(renamed)["name"] != base["name"]
+
+
+def test_an_unreadable_entry_is_recomputed_and_replaced(cache):
+    key = {"k": 1}
+    score_cache.cached("toy", key, lambda: [1, 2, 3])
+    (entry,) = _entries(cache)
+    entry.write_bytes(b"\x80\x05truncated")
+    assert score_cache.cached("toy", key, lambda: [4, 5]) == [4, 5]
+    assert pickle.loads(entry.read_bytes()) == [4, 5]
+
+
+def test_a_failing_computation_leaves_no_entry(cache):
+    with pytest.raises(RuntimeError, match="boom"):
+        score_cache.cached("toy", {"k": 1}, lambda: (_ for _ in ()).throw(RuntimeError("boom")))
+    assert _entries(cache) == [] and not any(p.name.endswith(".tmp") for p in cache.rglob("*"))
+
+
+def test_an_edit_of_the_metric_code_names_other_entries(cache, monkeypatch):
+    calls = []
+    score_cache.cached("toy", {"k": 1}, lambda: calls.append(1))
+    monkeypatch.setattr(score_cache, "score_code_digest", lambda: "0" * 64)
+    score_cache.cached("toy", {"k": 1}, lambda: calls.append(1))
+    assert len(calls) == 2 and len(_entries(cache)) == 2
+
+
+def test_cached_score_pair_is_bit_for_bit_the_recomputed_one(cache, monkeypatch):
+    x, y = _features("x", 1, n=60, layers=4, dim=16), _features("y", 2, n=60, layers=3, dim=12)
+    y = LayerFeatures(y.values + 0.8 * x.values[:3, :, :12], y.layer_labels, y.sample_ids, y.meta)  # related
+    options = dict(k=5, n_permutations=30, n_boot=20, seed=3)
+    first = core.score_pair(x, y, **options)
+    assert len(_entries(cache)) >= 1
+    served = core.score_pair(x, y, **options)
+    monkeypatch.setenv("PRH_SCORE_CACHE", "0")
+    fresh = core.score_pair(x, y, **options)
+    for r in (served, fresh):
+        np.testing.assert_array_equal(r.matrix.scores, first.matrix.scores)
+        np.testing.assert_array_equal(r.control.scores, first.control.scores)
+        assert r.matrix.peak == first.matrix.peak and r.label == first.label == "x × y"
+        np.testing.assert_array_equal(r.calibration.null_max, first.calibration.null_max)
+        np.testing.assert_array_equal(r.calibration.p_value, first.calibration.p_value)
+        assert (r.peak_ci.low, r.peak_ci.high) == (first.peak_ci.low, first.peak_ci.high)
+    # another seed is another result, computed
+    other = core.score_pair(x, y, **{**options, "seed": 4})
+    assert not np.array_equal(other.control.scores, first.control.scores)
+
+
+def test_misaligned_features_still_raise_before_any_lookup(cache):
+    from prh_lib.features import FeatureMismatchError
+
+    x = _features("x", 1)
+    y = LayerFeatures(x.values, x.layer_labels, tuple(reversed(x.sample_ids)), {"model": "y"})
+    with pytest.raises(FeatureMismatchError):
+        core.score_pair(x, y, k=5, n_permutations=0, n_boot=0)
+    with pytest.raises(FeatureMismatchError):
+        core.layerwise_alignment(x, y, k=5)
+    assert _entries(cache) == []
