@@ -7,8 +7,8 @@ features it reads and of its options. :func:`cached` keys it by exactly those:
   its layer labels, sample ids and name (rows, not only values: a re-ordered stack is another input);
 - the options, written as JSON with sorted keys (``k``, ``n_permutations``, ``seed``, the device, ...);
 - the function's name, :data:`SCORE_FORMAT` and the SHA-256 of the source files of the code that computes
-  scores (``prh_lib/metrics/*.py`` and ``prh_lib/analysis/core.py``): an edit of the metric code names other
-  files, so no score computed by older code is served.
+  scores (``prh_lib/metrics/*.py``, ``prh_lib/analysis/*.py`` and ``prh_lib/features.py``): an edit of that
+  code names other entries, so no score computed by older code is served (an edit of a notebook does not).
 
 Entries are pickles under ``PRH_CACHE_DIR/scores/<key[:2]>/<key>.pkl``, written atomically
 (:func:`prh_lib.paths.atomic_path`): an interrupted write leaves no entry. An entry that cannot be read
@@ -21,7 +21,9 @@ returned values on every run, exactly as without it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import json
 import os
 import pickle
@@ -35,7 +37,7 @@ import torch
 
 from . import paths
 
-__all__ = ["SCORE_FORMAT", "cached", "features_key", "enabled", "score_code_digest"]
+__all__ = ["SCORE_FORMAT", "cached", "memoize", "features_key", "enabled", "score_code_digest"]
 
 #: Version of the entries' layout; bump it when what a cached function returns changes shape.
 SCORE_FORMAT = 1
@@ -50,9 +52,9 @@ def enabled() -> bool:
 
 @lru_cache(maxsize=1)
 def score_code_digest() -> str:
-    """SHA-256 (hex) of the source of the code that computes scores: ``metrics/*.py`` and ``analysis/core.py``."""
+    """SHA-256 (hex) of the source of the code that computes scores: ``metrics/``, ``analysis/`` and ``features.py``."""
     root = Path(__file__).resolve().parent
-    files = sorted((root / "metrics").glob("*.py")) + [root / "analysis" / "core.py"]
+    files = sorted((root / "metrics").glob("*.py")) + sorted((root / "analysis").glob("*.py")) + [root / "features.py"]
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode() + b"\x00" + f.read_bytes() + b"\x00")
@@ -134,3 +136,40 @@ def cached(kind: str, key: dict, compute: Callable[[], T]) -> T:
     except OSError:  # a full or read-only disk costs the cache, never the result
         pass
     return value
+
+
+def _argument_key(value):
+    if hasattr(value, "layer_labels") and hasattr(value, "sample_ids"):
+        return {"features": features_key(value)}
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        return {"array": _values_digest(value)}
+    if isinstance(value, dict):
+        return {str(k): _argument_key(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_argument_key(v) for v in value]
+    return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+
+
+def memoize(kind: str):
+    """Decorator: the function's value cached by :func:`cached`, keyed by all its arguments.
+
+    Feature stacks (anything with ``layer_labels`` and ``sample_ids``) are keyed by :func:`features_key`,
+    tensors and arrays by their float32 bytes, other arguments by value (``str()`` for objects such as a
+    ``torch.device``); defaults are filled in, so ``f(x, k=10)`` and ``f(x)`` share an entry when 10 is the
+    default. The function must be pure: its value may depend on nothing but its arguments and the code.
+    """
+    def wrap(fn):
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def memoized(*args, **kwargs):
+            if not enabled():
+                return fn(*args, **kwargs)
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            key = {name: _argument_key(value) for name, value in bound.arguments.items()}
+            return cached(kind, key, lambda: fn(*args, **kwargs))
+
+        return memoized
+
+    return wrap

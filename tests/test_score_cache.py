@@ -116,3 +116,26 @@ def test_misaligned_features_still_raise_before_any_lookup(cache):
     with pytest.raises(FeatureMismatchError):
         core.layerwise_alignment(x, y, k=5)
     assert _entries(cache) == []
+
+
+def test_memoized_sweeps_key_on_every_argument_and_equal_a_recomputation(cache, monkeypatch):
+    from prh_lib.analysis import ablation, compression
+
+    x, y = _features("x", 1, n=50, layers=3, dim=10), _features("y", 2, n=50, layers=2, dim=6)
+    first = ablation.k_sweep(x, y, ks=[2, 5])
+    n_entries = len(_entries(cache))
+    again = ablation.k_sweep(x, y, ks=[2, 5], reference_k=10)  # the default spelled out: the same entry
+    assert len(_entries(cache)) == n_entries
+    other = ablation.k_sweep(x, y, ks=[2, 6])
+    assert len(_entries(cache)) > n_entries and list(other["k"]) == [2, 6]
+    monkeypatch.setenv("PRH_SCORE_CACHE", "0")
+    fresh = ablation.k_sweep(x, y, ks=[2, 5])
+    for df in (again, fresh):
+        assert df.equals(first) and df.attrs == first.attrs
+    monkeypatch.delenv("PRH_SCORE_CACHE")
+    a = compression.compress_layer_pairs(x, y, {"peak": (1, 1)}, dims=[2, 4], variance=[0.5, 1.0], k=5)
+    b = compression.compress_layer_pairs(x, y, {"peak": (1, 1)}, dims=[2, 4], variance=[0.5, 1.0], k=5)
+    c = compression.compress_layer_pairs(x, y, {"peak": (2, 1)}, dims=[2, 4], variance=[0.5, 1.0], k=5)
+    assert [s.labels for s in a] == [s.labels for s in b] and all(
+        np.array_equal(s.scores, t.scores) for s, t in zip(a, b))
+    assert a[0].labels["layer x"] == "layer.1" and c[0].labels["layer x"] == "layer.2"

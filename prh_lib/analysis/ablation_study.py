@@ -19,6 +19,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from .. import score_cache
 from ..features import LayerFeatures, check_aligned
 from ..metrics import mutual_knn_chance, mutual_knn_layerwise, permutation_test
 from .core import check_comparisons, find_peak
@@ -137,6 +138,7 @@ def _check_pair(x: LayerFeatures, y: LayerFeatures, layer_pair):
     return i % x.n_layers, j % y.n_layers
 
 
+@score_cache.memoize("k_sweep")
 def k_sweep(x: LayerFeatures, y: LayerFeatures, *, ks: Sequence[int] | None = None, layer_pair=None,
             reference_k: int = 10, n_permutations: int = 0, seed: int = 0, device=None) -> pd.DataFrame:
     """Mutual k-NN over a range of k on all pairs (Appendix G, the k ablation).
@@ -203,6 +205,7 @@ def subsample_rows(n_total: int, n: int, *, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).choice(n_total, size=n, replace=False))
 
 
+@score_cache.memoize("n_sweep")
 def n_sweep(x: LayerFeatures, y: LayerFeatures, *, ns: Sequence[int] | None = None, k: int = 10,
             k_over_n: float | None = None, n_seeds: int = 5, seed: int = 0, layer_pair=None,
             n_permutations: int = 0, device=None) -> pd.DataFrame:

@@ -19,6 +19,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from .. import score_cache
 from ..features import check_aligned
 from ..metrics import mutual_knn, mutual_knn_chance, mutual_knn_layerwise
 from ..validation import as_float64_matrix
@@ -289,6 +290,7 @@ def select_layer_pairs(matrix, roles: Sequence[str] = LAYER_ROLES) -> dict[str, 
     return out
 
 
+@score_cache.memoize("compress_layer_pairs")
 def compress_layer_pairs(x, y, layer_pairs: dict, *, compress: Sequence[str] = ("x", "y"), dims=None,
                          variance=DEFAULT_VARIANCE, k: int = 10, space: str = "original",
                          device=None) -> list[CompressionSweep]:
