@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
+from .. import score_cache
 from .core import AlignmentMatrix, check_comparisons, layerwise_alignment
 from ..features import LayerFeatures, check_aligned
 from ..metrics import displacement as D
@@ -43,6 +44,7 @@ def pair_kind(x: LayerFeatures, y: LayerFeatures) -> str:
     return "-".join(sorted((mx, my), key=lambda m: (m != "vision", m)))
 
 
+@score_cache.memoize("displacement_matrices")
 def displacement_matrices(x: LayerFeatures, y: LayerFeatures, *, n_components: int = 100, test_fraction: float = 0.5,
                           n_pairs: int = 10_000, seed: int = 0) -> dict[str, AlignmentMatrix]:
     """:func:`~prh_lib.metrics.displacement.displacement_layerwise` of two models, as alignment matrices.
