@@ -75,17 +75,18 @@ def bar(*, total: int | None = None, desc: str | None = None, unit: str = "it", 
 
 
 @contextmanager
-def follow(path: Path, stream: TextIO | None = None, *, interval: float = 0.25):
+def follow(path: Path, stream: TextIO | None = None, *, interval: float = 0.25, prefix: str = ""):
     """Copy what is written to the progress file ``path`` to ``stream`` (default stderr) while the body runs.
 
-    On a terminal the text is copied as written, so tqdm bars redraw in place; elsewhere (a CI log) only
-    whole lines are copied, a bar's carriage-return redraws collapsed to its last state. Whatever is left
-    is copied when the body ends, also if it raises.
+    On a terminal the text is copied as written, so tqdm bars redraw in place; elsewhere (a CI log), or
+    with a ``prefix`` (notebooks run side by side, each line starting with its name), only whole lines are
+    copied, a bar's carriage-return redraws collapsed to its last state. Whatever is left is copied when
+    the body ends, also if it raises.
     """
     stream = sys.stderr if stream is None else stream
     path = Path(path)
     path.touch()
-    tty = getattr(stream, "isatty", lambda: False)()
+    tty = getattr(stream, "isatty", lambda: False)() and not prefix
     stop = threading.Event()
     pending = [""]
 
@@ -107,7 +108,7 @@ def follow(path: Path, stream: TextIO | None = None, *, interval: float = 0.25):
         for line in lines:
             redraws = [s for s in line.split("\r") if s.strip()]  # a bar's states: keep the last
             if redraws:
-                stream.write(redraws[-1] + "\n")
+                stream.write(prefix + redraws[-1] + "\n")
         if lines:
             stream.flush()
 

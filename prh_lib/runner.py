@@ -27,7 +27,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import paths, progress
+from . import paths, progress, schedule
 from .profiles import PROFILES, get_profile
 from .report import declared_parameters
 from .book_pages import (  # noqa: F401  (re-exported: prh-run's pages and the book build)
@@ -95,12 +95,16 @@ def check_overrides(names, overrides) -> None:
                          f"valid parameters: {', '.join(valid)}")
 
 
-def run_notebook(name: str, params: dict[str, object], *, output_dir: Path | None = None, quiet: bool = False) -> Path:
+def run_notebook(name: str, params: dict[str, object], *, output_dir: Path | None = None, quiet: bool = False,
+                 prefix: str = "") -> Path:
     """Execute one notebook with the parameters it declares; return the executed ``.ipynb`` path.
 
     Parameters not declared by the notebook are ignored (so a profile can serve every notebook); the CLI
     rejects overrides that no selected notebook declares (:func:`check_overrides`) before anything runs.
     The output is written to a temporary name and renamed into place only if execution succeeds.
+
+    Unless ``quiet``, the kernel's progress lines are copied to stderr (each starting with ``prefix``, and
+    bars collapsed to lines, when one is given: notebooks run side by side).
 
     Raises
     ------
@@ -120,28 +124,29 @@ def run_notebook(name: str, params: dict[str, object], *, output_dir: Path | Non
         out = output_dir / f"{name}.ipynb"
         # not quiet: the kernel reports its steps (which model, which draw, bars) on a side channel that is
         # copied to this terminal, never into the page (prh_lib.progress)
-        live = _progress_channel(Path(tmp) / "progress.log") if not quiet else contextlib.nullcontext()
+        live = _progress_channel(Path(tmp) / "progress.log", prefix) if not quiet else contextlib.nullcontext()
         with paths.atomic_path(out) as tmp_out, _inline_matplotlib(), live:
             papermill.execute_notebook(
                 str(src), str(tmp_out), parameters=used, kernel_name="python3",
                 cwd=str(paths.repo_root()), progress_bar=False, log_output=False,
-                config=Config(_KERNEL_CONFIG),
+                config=Config({"KernelManager": {**_KERNEL_CONFIG["KernelManager"], "ip": str(Path(tmp) / "kernel")}}),
             )
             fold_parameters(tmp_out, source=f"notebooks/{name}.py")
     return out
 
 
 # The kernel talks to papermill over IPC sockets, not unencrypted TCP on localhost (which ipykernel warns
-# about on every start).
+# about on every start); their files lie in the run's own temporary folder ("ip"), since kernels started
+# side by side (prh_lib.schedule) would otherwise pick the same names in one working folder.
 _KERNEL_CONFIG = {"KernelManager": {"transport": "ipc"}}
 
 @contextmanager
-def _progress_channel(path: Path):
+def _progress_channel(path: Path, prefix: str = ""):
     """Point the kernel (it inherits the environment) at the progress file ``path`` and follow it."""
     old = os.environ.get(progress.ENV)
     os.environ[progress.ENV] = str(path)
     try:
-        with progress.follow(path):
+        with progress.follow(path, prefix=prefix):
             yield
     finally:
         if old is None:
@@ -407,6 +412,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--build-only", action="store_true", help="only build the book")
     parser.add_argument("--output-dir", type=Path, default=None, help="where executed notebooks go (default: book/)")
     parser.add_argument("--list", action="store_true", help="list notebooks and their parameters")
+    parser.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
+                        help="notebooks executed side by side (default: 2 on a CPU with 2 or more cores, "
+                             "1 on a GPU or with PRH_JOBS=1)")
     _add_sweep_arguments(parser)
     args = parser.parse_args(argv)
 
@@ -434,12 +442,12 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     if not args.build_only:
         what = args.params + "".join(f", {k}={v!r}" for k, v in overrides.items())
-        for i, n in enumerate(names, 1):
-            t0 = time.perf_counter()
-            print(f"[prh-run] {i}/{len(names)} executing {n} ({what})", flush=True)
-            out = run_notebook(n, params, output_dir=args.output_dir)
-            seconds[n] = time.perf_counter() - t0
-            print(f"[prh-run] wrote {paths.display_path(out)} in {seconds[n]:.1f} s", flush=True)
+        jobs = args.jobs if args.jobs is not None else schedule.default_jobs(params)
+        try:
+            seconds.update(schedule.run_notebooks(names, params, what=what, jobs=jobs, output_dir=args.output_dir))
+        except schedule.NotebookFailed as err:
+            print(f"[prh-run] {err}", file=sys.stderr)
+            return 1
     if not args.no_build:
         t0 = time.perf_counter()
         try:

@@ -140,3 +140,47 @@ def test_timing_table_lists_steps_slowest_first_with_the_total():
     assert lines[0] == "[prh-run] wall time per step:"
     assert [ln.split()[0] for ln in lines[1:]] == ["sec3_1_layerwise", "(book", "a", "total"]
     assert lines[1].endswith("12.2 s") and lines[-1].endswith("16.5 s")
+
+
+# ------------------------------------------------------------------------ notebooks side by side
+
+
+def test_two_notebooks_side_by_side_write_both_and_remember_their_times(tiny_notebooks, monkeypatch, capfd):
+    from prh_lib import schedule
+
+    monkeypatch.setenv("PRH_CACHE_DIR", str(tiny_notebooks / "cache"))
+    (tiny_notebooks / "notebooks" / "tiny2.py").write_text(TINY.replace('"tiny"', '"tiny2"'))
+    out = tiny_notebooks / "o"
+    assert runner.main(["tiny", "tiny2", "--jobs", "2", "--no-build", "--output-dir", str(out), "-p", "a=4"]) == 0
+    assert report.read_record(out / "tiny.ipynb", "tiny") == {"a": 4, "b": "x"}
+    assert report.read_record(out / "tiny2.ipynb", "tiny2") == {"a": 4, "b": "x"}
+    printed = capfd.readouterr().out
+    assert "2 at a time" in printed and printed.count("[prh-run] wrote ") == 2
+    assert set(schedule.remembered_seconds()) == {"tiny", "tiny2"}
+    assert all(s > 0 for s in schedule.remembered_seconds().values())
+
+
+def test_a_failing_notebook_side_by_side_fails_the_run_by_name(tiny_notebooks, monkeypatch, capfd):
+    monkeypatch.setenv("PRH_CACHE_DIR", str(tiny_notebooks / "cache"))
+    (tiny_notebooks / "notebooks" / "tiny2.py").write_text(TINY.replace("a = 1", "a = 13"))
+    out = tiny_notebooks / "o"
+    assert runner.main(["tiny", "tiny2", "--jobs", "2", "--no-build", "--output-dir", str(out)]) == 1
+    err = capfd.readouterr().err
+    assert "tiny2 failed" in err and "thirteen is unlucky" in err
+    assert not (out / "tiny2.ipynb").exists()
+    # one at a time, the same error, by name
+    assert runner.main(["tiny2", "--jobs", "1", "--no-build", "--output-dir", str(out)]) == 1
+    assert "tiny2 failed" in capfd.readouterr().err
+
+
+def test_default_jobs(monkeypatch):
+    from prh_lib import schedule
+
+    monkeypatch.delenv("PRH_JOBS", raising=False)
+    assert schedule.default_jobs({"device": "cuda"}) == 1
+    assert schedule.default_jobs({}) == min(2, __import__("os").cpu_count())
+    monkeypatch.setenv("PRH_JOBS", "3")
+    assert schedule.default_jobs({"device": "cuda"}) == 3
+    monkeypatch.setenv("PRH_JOBS", "two")
+    with pytest.raises(ValueError, match="PRH_JOBS must be a positive integer; got 'two'"):
+        schedule.default_jobs({})

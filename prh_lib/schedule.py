@@ -1,0 +1,157 @@
+"""Executing several notebooks side by side: ``prh-run --jobs N``.
+
+On a CPU most of a chapter's time is one busy core (the kernels score with one torch thread, see the
+notebooks' ``num_threads``), so on the 2-core machines this project is checked on, two notebooks at a time
+use the machine that one leaves half idle. Notebooks share nothing but content-keyed caches (features,
+scores, summaries), each written atomically, and each writes its own chapter's rows of the results table,
+so the order in which they run changes no number. The longest run first (the wall times of the last
+``prh-run``, remembered in ``PRH_CACHE_DIR/index/notebook-seconds.json``; the table of contents' order
+before any was timed), so that the last to finish is a short one.
+
+On a GPU (a profile with ``device`` other than ``"cpu"``) the default is one at a time: two kernels would
+share its memory.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import sys
+import time
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from . import paths
+
+__all__ = ["NotebookFailed", "default_jobs", "run_notebooks", "remembered_seconds"]
+
+
+class NotebookFailed(RuntimeError):
+    """A notebook raised while executing; the message names it and gives the error's last lines."""
+
+
+def default_jobs(params: Mapping[str, object]) -> int:
+    """Notebooks run side by side by default: ``PRH_JOBS`` when set, else 1 on a GPU and min(2, cores) on a CPU.
+
+    Raises
+    ------
+    ValueError
+        If ``PRH_JOBS`` is not a positive integer.
+    """
+    env = os.environ.get("PRH_JOBS")
+    if env is not None:
+        if not env.strip().isdigit() or int(env) < 1:
+            raise ValueError(f"PRH_JOBS must be a positive integer; got {env!r}")
+        return int(env)
+    if str(params.get("device", "cpu")) != "cpu":
+        return 1
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def _seconds_file() -> Path:
+    return paths.cache_dir("index") / "notebook-seconds.json"
+
+
+def remembered_seconds() -> dict[str, float]:
+    """Wall time of each notebook in the last ``prh-run`` that timed it (empty when unreadable or none)."""
+    try:
+        data = json.loads(_seconds_file().read_text())
+        return {str(k): float(v) for k, v in data.items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
+def _remember(seconds: Mapping[str, float]) -> None:
+    stored = {**remembered_seconds(), **seconds}
+    try:
+        with paths.atomic_path(_seconds_file()) as tmp:
+            tmp.write_text(json.dumps(stored, indent=1, sort_keys=True))
+    except OSError:
+        pass
+
+
+def _execute(name: str, params: dict, output_dir, prefix: str) -> tuple[str, float]:
+    """One notebook in a worker process: (executed path, wall seconds); errors come back as NotebookFailed."""
+    from .runner import run_notebook
+
+    print(f"[prh-run] executing {name}", flush=True)
+    t0 = time.perf_counter()
+    try:
+        out = run_notebook(name, params, output_dir=output_dir, prefix=prefix)
+    except Exception as err:  # the worker's exception may not pickle; its text always does
+        text = str(err).strip().splitlines()
+        raise NotebookFailed(f"{name} failed: {type(err).__name__}: " + "\n".join(text[-30:])) from None
+    return str(out), time.perf_counter() - t0
+
+
+def run_notebooks(names: Sequence[str], params: dict, *, what: str, jobs: int = 1,
+                  output_dir: Path | None = None) -> dict[str, float]:
+    """Execute ``names`` (``jobs`` at a time), printing a line as each starts and ends; return their wall times.
+
+    Parameters
+    ----------
+    names : sequence of str
+        Notebooks, in the table of contents' order.
+    params : dict
+        The profile and overrides (each notebook takes what it declares).
+    what : str
+        How the parameters are described in the start lines (``"offline"``, ``"paper, k=20"``).
+    jobs : int, >= 1
+        Notebooks executed at once; 1 runs them in order in this process, as before.
+    output_dir : Path, optional
+        Where executed notebooks go (default ``book/``).
+
+    Raises
+    ------
+    NotebookFailed
+        If a notebook raised. With ``jobs > 1`` the notebooks already running finish, none other starts.
+    ValueError
+        If ``jobs < 1``.
+    """
+    if int(jobs) < 1:
+        raise ValueError(f"jobs must be >= 1; got {jobs}")
+    seconds: dict[str, float] = {}
+    if jobs == 1 or len(names) == 1:
+        from .runner import run_notebook
+
+        for i, n in enumerate(names, 1):
+            print(f"[prh-run] {i}/{len(names)} executing {n} ({what})", flush=True)
+            t0 = time.perf_counter()
+            try:
+                out = run_notebook(n, params, output_dir=output_dir)
+            except Exception as err:
+                raise NotebookFailed(f"{n} failed: {type(err).__name__}: {err}") from err
+            seconds[n] = time.perf_counter() - t0
+            print(f"[prh-run] wrote {paths.display_path(out)} in {seconds[n]:.1f} s", flush=True)
+        _remember(seconds)
+        return seconds
+    known = remembered_seconds()
+    order = sorted(names, key=lambda n: (-known.get(n, 0.0), list(names).index(n)))
+    width = max(map(len, names))
+    print(f"[prh-run] executing {len(names)} notebooks, {jobs} at a time, the longest first ({what})", flush=True)
+    # fork where there is one: the workers start at once and see this process's settings as they are
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    failed = None
+    with ProcessPoolExecutor(max_workers=int(jobs), mp_context=multiprocessing.get_context(method)) as pool:
+        pending = {pool.submit(_execute, n, params, output_dir, f"[{n:<{width}}] "): n for n in order}
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_EXCEPTION)
+            for future in done:
+                n = pending.pop(future)
+                if future.cancelled():
+                    continue
+                err = future.exception()
+                if err is not None:
+                    failed = failed or err
+                    for other in pending:
+                        other.cancel()
+                    continue
+                out, seconds[n] = future.result()
+                print(f"[prh-run] wrote {paths.display_path(out)} in {seconds[n]:.1f} s", flush=True)
+    _remember(seconds)
+    if failed is not None:
+        raise failed if isinstance(failed, NotebookFailed) else NotebookFailed(str(failed))
+    sys.stdout.flush()
+    return seconds
