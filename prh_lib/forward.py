@@ -157,6 +157,16 @@ def shares_prefixes(model) -> bool:
 
 
 @torch.inference_mode()
+def prefix_tolerance(dtype: torch.dtype) -> float:
+    """Largest relative difference between a prefix read off a longer text and the prefix run alone that is
+    round-off: ``max(1e-3, 4 eps)`` of the weights' dtype (float32 1e-3, float16 3.9e-3, bfloat16 3.1e-2).
+
+    Float32 round-off is ~1e-6 here; bfloat16 weights give ~2e-3 (other GEMM shapes for the two lengths); a
+    model that is not causal differs by order 1.
+    """
+    return max(1e-3, 4 * torch.finfo(dtype).eps)
+
+
 def _extract_text_shared(model, texts: Sequence[str], *, batch_size: int, max_length: int | None, progress: bool,
                          check: bool = True):
     """:func:`_extract_text` for a causal LM, running only the texts that no other text extends.
@@ -165,8 +175,8 @@ def _extract_text_shared(model, texts: Sequence[str], *, batch_size: int, max_le
     (:func:`prefix_servers`): its features are the mean of the first ``len(text tokens)`` hidden states of that
     pass, per layer (a cumulative sum over positions). A text served by itself is pooled exactly as in
     :func:`_extract_text`. With ``check``, the first text served by a longer one is also run on its own, and a
-    difference beyond round-off (relative 1e-3 with float32 weights, 3e-2 with bfloat16 / float16: the model is
-    not causal after all) raises RuntimeError.
+    difference beyond round-off (:func:`prefix_tolerance`: the model is not causal after all) raises
+    RuntimeError.
 
     Returns
     -------
@@ -217,9 +227,7 @@ def _extract_text_shared(model, texts: Sequence[str], *, batch_size: int, max_le
                 alone, _ = _extract_text(model, [texts[prefix]], batch_size=1, padding_side="right",
                                          max_length=max_length, progress=None)  # None: no bar of its own
                 err = float((alone[:, 0] - out[:, prefix]).abs().max() / alone[:, 0].abs().max().clamp(min=1e-12))
-                # float32 round-off is ~1e-6 here; bfloat16 / float16 weights give ~1e-3 (other GEMM shapes), a
-                # model that is not causal differs by far more (order 1)
-                tol = 1e-3 if model.dtype == torch.float32 else 3e-2
+                tol = prefix_tolerance(model.dtype)
                 if err > tol:
                     raise RuntimeError(f"{model.name!r}: features of a token prefix read off a longer text differ "
                                        f"from the prefix run alone (relative error {err:.2g}); the model is not "
