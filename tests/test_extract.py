@@ -4,11 +4,9 @@ import json
 
 import numpy as np
 import pytest
-
-from prh_lib import forward
 import torch
 
-from prh_lib import data, extract, paths
+from prh_lib import data, extract, forward, paths
 from prh_lib.extract import LayerFeatures
 
 
