@@ -11,7 +11,8 @@ features it reads and of its options. :func:`cached` keys it by exactly those:
   code names other entries, so no score computed by older code is served (an edit of a notebook does not).
 
 Entries are pickles under ``PRH_CACHE_DIR/scores/<key[:2]>/<key>.pkl``, written atomically
-(:func:`prh_lib.paths.atomic_path`): an interrupted write leaves no entry. An entry that cannot be read
+(:func:`prh_lib.paths.atomic_path`): an interrupted write leaves no entry. The warnings the computation
+issued are stored with its value and issued again on every hit, so a cached score warns as a recomputed one. An entry that cannot be read
 (truncated, or pickled by a class that has changed) is recomputed and replaced, never raised.
 ``PRH_SCORE_CACHE=0`` turns the cache off (every score recomputed, nothing written).
 
@@ -27,6 +28,7 @@ import inspect
 import json
 import os
 import pickle
+import warnings
 import weakref
 from functools import lru_cache
 from pathlib import Path
@@ -40,7 +42,7 @@ from . import paths
 __all__ = ["SCORE_FORMAT", "cached", "memoize", "features_key", "enabled", "score_code_digest"]
 
 #: Version of the entries' layout; bump it when what a cached function returns changes shape.
-SCORE_FORMAT = 1
+SCORE_FORMAT = 2
 
 T = TypeVar("T")
 
@@ -125,17 +127,30 @@ def cached(kind: str, key: dict, compute: Callable[[], T]) -> T:
     if entry.is_file():
         try:
             with open(entry, "rb") as fh:
-                return pickle.load(fh)
+                value, caught = pickle.load(fh)
+            _reissue(caught)
+            return value
         except Exception:  # truncated, or written by a class that changed: recompute and replace below
             pass
-    value = compute()
+    with warnings.catch_warnings(record=True) as recorded:
+        warnings.simplefilter("always")
+        value = compute()
+    caught = [(w.category, str(w.message), w.filename, w.lineno) for w in recorded]
     try:
         with paths.atomic_path(entry) as tmp:
             with open(tmp, "wb") as fh:
-                pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
-    except OSError:  # a full or read-only disk costs the cache, never the result
+                pickle.dump((value, caught), fh, protocol=pickle.HIGHEST_PROTOCOL)
+    except (OSError, pickle.PicklingError, TypeError, AttributeError):  # costs the cache, never the result
         pass
+    _reissue(caught)
     return value
+
+
+def _reissue(caught) -> None:
+    """Warn again what the computation warned (a cached score says what a recomputed one says), through
+    the caller's filters."""
+    for category, message, filename, lineno in caught:
+        warnings.warn_explicit(message, category, filename, lineno)
 
 
 def _argument_key(value):
