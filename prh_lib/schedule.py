@@ -5,8 +5,8 @@ notebooks' ``num_threads``), so on the 2-core machines this project is checked o
 use the machine that one leaves half idle. Notebooks share nothing but content-keyed caches (features,
 scores, summaries), each written atomically, and each writes its own chapter's rows of the results table,
 so the order in which they run changes no number. The longest run first (the wall times of the last
-``prh-run``, remembered in ``PRH_CACHE_DIR/index/notebook-seconds.json``; the table of contents' order
-before any was timed), so that the last to finish is a short one. Each kernel gets cores / jobs threads
+``prh-run``, remembered in ``PRH_CACHE_DIR/index/notebook-seconds.json``; :data:`TYPICAL_SECONDS` before
+any was timed, then the table of contents' order), so that the last to finish is a short one. Each kernel gets cores / jobs threads
 (:data:`THREAD_VARIABLES`), so the kernels never oversubscribe the cores.
 
 On a GPU (a profile with ``device`` other than ``"cpu"``) the default is one at a time: two kernels would
@@ -53,6 +53,12 @@ def default_jobs(params: Mapping[str, object]) -> int:
 
 def _seconds_file() -> Path:
     return paths.cache_dir("index") / "notebook-seconds.json"
+
+
+#: Cold wall times (s) of the offline profile's notebooks on the 2-core reference machine (CI, commit
+#: 1ce87d6): the order when no run has been timed here yet (a fresh clone). Only the order depends on them.
+TYPICAL_SECONDS = {"sec3_3_regimes": 274, "appf_caption_detail": 202, "sec3_2_capability": 183,
+                   "appg_k_n_ablation": 99, "sec3_1_layerwise": 88, "ch_displacement": 50, "sec3_1b_pca": 23}
 
 
 def remembered_seconds() -> dict[str, float]:
@@ -141,7 +147,7 @@ def run_notebooks(names: Sequence[str], params: dict, *, what: str, jobs: int = 
             print(f"[prh-run] wrote {paths.display_path(out)} in {seconds[n]:.1f} s", flush=True)
         _remember(seconds)
         return seconds
-    known = remembered_seconds()
+    known = {**TYPICAL_SECONDS, **remembered_seconds()}
     order = sorted(names, key=lambda n: (-known.get(n, 0.0), list(names).index(n)))
     width = max(map(len, names))
     print(f"[prh-run] executing {len(names)} notebooks, {jobs} at a time, the longest first ({what})", flush=True)
