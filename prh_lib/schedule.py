@@ -20,7 +20,7 @@ import multiprocessing
 import os
 import sys
 import time
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -158,7 +158,7 @@ def run_notebooks(names: Sequence[str], params: dict, *, what: str, jobs: int = 
         threads = max(1, (os.cpu_count() or 1) // int(jobs))
         pending = {pool.submit(_execute, n, params, output_dir, f"[{n:<{width}}] ", threads): n for n in order}
         while pending:
-            done, _ = wait(pending, return_when=FIRST_EXCEPTION)
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
                 n = pending.pop(future)
                 if future.cancelled():
