@@ -76,6 +76,7 @@ from prh_lib.data.study import study_draws
 
 logging.getLogger("prh_lib").setLevel(logging.ERROR)
 pd.set_option("display.precision", 3)
+pd.set_option("display.max_colwidth", None)  # claim and table texts are shown whole
 CHAPTER = "appg_k_n_ablation"
 params = report.page_parameters(CHAPTER, globals())
 

@@ -120,6 +120,7 @@ warnings.filterwarnings("ignore", message=".*degenerate.*")
 blas_limits = threadpoolctl.threadpool_limits(blas_threads)
 
 pd.set_option("display.float_format", "{:.3f}".format)
+pd.set_option("display.max_colwidth", None)  # claim and table texts are shown whole
 matplotlib.rcParams["figure.dpi"] = 150  # figures readable at page width
 CHAPTER = "ch_displacement"
 params = report.page_parameters(CHAPTER, globals())
@@ -297,54 +298,36 @@ Markdown(f"On `{heatmap_dataset}`, draw {heatmap_draw} (the heatmaps' draw):\n\n
 # %% [markdown]
 # ## Reading the two views side by side
 #
-# What the offline run above shows (the bullets under "Measured on this build" give the figures of the
-# heatmaps' draw, the table over draws above those of every draw; at the defaults the build is
-# deterministic):
+# How to read the tables and figures above (their numbers are this build's, generated from the results;
+# this section states no number of its own, so it cannot disagree with them):
 #
-# - **Both views agree on where alignment is, broadly.** For the vision-language and vision-vision pairs
-#   the Cross-Model heatmap is a close copy of the mutual k-NN heatmap (rank correlations 0.88-0.95): both
-#   rise with depth in DINOv2 and peak in its late-intermediate layers, and both place the vision-vision
-#   peak in the middle of both networks. The language-language pair agrees least (0.53); both views put
-#   its peak in SmolLM2's first third.
-# - **Where they differ, `r` decides.** Mutual k-NN with SmolLM2 rises again over its last layers (24-30)
-#   and peaks at the final layer; Cross-Model at `r = 32` is nearly flat over SmolLM2's depth and peaks in
-#   its first third (the k-NN peak cell is about two split-to-split standard deviations below the
-#   Cross-Model maximum). The depth profiles show why: at `r = 4` or `8` Cross-Model follows the mutual
-#   k-NN profile closely, late rise included. That structure lives in a few leading directions, which
-#   dominate cosine neighbourhoods on raw features but are diluted when 32 whitened directions count
-#   equally.
-# - **Caption choice moves the measures less than the split does.** Over the five caption draws,
-#   Cross-Model at each draw's best layer pair varies with a standard deviation of 0.010-0.020 for the pairs
-#   with a language model (the best layer pair itself moves between neighbouring layers from draw to draw),
-#   about the size of the split-to-split standard deviation within one draw (0.011-0.024). The vision-vision
+# - **Where alignment is.** The rank correlation between each pair's Cross-Model and mutual k-NN heatmaps
+#   (views table) says how far the two views agree on *where* in the networks alignment is; the depth
+#   profiles show where they part, and at which `r`.
+# - **Where they differ, `r` decides.** At small `r` Cross-Model follows the mutual k-NN profile more closely:
+#   the structure that dominates cosine neighbourhoods on raw features lives in a few leading directions,
+#   which are diluted when `r` whitened directions count equally.
+# - **Caption choice against the split.** The table over draws gives the spread of each measure over the
+#   caption draws; compare it with the split-to-split standard deviation within one draw. The vision-vision
 #   pair is identical in every draw: neither of its models reads a caption.
-# - **Both views rank the pairs the same way.** Same-modality pairs (0.56 and 0.66 Cross-Model at
-#   `r = 32`) sit far above the vision-language pairs (0.18-0.20), as for mutual k-NN; every shuffled
-#   control is within 0.035 of 0, including the maximum over all layer pairs, so the cross-modal values,
-#   though small, are not an artefact of picking the best cell.
-# - **Displacements add nothing to Pointwise here.** In every pair Cross-Model equals Pointwise to within
-#   0.01. That is expected after per-model centring and whitening: for two independent samples
-#   `E[(a_i - a_j)·(b_i - b_j)] = 2 E[a·b]` and `E|a_i - a_j|² = 2 E|a|²`, and whitened norms
-#   concentrate, so the mean displacement cosine tracks the mean pointwise cosine. The two can only part
-#   where the representations are not centred alike, and the method as written centres each model on its
-#   own training mean. The paper's public code does not: see [the reference code's
-#   procedure](reference-procedure) below.
-# - **No shared "gap".** Cross-Object sits at its shuffled control (0.005-0.014 against -0.005-0.015): once
-#   each model is centred, the residual `a_i - b_i` has no common direction across samples. A constant
-#   modality offset, which Cross-Object would detect, is removed by the centring.
-# - **A value is a statement about the pair *and* `r`.** Cross-Model falls steadily as `r` grows: for the
-#   vision-language pairs from about 0.3 at `r = 8` to 0.05-0.06 at `r = 100` (where `r / n_train` is
-#   0.84); a fixed number of shared directions is diluted among more whitened ones, and the Procrustes fit
-#   gets noisier. The ordering of the pairs survives every `r` in the sweep.
-# - **Displacement agreement is concentrated in a shared subspace.** Projected onto the top 8 of 32
-#   eigenvectors of `S_cross` (fitted on training rows), held-out Cross-Model of the cross-modal pairs rises
-#   from 0.10-0.16 to 0.37 and beats random 8-dimensional subspaces (0.11-0.16) by a wide margin; in the
-#   private subspace it falls to 0.01-0.07. The two language models keep 0.42 even there: "private" is
-#   relative to the four-model consensus. Mutual k-NN in the shared subspace also beats the random-subspace
-#   control, but stays close to its full-space value (above it for some pairs, below for others):
-#   neighbourhoods are built from all directions, shared and private alike. The fitted eigenvalues of
-#   `S_cross` (0.92-0.68 for the top 8) overstate the agreement; on held-out rows only the first two
-#   directions stay above 0.5, and the curve flattens near 0.1 beyond about 15.
+# - **Both views rank the pairs.** Same-modality pairs against vision-language pairs, for both measures; the
+#   shuffled controls (including the maximum over all layer pairs) are the floor each value stands on.
+# - **Displacements and Pointwise.** After per-model centring and whitening, for two independent samples
+#   `E[(a_i - a_j)·(b_i - b_j)] = 2 E[a·b]` and `E|a_i - a_j|² = 2 E|a|²`, and whitened norms concentrate, so
+#   the mean displacement cosine tracks the mean pointwise cosine: with the method as written, Cross-Model is
+#   expected to equal Pointwise up to noise. The two can only part where the representations are not centred
+#   alike, and the method as written centres each model on its own training mean. The paper's public code
+#   does not: see [the reference code's procedure](reference-procedure) below.
+# - **A shared "gap".** Once each model is centred, the residual `a_i - b_i` has no common direction across
+#   samples, so Cross-Object is expected at its shuffled control: a constant modality offset, which
+#   Cross-Object would detect, is removed by the centring.
+# - **A value is a statement about the pair *and* `r`.** The `r` sweep shows how Cross-Model changes as a
+#   fixed number of shared directions is diluted among more whitened ones (and the Procrustes fit gets
+#   noisier as `r / n_train` grows); whether the ordering of the pairs survives every `r` is read off it.
+# - **A shared subspace.** The consensus table projects onto the top eigenvectors of `S_cross` (fitted on
+#   training rows) and compares held-out Cross-Model there with random subspaces of the same size and with
+#   the private complement; "private" is relative to the consensus of the models in it. The fitted
+#   eigenvalues overstate the agreement: the held-out curve is the one to read.
 #
 # How this compares with arXiv:2609.24209: we reproduce the qualitative picture that models of different
 # modalities share a low-dimensional subspace of displacement directions, and that shuffled pairings

@@ -78,6 +78,7 @@ from prh_lib.data.study import study_draws
 
 logging.getLogger("prh_lib").setLevel(logging.ERROR)
 pd.set_option("display.precision", 3)
+pd.set_option("display.max_colwidth", None)  # claim and table texts are shown whole
 CHAPTER = "sec3_1b_pca"
 params = report.page_parameters(CHAPTER, globals())
 

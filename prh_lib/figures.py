@@ -359,10 +359,10 @@ def plot_detail(table: pd.DataFrame, *, score: str = "peak", panel_size: tuple[f
     return fig
 
 
-_FLOOR_STYLE = {"random-language": ("tab:purple", "trained vision × random-init LM"),
-                "random-vision": ("tab:brown", "random-init vision × trained LM"),
-                "tfidf": ("tab:olive", "vision × bag of words (TF-IDF)"),
-                "tfidf-svd": ("tab:cyan", "vision × TF-IDF, truncated SVD")}
+_FLOOR_STYLE = {"random-language": ("tab:purple", "a language model → its random-init twin"),
+                "random-vision": ("tab:brown", "a vision model → its random-init twin"),
+                "tfidf": ("tab:olive", "a language model → the caption's bag of words (TF-IDF)"),
+                "tfidf-svd": ("tab:cyan", "a language model → TF-IDF, truncated SVD")}
 
 
 def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | None = None,

@@ -102,7 +102,9 @@ def test_verdicts_match_the_numbers(rec):
              and c["capability"] == "bpb" and c["method"] == "pearson" and c["r"] is not None}
     pk = {c["vision"]: -c["r"] for c in peak if c["method"] == "pearson"}
     less = all(final[v] < pk[v] for v in final)
-    assert rows["3.2/final-less"]["verdict"] == ("reproduces in kind" if less else "differs")
+    # neither correlation can be told from chance with 3-4 models, so neither can the difference
+    assert rows["3.2/final-less"]["verdict"] == (("reproduces in kind" if significant else "inconclusive")
+                                                 if less else "differs")
 
 
 def test_capability_table_and_its_gaps_are_reported(rec):

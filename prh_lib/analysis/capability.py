@@ -374,7 +374,9 @@ def findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False,
         shown = "; ".join(f"{v}: final {r['final']:+.2f} vs peak {r['peak']:+.2f}" for v, r in both.iterrows())
         rows.append(claims.finding(
             "3.2/final-less", this_build=f"Pearson r with capability (−bits per byte), {main_dataset}: {shown}",
-            holds=bool((both["final"] < both["peak"]).all()), comparable=False))
+            holds=bool((both["final"] < both["peak"]).all()), comparable=False, conclusive=significant,
+            note="" if significant else (f"with {n_models} independent models neither correlation can be told "
+                                         "from chance, so neither can their difference")))
     return rows
 
 

@@ -196,8 +196,8 @@ def findings(summary: pd.DataFrame, *, paper_setting: bool = False) -> list[dict
     holds = all(lower) and not swaps
     why = "" if control == "summary" else "summaries ran on fewer than 2 draws, so truncation (every draw) is used"
     note = "; ".join(x for x in [why, "" if multi else "one language model: the order cannot be checked"] if x)
-    order = (f"; order of models kept at every level (beyond 2 std): {not swaps}" + (f" ({'; '.join(swaps)})"
-             if swaps else "")) if multi else ""
+    order = ((f"; the models' order reverses beyond 2 std: {'; '.join(swaps)}" if swaps else
+              "; no level reverses the models' order by more than 2 std") if multi else "")
     return [claims.finding("F/detail", this_build=f"{control}: " + "; ".join(parts) + order, holds=holds,
                            comparable=paper_setting, note=note)]
 

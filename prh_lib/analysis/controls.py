@@ -46,10 +46,10 @@ __all__ = ["CONTROL_KINDS", "CONTROL_LABELS", "TFIDF", "Control", "tfidf_name", 
 #: Control kinds, in display order; a row's quantity is ``"control:<kind>"``.
 CONTROL_KINDS = ("random-language", "random-vision", "tfidf", "tfidf-svd")
 
-#: How the kinds are named on pages (for a vision × language pair).
+#: How the kinds are named on pages (for any pair: a same-modality pair has these floors too).
 CONTROL_LABELS = {
-    "random-language": "trained vision × random-init language",
-    "random-vision": "random-init vision × trained language",
+    "random-language": "a language model replaced by its random-init twin",
+    "random-vision": "a vision model replaced by its random-init twin",
     "tfidf": "bag of words (TF-IDF of the caption)",
     "tfidf-svd": "bag of words, truncated SVD",
 }

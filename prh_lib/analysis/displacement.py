@@ -83,8 +83,13 @@ def depth_profile_figure(profiles: dict[str, pd.DataFrame], *, panel_size: tuple
     from ..plots import line_plot
 
     n = len(profiles)
-    fig, axes = plt.subplots(1, n, figsize=(panel_size[0] * n, panel_size[1]), squeeze=False)
-    for ax, (label, frame) in zip(axes[0], profiles.items()):
+    ncols = min(n, 2)  # two columns: the figure stays under 10 inches wide, so its text is legible at page width
+    nrows = int(np.ceil(n / ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols * 1.15, panel_size[1] * nrows),
+                             squeeze=False)
+    for ax in list(axes.flat)[n:]:
+        ax.set_visible(False)
+    for ax, (label, frame) in zip(axes.flat, profiles.items()):
         pos = np.arange(len(frame))
         cm = {c.replace("Cross-Model, ", ""): frame[c].to_numpy() for c in frame.columns if c != "mutual k-NN"}
         line_plot(pos, cm, ax=ax, ylabel="Cross-Model", xlabel=frame.index.name, marker=".",

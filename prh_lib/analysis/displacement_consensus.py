@@ -430,7 +430,10 @@ def consensus_figure(summary: ConsensusSummary):
     res = summary.result
     ev = res.eigenvalues
     n_sh, n_pr = res.shared_basis.shape[1], res.private_basis.shape[1]
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8), gridspec_kw={"width_ratios": [1, 1.4, 1.4]})
+    # the spectrum over the full width, the two views' bars under it: under 10 inches wide, legible at page width
+    fig = plt.figure(figsize=(10, 9))
+    grid = fig.add_gridspec(2, 2)
+    axes = [fig.add_subplot(grid[0, :]), fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 1])]
     line_plot(np.arange(1, len(ev) + 1), {"training rows (fitted)": ev, "held-out rows": summary.held_out_eigenvalues},
               ax=axes[0], xlabel="eigenvector (descending)", ylabel="v' S_cross v",
               title="Cross-model covariance spectrum", marker=".")
