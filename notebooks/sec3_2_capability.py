@@ -26,9 +26,10 @@
 # from the model zoo (SmolLM2-135M, Gemma-3-270M, Qwen2.5-Coder-0.5B and -1.5B; the line below says which
 # are installed). They have no comparable published benchmark scores, so capability is measured here, on
 # text none of the alignment draws uses: **bits per byte on held-out captions** (lower = more capable), and
-# next-token accuracy on the same tokens as a second, tokenizer-dependent measure. With four models a
-# correlation is a direction, not a test: the exact permutation p-value over all 4! orderings cannot fall
-# below 2/24. An *interpolation ladder* between a random initialisation and SmolLM2-135M stays as a control,
+# next-token accuracy on the same tokens as a second, tokenizer-dependent measure. The default install has
+# three of them (`prh-zoo install --all` adds the 1.5B model). With three or four models a correlation is a
+# direction, not a test: the exact permutation p-value over all n! orderings cannot fall below 2/3! = 0.33
+# or 2/4! = 0.083. An *interpolation ladder* between a random initialisation and SmolLM2-135M stays as a control,
 # presented as what it is: dependent points on one path in weight space, with a Spearman ρ and no p-value.
 # With `prh-run --params paper` (GPU, Hugging Face access) the same code runs the paper's 21 models on its
 # datasets and joins the published benchmark scores.
@@ -208,8 +209,8 @@ report.record(claims.RECORD_NAME, claim_rows);  # the front page's checklist
 
 # %% [markdown]
 # **Reading the verdicts.** Offline, only the direction of the capability trend and the comparison of final
-# and peak layers can be tested, and only in kind: four small causal LMs of one era (135M to 1.5B
-# parameters, two of them code-tuned instruction models) against a 21-model panel, COCO captions instead of
+# and peak layers can be tested, and only in kind: three or four small causal LMs of one era (135M to 0.5B
+# parameters by default, 1.5B with the large group; the Qwen models are code-tuned instruction models) against a 21-model panel, COCO captions instead of
 # DOCCI, bits per byte instead of MMLU. The claims about MMLU, ARC, GSM8K and the datasets' order need the
 # paper profile. The published benchmark table used there (one row per model, each value with its source;
 # empty cells are missing, never guesses) is below, with how to regenerate it with one protocol.
