@@ -162,15 +162,21 @@ def _argument_key(value):
         return {str(k): _argument_key(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_argument_key(v) for v in value]
-    return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+    if isinstance(value, (str, int, float, bool, type(None))):
+        return value
+    if isinstance(value, torch.device):
+        return str(value)
+    # anything else (a result object, a model) has no content key here: str() of it could collide
+    raise TypeError(f"score_cache.memoize cannot key an argument of type {type(value).__name__}")
 
 
 def memoize(kind: str):
     """Decorator: the function's value cached by :func:`cached`, keyed by all its arguments.
 
     Feature stacks (anything with ``layer_labels`` and ``sample_ids``) are keyed by :func:`features_key`,
-    tensors and arrays by their float32 bytes, other arguments by value (``str()`` for objects such as a
-    ``torch.device``); defaults are filled in, so ``f(x, k=10)`` and ``f(x)`` share an entry when 10 is the
+    tensors and arrays by their float32 bytes, numbers, strings, None, lists, tuples and dicts of those by
+    value, a ``torch.device`` by its name; any other argument raises TypeError (its ``str()`` could name two
+    different objects alike). Defaults are filled in, so ``f(x, k=10)`` and ``f(x)`` share an entry when 10 is the
     default. The function must be pure: its value may depend on nothing but its arguments and the code.
     """
     def wrap(fn):

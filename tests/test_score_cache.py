@@ -156,3 +156,13 @@ def test_a_served_score_warns_as_the_computed_one_did(cache):
         warnings.simplefilter("error")
         warnings.filterwarnings("ignore", message=".*degenerate")
         assert score_cache.cached("toy", {"k": 1}, compute) == 1.0
+
+
+def test_memoize_refuses_arguments_it_cannot_key_by_content(cache):
+    @score_cache.memoize("toy")
+    def f(x, obj=None):
+        return 1
+
+    assert f(_features("a", 0), obj=torch.device("cpu")) == 1
+    with pytest.raises(TypeError, match="cannot key an argument of type object"):
+        f(_features("a", 0), obj=object())

@@ -396,7 +396,8 @@ def score_pair(x: LayerFeatures, y: LayerFeatures, *, k: int = 10, n_permutation
     """
     check_aligned(x, y)
     key = {"x": features_key(x), "y": features_key(y), "k": k, "n_permutations": n_permutations, "alpha": alpha,
-           "n_boot": n_boot, "seed": seed, "control": control, "device": str(device), "label": label}
+           "n_boot": n_boot, "seed": seed, "control": control, "label": label,
+           "device": "cpu" if device is None else str(device)}  # None computes on the CPU: one entry for both
     return score_cache.cached("score_pair", key, lambda: _score_pair(x, y, k=k, n_permutations=n_permutations,
                                                                      alpha=alpha, n_boot=n_boot, seed=seed,
                                                                      control=control, device=device, label=label))
