@@ -61,3 +61,13 @@ def test_off_and_errors():
     assert preprocessing_label(0.95) == "clip(stack, q=0.95)"
     assert preprocessing_label(0.95, "layer") == "clip(layer, q=0.95)"
     assert preprocessing_label(None) == "none"
+
+
+@pytest.mark.parametrize("shape", [(5, 1), (5, 2), (7, 13), (3, 100), (40, 1001)])
+@pytest.mark.parametrize("q", [0.0, 0.1, 0.5, 0.7, 0.95, 0.999, 1.0])
+def test_quantile_from_topk_is_numpys_linear_quantile(shape, q):
+    from prh_lib.metrics.preprocess import _quantile_lastdim
+
+    a = torch.randn(*shape, generator=torch.Generator().manual_seed(len(shape) + shape[-1]), dtype=torch.float64)
+    a[..., ::3] = a[..., :1].clone()  # ties
+    np.testing.assert_allclose(_quantile_lastdim(a, q).numpy(), np.quantile(a.numpy(), q, axis=-1), rtol=0, atol=1e-12)
