@@ -444,7 +444,8 @@ def main(argv: list[str] | None = None) -> int:
         what = args.params + "".join(f", {k}={v!r}" for k, v in overrides.items())
         jobs = args.jobs if args.jobs is not None else schedule.default_jobs(params)
         try:
-            seconds.update(schedule.run_notebooks(names, params, what=what, jobs=jobs, output_dir=args.output_dir))
+            seconds.update(schedule.run_notebooks(names, params, run=run_notebook, what=what, jobs=jobs,
+                                                   output_dir=args.output_dir))
         except schedule.NotebookFailed as err:
             print(f"[prh-run] {err}", file=sys.stderr)
             return 1

@@ -83,7 +83,7 @@ def _remember(seconds: Mapping[str, float]) -> None:
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
-def _execute(name: str, params: dict, output_dir, prefix: str, threads: int) -> tuple[str, float]:
+def _execute(run, name: str, params: dict, output_dir, prefix: str, threads: int) -> tuple[str, float]:
     """One notebook in a worker process: (executed path, wall seconds); errors come back as NotebookFailed.
 
     The kernel inherits ``threads`` threads per library (unless the variables are set already): two kernels
@@ -91,22 +91,20 @@ def _execute(name: str, params: dict, output_dir, prefix: str, threads: int) -> 
     100 bootstrap replicates of mutual k-NN on 239 pairs took 11.0 s with 2 threads beside another job, 0.41 s
     with 1).
     """
-    from .runner import run_notebook
-
     for var in THREAD_VARIABLES:
         os.environ.setdefault(var, str(threads))
 
     print(f"[prh-run] executing {name}", flush=True)
     t0 = time.perf_counter()
     try:
-        out = run_notebook(name, params, output_dir=output_dir, prefix=prefix)
+        out = run(name, params, output_dir=output_dir, prefix=prefix)
     except Exception as err:  # the worker's exception may not pickle; its text always does
         text = str(err).strip().splitlines()
         raise NotebookFailed(f"{name} failed: {type(err).__name__}: " + "\n".join(text[-30:])) from None
     return str(out), time.perf_counter() - t0
 
 
-def run_notebooks(names: Sequence[str], params: dict, *, what: str, jobs: int = 1,
+def run_notebooks(names: Sequence[str], params: dict, *, run, what: str, jobs: int = 1,
                   output_dir: Path | None = None) -> dict[str, float]:
     """Execute ``names`` (``jobs`` at a time), printing a line as each starts and ends; return their wall times.
 
@@ -116,6 +114,9 @@ def run_notebooks(names: Sequence[str], params: dict, *, what: str, jobs: int = 
         Notebooks, in the table of contents' order.
     params : dict
         The profile and overrides (each notebook takes what it declares).
+    run : callable
+        ``run(name, params, output_dir=..., prefix=...) -> Path`` executes one notebook
+        (:func:`prh_lib.runner.run_notebook`; passed in, so that this module does not import the runner).
     what : str
         How the parameters are described in the start lines (``"offline"``, ``"paper, k=20"``).
     jobs : int, >= 1
@@ -134,13 +135,11 @@ def run_notebooks(names: Sequence[str], params: dict, *, what: str, jobs: int = 
         raise ValueError(f"jobs must be >= 1; got {jobs}")
     seconds: dict[str, float] = {}
     if jobs == 1 or len(names) == 1:
-        from .runner import run_notebook
-
         for i, n in enumerate(names, 1):
             print(f"[prh-run] {i}/{len(names)} executing {n} ({what})", flush=True)
             t0 = time.perf_counter()
             try:
-                out = run_notebook(n, params, output_dir=output_dir)
+                out = run(n, params, output_dir=output_dir)
             except Exception as err:
                 raise NotebookFailed(f"{n} failed: {type(err).__name__}: {err}") from err
             seconds[n] = time.perf_counter() - t0
@@ -156,7 +155,7 @@ def run_notebooks(names: Sequence[str], params: dict, *, what: str, jobs: int = 
     failed = None
     with ProcessPoolExecutor(max_workers=int(jobs), mp_context=multiprocessing.get_context(method)) as pool:
         threads = max(1, (os.cpu_count() or 1) // int(jobs))
-        pending = {pool.submit(_execute, n, params, output_dir, f"[{n:<{width}}] ", threads): n for n in order}
+        pending = {pool.submit(_execute, run, n, params, output_dir, f"[{n:<{width}}] ", threads): n for n in order}
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:

@@ -3,7 +3,7 @@
 - no import cycles, between modules or between top-level groups (``prh_lib.data``, ``prh_lib.models``, ...);
 - ``prh_lib.metrics`` and ``prh_lib.plots`` import nothing else from ``prh_lib``;
 - analyses reach models only through extraction: nothing in ``prh_lib.analysis`` imports ``prh_lib.models``;
-- nothing below the orchestration imports it (``runner``, ``batch``, ``profiles``), and nothing imports
+- nothing below the orchestration imports it (``runner``, ``schedule``, ``batch``, ``profiles``), and nothing imports
   ``figures`` but the notebooks.
 
 The graph is read with ``ast`` (``tests/import_graph.py``), late imports inside functions included. Each
@@ -25,7 +25,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "prh_lib"
 KNOWN_CYCLES = [["prh_lib.metrics", "prh_lib.metrics.bootstrap"]]
 
 #: Groups below the orchestration: they must not import it.
-ORCHESTRATION = ("prh_lib.runner", "prh_lib.batch", "prh_lib.profiles", "prh_lib.__main__")
+ORCHESTRATION = ("prh_lib.runner", "prh_lib.schedule", "prh_lib.batch", "prh_lib.profiles", "prh_lib.__main__")
 
 
 def _orchestration(m: str) -> bool:
