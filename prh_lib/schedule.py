@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
@@ -173,5 +172,4 @@ def run_notebooks(names: Sequence[str], params: dict, *, run, what: str, jobs: i
     _remember(seconds)
     if failed is not None:
         raise failed if isinstance(failed, NotebookFailed) else NotebookFailed(str(failed))
-    sys.stdout.flush()
     return seconds

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from . import paths
+from .features import values_digest
 
 __all__ = ["SCORE_FORMAT", "cached", "memoize", "features_key", "enabled", "score_code_digest"]
 
@@ -84,12 +85,9 @@ def _values_digest(values) -> str:
         hit = _DIGEST_MEMO.get(id(values))
         if hit is not None and hit[0]() is values and hit[1] == values._version:
             return hit[2]
-        array = values.detach().to("cpu", torch.float32).numpy()
-    else:
-        array = np.asarray(values)
-    h = hashlib.sha256(np.ascontiguousarray(array, dtype="<f4").tobytes())
-    h.update(repr(tuple(array.shape)).encode())
-    digest = h.hexdigest()
+    tensor = values if isinstance(values, torch.Tensor) else torch.as_tensor(np.asarray(values))
+    # the feature files' own digest of the float32 bytes, and the shape (the bytes alone do not fix it)
+    digest = f"{values_digest(tensor)}:{tuple(tensor.shape)}"
     if isinstance(values, torch.Tensor):
         if len(_DIGEST_MEMO) > 256:
             for key in [key for key, (ref, _, _) in _DIGEST_MEMO.items() if ref() is None]:
