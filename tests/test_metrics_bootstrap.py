@@ -119,3 +119,77 @@ def test_bad_arguments(related):
         M.bootstrap_ci(X, Y, metric="svcca")
     with pytest.raises(ValueError, match="same number of samples"):
         M.bootstrap_ci(X, Y[:-1])
+
+
+def _brute_force_mutual_knn_replicate(X, Y, idx, k):
+    """Mutual k-NN of one resample, from scratch: positions holding the sample itself excluded, copies of
+    another sample tied exactly and taken in position order (the first copy first)."""
+    def hoods(Z):
+        Z = Z[idx] / np.linalg.norm(Z[idx], axis=1, keepdims=True)
+        S = Z @ Z.T
+        S[idx[:, None] == idx[None, :]] = -np.inf
+        return [set(np.argsort(-row, kind="stable")[:k]) for row in S]
+
+    hx, hy = hoods(X), hoods(Y)
+    return np.mean([len(a & b) / k for a, b in zip(hx, hy)])
+
+
+def test_replicates_equal_a_from_scratch_computation(related):
+    X, Y = related
+    res = M.bootstrap_ci(X, Y, metric="mutual_knn", k=5, n_boot=12, seed=4)
+    rng = np.random.default_rng(4)
+    ref = [_brute_force_mutual_knn_replicate(X, Y, np.sort(rng.integers(0, len(X), size=len(X))), 5)
+           for _ in range(12)]
+    np.testing.assert_allclose(res.replicates, ref, rtol=0, atol=1e-12)
+
+
+def _tied_pair(rng):
+    base = rng.integers(0, 3, size=(30, 4)).astype(float)
+    X = np.concatenate([base, base[:10]])  # exact duplicates and few values: ties at the k-th place
+    Y = np.concatenate([base[:, ::-1] + rng.integers(0, 2, size=(30, 4)), base[:10, ::-1]])
+    return X, Y
+
+
+def _continuous_pair(rng):
+    X = rng.normal(size=(60, 6))
+    return X, X @ rng.normal(size=(6, 7)) + rng.normal(size=(60, 7))
+
+
+@pytest.mark.parametrize("name", ["mutual_knn", "jaccard_knn", "cycle_knn"])
+@pytest.mark.parametrize("method", ["bootstrap", "subsample"])
+@pytest.mark.parametrize("data", ["tied", "continuous", "continuous, few candidates"])
+def test_stacked_replicates_equal_one_at_a_time(name, method, data, monkeypatch):
+    # The replicates' neighbourhoods are read off each row's best candidates of the full sample, and all
+    # replicates are scored against each other at once (the diagonal is kept). Rows with ties between
+    # samples (tied data), or with too few drawn candidates (only k + 1 candidates here), are selected
+    # exactly instead. Each way must equal scoring every replicate on its own, bit for bit.
+    from dataclasses import replace
+
+    from prh_lib.metrics import _engines, _neighbours
+
+    rng = np.random.default_rng(5)
+    X, Y = _tied_pair(rng) if data == "tied" else _continuous_pair(rng)
+    if data == "continuous, few candidates":
+        monkeypatch.setattr(_neighbours, "candidates", lambda k, n: k + 1)
+    kw = dict(metric=name, k=4, n_boot=70, seed=2, method=method)  # 70: two chunks of replicates
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        stacked = M.bootstrap_ci(X, Y, **kw)
+        monkeypatch.setitem(_engines.ENGINES, name, replace(_engines.ENGINES[name], resample_state=None))
+        single = M.bootstrap_ci(X, Y, **kw)
+    assert _engines.get_engine(name).resample_state is None
+    np.testing.assert_array_equal(stacked.replicates, single.replicates)
+    assert np.isfinite(stacked.replicates).sum() >= 60
+
+
+def test_layer_chunks_do_not_change_a_bit(related, monkeypatch):
+    from prh_lib.metrics import _neighbours
+
+    rng = np.random.default_rng(6)
+    XL = np.stack([related[0] @ rng.normal(size=(8, 8)) for _ in range(5)])
+    YL = np.stack([related[1] @ rng.normal(size=(10, 10)) for _ in range(4)])
+    whole = M.permutation_test_layerwise(XL, YL, metric="mutual_knn", k=5, n_permutations=20, seed=1)
+    monkeypatch.setattr(_neighbours, "CHUNK_ELEMENTS", 2 * 120 * 120)  # two layers per chunk
+    chunked = M.permutation_test_layerwise(XL, YL, metric="mutual_knn", k=5, n_permutations=20, seed=1)
+    np.testing.assert_array_equal(whole.observed, chunked.observed)
+    np.testing.assert_array_equal(whole.null, chunked.null)

@@ -412,3 +412,40 @@ def test_clip_outliers_matches_prh_formulas():
         clip_outliers(XL, q=0.0)
     with pytest.raises(ValueError, match="scope must be one of"):
         clip_outliers(XL, scope="rows")
+
+
+def test_neighbourhood_memo_follows_the_tensor_and_its_edits():
+    import gc
+
+    from prh_lib.metrics import knn as K
+
+    rng = np.random.default_rng(11)
+    X = torch.from_numpy(rng.normal(size=(3, 50, 6)).astype(np.float32))
+    Y = torch.from_numpy(rng.normal(size=(2, 50, 5)).astype(np.float32))
+    K._HOODS_MEMO.clear()
+    first = M.mutual_knn_layerwise(X, Y, k=4)
+    assert len(K._HOODS_MEMO) == 2
+    null = M.permutation_test_layerwise(X, Y, k=4, n_permutations=19, seed=0)  # served from the memo
+    assert len(K._HOODS_MEMO) == 2
+    np.testing.assert_array_equal(null.observed, first)
+    # an in-place edit (through a view) is seen: the stale entry is not used
+    X[1, :, :3] = torch.from_numpy(rng.normal(size=(50, 3)).astype(np.float32))
+    edited = M.mutual_knn_layerwise(X, Y, k=4)
+    np.testing.assert_array_equal(edited, M.mutual_knn_layerwise(X.numpy().copy(), Y.numpy(), k=4))
+    assert not np.array_equal(edited[1], first[1]) and np.array_equal(edited[0], first[0])
+    # NumPy inputs have no version counter: never memoised; a freed tensor's entries go with it
+    n = len(K._HOODS_MEMO)
+    M.mutual_knn_layerwise(X.numpy(), Y.numpy(), k=4)
+    assert len(K._HOODS_MEMO) == n
+    del X, Y, null
+    gc.collect()
+    assert len(K._HOODS_MEMO) == 0
+
+
+def test_a_memoised_stack_with_zero_rows_warns_every_time():
+    X = torch.zeros(2, 20, 4)
+    X[:, 5:] = torch.randn(2, 15, 4, generator=torch.Generator().manual_seed(0))
+    Y = torch.randn(1, 20, 3, generator=torch.Generator().manual_seed(1))
+    for _ in range(2):
+        with pytest.warns(RuntimeWarning, match="X: 10 all-zero rows"):
+            M.mutual_knn_layerwise(X, Y, k=3)

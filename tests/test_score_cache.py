@@ -106,6 +106,28 @@ def test_cached_score_pair_is_bit_for_bit_the_recomputed_one(cache, monkeypatch)
     assert not np.array_equal(other.control.scores, first.control.scores)
 
 
+def test_another_alpha_recalibrates_the_stored_null_bit_for_bit(cache, monkeypatch):
+    x, y = _features("x", 1, n=60, layers=4, dim=16), _features("y", 2, n=60, layers=3, dim=12)
+    y = LayerFeatures(y.values + 0.5 * x.values[:3, :, :12], y.layer_labels, y.sample_ids, y.meta)
+    options = dict(k=5, n_permutations=40, n_boot=0, seed=3)
+    at_05 = core.score_pair(x, y, alpha=0.05, **options)
+    n_entries = len(_entries(cache))
+    served = core.score_pair(x, y, alpha=0.1, **options)
+    assert len(_entries(cache)) == n_entries  # served from the alpha = 0.05 entry, not a new computation
+    monkeypatch.setenv("PRH_SCORE_CACHE", "0")
+    fresh = core.score_pair(x, y, alpha=0.1, **options)
+    c, f = served.calibration, fresh.calibration
+    assert c.alpha == f.alpha == 0.1
+    for name in ("threshold", "p_value", "calibrated", "null_max"):
+        np.testing.assert_array_equal(getattr(c, name), getattr(f, name))
+    assert (c.threshold_max, c.p_max, c.calibrated_max) == (f.threshold_max, f.p_max, f.calibrated_max)
+    # a larger alpha lowers the threshold (a lower quantile of the same null), never raises it
+    assert c.threshold_max <= at_05.calibration.threshold_max
+    assert np.all(c.threshold <= at_05.calibration.threshold)
+    with pytest.raises(ValueError, match="too small for alpha"):
+        at_05.calibration.at_alpha(0.01)  # 40 permutations cannot reach p <= 0.01
+
+
 def test_misaligned_features_still_raise_before_any_lookup(cache):
     from prh_lib.features import FeatureMismatchError
 

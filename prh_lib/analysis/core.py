@@ -14,6 +14,7 @@ and tables; they never load models (features come through :mod:`prh_lib.extract`
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -387,20 +388,26 @@ def score_pair(x: LayerFeatures, y: LayerFeatures, *, k: int = 10, n_permutation
 
     Notes
     -----
-    Cached by the content of ``x`` and ``y`` and every option (:mod:`prh_lib.score_cache`): a rerun on the
-    same features returns the same result without recomputing it.
+    Cached by the content of ``x`` and ``y`` and every option but ``alpha`` (:mod:`prh_lib.score_cache`): a
+    rerun on the same features returns the same result without recomputing it, and a rerun at another
+    ``alpha`` recalibrates the stored null (:meth:`~prh_lib.metrics.LayerwiseCalibration.at_alpha`), which
+    gives the same bits as computing it afresh.
 
     References
     ----------
     Herbst et al., Section 3.1; Huh et al. (2024), App. A (mutual k-NN); Groeger et al. (2026), Sec. 5.
     """
     check_aligned(x, y)
-    key = {"x": features_key(x), "y": features_key(y), "k": k, "n_permutations": n_permutations, "alpha": alpha,
+    # alpha is not in the key: it only sets the threshold, which the stored null gives at any level
+    key = {"x": features_key(x), "y": features_key(y), "k": k, "n_permutations": n_permutations,
            "n_boot": n_boot, "seed": seed, "control": control, "label": label,
            "device": "cpu" if device is None else str(device)}  # None computes on the CPU: one entry for both
-    return score_cache.cached("score_pair", key, lambda: _score_pair(x, y, k=k, n_permutations=n_permutations,
-                                                                     alpha=alpha, n_boot=n_boot, seed=seed,
-                                                                     control=control, device=device, label=label))
+    result = score_cache.cached("score_pair", key, lambda: _score_pair(x, y, k=k, n_permutations=n_permutations,
+                                                                       alpha=alpha, n_boot=n_boot, seed=seed,
+                                                                       control=control, device=device, label=label))
+    if result.calibration is not None:
+        result = dataclasses.replace(result, calibration=result.calibration.at_alpha(alpha))
+    return result
 
 
 def _score_pair(x, y, *, k, n_permutations, alpha, n_boot, seed, control, device, label) -> PairResult:

@@ -7,7 +7,8 @@ Each metric is split into
     (k-NN family) or centred Gram matrices (kernel family);
 ``gram(XL) -> (G, valid)`` and ``state(G, valid, groups=None) -> state``
     the same in two steps, for the bootstrap, which resamples ``G`` (``groups`` marks positions that
-    hold the same sample);
+    hold the same sample; for mutual, Jaccard and cycle k-NN a stack of replicates, one row of
+    ``groups`` each, is one state whose "layers" are the replicates);
 ``scores(sx, sy, perms=None) -> (P, L_x, L_y)`` float64 array
     all layer-pair scores for every re-pairing ``Y[perm]`` (rows of ``perms``). A permutation only
     relabels the positions looked up (k-NN family) or permutes Gram rows and columns (kernel family);
@@ -32,7 +33,8 @@ __all__: list[str] = []
 
 @dataclass(frozen=True)
 class Engine:
-    prepare: Callable  # (XL, *, name, **opts) -> state (bounded memory: one layer's Gram at a time)
+    prepare: Callable  # (XL, *, name, source=None, **opts) -> state (bounded memory: chunks of layers);
+    # source: the caller's tensor XL was made from, which lets the k-NN family memoise neighbourhoods
     gram: Callable  # (XL) -> (G, valid): similarity / Gram stack (bootstrap)
     state: Callable  # (G, valid, *, groups=None, **opts) -> state (bootstrap)
     scores: Callable  # (sx, sy, perms=None) -> ndarray (P, L_x, L_y) float64; P = 1 without perms
@@ -41,6 +43,10 @@ class Engine:
     min_n: int = 2
     needs_k: bool = False
     check_finite: bool = True  # False: prepare/gram check finiteness on the Gram diagonal
+    # (G (1, N, N), valid (1,), draws (B, m), *, copies, **opts) -> state whose B "layers" are the
+    # resamples G[d][:, d] (copies: with replacement); ``scores`` of two such states holds replicate
+    # b's score at [0, b, b], so the bootstrap scores a stack of replicates at once. None: one at a time
+    resample_state: Callable | None = None
 
     def score(self, sx, sy, perm=None) -> np.ndarray:
         """Scores ``(L_x, L_y)`` for one re-pairing ``Y[perm]`` (or the observed pairing)."""
@@ -50,17 +56,22 @@ class Engine:
 def _knn_engine(metric, min_n=2):
     kind = _knn._KIND[metric]
 
-    def prepare(XL, *, k, name="X"):
-        return _knn._prepare(XL, k=k, metric=metric, name=name)
+    def prepare(XL, *, k, name="X", source=None):
+        return _knn._prepare(XL, k=k, metric=metric, name=name, source=source)
 
-    def state(G, valid, *, k, groups=None):
-        return _knn._state(G, valid, k=k, metric=metric, groups=groups)
+    def state(G, valid, *, k, groups=None, inplace=False):
+        return _knn._state(G, valid, k=k, metric=metric, groups=groups, inplace=inplace)
 
     def scores(sx, sy, perms=None):
         return _knn._scores(metric, sx, sy, perms)
 
+    def resample_state(G, valid, draws, *, k, copies):
+        return _knn._resample_state(G, valid, draws, k=k, copies=copies)
+
+    # CKNNA scores every layer pair in float64 gathers, so a stack of B replicates would cost B^2 of them
     return Engine(prepare, lambda XL: _knn._gram(XL, kind), state, scores, _knn._valid, ("k",),
-                  min_n=min_n, needs_k=True, check_finite=False)
+                  min_n=min_n, needs_k=True, check_finite=False,
+                  resample_state=None if metric == "cknna" else resample_state)
 
 
 def _kernel_engine(kind, unbiased):
@@ -68,7 +79,7 @@ def _kernel_engine(kind, unbiased):
         return _ker._state(G, valid, kind=kind, unbiased=unbiased, sigma=sigma, bandwidth=bandwidth,
                            groups=groups)
 
-    def prepare(XL, *, name="X", **opts):
+    def prepare(XL, *, name="X", source=None, **opts):
         G, valid = _ker._gram(XL, kind)
         return state(G, valid, **opts)
 

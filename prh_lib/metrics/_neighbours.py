@@ -6,9 +6,11 @@ Similarity
 similarity up to the factor ``1 / ||z_i||``, which is the same for the whole row and does not change
 its order (all-zero rows have similarity 0 to every sample). The Gram matrix ``Z Z^T`` of the raw rows
 is the only ``O(N^2 d)`` step; no normalised copy of the features is made. ``kind="linear"`` ranks by
-the raw inner product (CKNNA's kernel). Layers are processed one at a time, so temporaries never
-exceed one ``(N, N)`` matrix; the GEMM is applied to whole stacks, so a permutation of the rows of
-``Z`` permutes the similarity matrix exactly (ties stay ties).
+the raw inner product (CKNNA's kernel). Layers are processed in chunks of at most
+:data:`CHUNK_ELEMENTS` similarity entries (64 MiB), so temporaries stay bounded; the GEMM is applied to
+whole layers, so a permutation of the rows of ``Z`` permutes the similarity matrix exactly (ties stay
+ties). Selection runs on a whole chunk at once (one ``topk`` over the stack); every matrix of a stack is
+treated on its own, so chunking does not change a bit.
 
 Tie structure
 -------------
@@ -51,6 +53,7 @@ class Hoods:
     s_r, s_t : (R,) int64 -- places left for tied samples and number of tied samples (``r < t``)
     valid : (L,) bool (NumPy) -- False for degenerate layers (all samples identical)
     gram : (L, N, N) float32 torch tensor of raw inner products (CKNNA only), else None
+    n_zero : int -- all-zero rows over the layers (cosine kind; see :func:`warn_zero_rows`)
     """
 
     idx: object
@@ -65,6 +68,7 @@ class Hoods:
     n: int
     bk: Backend
     gram: torch.Tensor | None = None
+    n_zero: int = 0  # all-zero rows seen over the layers (cosine similarity), for the caller's warning
 
     @property
     def n_layers(self) -> int:
@@ -114,117 +118,225 @@ def is_constant(Z: torch.Tensor, kind: str) -> bool:
     return V.is_constant(Z)
 
 
+#: Entries of one stack of similarity matrices processed at once (float32: 64 MiB); layers (and bootstrap
+#: replicates) are taken in chunks of at most this many ``N x N`` entries, so memory stays bounded.
+CHUNK_ELEMENTS = 1 << 24
+
+
+def chunk_layers(L: int, N: int) -> list[tuple[int, int]]:
+    """``[(l0, l1), ...]`` covering ``range(L)`` with at most :data:`CHUNK_ELEMENTS` entries per chunk."""
+    step = max(1, CHUNK_ELEMENTS // max(N * N, 1))
+    return [(l0, min(l0 + step, L)) for l0 in range(0, L, step)]
+
+
 def _order(vals: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """Reorder ``ids`` (rows of equal length) by decreasing ``vals``, ties by increasing index."""
-    o = torch.argsort(ids, dim=1)
-    ids, vals = torch.gather(ids, 1, o), torch.gather(vals, 1, o)
-    o = torch.sort(vals, dim=1, descending=True, stable=True).indices
-    return torch.gather(ids, 1, o)
+    o = torch.argsort(ids, dim=-1)
+    ids, vals = torch.gather(ids, -1, o), torch.gather(vals, -1, o)
+    o = torch.sort(vals, dim=-1, descending=True, stable=True).indices
+    return torch.gather(ids, -1, o)
 
 
 def select(S: torch.Tensor, k: int, excluded: torch.Tensor | None = None, copy_rank=None):
-    """Neighbours of every row of one similarity matrix ``S`` (N, N); see the module docstring.
+    """Neighbours of every row of a stack of similarity matrices ``S`` (L, N, N); see the module docstring.
 
-    ``S`` is modified in place (excluded entries set to -inf). Returns torch tensors
-    ``idx (N, k)``, ``straddle (N,)``, ``rows (R,)``, ``code (R, N + 1)``, ``r (R,)``, ``t (R,)``.
+    ``S`` is modified in place (excluded entries set to -inf). ``excluded`` is an (L, N, N) boolean mask
+    (None: the diagonal), ``copy_rank`` an (L, N) tensor of copy ranks (bootstrap) or None. Every matrix
+    of the stack is treated independently: the result equals selecting each one on its own. Returns
+    torch tensors ``idx (L, N, k)``, ``straddle (L, N)``, ``layers (R,)``, ``rows (R,)``,
+    ``code (R, N + 1)``, ``r (R,)``, ``t (R,)``, the straddling rows in order of ``layer * N + row``.
     """
-    N = S.shape[0]
+    L, N, _ = S.shape
     if excluded is None:
-        S.fill_diagonal_(float("-inf"))
+        S.diagonal(dim1=1, dim2=2).fill_(float("-inf"))
     else:
         S.masked_fill_(excluded, float("-inf"))
+    ranks = None if copy_rank is None else (lambda flat: copy_rank[flat // N])
+    idx, straddle, flat, code, r, t = select_rows(S.reshape(L * N, N), k, ranks)
+    return idx.view(L, N, k), straddle.view(L, N), flat // N, flat % N, code, r, t
+
+
+def select_rows(S: torch.Tensor, k: int, ranks=None):
+    """:func:`select` for rows ``S`` (R0, M) whose excluded entries are already -inf.
+
+    ``ranks(flat) -> (len(flat), M)`` gives the copy ranks of the columns for the rows ``flat`` (None:
+    no copies). Returns ``idx (R0, k)``, ``straddle (R0,)``, ``flat (R,)`` (the straddling rows),
+    ``code (R, M + 1)``, ``r (R,)``, ``t (R,)``.
+    """
+    R0, N = S.shape
     m = min(k + 1, N)
     vals, ids = torch.topk(S, m, dim=1, largest=True, sorted=True)
     kth = vals[:, k - 1]
     if m > k:
         straddle = (vals[:, k] == kth) & torch.isfinite(kth)
     else:
-        straddle = torch.zeros(N, dtype=torch.bool, device=S.device)
+        straddle = torch.zeros(R0, dtype=torch.bool, device=S.device)
     idx = _order(vals[:, :k], ids[:, :k])
-    rows = torch.nonzero(straddle).flatten()
+    flat = torch.nonzero(straddle).flatten()
     code = torch.zeros(0, N + 1, dtype=torch.int8, device=S.device)
     r = t = torch.zeros(0, dtype=torch.int64, device=S.device)
-    if rows.numel():
-        Sr, v = S[rows], kth[rows, None]
+    if flat.numel():
+        Sr, v = S[flat], kth[flat, None]
         strict, tie = Sr > v, Sr == v
         r = k - strict.sum(1)
         # hard lists: the lowest-index tied samples fill the remaining places
         chosen = tie & (torch.cumsum(tie, dim=1) <= r[:, None])
         member = strict | chosen
         nb = torch.nonzero(member)[:, 1].view(-1, k)
-        idx[rows] = _order(torch.gather(Sr, 1, nb), nb)
-        if copy_rank is not None:  # copies of one sample are not a tie between samples
-            cr = torch.where(tie, copy_rank[None, :], torch.full_like(Sr, N, dtype=torch.int64))
+        idx[flat] = _order(torch.gather(Sr, 1, nb), nb)
+        if ranks is not None:  # copies of one sample are not a tie between samples
+            cr_rows = ranks(flat)  # (R, N): the copy ranks of each straddling row's own matrix
+            cr = torch.where(tie, cr_rows, torch.full_like(cr_rows, N))
             cstar = torch.gather(torch.sort(cr, dim=1).values, 1, (r - 1)[:, None])
-            first = tie & (copy_rank[None, :] < cstar)
-            strict, tie = strict | first, tie & (copy_rank[None, :] == cstar)
+            first = tie & (cr_rows < cstar)
+            strict, tie = strict | first, tie & (cr_rows == cstar)
             r = k - strict.sum(1)
         t = tie.sum(1)
-        code = torch.zeros(rows.numel(), N + 1, dtype=torch.int8, device=S.device)
+        code = torch.zeros(flat.numel(), N + 1, dtype=torch.int8, device=S.device)
         code[:, :N] = strict.to(torch.int8) + 2 * tie.to(torch.int8)
         keep = t > r  # after copy-rank resolution a row can become unambiguous
         if not bool(keep.all()):
-            straddle[rows[~keep]] = False
-            rows, code, r, t = rows[keep], code[keep], r[keep], t[keep]
-    return idx, straddle, rows, code, r, t
+            straddle[flat[~keep]] = False
+            flat, code, r, t = flat[keep], code[keep], r[keep], t[keep]
+    return idx, straddle, flat, code, r, t
+
+
+def candidates(k: int, n: int) -> int:
+    """Candidates per row kept from the full sample for :func:`hoods_of_resamples`: ``3 k + 10``, at most
+    ``n - 2``. A resample holds each candidate ``Poisson(1)``-many times, so fewer than ``k`` copies among
+    ``3 k + 10`` candidates is rare (about 1e-5 of the rows at ``k = 10``); such rows take the exact path."""
+    return max(1, min(3 * k + 10, n - 2))
+
+
+def hoods_of_resamples(S: torch.Tensor, valid, draws: torch.Tensor, *, k: int, bk: Backend) -> Hoods:
+    """:class:`Hoods` of the resampled matrices ``S[d][:, d]`` for every row ``d`` of ``draws``, stacked as
+    layers, equal to :func:`hoods_from_similarity` of that stack with ``groups=draws`` (bit for bit).
+
+    ``S`` (N, N) is the full sample's similarity (not modified); ``draws`` (B, m) int64, each row sorted
+    (a bootstrap resample, copies allowed, or a subsample); ``valid`` (B,) bool.
+
+    Each row's neighbours in a resample are the first drawn samples of its full-sample ranking, so the
+    ``k`` neighbours of a position are read off the row's :func:`candidates` best samples of the full
+    sample by counting copies: every copy of the best candidates, then the first copies of the one
+    where the count reaches ``k`` (copies of one sample are one sample, the first copy first). That
+    is ``O(B N (3k + 10))`` instead of a ``topk`` over ``B m^2`` entries. Rows whose full-sample
+    candidates hold a tie between samples, or whose resample holds fewer than ``k`` of their
+    candidates, are selected exactly (:func:`select_rows`) instead.
+    """
+    N = S.shape[0]
+    B, m = draws.shape
+    dev = S.device
+    T = candidates(k, N)
+    Sd = S.clone()
+    Sd.fill_diagonal_(float("-inf"))
+    vals, cand = torch.topk(Sd, T + 1, dim=1, largest=True, sorted=True)
+    cand = _order(vals, cand)  # by decreasing similarity, ties by index (topk's order among ties is unset)
+    vals = torch.gather(Sd, 1, cand)
+    tied = (vals[:, 1:] == vals[:, :-1]).any(1)  # a tie between samples among the T + 1 best
+    cand = cand[:, :T]
+    counts = torch.zeros(B, N, dtype=torch.int64, device=dev)
+    counts.scatter_add_(1, draws, torch.ones_like(draws))
+    start = torch.cumsum(counts, 1) - counts  # position of each sample's first copy
+    cum = torch.cumsum(counts[:, cand], 2)  # (B, N, T): copies among the first t + 1 candidates
+    short = cum[..., -1] < k
+    place = torch.arange(k, device=dev).expand(B, N, k).contiguous()
+    t_of = torch.searchsorted(cum, place, right=True).clamp_(max=T - 1)  # candidate holding place p
+    prev = torch.where(t_of > 0, torch.gather(cum, 2, (t_of - 1).clamp_(min=0)), torch.zeros_like(t_of))
+    sample = torch.gather(cand.expand(B, N, T), 2, t_of)
+    pos = torch.gather(start, 1, sample.reshape(B, -1)).view(B, N, k) + (place - prev)
+    idx = torch.gather(pos, 1, draws[:, :, None].expand(B, m, k)).contiguous()  # rows by position
+    straddle = torch.zeros(B, m, dtype=torch.bool, device=dev)
+    exact = torch.gather(tied[None, :].expand(B, N) | short, 1, draws)
+    flat = torch.nonzero(exact.reshape(-1)).flatten()
+    empty = (torch.zeros(0, dtype=torch.int64, device=dev), torch.zeros(0, m + 1, dtype=torch.int8, device=dev))
+    part = (idx, straddle, empty[0], empty[0], empty[1], empty[0], empty[0])
+    if flat.numel():
+        b, a = flat // m, flat % m
+        Sr = S[draws[b, a][:, None], draws[b]]  # (R0, m): the rows of the resampled matrices
+        Sr.masked_fill_(draws[b] == draws[b, a][:, None], float("-inf"))
+        copy_rank = _copy_ranks(draws)
+        i_r, st_r, f_r, code, r, t = select_rows(Sr, k, lambda f: copy_rank[b[f]])
+        idx.view(B * m, k)[flat] = i_r
+        straddle.view(-1)[flat] = st_r
+        part = (idx, straddle, b[f_r], a[f_r], code, r, t)
+    return _assemble([part], valid, k, m, bk, None)
 
 
 def _copy_ranks(groups: torch.Tensor) -> torch.Tensor:
-    """Rank of each position among the positions holding the same group id (0 for the first)."""
-    n = groups.numel()
-    order = torch.argsort(groups, stable=True)
-    g = groups[order]
-    start = torch.ones(n, dtype=torch.bool, device=groups.device)
-    start[1:] = g[1:] != g[:-1]
-    first = torch.cummax(torch.where(start, torch.arange(n, device=groups.device), torch.zeros_like(g)), 0).values
-    rank = torch.empty(n, dtype=torch.int64, device=groups.device)
-    rank[order] = torch.arange(n, device=groups.device) - first
+    """Rank of each position among the positions holding the same group id (0 for the first), per row
+    of ``groups`` (L, N)."""
+    L, n = groups.shape
+    order = torch.argsort(groups, dim=1, stable=True)
+    g = torch.gather(groups, 1, order)
+    start = torch.ones(L, n, dtype=torch.bool, device=groups.device)
+    start[:, 1:] = g[:, 1:] != g[:, :-1]
+    pos = torch.arange(n, device=groups.device).expand(L, n)
+    first = torch.cummax(torch.where(start, pos, torch.zeros_like(pos)), 1).values
+    rank = torch.empty(L, n, dtype=torch.int64, device=groups.device)
+    rank.scatter_(1, order, pos - first)
     return rank
 
 
-def hoods_from_similarity(S: torch.Tensor, valid, *, k: int, bk: Backend, groups=None, gram=None) -> Hoods:
-    """:class:`Hoods` of a similarity stack ``S`` (L, N, N) (not modified)."""
+def hoods_from_similarity(S: torch.Tensor, valid, *, k: int, bk: Backend, groups=None, gram=None,
+                          inplace: bool = False) -> Hoods:
+    """:class:`Hoods` of a similarity stack ``S`` (L, N, N) (not modified unless ``inplace``).
+
+    ``groups`` (N,) or (L, N): per position the original sample it holds (bootstrap), the same for every
+    layer or one row per layer (a stack of replicates).
+    """
     L, N, _ = S.shape
     excluded = copy_rank = None
     if groups is not None:
-        excluded = groups[:, None] == groups[None, :]
+        groups = groups.expand(L, N) if groups.ndim == 1 else groups
+        excluded = groups[:, :, None] == groups[:, None, :]
         copy_rank = _copy_ranks(groups)
-    parts = [select(S[l].clone(), k, excluded, copy_rank) for l in range(L)]
-    return _assemble(parts, valid, k, N, bk, gram)
+    part = select(S if inplace else S.clone(), k, excluded, copy_rank)
+    return _assemble([part], valid, k, N, bk, gram)
 
 
 def hoods_from_features(XL: torch.Tensor, *, k: int, kind: str, name: str, bk: Backend,
                         keep_gram: bool = False) -> Hoods:
-    """:class:`Hoods` of a feature stack ``XL`` (L, N, d), one layer at a time (bounded memory)."""
+    """:class:`Hoods` of a feature stack ``XL`` (L, N, d), in chunks of layers (bounded memory)."""
     L, N, _ = XL.shape
     parts, valid, n_zero = [], np.empty(L, dtype=bool), 0
     gram = torch.empty(L, N, N, dtype=torch.float32, device=XL.device) if keep_gram else None
-    for l in range(L):
-        S, sq = similarity(XL[l], kind, name)
-        if kind == "cosine":
-            n_zero += int((sq == 0).sum())
+    for l0, l1 in chunk_layers(L, N):
+        S = torch.empty(l1 - l0, N, N, dtype=torch.float32, device=XL.device)
+        for l in range(l0, l1):
+            S[l - l0], sq = similarity(XL[l], kind, name)
+            if kind == "cosine":
+                n_zero += int((sq == 0).sum())
+            valid[l] = not is_constant(XL[l], kind)
         if keep_gram:
-            gram[l] = S  # a copy: select() below overwrites S's diagonal
-        valid[l] = not is_constant(XL[l], kind)
-        parts.append(select(S, k))
-    if n_zero:
+            gram[l0:l1] = S  # a copy: select() below overwrites S's diagonal
+        idx, straddle, layers, rows, code, r, t = select(S, k)
+        parts.append((idx, straddle, layers + l0, rows, code, r, t))
+        del S
+    h = _assemble(parts, valid, k, N, bk, gram)
+    h.n_zero = n_zero
+    return h
+
+
+def warn_zero_rows(h: Hoods, name: str, stacklevel: int = 4) -> None:
+    """Warn (RuntimeWarning) that ``name`` has all-zero rows, whose neighbourhoods are one large tie."""
+    if h.n_zero:
         warnings.warn(
-            f"{name}: {n_zero} all-zero rows: their cosine similarity to every sample is 0, so their "
+            f"{name}: {h.n_zero} all-zero rows: their cosine similarity to every sample is 0, so their "
             "neighbourhoods are one large tie (see the k-NN tie semantics)",
             RuntimeWarning,
-            stacklevel=4,
+            stacklevel=stacklevel,
         )
-    return _assemble(parts, valid, k, N, bk, gram)
 
 
 def _assemble(parts, valid, k, N, bk: Backend, gram) -> Hoods:
-    idx = torch.stack([p[0] for p in parts])
-    straddle = torch.stack([p[1] for p in parts])
-    layers = torch.cat([torch.full_like(p[2], l) for l, p in enumerate(parts)])
-    rows = torch.cat([p[2] for p in parts])
-    code = torch.cat([p[3] for p in parts])
-    r = torch.cat([p[4] for p in parts])
-    t = torch.cat([p[5] for p in parts])
+    """One :class:`Hoods` from the parts of :func:`select` (chunks of layers, in order)."""
+    idx = torch.cat([p[0] for p in parts])
+    straddle = torch.cat([p[1] for p in parts])
+    layers = torch.cat([p[2] for p in parts])
+    rows = torch.cat([p[3] for p in parts])
+    code = torch.cat([p[4] for p in parts])
+    r = torch.cat([p[5] for p in parts])
+    t = torch.cat([p[6] for p in parts])
     to = bk.asarray
     s_code = code.cpu().numpy() if bk.numpy else code
     return Hoods(

@@ -177,21 +177,45 @@ def bootstrap_ci(
     estimate = METRICS[metric](Xt, Yt, **opts)
     Gx, vx = engine.gram(Xt[None])
     Gy, vy = engine.gram(Yt[None])
+    draws = [_draw(rng, n, method, m) for _ in range(n_boot)]
     kk = opts.get("k")
-    reps = np.empty(n_boot)
-    for b in range(n_boot):
-        idx = _draw(rng, n, method, m)
-        if kk is not None and method == "bootstrap" and n - np.bincount(idx).max() < kk:
-            reps[b] = np.nan  # fewer than k other samples left in this resample
-            continue
-        it = torch.from_numpy(idx).to(Gx.device)
-        groups = it if method == "bootstrap" else None
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            sx = engine.state(Gx[:, it][:, :, it], vx, groups=groups, **opts)
-            sy = engine.state(Gy[:, it][:, :, it], vy, groups=groups, **opts)
-            reps[b] = float(engine.score(sx, sy)[0, 0])
+    # fewer than k other samples left in a resample: that replicate is NaN
+    ok = [b for b, idx in enumerate(draws)
+          if not (kk is not None and method == "bootstrap" and n - np.bincount(idx).max() < kk)]
+    reps = np.full(n_boot, np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        if engine.resample_state is not None:
+            reps[ok] = _stacked_replicates(engine, Gx, vx, Gy, vy, [draws[b] for b in ok], method, opts)
+        else:
+            for b in ok:
+                it = torch.from_numpy(draws[b]).to(Gx.device)
+                groups = it if method == "bootstrap" else None
+                sx = engine.state(Gx[:, it][:, :, it], vx, groups=groups, **opts)
+                sy = engine.state(Gy[:, it][:, :, it], vy, groups=groups, **opts)
+                reps[b] = float(engine.score(sx, sy)[0, 0])
     return _finish(estimate, reps, (ci, interval), n_boot, seed, method, frac, metric, opts)
+
+
+def _stacked_replicates(engine, Gx, vx, Gy, vy, draws, method, opts) -> np.ndarray:
+    """Scores of the resamples ``draws`` (each an index array of length m), up to 63 at a time.
+
+    A chunk's resamples form one state whose "layers" are the replicates
+    (:func:`prh_lib.metrics._neighbours.hoods_of_resamples`), so one score call rates every replicate of
+    X against every replicate of Y; replicate b's score is the diagonal entry (b, b). 63 layers fill one
+    packed word, so the off-diagonal pairs cost almost nothing. The scores are exact integer counts of
+    the same neighbourhoods, so this equals scoring the replicates one by one, bit for bit (tested).
+    """
+    from ._bits import WORD
+
+    out = []
+    for b0 in range(0, len(draws), WORD):
+        it = torch.from_numpy(np.stack(draws[b0:b0 + WORD])).to(Gx.device)  # (B, m), rows sorted
+        copies = method == "bootstrap"
+        sx = engine.resample_state(Gx, vx, it, copies=copies, **opts)
+        sy = engine.resample_state(Gy, vy, it, copies=copies, **opts)
+        out.append(np.diagonal(engine.scores(sx, sy)[0]))
+    return np.concatenate(out) if out else np.empty(0)
 
 
 def _check_subsample(metric, m, n, engine, opts):

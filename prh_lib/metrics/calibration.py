@@ -34,7 +34,7 @@ Benjamini, Hochberg (1995). "Controlling the False Discovery Rate", JRSS-B 57(1)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -125,6 +125,26 @@ class LayerwiseCalibration:
     metric: str
     options: dict
 
+    def at_alpha(self, alpha: float) -> "LayerwiseCalibration":
+        """The same null calibrated at another level ``alpha`` (nothing is recomputed from the data).
+
+        ``threshold``, ``calibrated`` and their maxima move with ``alpha``; the null, the observed
+        scores and the p-values do not. The result equals :func:`permutation_test_layerwise` run with
+        that ``alpha`` on the same permutations, bit for bit (the same :func:`calibrate`).
+
+        Raises
+        ------
+        ValueError
+            ``alpha`` outside (0, 1), or too small for ``n_permutations`` (:func:`min_permutations`).
+        """
+        alpha = _check_alpha_k(alpha, self.n_permutations)
+        if alpha == self.alpha:
+            return self
+        tau, p, cal = calibrate(self.observed, self.null, alpha=alpha)
+        tau_m, p_m, cal_m = calibrate(self.observed_max, self.null_max, alpha=alpha)
+        return replace(self, threshold=tau, p_value=p, calibrated=cal, threshold_max=tau_m, p_max=p_m,
+                       calibrated_max=cal_m, alpha=alpha)
+
 
 def min_permutations(alpha: float) -> int:
     """Smallest ``K`` for which a permutation test at level ``alpha`` can reject: ``1/(K+1) <= alpha``."""
@@ -209,11 +229,12 @@ def _permutations(n: int, n_permutations, seed, permutations):
 
 
 def _run(X, Y, *, ndim, metric, k, n_permutations, alpha, seed, permutations, device, options):
+    Xin, Yin = X, Y
     engine, X, Y, opts = resolve(metric, X, Y, ndim=ndim, k=k, device=device, options=options)
     perms, seed = _permutations(X.shape[-2], n_permutations, seed, permutations)
     alpha = _check_alpha_k(alpha, perms.shape[0])
     XL, YL = (X, Y) if ndim == 3 else (X[None], Y[None])
-    sx, sy = engine.prepare(XL, name="X", **opts), engine.prepare(YL, name="Y", **opts)
+    sx, sy = engine.prepare(XL, name="X", source=Xin, **opts), engine.prepare(YL, name="Y", source=Yin, **opts)
     V.warn_degenerate(torch.from_numpy(~engine.valid(sx)), "X", metric, "constant representation")
     V.warn_degenerate(torch.from_numpy(~engine.valid(sy)), "Y", metric, "constant representation")
     obs = engine.scores(sx, sy)[0]

@@ -54,6 +54,9 @@ Huh, Cheung, Wang, Isola (2024). "The Platonic Representation Hypothesis", ICML.
 
 from __future__ import annotations
 
+import weakref
+from collections import OrderedDict
+
 import numpy as np
 import torch
 
@@ -61,7 +64,8 @@ from . import _cknna as C
 from . import _overlap as O
 from . import _validation as V
 from ._bits import Backend
-from ._neighbours import hoods_from_features, hoods_from_similarity, similarity
+from ._neighbours import (Hoods, hoods_from_features, hoods_from_similarity, hoods_of_resamples, similarity,
+                          warn_zero_rows)
 
 __all__ = [
     "knn_indices",
@@ -84,10 +88,49 @@ __all__ = [
 _KIND = {"mutual_knn": "cosine", "jaccard_knn": "cosine", "cycle_knn": "cosine", "cknna": "linear"}
 
 
-def _prepare(XL: torch.Tensor, *, k: int, metric: str, name: str = "X"):
-    """Neighbourhood state of a stack ``XL`` (L, N, d) for ``metric``."""
-    kind = _KIND[metric]
+#: Neighbourhoods of recently seen feature stacks, by the identity and version of the caller's tensor:
+#: a model's stack meets many partners (every pair, the permutation null, the shuffled control), and
+#: its neighbourhoods do not depend on the partner. An entry is used only while that very tensor is
+#: alive and unmodified (torch bumps ``_version`` on every in-place write, views included), and goes
+#: when the tensor does; NumPy inputs (no version counter) are never memoised.
+_HOODS_MEMO: "OrderedDict[tuple, tuple]" = OrderedDict()
+_HOODS_MEMO_SIZE = 64
+
+
+def _memo_key(source, XL: torch.Tensor, k: int, kind: str):
+    if not isinstance(source, torch.Tensor) or kind != "cosine":
+        return None  # CKNNA keeps (L, N, N) Gram matrices in its state: too large to hold on to
+    return (id(source), source._version, k, kind, str(XL.device), tuple(XL.shape))
+
+
+def _forget(key):
+    _HOODS_MEMO.pop(key, None)
+
+
+def _hoods(XL: torch.Tensor, *, k: int, kind: str, name: str, source=None) -> Hoods:
+    key = _memo_key(source, XL, k, kind)
+    hit = _HOODS_MEMO.get(key) if key is not None else None
+    if hit is not None and hit[0]() is source:
+        _HOODS_MEMO.move_to_end(key)
+        return hit[1]
     h = hoods_from_features(XL, k=k, kind=kind, name=name, bk=Backend(XL.device), keep_gram=(kind == "linear"))
+    if key is not None:
+        _HOODS_MEMO[key] = (weakref.ref(source, lambda _, key=key: _forget(key)), h)
+        while len(_HOODS_MEMO) > _HOODS_MEMO_SIZE:
+            _HOODS_MEMO.popitem(last=False)
+    return h
+
+
+def _prepare(XL: torch.Tensor, *, k: int, metric: str, name: str = "X", source=None):
+    """Neighbourhood state of a stack ``XL`` (L, N, d) for ``metric``.
+
+    ``source`` is the caller's tensor that ``XL`` was made from (the same values, perhaps a view or a
+    copy on ``XL``'s device); with it the neighbourhoods are memoised (:data:`_HOODS_MEMO`). The
+    neighbourhoods are the same bits either way; a memoised state warns as a computed one does.
+    """
+    kind = _KIND[metric]
+    h = _hoods(XL, k=k, kind=kind, name=name, source=source)
+    warn_zero_rows(h, name, stacklevel=5)
     return C.state(h) if metric == "cknna" else h
 
 
@@ -99,12 +142,30 @@ def _gram(XL: torch.Tensor, kind: str):
     return S, torch.tensor([not is_constant(Z, kind) for Z in XL])
 
 
-def _state(G: torch.Tensor, valid, *, k: int, metric: str, groups=None):
-    """State from a (resampled) similarity stack, excluding same-group positions (bootstrap path)."""
+def _state(G: torch.Tensor, valid, *, k: int, metric: str, groups=None, inplace: bool = False):
+    """State from a (resampled) similarity stack, excluding same-group positions (bootstrap path).
+
+    ``groups``: (N,) for one resample shared by the layers, or (L, N) for a stack of replicates;
+    ``inplace``: ``G`` may be overwritten (a freshly gathered stack)."""
     gram = G if metric == "cknna" else None
+    inplace = inplace and gram is None
     h = hoods_from_similarity(G, np.asarray(valid.cpu() if isinstance(valid, torch.Tensor) else valid),
-                              k=k, bk=Backend(G.device), groups=groups, gram=gram)
+                              k=k, bk=Backend(G.device), groups=groups, gram=gram, inplace=inplace)
     return C.state(h) if metric == "cknna" else h
+
+
+def _resample_state(G: torch.Tensor, valid, draws: torch.Tensor, *, k: int, copies: bool) -> Hoods:
+    """Neighbourhoods of the resamples ``G[0][d][:, d]`` (rows ``d`` of ``draws``) as the layers of one
+    state (mutual, Jaccard and cycle k-NN; bootstrap path). ``copies``: resampling with replacement, so
+    positions holding one sample are excluded and ranked as one sample (:func:`hoods_from_similarity`)."""
+    B, m = draws.shape
+    valid = np.repeat(np.asarray(valid.cpu() if isinstance(valid, torch.Tensor) else valid), B)
+    N = G.shape[-1]
+    if N >= k + 3:
+        return hoods_of_resamples(G[0], valid, draws, k=k, bk=Backend(G.device))
+    stack = G[0][draws[:, :, None], draws[:, None, :]]
+    return hoods_from_similarity(stack, valid, k=k, bk=Backend(G.device), groups=draws if copies else None,
+                                 inplace=True)
 
 
 def _scores(metric: str, sx, sy, perms=None) -> np.ndarray:
@@ -142,9 +203,11 @@ def _report(sx, sy, metric):
 
 
 def _run(X, Y, *, ndim, k, metric, device=None, min_n=2, estimator=None):
+    Xin, Yin = X, Y
     X, Y, k = _check(X, Y, ndim=ndim, k=k, min_n=min_n, estimator=estimator or metric, device=device)
     XL, YL = (X, Y) if ndim == 3 else (X[None], Y[None])
-    sx, sy = _prepare(XL, k=k, metric=metric, name="X"), _prepare(YL, k=k, metric=metric, name="Y")
+    sx = _prepare(XL, k=k, metric=metric, name="X", source=Xin)
+    sy = _prepare(YL, k=k, metric=metric, name="Y", source=Yin)
     _report(sx, sy, metric)
     S = _scores(metric, sx, sy)[0]
     return S if ndim == 3 else float(S[0, 0])
@@ -178,6 +241,7 @@ def knn_indices(X, *, k: int, device=None) -> np.ndarray:
     XL = XL if stacked else XL[None]
     k = V.check_k(k, XL.shape[1])
     h = hoods_from_features(XL, k=k, kind="cosine", name="X", bk=Backend(XL.device))
+    warn_zero_rows(h, "X", stacklevel=3)
     idx = h.bk.to_numpy(h.idx)
     return idx if stacked else idx[0]
 
