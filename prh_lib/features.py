@@ -18,6 +18,7 @@ import json
 import os
 import time
 import warnings
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -53,10 +54,29 @@ class CorruptCacheWarning(UserWarning):
     """A cached feature file was corrupt; it was moved aside and the features are recomputed."""
 
 
+#: id(tensor) -> (weak reference, version counter, digest): a tensor is hashed once while it is alive and
+#: unmodified (torch bumps ``_version`` on every in-place write, views included). A stack loaded from a
+#: feature file is hashed there to check it, so the score cache's keys of it cost nothing afterwards.
+_DIGEST_MEMO: dict[int, tuple[weakref.ref, int, str]] = {}
+
+
 def values_digest(values: torch.Tensor) -> str:
-    """SHA-256 (hex) of the bytes of a float32 tensor as safetensors stores them (C order, little endian)."""
+    """SHA-256 (hex) of the bytes of a float32 tensor as safetensors stores them (C order, little endian).
+
+    Memoised per tensor object and version (:data:`_DIGEST_MEMO`); an in-place edit is hashed anew.
+    """
+    if isinstance(values, torch.Tensor):
+        hit = _DIGEST_MEMO.get(id(values))
+        if hit is not None and hit[0]() is values and hit[1] == values._version:
+            return hit[2]
     array = values.detach().to("cpu", torch.float32).contiguous().numpy()
-    return hashlib.sha256(array.astype("<f4", copy=False).tobytes()).hexdigest()
+    digest = hashlib.sha256(array.astype("<f4", copy=False).tobytes()).hexdigest()
+    if isinstance(values, torch.Tensor):
+        if len(_DIGEST_MEMO) > 256:
+            for key in [key for key, (ref, _, _) in _DIGEST_MEMO.items() if ref() is None]:
+                del _DIGEST_MEMO[key]
+        _DIGEST_MEMO[id(values)] = (weakref.ref(values), values._version, digest)
+    return digest
 
 
 @dataclass(frozen=True)

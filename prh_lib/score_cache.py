@@ -28,8 +28,8 @@ import inspect
 import json
 import os
 import pickle
+import sys
 import warnings
-import weakref
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, TypeVar
@@ -75,25 +75,11 @@ def features_key(features) -> dict:
             "name": str(getattr(features, "name", ""))}
 
 
-#: id(tensor) -> (weak reference, version counter, digest): a stack scored against many partners is hashed
-#: once while it is alive and unmodified (torch bumps ``_version`` on every in-place write, views included).
-_DIGEST_MEMO: dict[int, tuple[weakref.ref, int, str]] = {}
-
-
 def _values_digest(values) -> str:
-    if isinstance(values, torch.Tensor):
-        hit = _DIGEST_MEMO.get(id(values))
-        if hit is not None and hit[0]() is values and hit[1] == values._version:
-            return hit[2]
+    # the feature files' own digest of the float32 bytes (memoised per tensor there), and the shape (the
+    # bytes alone do not fix it)
     tensor = values if isinstance(values, torch.Tensor) else torch.as_tensor(np.asarray(values))
-    # the feature files' own digest of the float32 bytes, and the shape (the bytes alone do not fix it)
-    digest = f"{values_digest(tensor)}:{tuple(tensor.shape)}"
-    if isinstance(values, torch.Tensor):
-        if len(_DIGEST_MEMO) > 256:
-            for key in [key for key, (ref, _, _) in _DIGEST_MEMO.items() if ref() is None]:
-                del _DIGEST_MEMO[key]
-        _DIGEST_MEMO[id(values)] = (weakref.ref(values), values._version, digest)
-    return digest
+    return f"{values_digest(tensor)}:{tuple(tensor.shape)}"
 
 
 def _entry(kind: str, key: dict) -> Path:
@@ -164,6 +150,11 @@ def _argument_key(value):
         return value
     if isinstance(value, torch.device):
         return str(value)
+    pd = sys.modules.get("pandas")  # a DataFrame means pandas is loaded; nothing to import here
+    if pd is not None and isinstance(value, pd.DataFrame):  # by content: values and index, columns, dtypes
+        hashed = pd.util.hash_pandas_object(value, index=True).to_numpy()
+        return {"frame": hashlib.sha256(hashed.tobytes()).hexdigest(), "columns": [str(c) for c in value.columns],
+                "dtypes": [str(t) for t in value.dtypes], "index": [str(n) for n in value.index.names]}
     # anything else (a result object, a model) has no content key here: str() of it could collide
     raise TypeError(f"score_cache.memoize cannot key an argument of type {type(value).__name__}")
 
@@ -172,7 +163,8 @@ def memoize(kind: str):
     """Decorator: the function's value cached by :func:`cached`, keyed by all its arguments.
 
     Feature stacks (anything with ``layer_labels`` and ``sample_ids``) are keyed by :func:`features_key`,
-    tensors and arrays by their float32 bytes, numbers, strings, None, lists, tuples and dicts of those by
+    tensors and arrays by their float32 bytes, DataFrames by their hashed values and index, columns and
+    dtypes, numbers, strings, None, lists, tuples and dicts of those by
     value, a ``torch.device`` by its name; any other argument raises TypeError (its ``str()`` could name two
     different objects alike). Defaults are filled in, so ``f(x, k=10)`` and ``f(x)`` share an entry when 10 is the
     default. The function must be pure: its value may depend on nothing but its arguments and the code.

@@ -188,3 +188,23 @@ def test_memoize_refuses_arguments_it_cannot_key_by_content(cache):
     assert f(_features("a", 0), obj=torch.device("cpu")) == 1
     with pytest.raises(TypeError, match="cannot key an argument of type object"):
         f(_features("a", 0), obj=object())
+
+
+def test_memoize_keys_data_frames_by_content(cache):
+    import pandas as pd
+
+    calls = []
+
+    @score_cache.memoize("toy-frame")
+    def f(table):
+        calls.append(1)
+        return float(table["a"].sum())
+
+    table = pd.DataFrame({"a": [1.0, 2.0], "b": ["x", "y"]}, index=["p", "q"])
+    assert f(table) == 3.0 and f(table.copy()) == 3.0 and len(calls) == 1  # same content: one entry
+    edited = table.copy()
+    edited.loc["q", "a"] = 5.0
+    assert f(edited) == 6.0 and len(calls) == 2
+    f(table.rename(index={"q": "r"}))  # another index is another input
+    f(table.rename(columns={"b": "c"}))  # so are other column names
+    assert len(calls) == 4

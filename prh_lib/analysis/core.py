@@ -138,6 +138,7 @@ def layerwise_alignment(x: LayerFeatures, y: LayerFeatures, *, metric: str = "mu
 CLIP_MODES = ("stack", "layer")
 
 
+@score_cache.memoize("clip_threshold")  # a quantile over every entry: 10-15 ms a stack, on every run
 def clip_threshold(features: LayerFeatures, *, q: float = 0.95) -> float:
     """The PRH reference's clipping threshold for a model's whole stack of layers.
 

@@ -56,6 +56,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .. import score_cache
 from ..features import check_aligned
 from ..metrics import displacement as D
 from .displacement_study import MEASURE_NAMES as _LABELS
@@ -91,6 +92,7 @@ def _steps(n: int, r_ref: int, r_ref_requested: int, train_fractions) -> dict[st
     return steps
 
 
+@score_cache.memoize("displacement_compare_procedures")  # 5 splits x 3 procedures of PCA fits: 4 s warm
 def compare_procedures(features: dict, best: pd.DataFrame, *, n_components: int = 32, test_fraction: float = 0.5,
                        n_pairs: int = 10_000, n_splits: int = 5, seed: int = 0,
                        train_fractions=(0.3, 0.7), reference_components: int = 100) -> pd.DataFrame:
