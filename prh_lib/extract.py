@@ -37,7 +37,7 @@ from .features import (CorruptCacheWarning, CorruptFeatureFileError, FeatureMism
 
 __all__ = ["FEATURES_FORMAT_VERSION", "mean_pool", "cls_pool", "gap_pool", "stack_layers", "extract_features",
            "features_cache_path", "features_path", "get_features", "features_for_models", "features_for_pairs",
-           "read_cached_features", "torch_threads",
+           "read_cached_features", "torch_threads", "model_identity",
            # re-exported from prh_lib.features: what extraction returns
            "LayerFeatures", "FeatureMismatchError", "CorruptFeatureFileError", "CorruptCacheWarning", "check_aligned",
            "save_features", "load_features"]
@@ -204,6 +204,18 @@ def _identity(model) -> dict:
     if isinstance(model, str):
         return models.resolve_identity(model)
     return {"name": model.name, "revision": model.revision, "modality": model.modality, "pooling": model.pooling}
+
+
+def model_identity(model) -> dict:
+    """``{"name", "revision", "modality", "family"/"pooling"}`` of a model name (resolved without loading its
+    weights, :func:`prh_lib.models.resolve_identity`) or of a loaded model: what caches key a model by.
+
+    Raises
+    ------
+    ModelNotAvailableError
+        If a name names no model that can be loaded here.
+    """
+    return _identity(model)
 
 
 def features_path(model, pairs: Pairs, *, dtype: str = "float32", max_length: int | None = None,

@@ -245,6 +245,13 @@ def _files(root: Path, chapter=None) -> list[Path]:
     return sorted(f for d in folders if d.is_dir() for f in d.glob("*.parquet") if not f.name.startswith("."))
 
 
+def _name_hash(f: Path) -> str | None:
+    """The params hash in a part's file name (``<chapter>__<params hash>__<run id>__<part>.parquet``, as
+    :func:`write` names it), or None for a name of another form (then the file is read and filtered)."""
+    fields = f.name[: -len(".parquet")].split("__")
+    return fields[1] if len(fields) == 4 else None
+
+
 def _read(files: Iterable[Path]) -> pd.DataFrame:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -309,7 +316,10 @@ def load(*, root: str | Path | None = None, include_superseded: bool = False, ex
     if unknown:
         raise ValueError(f"unknown filter column(s) {unknown}; columns: {list(COLUMNS)}")
     root = Path(root) if root is not None else paths.cache_dir("results")
-    df = _read(_files(root, filters.get("chapter")))
+    files = _files(root, filters.get("chapter"))
+    if isinstance(filters.get("params_hash"), str):  # every file holds one run's rows of one params hash
+        files = [f for f in files if _name_hash(f) in (None, filters["params_hash"])]
+    df = _read(files)
     if not include_superseded:
         df = _latest_only(df)
     for col, value in filters.items():

@@ -152,6 +152,23 @@ def test_load_filters(root):
         results.load(chaptr="a")
 
 
+def test_a_params_filter_reads_only_that_configurations_files(root, monkeypatch):
+    # every run of every configuration stays in the table; a load for one configuration must not read
+    # the others' files (a chapter's folder grows with every rerun), and must return the same rows
+    for k in (5, 6, 7):
+        for _ in range(3):
+            results.write(_rows(2), chapter="a", params={"k": k}, dataset="d", draw=0, k=k,
+                          run_id=results.new_run_id())
+    full = results.load(chapter="a")
+    read = []
+    real = results._read
+    monkeypatch.setattr(results, "_read", lambda files: (read.append(list(files)), real(read[-1]))[1])
+    one = results.load(chapter="a", params={"k": 6})
+    assert len(read[-1]) == 3 and all(results.params_hash({"k": 6}) in f.name for f in read[-1])
+    pd.testing.assert_frame_equal(one, full[full["k"] == 6].reset_index(drop=True))
+    assert len(one) == 2  # the latest of the three runs
+
+
 def test_an_interrupted_write_leaves_nothing_and_stray_temp_files_are_ignored(root, monkeypatch):
     import pyarrow.parquet as pq
 

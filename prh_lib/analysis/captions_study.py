@@ -13,12 +13,13 @@ the Platonic Representation Hypothesis", Section 3.2, Appendices F and H.
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
-from .. import data, extract, lm
+from .. import data, extract, lm, score_cache
 from ..lm import DEFAULT_FRACTIONS, Summaries, token_counts, truncate_texts, word_count
 from .ablation_study import chance_corrected, subsample_rows
 from .core import clip_features, layerwise_alignment
@@ -110,6 +111,25 @@ def _lazy_generator(model: str, options: dict):
     return get
 
 
+def _mean_tokens(lm_name: str, texts, tokenizer=None) -> float:
+    """Mean token count of ``texts`` under ``lm_name``'s tokenizer (or the one given), cached by the model's
+    identity (name and revision) and the texts, so a warm run loads no tokenizer."""
+    if tokenizer is not None:
+        return float(np.mean(token_counts(texts, tokenizer)))
+    return _cached_mean_tokens(extract.model_identity(lm_name), list(texts))
+
+
+@score_cache.memoize("mean_token_count")
+def _cached_mean_tokens(identity: dict, texts: list) -> float:
+    return float(np.mean(token_counts(texts, _tokenizer(identity["name"]))))
+
+
+@functools.lru_cache(maxsize=8)
+def _tokenizer(name: str):
+    with lm.quiet():
+        return lm.load_tokenizer(name)
+
+
 def detail_alignment(vision: dict, variants: dict, language_models: Sequence[str], *, k: int = 10,
                      clip_q: float | None = 0.95, tokenizers: dict | None = None, num_threads: int | None = None,
                      skip: Sequence[str] = (), **feature_options) -> pd.DataFrame:
@@ -188,15 +208,13 @@ def detail_alignment(vision: dict, variants: dict, language_models: Sequence[str
     rows = []
     skip = set(skip)
     for lm_name in language_models:
-        with lm.quiet():
-            tok = tokenizers.get(lm_name) or lm.load_tokenizer(lm_name)
         features = language_features(lm_name)
         for name, v in variants.items():
             if name in skip:
                 continue
             pairs = v["pairs"]
             lang = clip_features(features[name], q=clip_q)
-            n_tokens = float(np.mean(token_counts(pairs.texts, tok)))
+            n_tokens = _mean_tokens(lm_name, pairs.texts, tokenizers.get(lm_name))
             for vname, vfeat in vision.items():
                 row_of = {sid: i for i, sid in enumerate(vfeat.sample_ids)}
                 missing = [s for s in pairs.sample_ids if s not in row_of]
