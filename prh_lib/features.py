@@ -55,8 +55,10 @@ class CorruptCacheWarning(UserWarning):
 
 
 #: id(tensor) -> (weak reference, version counter, digest): a tensor is hashed once while it is alive and
-#: unmodified (torch bumps ``_version`` on every in-place write, views included). A stack loaded from a
-#: feature file is hashed there to check it, so the score cache's keys of it cost nothing afterwards.
+#: unmodified (torch bumps ``_version`` on every in-place write through torch, views included). A stack
+#: loaded from a feature file is hashed there to check it, so the score cache's keys of it cost nothing
+#: afterwards. Inference-mode tensors (no version counter) are hashed every time; writes that bypass
+#: torch's counter (through a NumPy array sharing the memory, or ``.data``) are not seen.
 _DIGEST_MEMO: dict[int, tuple[weakref.ref, int, str]] = {}
 
 
@@ -65,13 +67,14 @@ def values_digest(values: torch.Tensor) -> str:
 
     Memoised per tensor object and version (:data:`_DIGEST_MEMO`); an in-place edit is hashed anew.
     """
-    if isinstance(values, torch.Tensor):
+    memo = isinstance(values, torch.Tensor) and not values.is_inference()
+    if memo:
         hit = _DIGEST_MEMO.get(id(values))
         if hit is not None and hit[0]() is values and hit[1] == values._version:
             return hit[2]
     array = values.detach().to("cpu", torch.float32).contiguous().numpy()
     digest = hashlib.sha256(array.astype("<f4", copy=False).tobytes()).hexdigest()
-    if isinstance(values, torch.Tensor):
+    if memo:
         if len(_DIGEST_MEMO) > 256:
             for key in [key for key, (ref, _, _) in _DIGEST_MEMO.items() if ref() is None]:
                 del _DIGEST_MEMO[key]

@@ -248,8 +248,10 @@ def _files(root: Path, chapter=None) -> list[Path]:
 def _name_hash(f: Path) -> str | None:
     """The params hash in a part's file name (``<chapter>__<params hash>__<run id>__<part>.parquet``, as
     :func:`write` names it), or None for a name of another form (then the file is read and filtered)."""
-    fields = f.name[: -len(".parquet")].split("__")
-    return fields[1] if len(fields) == 4 else None
+    fields = f.name[: -len(".parquet")].rsplit("__", 3)  # from the right: a chapter may end in "_"
+    if len(fields) == 4 and re.fullmatch(r"[0-9a-f]{16}", fields[1]):
+        return fields[1]
+    return None
 
 
 def _read(files: Iterable[Path]) -> pd.DataFrame:

@@ -65,12 +65,14 @@ def score_code_digest() -> str:
 
 
 def features_key(features) -> dict:
-    """What identifies one feature stack as an input: values digest, layer labels, sample ids and name.
+    """What identifies one feature stack as an input: values digest, layer labels and widths, sample ids and name.
 
     ``features`` is a :class:`prh_lib.features.LayerFeatures` (or anything with ``values``,
     ``layer_labels``, ``sample_ids`` and ``name``); the values are hashed as contiguous little-endian float32.
     """
+    dims = getattr(features, "layer_dims", None)  # the true widths: padding is not part of a layer
     return {"values": _values_digest(features.values), "layers": list(features.layer_labels),
+            "dims": None if dims is None else [int(d) for d in dims],
             "samples": paths.digest_texts(map(str, features.sample_ids), length=32),
             "name": str(getattr(features, "name", ""))}
 

@@ -449,3 +449,24 @@ def test_a_memoised_stack_with_zero_rows_warns_every_time():
     for _ in range(2):
         with pytest.warns(RuntimeWarning, match="X: 10 all-zero rows"):
             M.mutual_knn_layerwise(X, Y, k=3)
+
+
+def test_inference_mode_tensors_are_scored_without_the_memo():
+    # tensors made under torch.inference_mode() (as extraction makes them) have no version counter
+    from prh_lib.features import values_digest
+
+    with torch.inference_mode():
+        X, Y = torch.randn(2, 30, 4, generator=torch.Generator().manual_seed(0)), torch.randn(2, 30, 5)
+    ref = M.mutual_knn_layerwise(X.clone(), Y.clone(), k=3)
+    np.testing.assert_array_equal(M.mutual_knn_layerwise(X, Y, k=3), ref)
+    assert M.permutation_test_layerwise(X, Y, k=3, n_permutations=19).observed.shape == (2, 2)
+    assert values_digest(X) == values_digest(X.clone())
+
+
+def test_the_memo_keeps_no_scoring_tables():
+    from prh_lib.metrics import knn as K
+
+    K._HOODS_MEMO.clear()
+    X, Y = torch.randn(2, 30, 4), torch.randn(3, 30, 5)
+    M.permutation_test_layerwise(X, Y, k=3, n_permutations=19)
+    assert K._HOODS_MEMO and all(not hasattr(e[1], "_views") for e in K._HOODS_MEMO.values())

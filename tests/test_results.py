@@ -167,6 +167,9 @@ def test_a_params_filter_reads_only_that_configurations_files(root, monkeypatch)
     assert len(read[-1]) == 3 and all(results.params_hash({"k": 6}) in f.name for f in read[-1])
     pd.testing.assert_frame_equal(one, full[full["k"] == 6].reset_index(drop=True))
     assert len(one) == 2  # the latest of the three runs
+    # a chapter name may end in "_" (the file name then holds "___"): still found by its params
+    results.write(_rows(2), chapter="b_", params={"k": 5}, dataset="d", draw=0, k=5)
+    assert len(results.load(chapter="b_", params={"k": 5})) == 2
 
 
 def test_an_interrupted_write_leaves_nothing_and_stray_temp_files_are_ignored(root, monkeypatch):

@@ -60,6 +60,9 @@ def test_the_key_follows_values_rows_and_in_place_edits():
     assert key["values"] != base["values"] and key["samples"] != base["samples"]
     renamed = LayerFeatures(a.values, a.layer_labels, a.sample_ids, {"model": "b"})
     assert score_cache.features_key(renamed)["name"] != base["name"]
+    # the same padded values with other true widths are another input (clip thresholds read the widths)
+    narrower = LayerFeatures(a.values, a.layer_labels, a.sample_ids, a.meta, layer_dims=(8, 8, 4))
+    assert score_cache.features_key(narrower) != base
 
 
 def test_an_unreadable_entry_is_recomputed_and_replaced(cache):

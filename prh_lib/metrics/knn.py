@@ -54,6 +54,7 @@ Huh, Cheung, Wang, Isola (2024). "The Platonic Representation Hypothesis", ICML.
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from collections import OrderedDict
 
@@ -91,14 +92,19 @@ _KIND = {"mutual_knn": "cosine", "jaccard_knn": "cosine", "cycle_knn": "cosine",
 #: Neighbourhoods of recently seen feature stacks, by the identity and version of the caller's tensor:
 #: a model's stack meets many partners (every pair, the permutation null, the shuffled control), and
 #: its neighbourhoods do not depend on the partner. An entry is used only while that very tensor is
-#: alive and unmodified (torch bumps ``_version`` on every in-place write, views included), and goes
-#: when the tensor does; NumPy inputs (no version counter) are never memoised.
+#: alive and unmodified (torch bumps ``_version`` on every in-place write through torch, views
+#: included), and goes when the tensor does. Not memoised: NumPy inputs and inference-mode tensors (no
+#: version counter). Writes that bypass torch's counter (through a NumPy array sharing the tensor's
+#: memory, or through ``.data``) are not seen: after such a write, pass a new tensor. At most
+#: :data:`_HOODS_MEMO_SIZE` entries and :data:`_HOODS_MEMO_BYTES` of neighbour lists are kept; the packed
+#: tables a score builds from them are not kept.
 _HOODS_MEMO: "OrderedDict[tuple, tuple]" = OrderedDict()
 _HOODS_MEMO_SIZE = 64
+_HOODS_MEMO_BYTES = 256 * 2**20
 
 
 def _memo_key(source, XL: torch.Tensor, k: int, kind: str):
-    if not isinstance(source, torch.Tensor) or kind != "cosine":
+    if not isinstance(source, torch.Tensor) or kind != "cosine" or source.is_inference():
         return None  # CKNNA keeps (L, N, N) Gram matrices in its state: too large to hold on to
     return (id(source), source._version, k, kind, str(XL.device), tuple(XL.shape))
 
@@ -107,16 +113,21 @@ def _forget(key):
     _HOODS_MEMO.pop(key, None)
 
 
+def _nbytes(h: Hoods) -> int:
+    return sum(int(a.nbytes) if hasattr(a, "nbytes") else int(a.numel() * a.element_size())
+               for a in (h.idx, h.straddle, h.s_layer, h.s_row, h.s_code, h.s_r, h.s_t))
+
+
 def _hoods(XL: torch.Tensor, *, k: int, kind: str, name: str, source=None) -> Hoods:
     key = _memo_key(source, XL, k, kind)
     hit = _HOODS_MEMO.get(key) if key is not None else None
     if hit is not None and hit[0]() is source:
         _HOODS_MEMO.move_to_end(key)
-        return hit[1]
+        return dataclasses.replace(hit[1])  # a fresh object: the tables a score caches on it go with it
     h = hoods_from_features(XL, k=k, kind=kind, name=name, bk=Backend(XL.device), keep_gram=(kind == "linear"))
-    if key is not None:
-        _HOODS_MEMO[key] = (weakref.ref(source, lambda _, key=key: _forget(key)), h)
-        while len(_HOODS_MEMO) > _HOODS_MEMO_SIZE:
+    if key is not None and _nbytes(h) <= _HOODS_MEMO_BYTES:
+        _HOODS_MEMO[key] = (weakref.ref(source, lambda _, key=key: _forget(key)), dataclasses.replace(h), _nbytes(h))
+        while len(_HOODS_MEMO) > _HOODS_MEMO_SIZE or sum(e[2] for e in _HOODS_MEMO.values()) > _HOODS_MEMO_BYTES:
             _HOODS_MEMO.popitem(last=False)
     return h
 
