@@ -222,6 +222,7 @@ def formula_check(table: pd.DataFrame, *, steps=(REFERENCE, _NO_MEANS)) -> pd.Da
     return pd.DataFrame(cols)
 
 
+@score_cache.memoize("displacement_synthetic_sweep")  # seeded synthetic data: a pure function of its arguments
 def synthetic_sweep(offsets2=(0.0, 0.25, 0.5, 1.0, 2.0, 4.0), *, n: int = 2000, r: int = 32, n_shared: int = 16,
                     correlation: float = 0.9, n_seeds: int = 3, n_pairs: int = 10_000) -> pd.DataFrame:
     """Both procedures on :func:`synthetic_pair` with ``|m_a|^2 = |m_b|^2 = offset2 * r``.

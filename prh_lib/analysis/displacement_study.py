@@ -211,11 +211,29 @@ def n_components_sweep(results: list[ViewComparison], features: dict[str, LayerF
         i, j = _argmax(cm.scores)
         x, y = (features[m] for m in _pair(comp))
         for q in n_components:
-            res = D.displacement_similarity(x.layer(i), y.layer(j), n_components=q, seed=cm.options["seed"],
-                                            test_fraction=cm.options["test_fraction"], n_pairs=cm.options["n_pairs"])
+            r, n_train, measures = _similarity_at(x.layer(i), y.layer(j), q, cm.options["seed"],
+                                                  cm.options["test_fraction"], cm.options["n_pairs"])
             rows.append({"pair": comp.label, "layers": f"{cm.x_labels[i]} × {cm.y_labels[j]}", "n_components": q,
-                         "r": res.n_components, "r / n_train": res.n_components / res.n_train, **res.measures()})
+                         "r": r, "r / n_train": r / n_train, **measures})
     return pd.DataFrame(rows)
+
+
+@score_cache.memoize("displacement_similarity_at")
+def _similarity_at(x, y, n_components: int, seed: int, test_fraction: float, n_pairs: int):
+    """``(r, n_train, measures)`` of :func:`prh_lib.metrics.displacement.displacement_similarity` (cached)."""
+    res = D.displacement_similarity(x, y, n_components=n_components, seed=seed, test_fraction=test_fraction,
+                                    n_pairs=n_pairs)
+    return res.n_components, res.n_train, res.measures()
+
+
+@score_cache.memoize("displacement_depth_profile")
+def _depth_profile(x_layer, y_stack, n_components: int, test_fraction: float, n_pairs: int, seed: int):
+    """``(r used, Cross-Model score of each layer of y_stack)`` against one layer of x (cached)."""
+    with warnings.catch_warnings():  # a constant layer is NaN by design (documented there)
+        warnings.filterwarnings("ignore", message=".*degenerate.*", category=RuntimeWarning)
+        res = D.displacement_layerwise(x_layer, y_stack, n_components=n_components, test_fraction=test_fraction,
+                                       n_pairs=n_pairs, seed=seed)
+    return int(res["n_components"].max()), np.asarray(res["cross_model"][0])
 
 
 def depth_profiles(results: list[ViewComparison], features: dict[str, LayerFeatures], *,
@@ -242,10 +260,9 @@ def depth_profiles(results: list[ViewComparison], features: dict[str, LayerFeatu
         opts = {key: comp.cross_model.options[key] for key in ("test_fraction", "n_pairs", "seed")}
         cols = {"mutual k-NN": comp.knn.scores[ik]}
         for q in n_components:
-            with warnings.catch_warnings():  # a constant layer is NaN by design (documented there)
-                warnings.filterwarnings("ignore", message=".*degenerate.*", category=RuntimeWarning)
-                res = D.displacement_layerwise(x.values[ik:ik + 1], y.values, n_components=q, **opts)
-            cols.setdefault(f"Cross-Model, r={int(res['n_components'].max())}", res["cross_model"][0])
+            r, profile = _depth_profile(x.values[ik:ik + 1], y.values, q, opts["test_fraction"], opts["n_pairs"],
+                                        opts["seed"])
+            cols.setdefault(f"Cross-Model, r={r}", profile)
         frame = pd.DataFrame(cols, index=pd.Index(comp.knn.y_labels, name=comp.knn.y_name))
         frame.attrs["layer x"] = f"{comp.knn.x_name} {comp.knn.x_labels[ik]}"
         out[comp.label] = frame
