@@ -235,14 +235,23 @@ def _write_atomic(df: pd.DataFrame, final: Path) -> None:
 # --------------------------------------------------------------------------------------------- reading
 
 
-def _files(root: Path, chapter=None) -> list[Path]:
+#: Subfolder of a chapter's folder that :func:`compact` moves superseded parts to (``archive=True``): out of
+#: the way of every :func:`load`, still read by ``load(include_superseded=True)``.
+SUPERSEDED = "superseded"
+
+
+def _files(root: Path, chapter=None, *, superseded: bool = False) -> list[Path]:
     if not root.is_dir():
         return []
     if isinstance(chapter, str):
         folders = [root / chapter]
     else:
         folders = [p for p in root.iterdir() if p.is_dir()]
-    return sorted(f for d in folders if d.is_dir() for f in d.glob("*.parquet") if not f.name.startswith("."))
+    found = [f for d in folders if d.is_dir() for f in d.glob("*.parquet") if not f.name.startswith(".")]
+    if superseded:  # listed after the live parts: a part moved meanwhile is found in one of the two
+        found += [f for d in folders if (d / SUPERSEDED).is_dir() for f in (d / SUPERSEDED).glob("*.parquet")
+                  if not f.name.startswith(".")]
+    return sorted(found)
 
 
 def _name_hash(f: Path) -> str | None:
@@ -318,7 +327,7 @@ def load(*, root: str | Path | None = None, include_superseded: bool = False, ex
     if unknown:
         raise ValueError(f"unknown filter column(s) {unknown}; columns: {list(COLUMNS)}")
     root = Path(root) if root is not None else paths.cache_dir("results")
-    files = _files(root, filters.get("chapter"))
+    files = _files(root, filters.get("chapter"), superseded=include_superseded)
     if isinstance(filters.get("params_hash"), str):  # every file holds one run's rows of one params hash
         files = [f for f in files if _name_hash(f) in (None, filters["params_hash"])]
     df = _read(files)
@@ -360,11 +369,15 @@ def expand_extra_columns(df: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([df, extra[[c for c in extra.columns if c not in df.columns]]], axis=1)
 
 
-def compact(*, root: str | Path | None = None) -> list[Path]:
-    """Delete the files whose every row is superseded by a rerun; return the files deleted.
+def compact(*, root: str | Path | None = None, archive: bool = False) -> list[Path]:
+    """Delete the files whose every row is superseded by a rerun (or, with ``archive``, move them to the
+    chapter's :data:`SUPERSEDED` subfolder); return the files removed from the live table.
 
-    Safe while others write or read: a superseded file's rows are never returned by :func:`load`, and
-    :func:`load` skips files that vanish while it reads.
+    ``prh-run`` archives after its notebooks ran, so that a chapter's live folder holds the latest run of
+    each configuration and :func:`load` reads only those, however many runs came before, while
+    ``load(include_superseded=True)`` still sees every run. Safe while others write or read: a
+    superseded file's rows are never returned by :func:`load`, and :func:`load` skips files that vanish
+    while it reads.
     """
     import pyarrow.parquet as pq
 
@@ -382,7 +395,14 @@ def compact(*, root: str | Path | None = None) -> list[Path]:
     kept = set(_latest_only(df)["_file"])
     gone = [Path(f) for f in df["_file"].unique() if f not in kept]
     for f in gone:
-        f.unlink(missing_ok=True)
+        if archive:
+            (f.parent / SUPERSEDED).mkdir(exist_ok=True)
+            try:
+                os.replace(f, f.parent / SUPERSEDED / f.name)
+            except FileNotFoundError:  # another process moved or deleted it first
+                pass
+        else:
+            f.unlink(missing_ok=True)
     return gone
 
 

@@ -449,6 +449,9 @@ def main(argv: list[str] | None = None) -> int:
         except schedule.NotebookFailed as err:
             print(f"[prh-run] {err}", file=sys.stderr)
             return 1
+        from . import results
+
+        results.compact(archive=True)  # superseded runs out of the way of every later load (kept, not deleted)
     if not args.no_build:
         t0 = time.perf_counter()
         try:

@@ -220,6 +220,20 @@ def _writer(w, root, start):
                               draw=0, run_id=rid, root=root)
 
 
+def test_archiving_moves_superseded_runs_out_of_the_live_table_and_keeps_them(root, monkeypatch):
+    for offset in (0.0, 1.0, 2.0):
+        results.write(_rows(2, offset=offset), chapter="ch", params={}, dataset="d", draw=0,
+                      run_id=results.new_run_id())
+    live, history = results.load(), results.load(include_superseded=True)
+    moved = results.compact(archive=True)
+    assert len(moved) == 2 and not any(p.exists() for p in moved)
+    assert sorted(p.name for p in (root / "ch" / results.SUPERSEDED).iterdir()) == sorted(p.name for p in moved)
+    assert len(list((root / "ch").glob("*.parquet"))) == 1  # only the latest run is read by load()
+    pd.testing.assert_frame_equal(results.load(), live)
+    pd.testing.assert_frame_equal(results.load(include_superseded=True), history)
+    assert results.compact(archive=True) == []  # nothing left to move; archived parts are not live
+
+
 def test_concurrent_writers_lose_no_rows_and_a_reader_never_fails(tmp_path):
     root = tmp_path / "results"
     ctx = mp.get_context("spawn")  # no fork of a process whose pyarrow threads are running
