@@ -7,8 +7,7 @@ Each metric is split into
     (k-NN family) or centred Gram matrices (kernel family);
 ``gram(XL) -> (G, valid)`` and ``state(G, valid, groups=None) -> state``
     the same in two steps, for the bootstrap, which resamples ``G`` (``groups`` marks positions that
-    hold the same sample; for mutual, Jaccard and cycle k-NN a stack of replicates, one row of
-    ``groups`` each, is one state whose "layers" are the replicates);
+    hold the same sample);
 ``scores(sx, sy, perms=None) -> (P, L_x, L_y)`` float64 array
     all layer-pair scores for every re-pairing ``Y[perm]`` (rows of ``perms``). A permutation only
     relabels the positions looked up (k-NN family) or permutes Gram rows and columns (kernel family);
@@ -43,9 +42,9 @@ class Engine:
     min_n: int = 2
     needs_k: bool = False
     check_finite: bool = True  # False: prepare/gram check finiteness on the Gram diagonal
-    # (G (1, N, N), valid (1,), draws (B, m), *, copies, **opts) -> state whose B "layers" are the
-    # resamples G[d][:, d] (copies: with replacement); ``scores`` of two such states holds replicate
-    # b's score at [0, b, b], so the bootstrap scores a stack of replicates at once. None: one at a time
+    # (G (1, N, N), valid (1,), draws (B, m), **opts) -> state whose B "layers" are the resamples
+    # G[d][:, d]; ``scores`` of two such states holds replicate b's score at [0, b, b], so the
+    # bootstrap scores a stack of replicates at once. None: one at a time
     resample_state: Callable | None = None
 
     def score(self, sx, sy, perm=None) -> np.ndarray:
@@ -59,14 +58,14 @@ def _knn_engine(metric, min_n=2):
     def prepare(XL, *, k, name="X", source=None):
         return _knn._prepare(XL, k=k, metric=metric, name=name, source=source)
 
-    def state(G, valid, *, k, groups=None, inplace=False):
-        return _knn._state(G, valid, k=k, metric=metric, groups=groups, inplace=inplace)
+    def state(G, valid, *, k, groups=None):
+        return _knn._state(G, valid, k=k, metric=metric, groups=groups)
 
     def scores(sx, sy, perms=None):
         return _knn._scores(metric, sx, sy, perms)
 
-    def resample_state(G, valid, draws, *, k, copies):
-        return _knn._resample_state(G, valid, draws, k=k, copies=copies)
+    def resample_state(G, valid, draws, *, k):
+        return _knn._resample_state(G, valid, draws, k=k)
 
     # CKNNA scores every layer pair in float64 gathers, so a stack of B replicates would cost B^2 of them
     return Engine(prepare, lambda XL: _knn._gram(XL, kind), state, scores, _knn._valid, ("k",),

@@ -203,9 +203,9 @@ def select_rows(S: torch.Tensor, k: int, ranks=None):
 
 def candidates(k: int, n: int) -> int:
     """Candidates per row kept from the full sample for :func:`hoods_of_resamples`: ``3 k + 10``, at most
-    ``n - 2``. A resample holds each candidate ``Poisson(1)``-many times, so fewer than ``k`` copies among
+    the ``n - 1`` other samples. A resample holds each candidate ``Poisson(1)``-many times, so fewer than ``k`` copies among
     ``3 k + 10`` candidates is rare (about 1e-5 of the rows at ``k = 10``); such rows take the exact path."""
-    return max(1, min(3 * k + 10, n - 2))
+    return min(3 * k + 10, n - 1)
 
 
 def hoods_of_resamples(S: torch.Tensor, valid, draws: torch.Tensor, *, k: int, bk: Backend) -> Hoods:
@@ -226,13 +226,14 @@ def hoods_of_resamples(S: torch.Tensor, valid, draws: torch.Tensor, *, k: int, b
     N = S.shape[0]
     B, m = draws.shape
     dev = S.device
-    T = candidates(k, N)
+    T = min(candidates(k, N), N - 1)
     Sd = S.clone()
     Sd.fill_diagonal_(float("-inf"))
-    vals, cand = torch.topk(Sd, T + 1, dim=1, largest=True, sorted=True)
+    # one more than the candidates (when there is one), to see a tie at the candidates' edge
+    vals, cand = torch.topk(Sd, min(T + 1, N - 1), dim=1, largest=True, sorted=True)
     cand = _order(vals, cand)  # by decreasing similarity, ties by index (topk's order among ties is unset)
     vals = torch.gather(Sd, 1, cand)
-    tied = (vals[:, 1:] == vals[:, :-1]).any(1)  # a tie between samples among the T + 1 best
+    tied = (vals[:, 1:] == vals[:, :-1]).any(1)  # a tie between samples among them
     cand = cand[:, :T]
     counts = torch.zeros(B, N, dtype=torch.int64, device=dev)
     counts.scatter_add_(1, draws, torch.ones_like(draws))
@@ -277,20 +278,18 @@ def _copy_ranks(groups: torch.Tensor) -> torch.Tensor:
     return rank
 
 
-def hoods_from_similarity(S: torch.Tensor, valid, *, k: int, bk: Backend, groups=None, gram=None,
-                          inplace: bool = False) -> Hoods:
-    """:class:`Hoods` of a similarity stack ``S`` (L, N, N) (not modified unless ``inplace``).
+def hoods_from_similarity(S: torch.Tensor, valid, *, k: int, bk: Backend, groups=None, gram=None) -> Hoods:
+    """:class:`Hoods` of a similarity stack ``S`` (L, N, N) (not modified).
 
-    ``groups`` (N,) or (L, N): per position the original sample it holds (bootstrap), the same for every
-    layer or one row per layer (a stack of replicates).
+    ``groups`` (N,): per position the original sample it holds (a bootstrap resample), for every layer.
     """
     L, N, _ = S.shape
     excluded = copy_rank = None
     if groups is not None:
-        groups = groups.expand(L, N) if groups.ndim == 1 else groups
+        groups = groups.expand(L, N)
         excluded = groups[:, :, None] == groups[:, None, :]
         copy_rank = _copy_ranks(groups)
-    part = select(S if inplace else S.clone(), k, excluded, copy_rank)
+    part = select(S.clone(), k, excluded, copy_rank)
     return _assemble([part], valid, k, N, bk, gram)
 
 

@@ -194,7 +194,7 @@ def bootstrap_ci(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         if engine.resample_state is not None:
-            reps[ok] = _stacked_replicates(engine, Gx, vx, Gy, vy, [draws[b] for b in ok], method, opts)
+            reps[ok] = _stacked_replicates(engine, Gx, vx, Gy, vy, [draws[b] for b in ok], opts)
         else:
             for b in ok:
                 it = torch.from_numpy(draws[b]).to(Gx.device)
@@ -205,7 +205,7 @@ def bootstrap_ci(
     return _finish(estimate, reps, (ci, interval), n_boot, seed, method, frac, metric, opts)
 
 
-def _stacked_replicates(engine, Gx, vx, Gy, vy, draws, method, opts) -> np.ndarray:
+def _stacked_replicates(engine, Gx, vx, Gy, vy, draws, opts) -> np.ndarray:
     """Scores of the resamples ``draws`` (each an index array of length m), up to 63 at a time.
 
     A chunk's resamples form one state whose "layers" are the replicates
@@ -219,9 +219,8 @@ def _stacked_replicates(engine, Gx, vx, Gy, vy, draws, method, opts) -> np.ndarr
     out = []
     for b0 in range(0, len(draws), WORD):
         it = torch.from_numpy(np.stack(draws[b0:b0 + WORD])).to(Gx.device)  # (B, m), rows sorted
-        copies = method == "bootstrap"
-        sx = engine.resample_state(Gx, vx, it, copies=copies, **opts)
-        sy = engine.resample_state(Gy, vy, it, copies=copies, **opts)
+        sx = engine.resample_state(Gx, vx, it, **opts)
+        sy = engine.resample_state(Gy, vy, it, **opts)
         out.append(np.diagonal(engine.scores(sx, sy)[0]))
     return np.concatenate(out) if out else np.empty(0)
 

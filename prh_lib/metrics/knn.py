@@ -125,8 +125,9 @@ def _hoods(XL: torch.Tensor, *, k: int, kind: str, name: str, source=None) -> Ho
         _HOODS_MEMO.move_to_end(key)
         return dataclasses.replace(hit[1])  # a fresh object: the tables a score caches on it go with it
     h = hoods_from_features(XL, k=k, kind=kind, name=name, bk=Backend(XL.device), keep_gram=(kind == "linear"))
-    if key is not None and _nbytes(h) <= _HOODS_MEMO_BYTES:
-        _HOODS_MEMO[key] = (weakref.ref(source, lambda _, key=key: _forget(key)), dataclasses.replace(h), _nbytes(h))
+    size = _nbytes(h) if key is not None else 0
+    if key is not None and size <= _HOODS_MEMO_BYTES:
+        _HOODS_MEMO[key] = (weakref.ref(source, lambda _, key=key: _forget(key)), dataclasses.replace(h), size)
         while len(_HOODS_MEMO) > _HOODS_MEMO_SIZE or sum(e[2] for e in _HOODS_MEMO.values()) > _HOODS_MEMO_BYTES:
             _HOODS_MEMO.popitem(last=False)
     return h
@@ -153,30 +154,19 @@ def _gram(XL: torch.Tensor, kind: str):
     return S, torch.tensor([not is_constant(Z, kind) for Z in XL])
 
 
-def _state(G: torch.Tensor, valid, *, k: int, metric: str, groups=None, inplace: bool = False):
-    """State from a (resampled) similarity stack, excluding same-group positions (bootstrap path).
-
-    ``groups``: (N,) for one resample shared by the layers, or (L, N) for a stack of replicates;
-    ``inplace``: ``G`` may be overwritten (a freshly gathered stack)."""
+def _state(G: torch.Tensor, valid, *, k: int, metric: str, groups=None):
+    """State from a (resampled) similarity stack, excluding same-group positions (bootstrap path)."""
     gram = G if metric == "cknna" else None
-    inplace = inplace and gram is None
     h = hoods_from_similarity(G, np.asarray(valid.cpu() if isinstance(valid, torch.Tensor) else valid),
-                              k=k, bk=Backend(G.device), groups=groups, gram=gram, inplace=inplace)
+                              k=k, bk=Backend(G.device), groups=groups, gram=gram)
     return C.state(h) if metric == "cknna" else h
 
 
-def _resample_state(G: torch.Tensor, valid, draws: torch.Tensor, *, k: int, copies: bool) -> Hoods:
-    """Neighbourhoods of the resamples ``G[0][d][:, d]`` (rows ``d`` of ``draws``) as the layers of one
-    state (mutual, Jaccard and cycle k-NN; bootstrap path). ``copies``: resampling with replacement, so
-    positions holding one sample are excluded and ranked as one sample (:func:`hoods_from_similarity`)."""
-    B, m = draws.shape
-    valid = np.repeat(np.asarray(valid.cpu() if isinstance(valid, torch.Tensor) else valid), B)
-    N = G.shape[-1]
-    if N >= k + 3:
-        return hoods_of_resamples(G[0], valid, draws, k=k, bk=Backend(G.device))
-    stack = G[0][draws[:, :, None], draws[:, None, :]]
-    return hoods_from_similarity(stack, valid, k=k, bk=Backend(G.device), groups=draws if copies else None,
-                                 inplace=True)
+def _resample_state(G: torch.Tensor, valid, draws: torch.Tensor, *, k: int) -> Hoods:
+    """Neighbourhoods of the resamples ``G[0][d][:, d]`` (rows ``d`` of ``draws``, with or without
+    copies) as the layers of one state (mutual, Jaccard and cycle k-NN; bootstrap path)."""
+    valid = np.repeat(np.asarray(valid.cpu() if isinstance(valid, torch.Tensor) else valid), draws.shape[0])
+    return hoods_of_resamples(G[0], valid, draws, k=k, bk=Backend(G.device))
 
 
 def _scores(metric: str, sx, sy, perms=None) -> np.ndarray:
