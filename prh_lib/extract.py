@@ -199,13 +199,6 @@ def _folder_files_key(model_name: str) -> str | None:
     return paths.digest([[p.name, d] for p, d in zip(files, paths.file_digests(files))])
 
 
-def _identity(model) -> dict:
-    """Cache identity of a model given by name (resolved without loading weights) or as a LoadedModel."""
-    if isinstance(model, str):
-        return models.resolve_identity(model)
-    return {"name": model.name, "revision": model.revision, "modality": model.modality, "pooling": model.pooling}
-
-
 def model_identity(model) -> dict:
     """``{"name", "revision", "modality", "family"/"pooling"}`` of a model name (resolved without loading its
     weights, :func:`prh_lib.models.resolve_identity`) or of a loaded model: what caches key a model by.
@@ -215,7 +208,9 @@ def model_identity(model) -> dict:
     ModelNotAvailableError
         If a name names no model that can be loaded here.
     """
-    return _identity(model)
+    if isinstance(model, str):
+        return models.resolve_identity(model)
+    return {"name": model.name, "revision": model.revision, "modality": model.modality, "pooling": model.pooling}
 
 
 def features_path(model, pairs: Pairs, *, dtype: str = "float32", max_length: int | None = None,
@@ -230,7 +225,7 @@ def features_path(model, pairs: Pairs, *, dtype: str = "float32", max_length: in
     prh_lib.models.ModelNotAvailableError
         If a model given by name cannot be resolved.
     """
-    ident = identity or _identity(model)
+    ident = identity or model_identity(model)
     if not isinstance(model, str):
         dtype = models.dtype_name(model.dtype)
     return features_cache_path(ident["name"], ident["revision"], ident["modality"], pairs, dtype=dtype,

@@ -247,10 +247,12 @@ def _files(root: Path, chapter=None, *, superseded: bool = False) -> list[Path]:
         folders = [root / chapter]
     else:
         folders = [p for p in root.iterdir() if p.is_dir()]
-    found = [f for d in folders if d.is_dir() for f in d.glob("*.parquet") if not f.name.startswith(".")]
+    def parts(folder: Path) -> list[Path]:
+        return [f for f in folder.glob("*.parquet") if not f.name.startswith(".")] if folder.is_dir() else []
+
+    found = [f for d in folders for f in parts(d)]
     if superseded:  # listed after the live parts: a part moved meanwhile is found in one of the two
-        found += [f for d in folders if (d / SUPERSEDED).is_dir() for f in (d / SUPERSEDED).glob("*.parquet")
-                  if not f.name.startswith(".")]
+        found += [f for d in folders for f in parts(d / SUPERSEDED)]
     return sorted(found)
 
 

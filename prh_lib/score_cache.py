@@ -48,6 +48,13 @@ SCORE_FORMAT = 2
 T = TypeVar("T")
 
 
+def _module_digest(modules) -> str:
+    h = hashlib.sha256()
+    for module in modules:
+        h.update(module.__name__.encode() + b"\x00" + Path(module.__file__).read_bytes() + b"\x00")
+    return h.hexdigest()
+
+
 def enabled() -> bool:
     """False when ``PRH_SCORE_CACHE`` is ``0`` (read at call time)."""
     return os.environ.get("PRH_SCORE_CACHE", "1") != "0"
@@ -161,8 +168,11 @@ def _argument_key(value):
     raise TypeError(f"score_cache.memoize cannot key an argument of type {type(value).__name__}")
 
 
-def memoize(kind: str):
+def memoize(kind: str, *, code: tuple = ()):
     """Decorator: the function's value cached by :func:`cached`, keyed by all its arguments.
+
+    ``code``: modules outside :func:`score_code_digest`'s folders whose source the value also depends on;
+    their files' digest joins the key, so an edit there recomputes as well.
 
     Feature stacks (anything with ``layer_labels`` and ``sample_ids``) are keyed by :func:`features_key`,
     tensors and arrays by their float32 bytes, DataFrames by their hashed values and index, columns and
@@ -173,6 +183,7 @@ def memoize(kind: str):
     """
     def wrap(fn):
         signature = inspect.signature(fn)
+        extra = {"code": _module_digest(code)} if code else {}
 
         @functools.wraps(fn)
         def memoized(*args, **kwargs):
@@ -180,7 +191,7 @@ def memoize(kind: str):
                 return fn(*args, **kwargs)
             bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()
-            key = {name: _argument_key(value) for name, value in bound.arguments.items()}
+            key = {**{name: _argument_key(value) for name, value in bound.arguments.items()}, **extra}
             return cached(kind, key, lambda: fn(*args, **kwargs))
 
         return memoized

@@ -211,3 +211,28 @@ def test_memoize_keys_data_frames_by_content(cache):
     f(table.rename(index={"q": "r"}))  # another index is another input
     f(table.rename(columns={"b": "c"}))  # so are other column names
     assert len(calls) == 4
+
+
+def test_memoize_keys_on_the_code_it_is_told_of(cache, tmp_path, monkeypatch):
+    import importlib.util
+    import sys
+
+    source = tmp_path / "toy_code.py"
+    source.write_text("SCALE = 2\n")
+    spec = importlib.util.spec_from_file_location("toy_code", source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(sys.modules, "toy_code", module)
+    calls = []
+
+    def make():
+        @score_cache.memoize("toy-code", code=(module,))
+        def f(x):
+            calls.append(1)
+            return x * module.SCALE
+        return f
+
+    assert make()(3) == 6 and make()(3) == 6 and len(calls) == 1
+    source.write_text("SCALE = 2  # edited\n")  # an edit of that module's file is another entry
+    make()(3)
+    assert len(calls) == 2

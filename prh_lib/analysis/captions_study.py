@@ -116,20 +116,11 @@ def _mean_tokens(lm_name: str, texts, tokenizer=None) -> float:
     identity (name and revision) and the texts, so a warm run loads no tokenizer."""
     if tokenizer is not None:
         return float(np.mean(token_counts(texts, tokenizer)))
-    return _cached_mean_tokens(extract.model_identity(lm_name), list(texts), _token_code())
+    return _cached_mean_tokens(extract.model_identity(lm_name), list(texts))
 
 
-@functools.lru_cache(maxsize=1)
-def _token_code() -> str:
-    """Digest of the token-counting code (in ``prh_lib.lm``, outside the score cache's code digest)."""
-    import hashlib
-    import inspect
-
-    return hashlib.sha256(inspect.getsource(token_counts).encode()).hexdigest()[:16]
-
-
-@score_cache.memoize("mean_token_count")
-def _cached_mean_tokens(identity: dict, texts: list, code: str) -> float:
+@score_cache.memoize("mean_token_count", code=(lm.summaries,))  # token_counts lives there
+def _cached_mean_tokens(identity: dict, texts: list) -> float:
     return float(np.mean(token_counts(texts, _tokenizer(identity["name"]))))
 
 
