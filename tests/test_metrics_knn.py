@@ -470,3 +470,23 @@ def test_the_memo_keeps_no_scoring_tables():
     X, Y = torch.randn(2, 30, 4), torch.randn(3, 30, 5)
     M.permutation_test_layerwise(X, Y, k=3, n_permutations=19)
     assert K._HOODS_MEMO and all(not hasattr(e[1], "_views") for e in K._HOODS_MEMO.values())
+
+
+@pytest.mark.parametrize("numpy_backend", [True, False])
+@pytest.mark.parametrize("m, stop", [(1, 1), (2, 1), (7, 1), (10, 1), (239, 8), (5975, 8), (33, 4), (64, 8), (9, 8)])
+def test_bit_sliced_column_counts_equal_plain_popcount(m, stop, numpy_backend, monkeypatch):
+    """The bit-sliced counter (one zero padding, then halvings) gives, for every bit position, the
+    number of words with that bit set, along any axis, on both backends."""
+    from prh_lib.metrics import _bits as B
+
+    monkeypatch.setattr(B, "NUMPY_ON_CPU", numpy_backend)
+    bk = B.Backend(torch.device("cpu"))
+    rng = np.random.default_rng(m * 31 + stop)
+    nbits = 13
+    W = rng.integers(0, 2**nbits, size=(3, m, 5), dtype=np.int64)
+    ref = ((W[..., None] >> np.arange(nbits)) & 1).sum(axis=1)  # (3, 5, nbits)
+    got = bk.to_numpy(B.column_counts_axis(bk.asarray(W), nbits, bk, axis=1, stop=stop))
+    np.testing.assert_array_equal(got, ref)
+    planes = B.count_planes(bk.asarray(W), bk, axis=1, stop=1)  # full counters: bit l of each count
+    full = sum(((bk.to_numpy(p)[..., None] >> np.arange(nbits)) & 1) << lvl for lvl, p in enumerate(planes))
+    np.testing.assert_array_equal(full, ref)

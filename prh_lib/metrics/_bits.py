@@ -140,15 +140,18 @@ def count_planes(W, bk: Backend, axis: int = -1, stop: int = 1):
     def part(p, lo, hi):
         return p[lead + (slice(lo, hi),)]
 
+    m = W.shape[axis]
+    halvings = 0
+    while -(-m // 2**halvings) > stop:
+        halvings += 1
+    size = -(-m // 2**halvings) * 2**halvings  # padded once with zero words, so every halving is even
+    if size > m:
+        shape = list(W.shape)
+        shape[axis] = size - m
+        W = bk.cat([W, bk.zeros(tuple(shape))], axis)
     planes = [W]
-    while planes[0].shape[axis] > stop:
+    for _ in range(halvings):
         m = planes[0].shape[axis]
-        if m % 2:
-            shape = list(planes[0].shape)
-            shape[axis] = 1
-            pad = bk.zeros(tuple(shape))
-            planes = [bk.cat([p, pad], axis) for p in planes]
-            m += 1
         h = m // 2
         out, carry = [], None
         for p in planes:
@@ -188,7 +191,8 @@ def column_counts_axis(W, nbits: int, bk: Backend, axis: int, stop: int = 8):
     """
     axis = axis % W.ndim
     planes = count_planes(W, bk, axis=axis, stop=stop)
-    return unpack_counts(planes, nbits, bk).sum(axis=axis)
+    counts = unpack_counts(planes, nbits, bk)
+    return counts if stop == 1 else counts.sum(axis=axis)  # stop = 1: the axis is already gone
 
 
 # --------------------------------------------------------------------------------------------------

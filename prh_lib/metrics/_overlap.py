@@ -258,7 +258,8 @@ def _overlap_batch(hx: Hoods, hy: Hoods, perms, jaccard: bool):
             h = B.column_counts_axis(bk.stack(ind, -1), nb, bk, axis=1)  # (P, Ly, cmax, nb)
             part = (h * jq[1 : cmax + 1, None]).sum(axis=2)
         else:
-            part = B.column_counts_axis(words, nb, bk, axis=1).sum(axis=1) << q  # (P, k, Ly, nb) summed
+            # count over every (sample, neighbour) slot at once: (P, N k, Ly) -> (P, Ly, nb)
+            part = B.column_counts_axis(words.reshape(P, N * k, Ly), nb, bk, axis=1) << q
         F[:, a0:a1, :] += part.transpose(0, 2, 1) if bk.numpy else part.permute(0, 2, 1)
     if hx.n_straddling or hy.n_straddling:
         F += _corrections(hx, hy, perms, pinv, q, jaccard)
