@@ -159,6 +159,26 @@ def test_layerwise_null_equals_loop(name):
     np.testing.assert_allclose(res.observed, M.LAYERWISE_METRICS[name](XL, YL, **_opts(name)), atol=1e-12)
 
 
+@pytest.mark.parametrize("n_layers_x", [7, 8, 15, 16, 31, 32, 63, 64])
+@pytest.mark.parametrize("name", ["mutual_knn", "jaccard_knn", "cycle_knn"])
+def test_layerwise_null_exact_at_every_word_width(name, n_layers_x):
+    """The packed membership words are int8 / int16 / int32 / int64 by the number of X layers (and
+    split past 63); the null equals the metric on explicitly permuted rows at each boundary, with
+    tied rows (integer features) in half of the layers."""
+    rng = np.random.default_rng(n_layers_x)
+    n = 24
+    XL = rng.normal(size=(n_layers_x, n, 4))
+    XL[::2] = np.round(XL[::2])  # ties at the k-th place
+    YL = np.stack([XL[0] @ rng.normal(size=(4, 3)) + 0.5 * rng.normal(size=(n, 3)), np.round(rng.normal(size=(n, 3)))])
+    res = M.permutation_test_layerwise(XL, YL, metric=name, k=4, n_permutations=19, seed=1)
+    rng1 = np.random.default_rng(1)
+    perms = np.stack([rng1.permutation(n) for _ in range(19)])
+    f = M.METRICS[name]
+    for t in (0, 18):
+        ref = np.array([[f(a, b[perms[t]], k=4) for b in YL] for a in XL])
+        np.testing.assert_array_equal(res.null[t], ref)
+
+
 def test_p_value_against_scipy_permutation_test():
     # scipy.stats.permutation_test with permutation_type="pairings" on one sample of row indices
     # re-pairs Y with X; its Monte-Carlo p-value for alternative="greater" is (1 + #{null >= obs})/(K+1).

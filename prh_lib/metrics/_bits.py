@@ -6,8 +6,9 @@ threaded, no thread start-up cost on small arrays) and torch on CUDA give the sa
 
 Bit-sliced counting
 -------------------
-Neighbour memberships of up to :data:`WORD` layers are packed into one int64 word per (row, column)
-position, bit ``a`` for layer ``a``. Counting, for every bit position at once, how many of ``M`` words
+Neighbour memberships of up to :data:`WORD` layers are packed into one word per (row, column)
+position, bit ``a`` for layer ``a``; the word is the narrowest signed integer type with a bit per
+layer (:func:`word_dtype`: int8 for up to 7 layers, ..., int64 for up to 63). Counting, for every bit position at once, how many of ``M`` words
 have that bit set ("positional popcount") is done by adding the words as bit-sliced counters: a
 counter is a list of *planes*, plane ``l`` holding bit ``l`` of every position's count. Halving the
 list of counters and adding the halves with a ripple-carry adder on whole words takes about ``7 M``
@@ -29,6 +30,14 @@ __all__: list[str] = []
 
 #: Layers packed into one int64 word (bit 63, the sign bit, is left unused).
 WORD = 63
+
+
+def word_dtype(nbits: int) -> str:
+    """The narrowest signed integer type holding ``nbits`` (1-63) bits below its sign bit."""
+    for name, width in (("int8", 7), ("int16", 15), ("int32", 31), ("int64", 63)):
+        if nbits <= width:
+            return name
+    raise ValueError(f"at most {WORD} bits fit in a word; got {nbits}")
 
 
 #: Run the integer kernels with NumPy on CPU (False: torch everywhere; the tests use this to run the
@@ -67,6 +76,12 @@ class Backend:
         if self.numpy:
             return np.zeros(shape, dtype=np.dtype(dtype))
         return torch.zeros(shape, dtype=getattr(torch, dtype), device=self.device)
+
+    def zeros_like_dtype(self, shape, like):
+        """Zeros of ``shape`` with the dtype of the array ``like``."""
+        if self.numpy:
+            return np.zeros(shape, dtype=like.dtype)
+        return torch.zeros(shape, dtype=like.dtype, device=self.device)
 
     def full(self, shape, value):
         if self.numpy:
@@ -148,7 +163,7 @@ def count_planes(W, bk: Backend, axis: int = -1, stop: int = 1):
     if size > m:
         shape = list(W.shape)
         shape[axis] = size - m
-        W = bk.cat([W, bk.zeros(tuple(shape))], axis)
+        W = bk.cat([W, bk.zeros_like_dtype(tuple(shape), W)], axis)
     planes = [W]
     for _ in range(halvings):
         m = planes[0].shape[axis]
@@ -173,7 +188,7 @@ def unpack_counts(planes, nbits: int, bk: Backend):
     shifts = bk.arange(nbits)
     total = None
     for level, p in enumerate(planes):
-        c = ((p[..., None] >> shifts) & 1) << level
+        c = ((bk.asarray(p)[..., None] >> shifts) & 1) << level  # int64, whatever the word type
         total = c if total is None else total + c
     return total
 

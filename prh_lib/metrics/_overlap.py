@@ -58,13 +58,15 @@ def _chunks(L: int):
 
 def _table(h: Hoods, a0: int, a1: int, *, transpose: bool, skip_straddling: bool):
     """Packed membership words, flat ``(N * (N + 1),)``: bit ``a - a0`` of ``[i, j]`` is set iff
-    ``j in N_a(i)`` (``transpose``: iff ``i in N_a(j)``). Column ``N`` (sentinel) is 0."""
+    ``j in N_a(i)`` (``transpose``: iff ``i in N_a(j)``). Column ``N`` (sentinel) is 0. The words are
+    the narrowest signed integers with a bit per layer (:func:`._bits.word_dtype`): the gathers and
+    bit-sliced counts move 8 / 4 / 2 times less memory for 7 / 15 / 31 layers."""
     key = ("table", a0, a1, transpose, skip_straddling)
     c = _cache(h)
     if key in c:
         return c[key]
     bk, N = h.bk, h.n
-    tab = bk.zeros(N * (N + 1))
+    tab = bk.zeros(N * (N + 1), dtype=B.word_dtype(a1 - a0))  # the narrowest word for the layers
     rows = bk.arange(N)[:, None]
     for bit, a in enumerate(range(a0, a1)):
         cols = h.idx[a]
