@@ -236,3 +236,21 @@ def test_memoize_keys_on_the_code_it_is_told_of(cache, tmp_path, monkeypatch):
     source.write_text("SCALE = 2  # edited\n")  # an edit of that module's file is another entry
     make()(3)
     assert len(calls) == 2
+
+
+@pytest.mark.parametrize("seed", [0, 3, 11])
+def test_score_pair_control_is_the_shuffled_pairing_recomputed(cache, seed):
+    """With a null, the control is read off its first permutation; it must equal mutual k-NN recomputed
+    on ``shuffled_pairing(y, seed)`` bit for bit (ties and a constant layer included), as it does without."""
+    x, y = _features("x", 5, n=50, layers=4, dim=10), _features("y", 6, n=50, layers=3, dim=10)
+    values = y.values + 0.7 * x.values[:3]
+    values[1] = torch.round(values[1])  # ties at the k-th place
+    values[0] = 1.0  # constant layer: NaN column
+    y = LayerFeatures(values, y.layer_labels, y.sample_ids, y.meta)
+    ref = core.layerwise_alignment(x, core.shuffled_pairing(y, seed=seed), metric="mutual_knn", k=5, device=None)
+    with_null = core.score_pair(x, y, k=5, n_permutations=19, n_boot=0, seed=seed)
+    without = core.score_pair(x, y, k=5, n_permutations=0, n_boot=0, seed=seed)
+    for r in (with_null, without):
+        np.testing.assert_array_equal(r.control.scores, ref.scores)
+        assert (r.control.x_labels, r.control.y_labels, r.control.options) == (ref.x_labels, ref.y_labels, ref.options)
+    assert np.isnan(ref.scores[:, 0]).all() and not np.array_equal(ref.scores, with_null.matrix.scores)

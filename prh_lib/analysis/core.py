@@ -415,11 +415,16 @@ def _score_pair(x, y, *, k, n_permutations, alpha, n_boot, seed, control, device
     note(f"scoring {label or f'{x.name} × {y.name}'} on {len(x.sample_ids)} pairs: {x.n_layers} × {y.n_layers} layers, "
          f"{n_permutations} permutations, {n_boot} bootstraps")
     matrix = layerwise_alignment(x, y, metric="mutual_knn", k=k, device=device)
-    ctrl = (layerwise_alignment(x, shuffled_pairing(y, seed=seed), metric="mutual_knn", k=k, device=device)
-            if control else None)
     cal = (permutation_test_layerwise(x.values, y.values, metric="mutual_knn", k=k, n_permutations=n_permutations,
                                       alpha=alpha, seed=seed, selection_aware=True, device=device)
            if n_permutations else None)
+    ctrl = None
+    if control and cal is not None:
+        # the null's first permutation is the control's (both the first draw of default_rng(seed)), and a
+        # null matrix equals the metric recomputed on the re-paired rows bit for bit: no second neighbour search
+        ctrl = dataclasses.replace(matrix, scores=np.array(cal.null[0], dtype=np.float64))
+    elif control:
+        ctrl = layerwise_alignment(x, shuffled_pairing(y, seed=seed), metric="mutual_knn", k=k, device=device)
     ci = None
     if n_boot:
         i, j, _ = matrix.peak
