@@ -164,11 +164,12 @@ def test_layerwise_null_equals_loop(name):
 def test_layerwise_null_exact_at_every_word_width(name, n_layers_x):
     """The packed membership words are int8 / int16 / int32 / int64 by the number of X layers (and
     split past 63); the null equals the metric on explicitly permuted rows at each boundary, with
-    tied rows (integer features) in half of the layers."""
+    tied rows (integer features) in half of the layers and a constant layer."""
     rng = np.random.default_rng(n_layers_x)
     n = 24
     XL = rng.normal(size=(n_layers_x, n, 4))
     XL[::2] = np.round(XL[::2])  # ties at the k-th place
+    XL[1] = 1.0  # a constant layer (every row one tie, recorded as none): NaN scores
     YL = np.stack([XL[0] @ rng.normal(size=(4, 3)) + 0.5 * rng.normal(size=(n, 3)), np.round(rng.normal(size=(n, 3)))])
     res = M.permutation_test_layerwise(XL, YL, metric=name, k=4, n_permutations=19, seed=1)
     rng1 = np.random.default_rng(1)
@@ -177,6 +178,7 @@ def test_layerwise_null_exact_at_every_word_width(name, n_layers_x):
     for t in (0, 18):
         ref = np.array([[f(a, b[perms[t]], k=4) for b in YL] for a in XL])
         np.testing.assert_array_equal(res.null[t], ref)
+    assert np.isnan(res.null[:, 1]).all() and not np.isnan(res.null[:, 0]).any()
 
 
 def test_p_value_against_scipy_permutation_test():

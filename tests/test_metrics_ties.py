@@ -202,3 +202,19 @@ def test_false_positive_rate_on_tied_independent_data(kind):
     assert rejections <= 7
     # and the raw score of unrelated tied data sits at the chance level k / (N - 1)
     assert np.mean(observed) == pytest.approx(M.mutual_knn_chance(40, 4), abs=0.02)
+
+
+def test_degenerate_layer_records_no_straddling_rows():
+    """A constant layer's rows are one tie each (N - 1 samples); its scores are NaN, so no tie records
+    are kept for it, while a tied valid layer keeps its own."""
+    import torch
+
+    from prh_lib.metrics._bits import Backend
+    from prh_lib.metrics._neighbours import hoods_from_features
+
+    rng = np.random.default_rng(0)
+    XL = torch.tensor(np.stack([np.ones((20, 3)), np.round(rng.normal(size=(20, 3))), rng.normal(size=(20, 3))]))
+    h = hoods_from_features(XL, k=4, kind="cosine", name="X", bk=Backend(torch.device("cpu")))
+    assert h.valid.tolist() == [False, True, True]
+    assert not np.asarray(h.straddle)[0].any() and 0 not in set(np.asarray(h.s_layer).tolist())
+    assert np.asarray(h.straddle)[1].any() and set(np.asarray(h.s_layer).tolist()) == {1}

@@ -51,7 +51,8 @@ class Hoods:
     s_layer, s_row : (R,) int64 -- the straddling rows, in order of ``layer * N + row``
     s_code : (R, N + 1) int8 -- 1 for ``S``, 2 for ``T``, else 0; column ``N`` is a sentinel (0)
     s_r, s_t : (R,) int64 -- places left for tied samples and number of tied samples (``r < t``)
-    valid : (L,) bool (NumPy) -- False for degenerate layers (all samples identical)
+    valid : (L,) bool (NumPy) -- False for degenerate layers (all samples identical); their rows are not
+        recorded as straddling (every score of such a layer is NaN)
     gram : (L, N, N) float32 torch tensor of raw inner products (CKNNA only), else None
     n_zero : int -- all-zero rows over the layers (cosine kind; see :func:`warn_zero_rows`)
     """
@@ -336,9 +337,14 @@ def _assemble(parts, valid, k, N, bk: Backend, gram) -> Hoods:
     code = torch.cat([p[4] for p in parts])
     r = torch.cat([p[5] for p in parts])
     t = torch.cat([p[6] for p in parts])
+    valid = np.asarray(valid, dtype=bool)
+    if not valid.all():  # a degenerate layer is one tie (N - 1 samples a row) whose scores are NaN by definition:
+        keep = torch.from_numpy(valid).to(layers.device)[layers]  # its tie records would only cost time
+        straddle = straddle & torch.from_numpy(valid).to(straddle.device)[:, None]
+        layers, rows, code, r, t = layers[keep], rows[keep], code[keep], r[keep], t[keep]
     to = bk.asarray
     s_code = code.cpu().numpy() if bk.numpy else code
     return Hoods(
         idx=to(idx), straddle=bk.asbool(straddle), s_layer=to(layers), s_row=to(rows), s_code=s_code,
-        s_r=to(r), s_t=to(t), valid=np.asarray(valid, dtype=bool), k=k, n=N, bk=bk, gram=gram,
+        s_r=to(r), s_t=to(t), valid=valid, k=k, n=N, bk=bk, gram=gram,
     )
