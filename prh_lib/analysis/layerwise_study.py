@@ -257,9 +257,10 @@ def aggregate_peaks(df: pd.DataFrame, *, preprocessing: str | None = None) -> pd
     a_peak = agg("peak", ("score", "calibrated", "depth_x", "depth_y"))
     a_final = agg("final", ("score", "calibrated"))
     a_ctrl = agg("control:shuffled-max")
+    by_key = {key: g for key, g in peaks.groupby(keys, sort=False)}  # one split, not a look-up per pair
     rows = []
     for key in order:
-        g = peaks.set_index(keys).loc[[key]]
+        g = by_key[key]
         loc = Counter(f"{a} × {b}" for a, b in zip(g["layer_x"], g["layer_y"])).most_common(1)[0]
         n, kk = int(g["n"].iloc[0]), int(g["k"].iloc[0])
         fp = a_final.loc[key] if a_final is not None else None
