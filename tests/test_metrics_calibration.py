@@ -159,12 +159,17 @@ def test_layerwise_null_equals_loop(name):
     np.testing.assert_allclose(res.observed, M.LAYERWISE_METRICS[name](XL, YL, **_opts(name)), atol=1e-12)
 
 
+@pytest.mark.parametrize("numpy_backend", [True, False])
 @pytest.mark.parametrize("n_layers_x", [7, 8, 15, 16, 31, 32, 63, 64])
 @pytest.mark.parametrize("name", ["mutual_knn", "jaccard_knn", "cycle_knn"])
-def test_layerwise_null_exact_at_every_word_width(name, n_layers_x):
+def test_layerwise_null_exact_at_every_word_width(name, n_layers_x, numpy_backend, monkeypatch):
     """The packed membership words are int8 / int16 / int32 / int64 by the number of X layers (and
     split past 63); the null equals the metric on explicitly permuted rows at each boundary, with
-    tied rows (integer features) in half of the layers and a constant layer."""
+    tied rows (integer features) in half of the layers and a constant layer, on both backends (torch: the
+    CUDA code path, run on the CPU)."""
+    from prh_lib.metrics import _bits
+
+    monkeypatch.setattr(_bits, "NUMPY_ON_CPU", numpy_backend)
     rng = np.random.default_rng(n_layers_x)
     n = 24
     XL = rng.normal(size=(n_layers_x, n, 4))
