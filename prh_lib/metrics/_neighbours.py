@@ -339,8 +339,9 @@ def _assemble(parts, valid, k, N, bk: Backend, gram) -> Hoods:
     t = torch.cat([p[6] for p in parts])
     valid = np.asarray(valid, dtype=bool)
     if not valid.all():  # a degenerate layer is one tie (N - 1 samples a row) whose scores are NaN by definition:
-        keep = torch.from_numpy(valid).to(layers.device)[layers]  # its tie records would only cost time
-        straddle = straddle & torch.from_numpy(valid).to(straddle.device)[:, None]
+        ok = torch.from_numpy(valid).to(straddle.device)  # its tie records would only cost time
+        keep = ok[layers]
+        straddle = straddle & ok[:, None]
         layers, rows, code, r, t = layers[keep], rows[keep], code[keep], r[keep], t[keep]
     to = bk.asarray
     s_code = code.cpu().numpy() if bk.numpy else code
