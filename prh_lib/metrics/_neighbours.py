@@ -204,8 +204,9 @@ def select_rows(S: torch.Tensor, k: int, ranks=None):
 
 def candidates(k: int, n: int) -> int:
     """Candidates per row kept from the full sample for :func:`hoods_of_resamples`: ``3 k + 10``, at most
-    the ``n - 1`` other samples. A resample holds each candidate ``Poisson(1)``-many times, so fewer than ``k`` copies among
-    ``3 k + 10`` candidates is rare (about 1e-5 of the rows at ``k = 10``); such rows take the exact path."""
+    the ``n - 1`` other samples. A resample holds each candidate ``Poisson(1)``-many times, so fewer than
+    ``k`` copies among ``3 k + 10`` candidates is rare (about 1e-5 of the rows at ``k = 10``); such rows
+    take the exact path."""
     return min(3 * k + 10, n - 1)
 
 
@@ -227,7 +228,7 @@ def hoods_of_resamples(S: torch.Tensor, valid, draws: torch.Tensor, *, k: int, b
     N = S.shape[0]
     B, m = draws.shape
     dev = S.device
-    T = min(candidates(k, N), N - 1)
+    T = candidates(k, N)
     Sd = S.clone()
     Sd.fill_diagonal_(float("-inf"))
     # one more than the candidates (when there is one), to see a tie at the candidates' edge
