@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas is imported where a table is built: the book build reads the checklist without it
+    import pandas as pd
 
 PAPER = "Herbst et al. 2026, arXiv 2611.12869"
 COMPANION = "arXiv 2609.24209"
@@ -246,6 +248,8 @@ def claims_table(rows: list[dict], *, chapter: str | None = None) -> pd.DataFram
         raise ValueError(f"unknown claim ids {unknown}; valid ids: {sorted(CLAIMS)}")
     if len(set(ids)) != len(ids):
         raise ValueError(f"a claim appears twice: {sorted(i for i in ids if ids.count(i) > 1)}")
+    import pandas as pd
+
     rows = list(rows) + (untested(chapter, rows) if chapter else [])
     order = {cid: i for i, cid in enumerate(CLAIMS)}
     rows.sort(key=lambda r: order[r["id"]])
@@ -275,15 +279,8 @@ def verdict_counts(rows: list[dict]) -> dict[str, int]:
     return counts
 
 
-def checklist(rows_by_chapter: dict[str, list[dict] | None]) -> pd.DataFrame:
-    """The front page's claims checklist over the whole book.
-
-    Parameters
-    ----------
-    rows_by_chapter : dict
-        Chapter name -> the rows its page recorded, or None for a chapter not run in this build (its
-        claims are then listed with the verdict "not run in this build").
-    """
+def _checklist_rows(rows_by_chapter: dict[str, list[dict] | None]) -> list[dict]:
+    """The checklist's rows (id, page, claim, paper, this build, verdict), one per claim in :data:`CLAIMS` order."""
     rows = []
     for claim in CLAIMS.values():
         recorded = rows_by_chapter.get(claim.chapter)
@@ -294,11 +291,31 @@ def checklist(rows_by_chapter: dict[str, list[dict] | None]) -> pd.DataFrame:
             row = match[0]
         else:
             row = finding(claim, this_build=None, holds=None)
-        rows.append(row | {"page": claim.chapter})
-    frame = pd.DataFrame([{"page": r["page"], "claim": r["claim"], "paper": f"{r['paper']} [{r['source']}]",
-                           "this build": r["this build"], "verdict": r["verdict"]} for r in rows],
-                         index=pd.Index([r["id"] for r in rows], name="id"))
-    return frame
+        rows.append({"id": row["id"], "page": claim.chapter, "claim": row["claim"],
+                     "paper": f"{row['paper']} [{row['source']}]", "this build": row["this build"],
+                     "verdict": row["verdict"]})
+    return rows
+
+
+def checklist(rows_by_chapter: dict[str, list[dict] | None]) -> pd.DataFrame:
+    """The front page's claims checklist over the whole book.
+
+    Parameters
+    ----------
+    rows_by_chapter : dict
+        Chapter name -> the rows its page recorded, or None for a chapter not run in this build (its
+        claims are then listed with the verdict "not run in this build").
+
+    Returns
+    -------
+    DataFrame
+        One row per claim, indexed by claim id; columns page, claim, paper (with source), this build, verdict.
+    """
+    import pandas as pd
+
+    rows = _checklist_rows(rows_by_chapter)
+    return pd.DataFrame([{k: r[k] for k in ("page", "claim", "paper", "this build", "verdict")} for r in rows],
+                        index=pd.Index([r["id"] for r in rows], name="id"))
 
 
 #: Name under which each chapter records its "The paper and this build" rows (``report.record``).
@@ -314,13 +331,14 @@ def checklist_markdown(rows_by_chapter: dict[str, list[dict] | None]) -> str:
 
     Each row links to its chapter page; verdicts are the ones the chapters computed in this build.
     """
-    frame = checklist(rows_by_chapter)
+    rows = _checklist_rows(rows_by_chapter)  # not checklist(): the book build need not import pandas
     tally = dict.fromkeys([*VERDICTS, "not run in this build"], 0)
-    for v in frame["verdict"]:
+    for r in rows:
+        v = r["verdict"]
         tally["not testable offline" if v.startswith("not testable") else v] += 1
-    lines = ["This build: " + ", ".join(f"**{n}** {v}" for v, n in tally.items() if n) + f" (of {len(frame)} claims).",
+    lines = ["This build: " + ", ".join(f"**{n}** {v}" for v, n in tally.items() if n) + f" (of {len(rows)} claims).",
              "", "| claim | paper | this build | verdict |", "| --- | --- | --- | --- |"]
-    for _, r in frame.iterrows():
+    for r in rows:
         text = _md_cell(r["claim"]).replace("`", "'").replace("<", "‹")
         lines.append(f"| {{doc}}`{text} </{r['page']}>` | {_md_cell(r['paper'])} | "
                      f"{_md_cell(r['this build'])} | {_md_cell(r['verdict'])} |")

@@ -61,6 +61,24 @@ class CorruptCacheWarning(UserWarning):
 #: torch's counter (through a NumPy array sharing the memory, or ``.data``) are not seen.
 _DIGEST_MEMO: dict[int, tuple[weakref.ref, int, str]] = {}
 
+#: Feature files whose tensor this process read, hashed to the SHA-256 recorded in the file and found finite:
+#: file identity (absolute path, inode, size, mtime and ctime in ns) -> that digest. A chapter reads the same file
+#: once per draw; only the first read of an unchanged file pays for the check (a rewrite, a replacement or
+#: a ``touch`` changes the identity, and the file is checked again). Identities taken before and after the
+#: read must agree, so a file replaced while it was read is not recorded. File times tick coarsely (a few ms on
+#: Linux), so an in-place edit right after a write can keep all three; as git does with "racy" index entries,
+#: a file changed less than :data:`_SETTLED_NS` ago is checked on every read and never recorded.
+_VERIFIED: dict[tuple, str] = {}
+_SETTLED_NS = 2_000_000_000
+
+
+def _file_identity(path: Path) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return os.path.abspath(path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
 
 def values_digest(values: torch.Tensor) -> str:
     """SHA-256 (hex) of the bytes of a float32 tensor as safetensors stores them (C order, little endian).
@@ -73,13 +91,21 @@ def values_digest(values: torch.Tensor) -> str:
         if hit is not None and hit[0]() is values and hit[1] == values._version:
             return hit[2]
     array = values.detach().to("cpu", torch.float32).contiguous().numpy()
-    digest = hashlib.sha256(array.astype("<f4", copy=False).tobytes()).hexdigest()
+    # the buffer itself, not a copy of it (tobytes): C-contiguous, so hashed in the same order
+    digest = hashlib.sha256(memoryview(array.astype("<f4", copy=False)).cast("B")).hexdigest()
     if memo:
-        if len(_DIGEST_MEMO) > 256:
-            for key in [key for key, (ref, _, _) in _DIGEST_MEMO.items() if ref() is None]:
-                del _DIGEST_MEMO[key]
-        _DIGEST_MEMO[id(values)] = (weakref.ref(values), values._version, digest)
+        _remember_digest(values, digest)
     return digest
+
+
+def _remember_digest(values: torch.Tensor, digest: str) -> None:
+    """Record ``digest`` as the SHA-256 of ``values`` at its current version (:data:`_DIGEST_MEMO`)."""
+    if values.is_inference():
+        return
+    if len(_DIGEST_MEMO) > 256:
+        for key in [key for key, (ref, _, _) in _DIGEST_MEMO.items() if ref() is None]:
+            del _DIGEST_MEMO[key]
+    _DIGEST_MEMO[id(values)] = (weakref.ref(values), values._version, digest)
 
 
 @dataclass(frozen=True)
@@ -278,6 +304,7 @@ def load_features(path: str | Path, *, expected_sample_ids: Sequence[str] | None
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no feature file at {path}")
+    identity = _file_identity(path)  # before anything is read (see _VERIFIED)
     meta, labels, ids, dims, _ = _header(path)
     if expected_sample_ids is not None and tuple(expected_sample_ids) != ids:
         raise FeatureMismatchError(f"cached features at {path} hold other rows than the requested pairs")
@@ -287,10 +314,17 @@ def load_features(path: str | Path, *, expected_sample_ids: Sequence[str] | None
     except (SafetensorError, OSError, ValueError, RuntimeError) as err:
         raise CorruptFeatureFileError(path, f"unreadable tensor ({type(err).__name__}: {err})") from err
     recorded = meta.pop("values_sha256", None)
-    if recorded is not None and values_digest(values) != recorded:
-        raise CorruptFeatureFileError(path, "the tensor bytes do not match the SHA-256 recorded when it was written")
-    if not bool(torch.isfinite(values).all()):
-        raise CorruptFeatureFileError(path, f"{int((~torch.isfinite(values)).sum())} non-finite values")
+    if (recorded is not None and identity is not None and _VERIFIED.get(identity) == recorded
+            and identity == _file_identity(path)):
+        _remember_digest(values, recorded)  # these bytes were checked in this process and the file is unchanged
+    else:
+        if recorded is not None and values_digest(values) != recorded:
+            raise CorruptFeatureFileError(path, "the tensor bytes do not match the SHA-256 recorded when it was written")
+        if not bool(torch.isfinite(values).all()):
+            raise CorruptFeatureFileError(path, f"{int((~torch.isfinite(values)).sum())} non-finite values")
+        if (recorded is not None and identity is not None and identity == _file_identity(path)
+                and time.time_ns() - max(identity[-2:]) > _SETTLED_NS):
+            _VERIFIED[identity] = recorded
     try:
         return LayerFeatures(values, labels, ids, meta, dims)
     except ValueError as err:

@@ -92,6 +92,36 @@ def test_load_features_names_the_file_and_the_problem(kind, tmp_path):
     assert str(path) in str(info.value)
 
 
+def _pin_times(path, mtime_ns):
+    """Give ``path`` an mtime of its own (its ctime becomes now): the file's identity changes for certain."""
+    os.utime(path, ns=(mtime_ns, mtime_ns))
+
+
+def test_a_settled_file_is_checked_once_per_process_and_again_once_it_changes(tmp_path, monkeypatch):
+    """features._VERIFIED: a second read of an unchanged file skips the SHA-256 (its digest is still known
+    for the score cache); a file edited in place, or one changed less than _SETTLED_NS ago, is checked."""
+    hashed = []
+    real_sha256 = features.hashlib.sha256
+    monkeypatch.setattr(features.hashlib, "sha256", lambda data=b"": hashed.append(1) or real_sha256(data))
+    path = features.save_features(_features(), tmp_path / "f.safetensors")
+    recorded = features.check_feature_file(path)["values_sha256"]
+    first = features.load_features(path, expected_sample_ids=IDS)
+    features.load_features(path, expected_sample_ids=IDS)
+    assert len(hashed) == 3  # written, then read twice: just written, so not settled and checked each time
+    monkeypatch.setattr(features, "_SETTLED_NS", 0)
+    hashed.clear()
+    features.load_features(path, expected_sample_ids=IDS)  # checked and recorded
+    again = features.load_features(path, expected_sample_ids=IDS)  # recorded: not hashed
+    assert len(hashed) == 1 and again.values is not first.values and torch.equal(again.values, first.values)
+    assert features.values_digest(again.values) == recorded and len(hashed) == 1  # its digest is known
+    _payload_overwritten(path)
+    _pin_times(path, path.stat().st_mtime_ns + 1_000_000)
+    with pytest.raises(features.CorruptFeatureFileError, match="do not match the SHA-256"):
+        features.load_features(path, expected_sample_ids=IDS)
+    with pytest.raises(features.CorruptFeatureFileError, match="do not match the SHA-256"):
+        features.load_features(path, expected_sample_ids=IDS)  # a failed check records nothing
+
+
 def test_non_finite_values_are_refused_on_writing_and_caught_on_reading(tmp_path):
     bad = _features()
     bad.values[1, 2, 0] = float("nan")

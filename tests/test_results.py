@@ -202,6 +202,34 @@ def test_compact_deletes_only_superseded_files(root):
     assert results.compact() == []
 
 
+
+def test_compact_keeps_exactly_the_parts_of_each_keys_winning_run(root):
+    """compact() reduces each part to its runs' first writes; what it keeps must equal the winners found on
+    every row of the table (``_latest_only``): parts holding several draws, runs spanning several parts, a
+    part superseded for one draw but not for another, two chapters and two parameter sets."""
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(0)
+    for i in range(8):
+        rid = results.new_run_id()
+        for quantity in ("layer_pair", "peak"):  # two parts per run, written apart in time
+            for dataset in ("d", "e"):
+                draws = [d for d in range(3) if rng.random() < 0.6]  # the other draws: left to earlier runs
+                if not draws:
+                    continue
+                rows = [r | {"draw": d} for d in draws for r in _rows(2, quantity=quantity, offset=i)]
+                results.write(rows, chapter=("ch", "ch2")[i % 2], params={"k": i % 3 == 0}, dataset=dataset,
+                              run_id=rid)
+    files = results._files(root)
+    every_row = pd.concat([pq.read_table(f).to_pandas().assign(_file=str(f)) for f in files], ignore_index=True)
+    expected_kept = set(results._latest_only(every_row)["_file"])
+    assert 0 < len(expected_kept) < len(files)  # the table has something to keep and something to drop
+    live = results.load()
+    gone = results.compact()
+    assert {str(p) for p in gone} == {str(f) for f in files} - expected_kept
+    pd.testing.assert_frame_equal(results.load(), live)
+
+
 # ------------------------------------------------------------------------------------- concurrency
 
 N_WRITERS, N_RUNS, N_ROWS = 8, 3, 10
