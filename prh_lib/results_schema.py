@@ -83,24 +83,26 @@ def _validate_rows(rows, **constants) -> pd.DataFrame:
     if df.empty:
         return df
     extra_cols = [c for c in df.columns if c not in COLUMNS]
-    out = pd.DataFrame(index=df.index)
+    columns = {}
     for col, kind in COLUMNS.items():
         if col in PROVENANCE:
             continue
         if col not in df.columns:
             if col in REQUIRED:
                 raise ValueError(f"required column {col!r} is missing; give it in rows or as write({col}=...)")
-            out[col] = _empty(kind, len(df))
+            columns[col] = _empty(kind, len(df))
         else:
-            out[col] = _coerce(col, kind, df[col])
-            if col in REQUIRED and out[col].isna().any() and col != "score":
-                raise ValueError(f"required column {col!r} has null values in rows "
-                                 f"{list(np.flatnonzero(out[col].isna().to_numpy())[:5])}")
+            columns[col] = _coerce(col, kind, df[col])
+            if col in REQUIRED and col != "score":
+                null = np.asarray(pd.isna(columns[col]), dtype=bool)
+                if null.any():
+                    raise ValueError(f"required column {col!r} has null values in rows {np.flatnonzero(null)[:5].tolist()}")
     if extra_cols:
-        out["extra"] = [_canonical_json({c: _plain(v) for c, v in r.items()}) for r in df[extra_cols].to_dict("records")]
+        columns["extra"] = [_canonical_json({c: _plain(v) for c, v in r.items()})
+                            for r in df[extra_cols].to_dict("records")]
     else:
-        out["extra"] = "{}"
-    return out
+        columns["extra"] = ["{}"] * len(df)
+    return pd.DataFrame(columns, index=df.index)  # one frame built at once, not column by column
 
 
 def _plain(v):
@@ -123,7 +125,40 @@ def _is_null(v) -> bool:
     return v is None or v is pd.NA or (isinstance(v, (float, np.floating)) and math.isnan(v))
 
 
+def _check_range(col: str, arr: np.ndarray) -> None:
+    if col in _RANGES:
+        lo, hi = _RANGES[col]
+        out = arr[~np.isnan(arr) & ((arr < lo) | (arr > hi))]
+        if out.size:
+            raise ValueError(f"column {col!r} must lie in [{lo}, {hi}]; got {out[:5].tolist()}")
+
+
+def _numeric_dtype(values: pd.Series) -> str | None:
+    """"float" or "int" when ``values`` has a numeric dtype (NumPy or pandas' nullable ones; bool is not
+    numeric here), else None: then each value is checked on its own."""
+    dtype = values.dtype
+    if pd.api.types.is_bool_dtype(dtype) or not pd.api.types.is_numeric_dtype(dtype):
+        return None
+    return "int" if pd.api.types.is_integer_dtype(dtype) else "float" if pd.api.types.is_float_dtype(dtype) else None
+
+
 def _coerce(col: str, kind: str, values: pd.Series):
+    numeric = _numeric_dtype(values)
+    if numeric is not None and kind in (_FLOAT, _INT):  # a numeric column: checked as one array
+        arr = values.to_numpy(dtype=np.float64, na_value=np.nan)
+        if kind == _FLOAT:
+            _check_range(col, arr)
+            return arr
+        if numeric == "int":
+            return pd.array(values, dtype="Int64")
+        nonnull = ~np.isnan(arr)
+        bad = nonnull & ~(np.isfinite(arr) & (arr == np.floor(arr)))
+        if bad.any():
+            v = float(arr[np.flatnonzero(bad)[0]])
+            raise ValueError(f"column {col!r} must hold integers; got {v!r} ({type(v).__name__})")
+        out = pd.array(np.where(nonnull, arr, 0).astype(np.int64), dtype="Int64")
+        out[~nonnull] = pd.NA
+        return out
     vals = list(values)
     bad = None
     if kind == _STR:
@@ -136,11 +171,7 @@ def _coerce(col: str, kind: str, values: pd.Series):
             if not _is_null(v) and (isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number))):
                 raise ValueError(f"column {col!r} must hold numbers; got {v!r} ({type(v).__name__})")
         arr = np.array([np.nan if _is_null(v) else float(v) for v in vals], dtype=np.float64)
-        if col in _RANGES:
-            lo, hi = _RANGES[col]
-            out = arr[~np.isnan(arr) & ((arr < lo) | (arr > hi))]
-            if out.size:
-                raise ValueError(f"column {col!r} must lie in [{lo}, {hi}]; got {out[:5].tolist()}")
+        _check_range(col, arr)
         return arr
     # integers: Python/NumPy ints, or floats that are whole numbers (a column with NaN becomes float)
     ints = []

@@ -343,3 +343,49 @@ def test_aggregate_rejects_groups_that_hold_two_rows_per_draw(root):
 def test_format_mean_std():
     assert results.format_mean_std(0.12345, 0.0041, 5) == "0.123 ± 0.004 (5 draws)"
     assert results.format_mean_std(0.2, float("nan"), 1) == "0.200 (one draw; cannot be repeated)"
+
+
+def test_numeric_columns_are_coerced_as_arrays_exactly_as_value_by_value():
+    """results_schema._coerce checks a numeric column as one array; the same values given as Python objects
+    (an object column: checked one by one) must give the same frame, and the same errors."""
+    from prh_lib.results_schema import _validate_rows
+
+    n = 7
+    frame = pd.DataFrame({
+        "metric": ["mutual_knn"] * n, "quantity": ["layer_pair"] * n, "dataset": ["d"] * n,
+        "draw": np.arange(n), "k": pd.array([10, None, 10, 5, 5, 10, 10], dtype="Int64"),
+        "n": np.array([239.0, np.nan, 239.0, 1024.0, 1.0, 0.0, -3.0]),  # whole floats and NaN: integers
+        "seed": np.arange(n, dtype=np.int32), "score": np.linspace(-0.1, 0.9, n).astype(np.float32),
+        "depth_x": pd.array([0.0, None, 0.5, 1.0, 0.25, 0.75, 1.0], dtype="Float64"),
+        "tau": np.array([1, 2, 3, 4, 5, 6, 7], dtype=np.int64),  # integers in a float column
+        "p": np.array([0.01, np.nan, 1.0, 0.0, 0.5, 0.2, 0.3]), "ci_low": np.arange(n) / 10,
+    })
+    as_objects = frame.astype(object).where(frame.notna(), None)
+    fast, slow = _validate_rows(frame), _validate_rows(as_objects)
+    pd.testing.assert_frame_equal(fast, slow)
+    assert str(fast["k"].dtype) == "Int64" and fast["k"].isna().tolist() == [False, True] + [False] * 5
+    for column, values, message in [
+        ("n", np.array([1.0, 2.5] + [1.0] * (n - 2)), r"column 'n' must hold integers; got 2.5"),
+        ("n", np.array([1.0, np.inf] + [1.0] * (n - 2)), r"column 'n' must hold integers; got inf"),
+        ("p", np.array([0.5, 1.5] + [0.5] * (n - 2)), r"column 'p' must lie in \[0.0, 1.0\]; got \[1.5\]"),
+        ("score", np.array([True] * n), r"column 'score' must hold numbers"),
+        ("draw", pd.array([0, None] + [1] * (n - 2), dtype="Int64"), r"required column 'draw' has null values in rows \[1\]"),
+    ]:
+        for given in (frame.assign(**{column: values}), as_objects.assign(**{column: list(values)})):
+            with pytest.raises(ValueError, match=message):
+                _validate_rows(given)
+
+
+def test_expand_extra_parses_each_distinct_text_once_and_matches_row_by_row():
+    """expand_extra_columns parses the distinct ``extra`` texts only; the frame must equal parsing each row:
+    keys missing in some rows (NaN), ints, floats with NaN, strings, lists, and a non-default index."""
+    import json
+
+    texts = ['{"a":1,"b":"x"}', '{"a":2}', '{"a":1,"b":"x"}', '{"c":NaN,"d":[1,2]}', '{}', '{"a":2}']
+    df = pd.DataFrame({"score": np.arange(len(texts), dtype=float), "extra": texts},
+                      index=pd.Index([10, 3, 7, 1, 2, 5], name="row"))
+    by_row = pd.DataFrame([json.loads(t) for t in texts], index=df.index)
+    expected = pd.concat([df, by_row], axis=1)
+    got = results.expand_extra_columns(df)
+    pd.testing.assert_frame_equal(got, expected)
+    assert got.loc[7, "b"] == "x" and np.isnan(got.loc[3, "c"]) and got.loc[1, "d"] == [1, 2]
