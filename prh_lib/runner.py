@@ -133,6 +133,11 @@ def run_notebook(name: str, params: dict[str, object], *, output_dir: Path | Non
                 # critical path between cells (0.6-0.8 s a chapter), and the terminal follows the progress
                 # channel, not the half-written notebook
                 request_save_on_cell_execute=False,
+                # once the last cell has replied, nothing in the kernel is left to run: every file it writes
+                # is written atomically within a cell, and prh_lib registers no exit hooks. A graceful
+                # shutdown waits 1-1.5 s for Python (with torch loaded) to finalise; a batch kernel keeps no
+                # IPython history (nothing to flush at exit, no history database shared by side-by-side kernels)
+                shutdown_kernel="immediate", extra_arguments=["--HistoryManager.enabled=False"],
                 config=Config({"KernelManager": {**_KERNEL_CONFIG["KernelManager"], "ip": str(Path(tmp) / "kernel")}}),
             )
             fold_parameters(tmp_out, source=f"notebooks/{name}.py")

@@ -71,3 +71,53 @@ def test_quantile_from_topk_is_numpys_linear_quantile(shape, q):
     a = torch.randn(*shape, generator=torch.Generator().manual_seed(len(shape) + shape[-1]), dtype=torch.float64)
     a[..., ::3] = a[..., :1].clone()  # ties
     np.testing.assert_allclose(_quantile_lastdim(a, q).numpy(), np.quantile(a.numpy(), q, axis=-1), rtol=0, atol=1e-12)
+
+
+def _padded_stack(seed, n_layers=5, n=40, dim=24):
+    rng = np.random.default_rng(seed)
+    dims = tuple(int(d) for d in rng.integers(4, dim + 1, size=n_layers))
+    v = torch.from_numpy(rng.standard_t(3, size=(n_layers, n, dim))).float()
+    for i, d in enumerate(dims):
+        v[i, :, d:] = 0  # narrower layers zero-padded
+    return LayerFeatures(v, tuple(f"l{i}" for i in range(n_layers)), tuple(str(i) for i in range(n)),
+                         {"model": f"t{seed}"}, dims)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_layer_clipping_gives_the_bytes_of_clip_outliers_per_layer(seed):
+    """clip="layer" clamps at layer_clip_thresholds (memoised); the bytes must be those of clipping each
+    layer's true width with metrics.clip_outliers(scope="prh"), the function it stands for."""
+    from prh_lib.metrics import clip_outliers
+
+    f = _padded_stack(seed)
+    expected = f.values.clone()
+    for i, d in enumerate(f.layer_dims):
+        expected[i, :, :d] = clip_outliers(f.values[i, :, :d], q=0.9)
+    got = analysis.clip_features(f, q=0.9, clip="layer").values
+    assert torch.equal(got, expected)
+    assert (got[:, :, :].abs() > 0).sum() == (f.values.abs() > 0).sum()  # padding stays zero, nothing else is
+
+
+def test_clipped_stacks_carry_the_digest_of_their_bytes(tmp_path, monkeypatch):
+    """The digest a clipped stack is given from _CLIPPED_DIGESTS (its second clipping on) must be the SHA-256
+    of its bytes; other thresholds, another mode or other layer widths must not share it."""
+    import hashlib
+
+    from prh_lib.analysis import core
+    from prh_lib.features import values_digest
+
+    monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(core, "_CLIPPED_DIGESTS", {})
+    f, g = _padded_stack(3), _padded_stack(4)
+    narrower = f.replace(f.values)  # same bytes, other layer widths: other layer thresholds
+    object.__setattr__(narrower, "layer_dims", tuple(max(1, d - 2) for d in f.layer_dims))
+    seen = {}
+    for _ in range(2):
+        for name, src in [("f", f), ("g", g), ("narrower", narrower)]:
+            for clip in ("stack", "layer"):
+                for q in (0.9, 0.95):
+                    values = analysis.clip_features(src, q=q, clip=clip).values
+                    truth = hashlib.sha256(values.numpy().astype("<f4").tobytes()).hexdigest()
+                    assert values_digest(values) == truth, (name, clip, q)
+                    seen.setdefault(truth, set()).add((name, clip, q))
+    assert len(core._CLIPPED_DIGESTS) == 12 and all(len(v) == 1 for v in seen.values())

@@ -23,10 +23,11 @@ import pandas as pd
 import torch
 
 from .. import extract, score_cache
+from .. import features as _features_module
 from ..features import LayerFeatures, check_aligned
 from ..progress import note
 from ..score_cache import features_key
-from ..metrics import bootstrap_ci, clip_outliers, get_layerwise_metric, permutation_test_layerwise
+from ..metrics import bootstrap_ci, get_layerwise_metric, permutation_test_layerwise
 from ..metrics.preprocess import _quantile_lastdim
 from ..validation import check_model_pairs
 
@@ -210,14 +211,65 @@ def clip_features(features: LayerFeatures, *, q: float | None = 0.95, clip: str 
         raise ValueError(f"clip_q must be in (0, 1] or None; got {q!r}")
     if clip is None or q is None or q == 1:
         return features
-    values = features.values.clone()
     if clip == "stack":
-        t = clip_threshold(features, q=q)
-        values = values.clamp(-t, t)  # zero padding stays zero
+        thresholds = (clip_threshold(features, q=q),)
+        values = features.values.clamp(-thresholds[0], thresholds[0])  # zero padding stays zero
     else:
-        for i, d in enumerate(features.layer_dims):
-            values[i, :, :d] = clip_outliers(features.values[i, :, :d], q=q)
-    return features.replace(values, clip_q=str(q), clip=clip)
+        thresholds = tuple(layer_clip_thresholds(features, q=q))
+        values = features.values.clone()
+        for i, (d, t) in enumerate(zip(features.layer_dims, thresholds)):
+            values[i, :, :d] = features.values[i, :, :d].clamp(-t, t)
+    out = features.replace(values, clip_q=str(q), clip=clip)
+    _clipped_digest(features, out, clip, thresholds)
+    return out
+
+
+#: (digest of the source stack, its layer widths, clip mode, thresholds) -> SHA-256 of the clipped stack.
+#: Clamping is elementwise, so the same source bytes clamped at the same thresholds give the same bytes: a
+#: chapter clips the same stack once per draw and variant, and the score cache keys each clipped stack by
+#: its digest, which is then computed once a process (``tests/test_clip_features.py`` checks it against
+#: hashing the clipped values).
+_CLIPPED_DIGESTS: dict[tuple, str] = {}
+
+
+def _clipped_digest(source: LayerFeatures, clipped: LayerFeatures, clip: str, thresholds: tuple) -> None:
+    """Give ``clipped.values`` its digest (:func:`prh_lib.features.values_digest`) from :data:`_CLIPPED_DIGESTS`,
+    or record it there; nothing when the score cache is off (then no digest is needed)."""
+    if not score_cache.enabled():
+        return
+    key = (_features_module.values_digest(source.values), tuple(source.layer_dims), tuple(source.values.shape), clip,
+           thresholds)
+    known = _CLIPPED_DIGESTS.get(key)
+    if known is None:
+        if len(_CLIPPED_DIGESTS) > 4096:
+            _CLIPPED_DIGESTS.clear()
+        _CLIPPED_DIGESTS[key] = _features_module.values_digest(clipped.values)
+    else:
+        _features_module._remember_digest(clipped.values, known)
+
+
+@score_cache.memoize("layer_clip_thresholds")  # one quantile per layer and sample, on every draw otherwise
+def layer_clip_thresholds(features: LayerFeatures, *, q: float = 0.95) -> list[float]:
+    """The thresholds of ``clip_features(..., clip="layer")``: one per layer, that layer alone.
+
+    For layer ``i`` of true width ``d_i``: the mean over samples of each sample's ``q``-quantile of ``|x|``
+    over the layer's ``d_i`` features, computed in float32 exactly as
+    :func:`prh_lib.metrics.clip_outliers` (``scope="prh"``) computes it on that layer, so clamping at these
+    values gives the same bytes as that function.
+
+    Parameters
+    ----------
+    features : LayerFeatures
+        ``values`` of shape (n_layers, n_samples, dim), float32.
+    q : float in (0, 1)
+
+    Returns
+    -------
+    list of float, length n_layers
+        Each >= 0 (0 only for an all-zero layer); a float32 value held exactly as a Python float.
+    """
+    return [float(_quantile_lastdim(features.values[i, :, :d].abs(), float(q)).mean())
+            for i, d in enumerate(features.layer_dims)]
 
 
 def preprocessing_label(clip_q: float | None, clip: str | None = "stack") -> str:
