@@ -92,15 +92,13 @@ warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm without
 
 import pandas as pd
 from IPython.display import Markdown
-from transformers.utils import logging as hf_logging
-
 from prh_lib import analysis, claims, figures, models, report, results
 from prh_lib.analysis import regimes
 from prh_lib.data import study
+from prh_lib.lm.quiet import quiet_hub_for_session
 
 warnings.filterwarnings("ignore", message=".*degenerate.*")  # the ViT embedding-output CLS token (Section 3.1)
-hf_logging.disable_progress_bar()  # models load only when their features are not cached yet
-hf_logging.set_verbosity_error()
+quiet_hub_for_session()  # models load only when their features are not cached yet (transformers not imported before)
 pd.set_option("display.max_colwidth", None)
 CHAPTER = "sec3_3_regimes"
 MISSING = "needs the paper profile"

@@ -52,6 +52,33 @@ def test_tfidf_svd_is_the_truncated_svd_and_is_capped(d):
     assert big.values.shape[-1] == len(WORDS) - 1  # min(n, vocabulary) - 1
 
 
+@pytest.mark.parametrize("svd", [None, 5])
+def test_tfidf_from_the_score_cache_equals_a_fresh_computation(svd, tmp_path, monkeypatch):
+    """The bag of words is cached by its texts in row order and options: a cached read gives the same
+    bytes and metadata as a computation with the cache off, and other captions or another seed are not
+    answered from it."""
+    monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path))
+    pairs = _pairs()
+    monkeypatch.setenv("PRH_SCORE_CACHE", "0")
+    fresh = controls.tfidf_features(pairs, svd_components=svd, seed=1)
+    monkeypatch.setenv("PRH_SCORE_CACHE", "1")
+    first, again = (controls.tfidf_features(pairs, svd_components=svd, seed=1) for _ in range(2))
+    assert len(list((tmp_path / "scores").rglob("*.pkl"))) == 1  # computed once, then read
+    for f in (first, again):
+        assert torch.equal(f.values, fresh.values) and f.meta == fresh.meta and f.layer_labels == fresh.layer_labels
+    entries = lambda: len(list((tmp_path / "scores").rglob("*.pkl")))  # noqa: E731
+    reordered = controls.tfidf_features(Pairs("toy", pairs.sample_ids[::-1], pairs.images[::-1], pairs.texts[::-1]),
+                                        svd_components=svd, seed=1)
+    assert entries() == 2  # rows in another order: another entry
+    if svd is None:  # each row depends on its caption and the (same) vocabulary only
+        assert torch.equal(reordered.values[0], fresh.values[0].flip(0))
+    other = controls.tfidf_features(_pairs(seed=1), svd_components=svd, seed=1)
+    assert entries() == 3 and not torch.equal(other.values, fresh.values)
+    if svd:
+        controls.tfidf_features(pairs, svd_components=svd, seed=2)
+        assert entries() == 4  # another seed: computed, not read from the first entry
+
+
 def test_tfidf_rejects_what_it_cannot_vectorise():
     with pytest.raises(ValueError, match="at least 2"):
         controls.tfidf_features(_pairs(n=1))

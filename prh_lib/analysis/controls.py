@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .. import score_cache
 from ..features import LayerFeatures
 from ..validation import check_model_pairs
 from .core import prepare_features, score_pair
@@ -115,29 +116,41 @@ def tfidf_features(pairs, *, svd_components: int | None = None, seed: int = 0, m
     ValueError
         If ``pairs`` has fewer than 2 captions, no caption has a word, or ``svd_components < 1``.
     """
-    from sklearn.decomposition import TruncatedSVD
-    from sklearn.feature_extraction.text import TfidfVectorizer
+    import sklearn
 
     texts = list(pairs.texts)
     if len(texts) < 2:
         raise ValueError(f"TF-IDF needs at least 2 captions, got {len(texts)}")
     if svd_components is not None and int(svd_components) < 1:
         raise ValueError(f"svd_components must be >= 1 or None, got {svd_components}")
+    dense, name, vocabulary = _tfidf_values(texts, svd_components=None if svd_components is None else int(svd_components),
+                                            seed=int(seed), min_df=int(min_df), sklearn_version=sklearn.__version__)
+    values = torch.as_tensor(dense)[None]
+    meta = {"model": name, "modality": "language", "pooling": "bag of words", "revision": f"sklearn-tfidf:min_df={min_df}",
+            "vocabulary": str(vocabulary), "dataset": pairs.dataset, "dtype": "float32"}
+    return LayerFeatures(values, (name,), tuple(pairs.sample_ids), meta)
+
+
+@score_cache.memoize("tfidf_features")  # vectoriser and randomised SVD: 0.2 s a draw, on every run otherwise
+def _tfidf_values(texts: list[str], *, svd_components: int | None, seed: int, min_df: int,
+                  sklearn_version: str) -> tuple[np.ndarray, str, int]:
+    """:func:`tfidf_features`' values ``(n_samples, d)`` float32, layer name and vocabulary size, keyed by the
+    texts in row order, the options and scikit-learn's version (its solvers' numbers may change with it)."""
+    from sklearn.decomposition import TruncatedSVD
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
     try:
         matrix = TfidfVectorizer(lowercase=True, min_df=min_df).fit_transform(texts)
     except ValueError as err:  # empty vocabulary
         raise ValueError(f"TF-IDF of {len(texts)} captions: {err}") from err
     name = tfidf_name(svd_components)
     if svd_components:
-        d = max(1, min(int(svd_components), min(matrix.shape) - 1))
+        d = max(1, min(svd_components, min(matrix.shape) - 1))
         dense = TruncatedSVD(n_components=d, random_state=seed).fit_transform(matrix)
         name = tfidf_name(d)
     else:
         dense = matrix.toarray()
-    values = torch.as_tensor(np.asarray(dense, dtype=np.float32))[None]
-    meta = {"model": name, "modality": "language", "pooling": "bag of words", "revision": f"sklearn-tfidf:min_df={min_df}",
-            "vocabulary": str(matrix.shape[1]), "dataset": pairs.dataset, "dtype": "float32"}
-    return LayerFeatures(values, (name,), tuple(pairs.sample_ids), meta)
+    return np.ascontiguousarray(dense, dtype=np.float32), name, int(matrix.shape[1])
 
 
 def random_init_name(name: str, seed: int) -> str:

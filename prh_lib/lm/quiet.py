@@ -11,12 +11,37 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
 import sys
 import warnings
 
-__all__ = ["quiet"]
+__all__ = ["quiet", "quiet_hub_for_session"]
 
 _LOGGERS = ("transformers", "huggingface_hub", "accelerate", "torch", "timm", "prh_lib", "gguf")
+
+
+def quiet_hub_for_session() -> None:
+    """``transformers`` logs at ERROR and its and the Hub's progress bars off for the rest of the process,
+    without importing ``transformers`` (about 1 s) in a kernel that loads no model.
+
+    A library not imported yet is set through the environment variables it reads when it is imported
+    (``TRANSFORMERS_VERBOSITY=error``, ``HF_HUB_DISABLE_PROGRESS_BARS=1``); one already imported through its
+    own switches (``set_verbosity_error``, ``disable_progress_bar``). For a notebook page whose models load
+    only when their features are not cached; :func:`quiet` scopes the same silence to one block instead.
+    """
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()  # the Hub's bars too
+        return
+    os.environ["TRANSFORMERS_VERBOSITY"] = "error"
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    else:
+        os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
 
 
 @contextlib.contextmanager
