@@ -92,7 +92,8 @@ def values_digest(values: torch.Tensor) -> str:
             return hit[2]
     array = values.detach().to("cpu", torch.float32).contiguous().numpy()
     # the buffer itself, not a copy of it (tobytes): C-contiguous, so hashed in the same order
-    digest = hashlib.sha256(memoryview(array.astype("<f4", copy=False)).cast("B")).hexdigest()
+    data = memoryview(array.astype("<f4", copy=False)).cast("B") if array.size else b""  # no cast of a 0-size view
+    digest = hashlib.sha256(data).hexdigest()
     if memo:
         _remember_digest(values, digest)
     return digest

@@ -152,10 +152,10 @@ def _coerce(col: str, kind: str, values: pd.Series):
         if numeric == "int":
             return pd.array(values, dtype="Int64")
         nonnull = ~np.isnan(arr)
-        bad = nonnull & ~(np.isfinite(arr) & (arr == np.floor(arr)))
+        bad = nonnull & ~(np.isfinite(arr) & (arr == np.floor(arr)) & (arr >= -(2.0 ** 63)) & (arr < 2.0 ** 63))
         if bad.any():
             v = float(arr[np.flatnonzero(bad)[0]])
-            raise ValueError(f"column {col!r} must hold integers; got {v!r} ({type(v).__name__})")
+            raise ValueError(f"column {col!r} must hold integers (int64); got {v!r} ({type(v).__name__})")
         out = pd.array(np.where(nonnull, arr, 0).astype(np.int64), dtype="Int64")
         out[~nonnull] = pd.NA
         return out
@@ -179,8 +179,8 @@ def _coerce(col: str, kind: str, values: pd.Series):
         if _is_null(v):
             ints.append(pd.NA)
         elif isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number)) or (
-                isinstance(v, (float, np.floating)) and not float(v).is_integer()):
-            raise ValueError(f"column {col!r} must hold integers; got {v!r} ({type(v).__name__})")
+                isinstance(v, (float, np.floating)) and not float(v).is_integer()) or not -(2 ** 63) <= v < 2 ** 63:
+            raise ValueError(f"column {col!r} must hold integers (int64); got {v!r} ({type(v).__name__})")
         else:
             ints.append(int(v))
     return pd.array(ints, dtype="Int64")

@@ -92,6 +92,21 @@ def test_load_features_names_the_file_and_the_problem(kind, tmp_path):
     assert str(path) in str(info.value)
 
 
+def test_values_digest_is_the_sha256_of_the_little_endian_float32_bytes():
+    """values_digest hashes the array's buffer: the same digest as hashing a C-ordered copy, for views with
+    odd strides, a big-endian source and a tensor with no entries."""
+    import hashlib
+
+    import numpy as np
+
+    base = torch.arange(60, dtype=torch.float32).reshape(3, 4, 5) / 7
+    big_endian = torch.from_numpy(base.numpy().astype(">f4").astype("<f4"))
+    for t in (base, base.transpose(0, 2), base[:, ::2, 1:], base.flip(1), big_endian, torch.empty(0, 4, 5),
+              base.double()):
+        expected = hashlib.sha256(np.ascontiguousarray(t.detach().to(torch.float32).numpy()).astype("<f4").tobytes())
+        assert features.values_digest(t) == expected.hexdigest()
+
+
 def _pin_times(path, mtime_ns):
     """Give ``path`` an mtime of its own (its ctime becomes now): the file's identity changes for certain."""
     os.utime(path, ns=(mtime_ns, mtime_ns))

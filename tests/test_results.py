@@ -365,8 +365,10 @@ def test_numeric_columns_are_coerced_as_arrays_exactly_as_value_by_value():
     pd.testing.assert_frame_equal(fast, slow)
     assert str(fast["k"].dtype) == "Int64" and fast["k"].isna().tolist() == [False, True] + [False] * 5
     for column, values, message in [
-        ("n", np.array([1.0, 2.5] + [1.0] * (n - 2)), r"column 'n' must hold integers; got 2.5"),
-        ("n", np.array([1.0, np.inf] + [1.0] * (n - 2)), r"column 'n' must hold integers; got inf"),
+        ("n", np.array([1.0, 2.5] + [1.0] * (n - 2)), r"column 'n' must hold integers \(int64\); got 2.5"),
+        ("n", np.array([1.0, np.inf] + [1.0] * (n - 2)), r"column 'n' must hold integers \(int64\); got inf"),
+        ("k", np.array([1.0, 1e20] + [1.0] * (n - 2)), r"column 'k' must hold integers \(int64\); got 1e\+20"),
+        ("seed", np.array([1.0, 2.0 ** 63] + [1.0] * (n - 2)), r"column 'seed' must hold integers \(int64\)"),
         ("p", np.array([0.5, 1.5] + [0.5] * (n - 2)), r"column 'p' must lie in \[0.0, 1.0\]; got \[1.5\]"),
         ("score", np.array([True] * n), r"column 'score' must hold numbers"),
         ("draw", pd.array([0, None] + [1] * (n - 2), dtype="Int64"), r"required column 'draw' has null values in rows \[1\]"),

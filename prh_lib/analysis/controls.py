@@ -124,7 +124,7 @@ def tfidf_features(pairs, *, svd_components: int | None = None, seed: int = 0, m
     if svd_components is not None and int(svd_components) < 1:
         raise ValueError(f"svd_components must be >= 1 or None, got {svd_components}")
     dense, name, vocabulary = _tfidf_values(texts, svd_components=None if svd_components is None else int(svd_components),
-                                            seed=int(seed), min_df=int(min_df), sklearn_version=sklearn.__version__)
+                                            seed=seed, min_df=min_df, sklearn_version=sklearn.__version__)
     values = torch.as_tensor(dense)[None]
     meta = {"model": name, "modality": "language", "pooling": "bag of words", "revision": f"sklearn-tfidf:min_df={min_df}",
             "vocabulary": str(vocabulary), "dataset": pairs.dataset, "dtype": "float32"}
@@ -132,7 +132,7 @@ def tfidf_features(pairs, *, svd_components: int | None = None, seed: int = 0, m
 
 
 @score_cache.memoize("tfidf_features")  # vectoriser and randomised SVD: 0.2 s a draw, on every run otherwise
-def _tfidf_values(texts: list[str], *, svd_components: int | None, seed: int, min_df: int,
+def _tfidf_values(texts: list[str], *, svd_components: int | None, seed, min_df,
                   sklearn_version: str) -> tuple[np.ndarray, str, int]:
     """:func:`tfidf_features`' values ``(n_samples, d)`` float32, layer name and vocabulary size, keyed by the
     texts in row order, the options and scikit-learn's version (its solvers' numbers may change with it)."""

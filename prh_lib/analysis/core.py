@@ -212,10 +212,10 @@ def clip_features(features: LayerFeatures, *, q: float | None = 0.95, clip: str 
     if clip is None or q is None or q == 1:
         return features
     if clip == "stack":
-        thresholds = (clip_threshold(features, q=q),)
+        thresholds = (clip_threshold(features, q=float(q)),)
         values = features.values.clamp(-thresholds[0], thresholds[0])  # zero padding stays zero
     else:
-        thresholds = tuple(layer_clip_thresholds(features, q=q))
+        thresholds = tuple(layer_clip_thresholds(features, q=float(q)))
         values = features.values.clone()
         for i, (d, t) in enumerate(zip(features.layer_dims, thresholds)):
             values[i, :, :d] = features.values[i, :, :d].clamp(-t, t)
@@ -224,7 +224,7 @@ def clip_features(features: LayerFeatures, *, q: float | None = 0.95, clip: str 
     return out
 
 
-#: (digest of the source stack, its layer widths, clip mode, thresholds) -> SHA-256 of the clipped stack.
+#: (digest of the source stack, its dtype and layer widths, clip mode, thresholds) -> SHA-256 of the clipped stack.
 #: Clamping is elementwise, so the same source bytes clamped at the same thresholds give the same bytes: a
 #: chapter clips the same stack once per draw and variant, and the score cache keys each clipped stack by
 #: its digest, which is then computed once a process (``tests/test_clip_features.py`` checks it against
@@ -237,8 +237,8 @@ def _clipped_digest(source: LayerFeatures, clipped: LayerFeatures, clip: str, th
     or record it there; nothing when the score cache is off (then no digest is needed)."""
     if not score_cache.enabled():
         return
-    key = (_features_module.values_digest(source.values), tuple(source.layer_dims), tuple(source.values.shape), clip,
-           thresholds)
+    key = (_features_module.values_digest(source.values), str(source.values.dtype), tuple(source.layer_dims),
+           tuple(source.values.shape), clip, thresholds)
     known = _CLIPPED_DIGESTS.get(key)
     if known is None:
         if len(_CLIPPED_DIGESTS) > 4096:
