@@ -60,7 +60,7 @@ batch_size = 32
 import warnings
 
 import pandas as pd
-from IPython.display import Markdown
+from IPython.display import Markdown, display
 
 warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto in a kernel without ipywidgets
 
@@ -135,7 +135,8 @@ Markdown(" ".join(dict.fromkeys(p.attrs["degenerate"] for p in parts if p.attrs.
 # (the controls on the summary subset share the higher one).
 
 # %%
-Markdown(left_out)
+if left_out:  # which pairs the figures leave to the tables; nothing when every pair is drawn
+    display(Markdown(left_out))
 
 # %%
 fig_raw = figures.plot_detail(summary_drawn, score="peak")

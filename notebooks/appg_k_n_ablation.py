@@ -124,7 +124,8 @@ def show(fig):
 # of the first dataset, bands ± one standard deviation over its draws (and, for N, subsets).
 
 # %%
-Markdown(left_out)
+if left_out:  # which pairs the figures leave to the tables; nothing when every pair is drawn
+    display(Markdown(left_out))
 
 # %%
 show(figures.plot_sweep(pooled["k"], x="k"))

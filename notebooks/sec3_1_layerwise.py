@@ -144,7 +144,8 @@ chance = float(agg.loc[agg["dataset"] == heatmap_dataset, "chance"].iloc[0])
 # draws of that dataset, and the table under the figure lists every draw's peak.
 
 # %%
-Markdown(left_out)
+if left_out:  # which pairs the figures leave to the tables; nothing when every pair is drawn
+    display(Markdown(left_out))
 
 # %%
 fig = figures.heatmap_grid(shown, chance=chance, ncols=2, other_peaks=others)

@@ -119,7 +119,8 @@ table[shown].set_index(["dataset", "pair", "layers", "compressed"])
 # comparison and dataset, at the peak layer pair; each line compresses one model and keeps the other whole.
 
 # %%
-Markdown(left_out)
+if left_out:  # which pairs the figures leave to the tables; nothing when every pair is drawn
+    display(Markdown(left_out))
 
 # %%
 fig_variance = figures.plot_sweep_bands(agg_drawn, sweep="variance", role="peak")

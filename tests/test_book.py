@@ -60,6 +60,8 @@ def test_pages_show_no_stderr_and_the_parameters_once_folded(built_book):
         page = (built_book / f"{name}.html").read_text()
         assert "output stderr" not in page, f"{name}.html shows a stderr block"
         assert "Kernel is running over TCP" not in page
+        reprs = re.findall(r"&lt;[\w.]+ object(?: at 0x[0-9a-f]+)?&gt;", page)  # e.g. an empty Markdown()'s repr
+        assert not reprs, f"{name}.html shows Python object reprs {reprs}"
         boxes = re.findall(r'<details class="[^"]*hide above-input">(.*?)</details>', page, flags=re.S)
         assert len(boxes) == 1, f"{name}.html has {len(boxes)} folded input boxes, expected the parameters once"
         assert runner.PARAMETERS_PROMPT in boxes[0]
