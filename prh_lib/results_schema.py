@@ -145,20 +145,18 @@ def _numeric_dtype(values: pd.Series) -> str | None:
 def _coerce(col: str, kind: str, values: pd.Series):
     numeric = _numeric_dtype(values)
     if numeric is not None and kind in (_FLOAT, _INT):  # a numeric column: checked as one array
+        if kind == _INT and numeric == "int":
+            return pd.array(values, dtype="Int64")
         arr = values.to_numpy(dtype=np.float64, na_value=np.nan)
         if kind == _FLOAT:
             _check_range(col, arr)
             return arr
-        if numeric == "int":
-            return pd.array(values, dtype="Int64")
         nonnull = ~np.isnan(arr)
         bad = nonnull & ~(np.isfinite(arr) & (arr == np.floor(arr)) & (arr >= -(2.0 ** 63)) & (arr < 2.0 ** 63))
         if bad.any():
             v = float(arr[np.flatnonzero(bad)[0]])
             raise ValueError(f"column {col!r} must hold integers (int64); got {v!r} ({type(v).__name__})")
-        out = pd.array(np.where(nonnull, arr, 0).astype(np.int64), dtype="Int64")
-        out[~nonnull] = pd.NA
-        return out
+        return pd.arrays.IntegerArray(np.where(nonnull, arr, 0).astype(np.int64), mask=~nonnull)
     vals = list(values)
     bad = None
     if kind == _STR:

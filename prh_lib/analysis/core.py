@@ -23,8 +23,7 @@ import pandas as pd
 import torch
 
 from .. import extract, score_cache
-from .. import features as _features_module
-from ..features import LayerFeatures, check_aligned
+from ..features import LayerFeatures, _remember_digest, check_aligned, values_digest
 from ..progress import note
 from ..score_cache import features_key
 from ..metrics import bootstrap_ci, get_layerwise_metric, permutation_test_layerwise
@@ -237,15 +236,15 @@ def _clipped_digest(source: LayerFeatures, clipped: LayerFeatures, clip: str, th
     or record it there; nothing when the score cache is off (then no digest is needed)."""
     if not score_cache.enabled():
         return
-    key = (_features_module.values_digest(source.values), str(source.values.dtype), tuple(source.layer_dims),
+    key = (values_digest(source.values), str(source.values.dtype), tuple(source.layer_dims),
            tuple(source.values.shape), clip, thresholds)
     known = _CLIPPED_DIGESTS.get(key)
     if known is None:
         if len(_CLIPPED_DIGESTS) > 4096:
             _CLIPPED_DIGESTS.clear()
-        _CLIPPED_DIGESTS[key] = _features_module.values_digest(clipped.values)
+        _CLIPPED_DIGESTS[key] = values_digest(clipped.values)
     else:
-        _features_module._remember_digest(clipped.values, known)
+        _remember_digest(clipped.values, known)
 
 
 @score_cache.memoize("layer_clip_thresholds")  # one quantile per layer and sample, on every draw otherwise
