@@ -103,9 +103,9 @@ def _remember_digest(values: torch.Tensor, digest: str) -> None:
     """Record ``digest`` as the SHA-256 of ``values`` at its current version (:data:`_DIGEST_MEMO`)."""
     if values.is_inference():
         return
-    if len(_DIGEST_MEMO) > 256:
-        for key in [key for key, (ref, _, _) in _DIGEST_MEMO.items() if ref() is None]:
-            del _DIGEST_MEMO[key]
+    if len(_DIGEST_MEMO) > 256:  # a snapshot, and pop: other threads may add or drop entries meanwhile
+        for key in [key for key, (ref, _, _) in list(_DIGEST_MEMO.items()) if ref() is None]:
+            _DIGEST_MEMO.pop(key, None)
     _DIGEST_MEMO[id(values)] = (weakref.ref(values), values._version, digest)
 
 

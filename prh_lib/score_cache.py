@@ -29,7 +29,6 @@ import json
 import os
 import pickle
 import sys
-import warnings
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, TypeVar
@@ -39,6 +38,7 @@ import torch
 
 from . import paths
 from .features import values_digest
+from .parallel import recording, reissue as _reissue
 
 __all__ = ["SCORE_FORMAT", "cached", "memoize", "features_key", "enabled", "score_code_digest"]
 
@@ -125,10 +125,7 @@ def cached(kind: str, key: dict, compute: Callable[[], T]) -> T:
             return value
         except Exception:  # truncated, or written by a class that changed: recompute and replace below
             pass
-    with warnings.catch_warnings(record=True) as recorded:
-        warnings.simplefilter("always")
-        value = compute()
-    caught = [(w.category, str(w.message), w.filename, w.lineno) for w in recorded]
+    value, caught = recording(compute)
     try:
         with paths.atomic_path(entry) as tmp:
             with open(tmp, "wb") as fh:
@@ -137,13 +134,6 @@ def cached(kind: str, key: dict, compute: Callable[[], T]) -> T:
         pass
     _reissue(caught)
     return value
-
-
-def _reissue(caught) -> None:
-    """Warn again what the computation warned (a cached score says what a recomputed one says), through
-    the caller's filters."""
-    for category, message, filename, lineno in caught:
-        warnings.warn_explicit(message, category, filename, lineno)
 
 
 def _argument_key(value):

@@ -131,6 +131,44 @@ def test_another_alpha_recalibrates_the_stored_null_bit_for_bit(cache, monkeypat
         at_05.calibration.at_alpha(0.01)  # 40 permutations cannot reach p <= 0.01
 
 
+def test_the_null_and_the_bootstrap_are_cached_apart_so_chapters_of_other_sizes_share_them(cache, monkeypatch):
+    """Section 3.1 scores without a bootstrap and Section 3.3 with one: the null is computed once for both,
+    the bootstrap only where asked, and every part equals a computation without the cache bit for bit."""
+    x, y = _features("x", 1, n=60, layers=4, dim=16), _features("y", 2, n=60, layers=3, dim=12)
+    y = LayerFeatures(y.values + 0.8 * x.values[:3, :, :12], y.layer_labels, y.sample_ids, y.meta)
+    calls = {"null": 0, "boot": 0}
+    real_null, real_boot = core.permutation_test_layerwise, core.bootstrap_ci
+
+    def null(*a, **kw):
+        calls["null"] += 1
+        return real_null(*a, **kw)
+
+    def boot(*a, **kw):
+        calls["boot"] += 1
+        return real_boot(*a, **kw)
+
+    monkeypatch.setattr(core, "permutation_test_layerwise", null)
+    monkeypatch.setattr(core, "bootstrap_ci", boot)
+    without = core.score_pair(x, y, k=5, n_permutations=30, n_boot=0, seed=3)
+    assert calls == {"null": 1, "boot": 0} and without.peak_ci is None
+    with_boot = core.score_pair(x, y, k=5, n_permutations=30, n_boot=20, seed=3, alpha=0.1)
+    assert calls == {"null": 1, "boot": 1}  # the null served, only the bootstrap computed
+    again = core.score_pair(x, y, k=5, n_permutations=30, n_boot=20, seed=3, control=False, label="other")
+    assert calls == {"null": 1, "boot": 1} and again.control is None and again.label == "other"
+    core.score_pair(x, y, k=5, n_permutations=30, n_boot=20, seed=4)  # another seed: both computed again
+    core.score_pair(x, y, k=6, n_permutations=30, n_boot=20, seed=3)  # another k: both computed again
+    assert calls == {"null": 3, "boot": 3}
+    monkeypatch.setenv("PRH_SCORE_CACHE", "0")
+    fresh = core.score_pair(x, y, k=5, n_permutations=30, n_boot=20, seed=3, alpha=0.1)
+    np.testing.assert_array_equal(with_boot.calibration.null, fresh.calibration.null)
+    np.testing.assert_array_equal(without.calibration.null, fresh.calibration.null)
+    np.testing.assert_array_equal(with_boot.calibration.threshold, fresh.calibration.threshold)
+    assert with_boot.calibration.alpha == fresh.calibration.alpha == 0.1 and without.calibration.alpha == 0.05
+    assert (with_boot.peak_ci.low, with_boot.peak_ci.high) == (fresh.peak_ci.low, fresh.peak_ci.high)
+    np.testing.assert_array_equal(with_boot.peak_ci.replicates, fresh.peak_ci.replicates)
+    np.testing.assert_array_equal(with_boot.control.scores, without.control.scores)
+
+
 def test_misaligned_features_still_raise_before_any_lookup(cache):
     from prh_lib.features import FeatureMismatchError
 

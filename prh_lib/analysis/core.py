@@ -440,35 +440,37 @@ def score_pair(x: LayerFeatures, y: LayerFeatures, *, k: int = 10, n_permutation
 
     Notes
     -----
-    Cached by the content of ``x`` and ``y`` and every option but ``alpha`` (:mod:`prh_lib.score_cache`): a
-    rerun on the same features returns the same result without recomputing it, and a rerun at another
-    ``alpha`` recalibrates the stored null (:meth:`~prh_lib.metrics.LayerwiseCalibration.at_alpha`), which
-    gives the same bits as computing it afresh.
+    The three computations are cached apart (:mod:`prh_lib.score_cache`), each by the content of ``x``
+    and ``y`` and exactly the options it reads: the layer-pair matrix (``k``), the permutation null
+    (``k``, ``n_permutations``, ``seed``; not ``alpha``) and the bootstrap at the peak (``k``, ``n_boot``,
+    ``seed``, the peak's layers). A call that asks for fewer replicates (``n_boot=0``) is therefore served
+    the null another chapter computed with a bootstrap, and the reverse. A rerun at another ``alpha``
+    recalibrates the stored null (:meth:`~prh_lib.metrics.LayerwiseCalibration.at_alpha`), which gives the
+    same bits as computing it afresh. ``label`` and ``control`` select what is returned, not what is
+    computed, so they are in no key.
 
     References
     ----------
     Herbst et al., Section 3.1; Huh et al. (2024), App. A (mutual k-NN); Groeger et al. (2026), Sec. 5.
     """
     check_aligned(x, y)
-    # alpha is not in the key: it only sets the threshold, which the stored null gives at any level
-    key = {"x": features_key(x), "y": features_key(y), "k": k, "n_permutations": n_permutations,
-           "n_boot": n_boot, "seed": seed, "control": control, "label": label,
-           "device": "cpu" if device is None else str(device)}  # None computes on the CPU: one entry for both
-    result = score_cache.cached("score_pair", key, lambda: _score_pair(x, y, k=k, n_permutations=n_permutations,
-                                                                       alpha=alpha, n_boot=n_boot, seed=seed,
-                                                                       control=control, device=device, label=label))
-    if result.calibration is not None:
-        result = dataclasses.replace(result, calibration=result.calibration.at_alpha(alpha))
-    return result
-
-
-def _score_pair(x, y, *, k, n_permutations, alpha, n_boot, seed, control, device, label) -> PairResult:
-    note(f"scoring {label or f'{x.name} × {y.name}'} on {len(x.sample_ids)} pairs: {x.n_layers} × {y.n_layers} layers, "
-         f"{n_permutations} permutations, {n_boot} bootstraps")
+    label = label or f"{x.name} × {y.name}"
     matrix = layerwise_alignment(x, y, metric="mutual_knn", k=k, device=device)
-    cal = (permutation_test_layerwise(x.values, y.values, metric="mutual_knn", k=k, n_permutations=n_permutations,
-                                      alpha=alpha, seed=seed, selection_aware=True, device=device)
-           if n_permutations else None)
+    # None computes on the CPU: one entry for both
+    base = {"x": features_key(x), "y": features_key(y), "metric": "mutual_knn", "k": k, "seed": seed,
+            "device": "cpu" if device is None else str(device)}
+    cal = None
+    if n_permutations:
+        def null():
+            note(f"scoring {label} on {len(x.sample_ids)} pairs: {x.n_layers} × {y.n_layers} layers, "
+                 f"a null of {n_permutations} permutations")
+            return permutation_test_layerwise(x.values, y.values, metric="mutual_knn", k=k,
+                                              n_permutations=n_permutations, alpha=alpha, seed=seed,
+                                              selection_aware=True, device=device)
+
+        # alpha is not in the key: it only sets the threshold, which the stored null gives at any level
+        cal = score_cache.cached("permutation_null_layerwise", {**base, "n_permutations": n_permutations,
+                                                                 "selection_aware": True}, null).at_alpha(alpha)
     ctrl = None
     if control and cal is not None:
         # the null's first permutation is the control's (both the first draw of default_rng(seed)), and a
@@ -479,5 +481,13 @@ def _score_pair(x, y, *, k, n_permutations, alpha, n_boot, seed, control, device
     ci = None
     if n_boot:
         i, j, _ = matrix.peak
-        ci = bootstrap_ci(x.values[i], y.values[j], metric="mutual_knn", k=k, n_boot=n_boot, seed=seed, device=device)
-    return PairResult(label or f"{x.name} × {y.name}", matrix, ctrl, cal, ci)
+        i, j = int(i), int(j)
+
+        def boot():
+            note(f"bootstrap of {label} at its peak ({x.layer_labels[i]} × {y.layer_labels[j]}): "
+                 f"{n_boot} replicates")
+            return bootstrap_ci(x.values[i], y.values[j], metric="mutual_knn", k=k, n_boot=n_boot, seed=seed,
+                                device=device)
+
+        ci = score_cache.cached("peak_bootstrap", {**base, "n_boot": n_boot, "layers": [i, j]}, boot)
+    return PairResult(label, matrix, ctrl, cal, ci)

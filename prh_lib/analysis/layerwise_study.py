@@ -14,6 +14,7 @@ Sec. 5 (calibration).
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
 from typing import Sequence
 
@@ -22,6 +23,7 @@ import pandas as pd
 
 from ..extract import torch_threads
 from ..features import LayerFeatures
+from ..parallel import map_threads
 from ..results import expand_extra_columns
 from .core import (PairResult, check_comparisons, layerwise_alignment, prefetch_features, prepare_features, preprocessing_label,
                    score_pair)
@@ -59,6 +61,25 @@ def compare_pairs(features: dict[str, LayerFeatures], comparisons, *, k: int = 1
     return [score_pair(features[x], features[y], k=k, n_permutations=n_permutations, alpha=alpha, n_boot=n_boot,
                        seed=seed, device=device, label=f"{x} × {y}") for x, y in comparisons]
 
+
+
+def score_workers(device: str = "cpu", workers: int | None = None) -> int:
+    """Threads that score draws side by side: ``workers`` if given, else 1 off the CPU (one GPU's work is
+    queued in order anyway, and each thread would hold its draw's features on the device) and
+    ``min(2, cores)`` on it (this project's reference machine has 2 cores).
+
+    Raises
+    ------
+    ValueError
+        If ``workers`` is not a positive integer.
+    """
+    if workers is not None:
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be a positive integer or None; got {workers!r}")
+        return workers
+    if str(device) != "cpu":
+        return 1
+    return max(1, min(2, os.cpu_count() or 1))
 
 
 #: ``quantity`` values this chapter writes to the results table
@@ -127,7 +148,7 @@ def pair_rows(result: PairResult, *, x_modality: str = "", y_modality: str = "")
 def run_study(draws, comparisons, *, chapter: str, params: dict, k: int = 10, n_permutations: int = 200,
               alpha: float = 0.05, n_boot: int = 0, clip_q: float | None = 0.95, clip: str | None = "stack",
               device: str = "cpu", dtype: str = "float32", batch_size: int = 32, write: bool = True,
-              num_threads: int | None = None, root=None) -> dict:
+              num_threads: int | None = None, workers: int | None = None, root=None) -> dict:
     """Score every comparison on every draw (:func:`compare_pairs`) and write the rows to the results table.
 
     Parameters
@@ -149,6 +170,9 @@ def run_study(draws, comparisons, *, chapter: str, params: dict, k: int = 10, n_
     num_threads : int, optional
         Torch intra-op threads while scoring (:func:`prh_lib.extract.torch_threads`; on a busy shared CPU one
         thread is many times faster than two); None: unchanged.
+    workers : int, optional
+        Draws scored side by side, each on its own thread (:func:`prh_lib.parallel.map_threads`: the same
+        results, warnings and errors as one after another); None: :func:`score_workers`.
     root : path, optional
         Results table folder (tests).
 
@@ -160,20 +184,24 @@ def run_study(draws, comparisons, *, chapter: str, params: dict, k: int = 10, n_
     from .. import results as results_table
 
     prefetch_features(comparisons, draws, device=device, dtype=dtype, batch_size=batch_size)
-    out = {}
     label = preprocessing_label(clip_q, clip)
     score_device = None if device == "cpu" else device
-    for d in draws:
+
+    def score(d):  # one draw: its features read from the cache and clipped, every comparison scored
         feats = prepare_features(comparisons, d.pairs, clip_q=clip_q, clip=clip, device=device, dtype=dtype,
                                  batch_size=batch_size)
-        with torch_threads(num_threads):
-            res = compare_pairs(feats, comparisons, k=k, n_permutations=n_permutations, alpha=alpha, n_boot=n_boot,
-                                seed=d.seed, device=score_device)
+        res = compare_pairs(feats, comparisons, k=k, n_permutations=n_permutations, alpha=alpha, n_boot=n_boot,
+                            seed=d.seed, device=score_device)
+        return res, {m: feats[m].meta.get("modality", "") for m in feats}
+
+    with torch_threads(num_threads):
+        scored = map_threads(score, draws, workers=score_workers(device, workers))
+    out = {}
+    for d, (res, modality) in zip(draws, scored):
         out[(d.dataset, d.draw)] = res
         if write:
             rows = [row for (x, y), r in zip(comparisons, res)
-                    for row in pair_rows(r, x_modality=feats[x].meta.get("modality", ""),
-                                         y_modality=feats[y].meta.get("modality", ""))]
+                    for row in pair_rows(r, x_modality=modality[x], y_modality=modality[y])]
             results_table.write(rows, chapter=chapter, params=params, dataset=d.dataset, draw=d.draw, seed=d.seed,
                                 n=len(d.pairs), k=k, metric="mutual_knn", preprocessing=label, root=root)
     return out
@@ -181,29 +209,39 @@ def run_study(draws, comparisons, *, chapter: str, params: dict, k: int = 10, n_
 
 def clip_variants(draws, comparisons, *, chapter: str, params: dict, k: int = 10, clip_q: float | None = 0.95,
                   variants: Sequence = ("layer", None), device: str = "cpu", dtype: str = "float32",
-                  batch_size: int = 32, num_threads: int | None = None, root=None) -> None:
+                  batch_size: int = 32, num_threads: int | None = None, workers: int | None = None,
+                  root=None) -> None:
     """Peak and final scores of ``comparisons`` under other clipping choices, written as rows (no permutations).
 
     For each draw and each ``clip`` in ``variants`` (``"stack"``, ``"layer"`` or None), the layer-wise matrix is
     recomputed and its ``"peak"`` and ``"final"`` rows written with that ``preprocessing`` label, so
-    :func:`clip_effect_table` can compare them with the main run's.
+    :func:`clip_effect_table` can compare them with the main run's. ``workers``: (draw, variant) items scored
+    side by side, as in :func:`run_study`.
     """
     from .. import results as results_table
 
     score_device = None if device == "cpu" else device
-    for d in draws:
-        rows_by_label = {}
-        for clip in variants:
-            feats = prepare_features(comparisons, d.pairs, clip_q=clip_q, clip=clip, device=device, dtype=dtype,
-                                     batch_size=batch_size)
-            for x, y in comparisons:
-                with torch_threads(num_threads):
-                    m = layerwise_alignment(feats[x], feats[y], metric="mutual_knn", k=k, device=score_device)
-                r = PairResult(f"{x} × {y}", m, None, None, None)
-                rows = [row for row in pair_rows(r, x_modality=feats[x].meta.get("modality", ""),
-                                                 y_modality=feats[y].meta.get("modality", ""))
-                        if row["quantity"] in ("peak", "final")]
-                rows_by_label.setdefault(preprocessing_label(clip_q, clip), []).extend(rows)
+
+    def score(item):  # one draw under one clipping choice: the peak and final rows of every comparison
+        d, clip = item
+        feats = prepare_features(comparisons, d.pairs, clip_q=clip_q, clip=clip, device=device, dtype=dtype,
+                                 batch_size=batch_size)
+        rows = []
+        for x, y in comparisons:
+            m = layerwise_alignment(feats[x], feats[y], metric="mutual_knn", k=k, device=score_device)
+            r = PairResult(f"{x} × {y}", m, None, None, None)
+            rows += [row for row in pair_rows(r, x_modality=feats[x].meta.get("modality", ""),
+                                              y_modality=feats[y].meta.get("modality", ""))
+                     if row["quantity"] in ("peak", "final")]
+        return rows
+
+    items = [(d, clip) for d in draws for clip in variants]
+    with torch_threads(num_threads):
+        scored = map_threads(score, items, workers=score_workers(device, workers))
+    by_draw: dict = {}
+    for (d, clip), rows in zip(items, scored):
+        by_draw.setdefault(id(d), (d, {}))[1].setdefault(preprocessing_label(clip_q, clip), []).extend(rows)
+    for d, rows_by_label in by_draw.values():
         for label, rows in rows_by_label.items():
             results_table.write(rows, chapter=chapter, params=params, dataset=d.dataset, draw=d.draw, seed=d.seed,
                                 n=len(d.pairs), k=k, metric="mutual_knn", preprocessing=label, root=root)

@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ._parallel import ignoring
 from . import _validation as V
 from ._engines import resolve
 
@@ -191,8 +192,7 @@ def bootstrap_ci(
     ok = [b for b, idx in enumerate(draws)
           if not (kk is not None and method == "bootstrap" and n - np.bincount(idx).max() < kk)]
     reps = np.full(n_boot, np.nan)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
+    with ignoring(RuntimeWarning):  # thread-safe (._parallel): draws may be scored side by side
         if engine.resample_state is not None:
             reps[ok] = _stacked_replicates(engine, Gx, vx, Gy, vy, [draws[b] for b in ok], opts)
         else:

@@ -55,6 +55,7 @@ Huh, Cheung, Wang, Isola (2024). "The Platonic Representation Hypothesis", ICML.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import weakref
 from collections import OrderedDict
 
@@ -98,9 +99,14 @@ _KIND = {"mutual_knn": "cosine", "jaccard_knn": "cosine", "cycle_knn": "cosine",
 #: memory, or through ``.data``) are not seen: after such a write, pass a new tensor. At most
 #: :data:`_HOODS_MEMO_SIZE` entries and :data:`_HOODS_MEMO_BYTES` of neighbour lists are kept; the packed
 #: tables a score builds from them are not kept.
+#: Safe to use from several threads at once (:func:`prh_lib.score_cache.map_threads` scores draws side by
+#: side): every look-up, insertion and eviction holds :data:`_HOODS_LOCK`, and the bytes held are a running
+#: total, so no step iterates over the entries.
 _HOODS_MEMO: "OrderedDict[tuple, tuple]" = OrderedDict()
 _HOODS_MEMO_SIZE = 64
 _HOODS_MEMO_BYTES = 256 * 2**20
+_HOODS_LOCK = threading.RLock()
+_HOODS_HELD = [0]  # bytes of the entries in _HOODS_MEMO
 
 
 def _memo_key(source, XL: torch.Tensor, k: int, kind: str):
@@ -110,7 +116,10 @@ def _memo_key(source, XL: torch.Tensor, k: int, kind: str):
 
 
 def _forget(key):
-    _HOODS_MEMO.pop(key, None)
+    with _HOODS_LOCK:
+        entry = _HOODS_MEMO.pop(key, None)
+        if entry is not None:
+            _HOODS_HELD[0] -= entry[2]
 
 
 def _nbytes(h: Hoods) -> int:
@@ -120,16 +129,22 @@ def _nbytes(h: Hoods) -> int:
 
 def _hoods(XL: torch.Tensor, *, k: int, kind: str, name: str, source=None) -> Hoods:
     key = _memo_key(source, XL, k, kind)
-    hit = _HOODS_MEMO.get(key) if key is not None else None
-    if hit is not None and hit[0]() is source:
-        _HOODS_MEMO.move_to_end(key)
-        return dataclasses.replace(hit[1])  # a fresh object: the tables a score caches on it go with it
+    if key is not None:
+        with _HOODS_LOCK:
+            hit = _HOODS_MEMO.get(key)
+            if hit is not None and hit[0]() is source:
+                _HOODS_MEMO.move_to_end(key)
+                return dataclasses.replace(hit[1])  # a fresh object: the tables a score caches on it go with it
     h = hoods_from_features(XL, k=k, kind=kind, name=name, bk=Backend(XL.device), keep_gram=(kind == "linear"))
     size = _nbytes(h) if key is not None else 0
     if key is not None and size <= _HOODS_MEMO_BYTES:
-        _HOODS_MEMO[key] = (weakref.ref(source, lambda _, key=key: _forget(key)), dataclasses.replace(h), size)
-        while len(_HOODS_MEMO) > _HOODS_MEMO_SIZE or sum(e[2] for e in _HOODS_MEMO.values()) > _HOODS_MEMO_BYTES:
-            _HOODS_MEMO.popitem(last=False)
+        entry = (weakref.ref(source, lambda _, key=key: _forget(key)), dataclasses.replace(h), size)
+        with _HOODS_LOCK:
+            old = _HOODS_MEMO.pop(key, None)  # another thread may have computed the same stack meanwhile
+            _HOODS_HELD[0] += size - (old[2] if old is not None else 0)
+            _HOODS_MEMO[key] = entry
+            while len(_HOODS_MEMO) > _HOODS_MEMO_SIZE or _HOODS_HELD[0] > _HOODS_MEMO_BYTES:
+                _HOODS_HELD[0] -= _HOODS_MEMO.popitem(last=False)[1][2]
     return h
 
 

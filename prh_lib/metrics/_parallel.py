@@ -1,0 +1,142 @@
+"""Pure computations on several threads, with what a serial loop gives: results, warnings and errors (private;
+public as :mod:`prh_lib.parallel`).
+
+It lives in ``metrics`` because the metric kernels run in the threads and must silence warnings through
+it, and ``metrics`` imports nothing else from the package.
+
+NumPy and torch release the GIL inside their kernels, so scoring two draws on two threads uses two cores
+for most of the work (:func:`map_threads`). Python's warning machinery is process-wide
+(:class:`warnings.catch_warnings` swaps module globals and is safe in one thread only), so code that may run
+in a worker records and silences warnings through this module instead:
+
+- :func:`recording` runs a computation and returns the warnings it issued (the score cache stores them);
+- :func:`ignoring` silences one category inside a block;
+- :func:`reissue` issues recorded warnings again, through the caller's filters.
+
+Outside :func:`map_threads` each of them is the ordinary :mod:`warnings` call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterator, TypeVar
+
+__all__ = ["map_threads", "recording", "ignoring", "reissue", "in_worker"]
+
+T = TypeVar("T")
+
+#: per thread, inside a :func:`map_threads` worker only: ``logs`` (the open warning logs, innermost last)
+#: and ``ignored`` (the categories an enclosing :func:`ignoring` silences)
+_LOCAL = threading.local()
+
+
+def in_worker() -> bool:
+    """True in a thread that :func:`map_threads` is running a call on."""
+    return getattr(_LOCAL, "logs", None) is not None
+
+
+def recording(compute: Callable[[], T]) -> tuple[T, list]:
+    """``compute()`` and the warnings it issued, as ``(category, message, filename, lineno)`` tuples.
+
+    Every warning is recorded (the ``"always"`` action), whatever the filters. In a worker of
+    :func:`map_threads` only this thread's warnings are; elsewhere :class:`warnings.catch_warnings`
+    records them. An exception of ``compute`` propagates and its warnings are dropped.
+    """
+    if not in_worker():
+        with warnings.catch_warnings(record=True) as recorded:
+            warnings.simplefilter("always")
+            value = compute()
+        return value, [(w.category, str(w.message), w.filename, w.lineno) for w in recorded]
+    log: list = []
+    _LOCAL.logs.append(log)
+    try:
+        value = compute()
+    finally:
+        _LOCAL.logs.pop()
+    return value, log
+
+
+@contextlib.contextmanager
+def ignoring(category: type[Warning]) -> Iterator[None]:
+    """Silence warnings of ``category`` (and its subclasses) issued in the block by this thread."""
+    if not in_worker():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", category)
+            yield
+        return
+    _LOCAL.ignored.append(category)
+    try:
+        yield
+    finally:
+        _LOCAL.ignored.pop()
+
+
+def reissue(caught) -> None:
+    """Warn again what :func:`recording` recorded, in order, through the caller's filters."""
+    for category, message, filename, lineno in caught:
+        warnings.warn_explicit(message, category, filename, lineno)
+
+
+def map_threads(fn: Callable, items, *, workers: int | None) -> list:
+    """``[fn(item) for item in items]`` computed on up to ``workers`` threads, with the same results, warnings and errors.
+
+    For computations that are pure functions of their item (a draw's scores, say). The caller sees what
+    the serial loop gives: the results in item order; the warnings each call issued (recorded per thread,
+    :func:`ignoring` applied) issued again in this thread, in item order, after every call has run, through
+    the caller's filters; and if calls raise, the exception of the first failing item in item order,
+    raised once the calls already started have ended (items not yet started are not run).
+
+    Parameters
+    ----------
+    fn : callable
+        Called once per item. Torch's thread count is process-wide: set it around this call. Code that
+        runs in ``fn`` records or silences warnings with :func:`recording` and :func:`ignoring`, never
+        :class:`warnings.catch_warnings`.
+    items : iterable
+    workers : int or None
+        Threads. None, 0, 1 or a single item run the plain loop in this thread, as does a call from a
+        worker (no nested pools).
+
+    Returns
+    -------
+    list
+        ``fn(item)`` for each item, in order.
+    """
+    items = list(items)
+    if not workers or int(workers) <= 1 or len(items) <= 1 or in_worker():
+        return [fn(item) for item in items]
+
+    def task(item):
+        _LOCAL.logs, _LOCAL.ignored = [[]], []
+        try:
+            return fn(item), _LOCAL.logs[0]
+        finally:
+            del _LOCAL.logs, _LOCAL.ignored
+
+    shown = warnings.showwarning
+
+    def route(message, category, filename, lineno, file=None, line=None):
+        if not in_worker():  # a thread outside the pool
+            shown(message, category, filename, lineno, file, line)
+        elif not any(issubclass(category, c) for c in _LOCAL.ignored):
+            _LOCAL.logs[-1].append((category, str(message), filename, lineno))
+
+    done = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")  # every warning reaches route; the caller's filters apply on reissue
+        warnings.showwarning = route
+        with ThreadPoolExecutor(max_workers=int(workers)) as pool:
+            futures = [pool.submit(task, item) for item in items]
+            try:
+                for f in futures:
+                    done.append(f.result())
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                raise
+    for _, log in done:
+        reissue(log)
+    return [value for value, _ in done]
