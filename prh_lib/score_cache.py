@@ -103,7 +103,7 @@ def cached(kind: str, key: dict, compute: Callable[[], T]) -> T:
     Parameters
     ----------
     kind : str
-        What is computed (``"score_pair"``, ``"layerwise_alignment"``); part of the key.
+        What is computed (``"layerwise_alignment"``, ``"permutation_null_layerwise"``); part of the key.
     key : dict
         JSON-serialisable description of every input (feature stacks through :func:`features_key`) and
         option that changes the result.

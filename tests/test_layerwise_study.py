@@ -53,3 +53,21 @@ def test_rows_aggregate_and_verdicts(tmp_path):
     assert "does **not** on" in text and "3.1/final-not-max" in text
     table = layerwise.headline_table(agg)
     assert table.loc[("toy", "vis × lang"), "peak"] == "0.500 ± 0.141"
+
+
+def test_summary_table_of_pairs_scored_without_a_bootstrap_marks_the_interval_missing(tmp_path, monkeypatch):
+    import torch
+
+    from prh_lib.analysis import core
+    from prh_lib.features import LayerFeatures
+
+    monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path))
+    g = torch.Generator().manual_seed(0)
+    ids = tuple(f"s{i}" for i in range(30))
+    x = LayerFeatures(torch.randn(2, 30, 6, generator=g), ("a", "b"), ids, {"model": "x"})
+    y = LayerFeatures(x.values + 0.3 * torch.randn(2, 30, 6, generator=g), ("c", "d"), ids, {"model": "y"})
+    with_ci, without = (core.score_pair(x, y, k=3, n_permutations=19, n_boot=b, seed=1, label=f"boot {b}")
+                        for b in (10, 0))
+    table = layerwise.summary_table([with_ci, without])
+    assert table["peak 95% CI"].iloc[0].startswith("[") and table["peak 95% CI"].iloc[1] == "–"
+    assert table["calibrated (max)"].iloc[0] == table["calibrated (max)"].iloc[1]  # the same null, served

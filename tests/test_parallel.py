@@ -59,23 +59,44 @@ def test_the_callers_filters_apply_to_the_reissued_warnings():
     assert [str(w.message) for w in seen] == ["item 1", "odd 1", "item 3", "odd 3"]
 
 
-def test_the_first_failing_item_in_order_raises_and_items_not_started_do_not_run():
-    started = []
+def test_the_first_failing_item_in_order_raises_after_the_warnings_before_it_and_the_queue_stops():
+    def make(started):
+        def fn(i):
+            started.append(i)
+            warnings.warn(f"before {i}", UserWarning)
+            if i == 1:
+                time.sleep(0.2)
+                raise KeyError("model one")
+            if i == 2:
+                raise ValueError("model two")  # fails first in time, but item 1 comes first
+            time.sleep(0.05)
+            return i
+        return fn
 
-    def fn(i):
-        started.append(i)
-        if i == 1:
-            time.sleep(0.2)
-            raise KeyError("model one")
-        if i == 2:
-            raise ValueError("model two")  # fails first in time, but item 1 comes first
-        time.sleep(0.05)
-        return i
-
-    with pytest.raises(KeyError, match="model one"):
-        parallel.map_threads(fn, range(40), workers=2)
-    assert len(started) < 40  # the queue was cancelled
+    filters = list(warnings.filters)
+    seen = {}
+    for workers in (1, 2):
+        started = []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with pytest.raises(KeyError, match="model one"):
+                parallel.map_threads(make(started), range(40), workers=workers)
+        seen[workers] = [str(w.message) for w in caught]
+        assert len(started) < 40  # the queue was cancelled
+    assert seen[1] == seen[2] == ["before 0", "before 1"]  # the failing item's own warning included
     assert not parallel.in_worker() and warnings.showwarning is warnings._showwarning_orig
+    assert warnings.filters == filters
+
+
+def test_recording_in_a_worker_records_what_an_enclosing_ignoring_would_silence_as_the_serial_path_does():
+    def fn(i):
+        with parallel.ignoring(RuntimeWarning):
+            _, log = parallel.recording(lambda: warnings.warn("kept", RuntimeWarning))
+            warnings.warn("silenced", RuntimeWarning)
+        return [m for _, m, _, _ in log]
+
+    serial, threaded = (parallel.map_threads(fn, range(3), workers=w) for w in (1, 2))
+    assert serial == threaded == [["kept"]] * 3
 
 
 def test_cached_scores_in_workers_store_their_own_warnings_only(tmp_path, monkeypatch):
@@ -128,7 +149,6 @@ def _features(seed: int) -> dict[str, LayerFeatures]:
 @pytest.mark.filterwarnings("ignore:.*degenerate.*:RuntimeWarning")
 @pytest.mark.parametrize("cache", ["0", "1"])
 def test_section_3_1_study_on_two_threads_is_the_serial_study_bit_for_bit(tmp_path, monkeypatch, cache):
-    monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("PRH_SCORE_CACHE", cache)
     draws = [Draw("a", r, r, list(range(N)), True, "captions") for r in range(4)] + \
         [Draw("b", 0, 9, list(range(N)), False, "nothing")]
@@ -139,7 +159,8 @@ def test_section_3_1_study_on_two_threads_is_the_serial_study_bit_for_bit(tmp_pa
         for m, f in feats[id(pairs)].items()})
     opts = dict(comparisons=COMPARISONS, params={"p": 1}, k=4, n_permutations=19, n_boot=7, clip_q=0.95)
     out, tables = {}, {}
-    for workers in (1, 2):
+    for workers in (2, 1):  # each its own score cache: both compute every score (recording in the workers)
+        monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path / f"cache{workers}"))
         root = tmp_path / f"results{workers}"
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")

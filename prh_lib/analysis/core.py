@@ -441,7 +441,7 @@ def score_pair(x: LayerFeatures, y: LayerFeatures, *, k: int = 10, n_permutation
     Notes
     -----
     The three computations are cached apart (:mod:`prh_lib.score_cache`), each by the content of ``x``
-    and ``y`` and exactly the options it reads: the layer-pair matrix (``k``), the permutation null
+    and ``y`` and exactly the options it reads: the layer-pair matrix (``k``, ``device`` as given), the permutation null
     (``k``, ``n_permutations``, ``seed``; not ``alpha``) and the bootstrap at the peak (``k``, ``n_boot``,
     ``seed``, the peak's layers). A call that asks for fewer replicates (``n_boot=0``) is therefore served
     the null another chapter computed with a bootstrap, and the reverse. A rerun at another ``alpha``

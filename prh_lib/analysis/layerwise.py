@@ -80,13 +80,14 @@ def peak_table(matrices: dict[str, AlignmentMatrix], controls: dict[str, Alignme
 def summary_table(results: list[PairResult], *, chance: float | None = None) -> pd.DataFrame:
     """:func:`peak_table` of ``results`` plus the peak's bootstrap interval and calibrated scores.
 
-    Columns added: ``peak 95% CI``, ``calibrated (max)`` and ``p (max)`` (selection-aware null over all layer
-    pairs), ``calibrated (final)`` and ``p (final)`` (the final-layer pair against its own null).
+    Columns added: ``peak 95% CI`` ("–" for results scored without a bootstrap), ``calibrated (max)``
+    and ``p (max)`` (selection-aware null over all layer pairs), ``calibrated (final)`` and ``p (final)``
+    (the final-layer pair against its own null).
     """
     table = peak_table({r.label: r.matrix for r in results}, {r.label: r.control for r in results}, chance=chance)
     ci, cal_max, p_max, cal_last, p_last = [], [], [], [], []
     for r in results:
-        ci.append(f"[{r.peak_ci.low:.3f}, {r.peak_ci.high:.3f}]")
+        ci.append("–" if r.peak_ci is None else f"[{r.peak_ci.low:.3f}, {r.peak_ci.high:.3f}]")  # n_boot = 0
         cal_max.append(r.calibration.calibrated_max)
         p_max.append(r.calibration.p_max)
         cal_last.append(float(r.calibration.calibrated[-1, -1]))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from collections import Counter
 from typing import Sequence
 
@@ -172,7 +173,9 @@ def run_study(draws, comparisons, *, chapter: str, params: dict, k: int = 10, n_
         thread is many times faster than two); None: unchanged.
     workers : int, optional
         Draws scored side by side, each on its own thread (:func:`prh_lib.parallel.map_threads`: the same
-        results, warnings and errors as one after another); None: :func:`score_workers`.
+        results, warnings and errors as one after another); None: :func:`score_workers`. The rows are
+        written once every draw is scored, so a failing draw leaves no rows of this run (its finished scores
+        are in the score cache, and a rerun serves them).
     root : path, optional
         Results table folder (tests).
 
@@ -187,9 +190,12 @@ def run_study(draws, comparisons, *, chapter: str, params: dict, k: int = 10, n_
     label = preprocessing_label(clip_q, clip)
     score_device = None if device == "cpu" else device
 
+    reading = threading.Lock()
+
     def score(d):  # one draw: its features read from the cache and clipped, every comparison scored
-        feats = prepare_features(comparisons, d.pairs, clip_q=clip_q, clip=clip, device=device, dtype=dtype,
-                                 batch_size=batch_size)
+        with reading:  # one draw's features at a time: caption draws share files (a bad one is re-extracted once)
+            feats = prepare_features(comparisons, d.pairs, clip_q=clip_q, clip=clip, device=device, dtype=dtype,
+                                     batch_size=batch_size)
         res = compare_pairs(feats, comparisons, k=k, n_permutations=n_permutations, alpha=alpha, n_boot=n_boot,
                             seed=d.seed, device=score_device)
         return res, {m: feats[m].meta.get("modality", "") for m in feats}
@@ -222,10 +228,13 @@ def clip_variants(draws, comparisons, *, chapter: str, params: dict, k: int = 10
 
     score_device = None if device == "cpu" else device
 
+    reading = threading.Lock()
+
     def score(item):  # one draw under one clipping choice: the peak and final rows of every comparison
         d, clip = item
-        feats = prepare_features(comparisons, d.pairs, clip_q=clip_q, clip=clip, device=device, dtype=dtype,
-                                 batch_size=batch_size)
+        with reading:  # as in run_study
+            feats = prepare_features(comparisons, d.pairs, clip_q=clip_q, clip=clip, device=device, dtype=dtype,
+                                     batch_size=batch_size)
         rows = []
         for x, y in comparisons:
             m = layerwise_alignment(feats[x], feats[y], metric="mutual_knn", k=k, device=score_device)

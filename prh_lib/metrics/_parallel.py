@@ -41,9 +41,10 @@ def in_worker() -> bool:
 def recording(compute: Callable[[], T]) -> tuple[T, list]:
     """``compute()`` and the warnings it issued, as ``(category, message, filename, lineno)`` tuples.
 
-    Every warning is recorded (the ``"always"`` action), whatever the filters. In a worker of
-    :func:`map_threads` only this thread's warnings are; elsewhere :class:`warnings.catch_warnings`
-    records them. An exception of ``compute`` propagates and its warnings are dropped.
+    Every warning is recorded (the ``"always"`` action), whatever the filters, an enclosing
+    :func:`ignoring` included. In a worker of :func:`map_threads` only this thread's warnings are;
+    elsewhere :class:`warnings.catch_warnings` records them. An exception of ``compute`` propagates and
+    its warnings are dropped.
     """
     if not in_worker():
         with warnings.catch_warnings(record=True) as recorded:
@@ -52,10 +53,12 @@ def recording(compute: Callable[[], T]) -> tuple[T, list]:
         return value, [(w.category, str(w.message), w.filename, w.lineno) for w in recorded]
     log: list = []
     _LOCAL.logs.append(log)
+    outer, _LOCAL.ignored = _LOCAL.ignored, []  # as "always" above: what encloses the block does not apply
     try:
         value = compute()
     finally:
         _LOCAL.logs.pop()
+        _LOCAL.ignored = outer
     return value, log
 
 
@@ -81,13 +84,20 @@ def reissue(caught) -> None:
 
 
 def map_threads(fn: Callable, items, *, workers: int | None) -> list:
-    """``[fn(item) for item in items]`` computed on up to ``workers`` threads, with the same results, warnings and errors.
+    """``[fn(item) for item in items]`` on up to ``workers`` threads, with the same results, warnings and errors.
 
     For computations that are pure functions of their item (a draw's scores, say). The caller sees what
     the serial loop gives: the results in item order; the warnings each call issued (recorded per thread,
     :func:`ignoring` applied) issued again in this thread, in item order, after every call has run, through
-    the caller's filters; and if calls raise, the exception of the first failing item in item order,
-    raised once the calls already started have ended (items not yet started are not run).
+    the caller's filters; and if calls raise, the warnings of the items before the first failing one (in
+    item order) and those that item issued before it failed, then its exception, once the calls already
+    started have ended (items not yet started are not run).
+
+    Warnings come back as a served score's do (:func:`reissue`): by category, message, file and line. So
+    a filter on ``module`` matches the module's file path, the ``"default"`` action shows a warning
+    repeated by several items once per item, and the ``"error"`` action raises in the caller after the
+    calls, not inside ``fn``. While the pool runs, warnings of threads outside it are shown unfiltered;
+    calls of :func:`map_threads` from several threads run one at a time.
 
     Parameters
     ----------
@@ -108,11 +118,20 @@ def map_threads(fn: Callable, items, *, workers: int | None) -> list:
     items = list(items)
     if not workers or int(workers) <= 1 or len(items) <= 1 or in_worker():
         return [fn(item) for item in items]
+    with _POOLS:  # one pool at a time: each swaps the process-wide warning hooks
+        return _map_threads(fn, items, int(workers))
 
+
+_POOLS = threading.Lock()
+
+
+def _map_threads(fn: Callable, items: list, workers: int) -> list:
     def task(item):
         _LOCAL.logs, _LOCAL.ignored = [[]], []
         try:
-            return fn(item), _LOCAL.logs[0]
+            return True, fn(item), _LOCAL.logs[0]
+        except BaseException as err:  # noqa: BLE001 (raised in the caller, after the warnings before it)
+            return False, err, _LOCAL.logs[0]
         finally:
             del _LOCAL.logs, _LOCAL.ignored
 
@@ -128,15 +147,18 @@ def map_threads(fn: Callable, items, *, workers: int | None) -> list:
     with warnings.catch_warnings():
         warnings.simplefilter("always")  # every warning reaches route; the caller's filters apply on reissue
         warnings.showwarning = route
-        with ThreadPoolExecutor(max_workers=int(workers)) as pool:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
             futures = [pool.submit(task, item) for item in items]
             try:
                 for f in futures:
                     done.append(f.result())
-            except BaseException:
+                    if not done[-1][0]:  # the first failure in item order: nothing after it starts
+                        break
+            finally:
                 for f in futures:
                     f.cancel()
-                raise
-    for _, log in done:
+    for _, _, log in done:
         reissue(log)
-    return [value for value, _ in done]
+    if not done[-1][0]:
+        raise done[-1][1]
+    return [value for _, value, _ in done]

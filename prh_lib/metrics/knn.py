@@ -99,7 +99,7 @@ _KIND = {"mutual_knn": "cosine", "jaccard_knn": "cosine", "cycle_knn": "cosine",
 #: memory, or through ``.data``) are not seen: after such a write, pass a new tensor. At most
 #: :data:`_HOODS_MEMO_SIZE` entries and :data:`_HOODS_MEMO_BYTES` of neighbour lists are kept; the packed
 #: tables a score builds from them are not kept.
-#: Safe to use from several threads at once (:func:`prh_lib.score_cache.map_threads` scores draws side by
+#: Safe to use from several threads at once (:func:`prh_lib.parallel.map_threads` scores draws side by
 #: side): every look-up, insertion and eviction holds :data:`_HOODS_LOCK`, and the bytes held are a running
 #: total, so no step iterates over the entries.
 _HOODS_MEMO: "OrderedDict[tuple, tuple]" = OrderedDict()
