@@ -244,13 +244,14 @@ def clip_variants(draws, comparisons, *, chapter: str, params: dict, k: int = 10
                      if row["quantity"] in ("peak", "final")]
         return rows
 
+    variants = list(variants)
     items = [(d, clip) for d in draws for clip in variants]
     with torch_threads(num_threads):
         scored = map_threads(score, items, workers=score_workers(device, workers))
-    by_draw: dict = {}
-    for (d, clip), rows in zip(items, scored):
-        by_draw.setdefault(id(d), (d, {}))[1].setdefault(preprocessing_label(clip_q, clip), []).extend(rows)
-    for d, rows_by_label in by_draw.values():
+    for i, d in enumerate(draws):  # items are draw-major: this draw's variants are one slice of them
+        rows_by_label: dict[str, list] = {}
+        for clip, rows in zip(variants, scored[i * len(variants):(i + 1) * len(variants)]):
+            rows_by_label.setdefault(preprocessing_label(clip_q, clip), []).extend(rows)
         for label, rows in rows_by_label.items():
             results_table.write(rows, chapter=chapter, params=params, dataset=d.dataset, draw=d.draw, seed=d.seed,
                                 n=len(d.pairs), k=k, metric="mutual_knn", preprocessing=label, root=root)
