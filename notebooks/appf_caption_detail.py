@@ -108,7 +108,7 @@ pd.DataFrame({"text": {v["variant"]: v["pairs"].texts[v["pairs"].sample_ids.inde
 # ## Alignment against caption length
 # Features of every variant's texts are extracted once per dataset (and cached) for each language model;
 # each draw takes its rows, and the vision features are the same images'. The score is the peak of mutual
-# k-NN over all layer pairs, after per-layer outlier clipping, as on the [layer-wise page](sec3_1_layerwise.ipynb);
+# k-NN over all layer pairs, after outlier clipping with one threshold per model's stack of layers, as on the [layer-wise page](sec3_1_layerwise.ipynb);
 # every draw's score is written to the results table and the figures show mean ± std over draws.
 
 # %%

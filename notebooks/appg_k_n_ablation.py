@@ -47,11 +47,12 @@ n_seeds = 2  # random subsets per size and draw
 n_permutations = 50  # permutation null of the calibrated score; 0: skip
 clip_q = 0.95
 clip = "stack"  # one threshold per model's stack of layers, as the PRH reference; "layer": per layer
-# one model pair per line; a same-modality pair shows whether k changes the order of the regimes
+# one model pair per line; same-modality pairs (three regimes in all) show whether k changes the order of the regimes
 comparisons = [
     ["dinov2-small", "smollm2-135m"],
     ["dinov2-small", "minilm-l6"],
     ["dinov2-small", "efficientnet-lite0"],
+    ["smollm2-135m", "minilm-l6"],
 ]
 figure_pairs = None  # the pairs the figures draw ([x, y] each, among the comparisons); None: as many as fit
 device = "cpu"

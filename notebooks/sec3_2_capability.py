@@ -45,7 +45,7 @@ datasets = [
 ]
 n_draws = None  # None: each dataset's repetitions
 k = 10
-clip_q = 0.95  # clip outlying activations per layer before scoring (Huh et al. 2024, App. A); None: off
+clip_q = 0.95  # clip outlying activations, one threshold per model's stack of layers (Huh et al. 2024, App. A); None: off
 n_permutations = 50  # permutation null of the calibrated scores, per draw (the paper's runs use 500)
 alpha = 0.05
 vision_models = ["dinov2-small", "efficientnet-lite0"]  # the paper: DINOv2-L, DINOv3-L, MAE-L (profile "paper")
@@ -105,8 +105,9 @@ Markdown(f"Bits per byte and next-token accuracy are measured on {len(heldout)} 
 #
 # Each language model gives layer-wise features of the aligned captions (mean over real tokens of every
 # hidden state, as in Section 3.1) and its bits per byte on the held-out captions: the total negative
-# log2-likelihood of each caption's tokens, the first conditioned on the tokenizer's BOS token, divided by
-# the captions' UTF-8 bytes. Next-token accuracy is the share of the same tokens predicted exactly (top-1);
+# log2-likelihood of every token of each caption, divided by the captions' UTF-8 bytes. Every model is
+# conditioned the same way: each caption is scored after the fixed text `"Caption:\n"` (`prh_lib.lm.BPB_PREFIX`),
+# itself after the model's BOS token where its tokenizer defines one, so no model loses a caption's first token. Next-token accuracy is the share of the same tokens predicted exactly (top-1);
 # it depends on the tokenizer (vocabularies of 49k to 262k tokens), bits per byte does not. Both are cached.
 
 # %%
@@ -124,7 +125,7 @@ Markdown("Independent language models: " + ", ".join(f"`{m}`" for m in independe
 # %% [markdown]
 # ## Alignment on every draw
 #
-# Mutual k-NN over every layer pair after clipping outliers per layer, per draw; `peak` is the maximum over
+# Mutual k-NN over every layer pair after clipping outliers (one threshold per model's stack of layers), per draw; `peak` is the maximum over
 # layer pairs, `final` the last-layer pair. The independent models are also calibrated against a
 # selection-aware permutation null (the maximum of each permuted layer-pair matrix; Gröger et al. 2026)
 # with `n_permutations` permutations per draw; the ladder is scored raw.

@@ -12,13 +12,24 @@ Verdicts
 --------
 ``"reproduces"``
     The qualitative claim holds here *and* this build ran in the paper's setting (its models, data and
-    N), with the value within tolerance of the paper's (``max(claim.tolerance, 2 std)``).
+    N), with the value within tolerance of the paper's (``max(claim.tolerance, h)``, ``h`` the half-width of
+    the value's 95 % interval over *images*; the spread over caption draws never enters a margin).
 ``"reproduces in kind"``
     The qualitative claim holds here, but the setting differs (offline models, N = 239, COCO only), so the
     value itself is not comparable, or it is comparable and outside tolerance.
 ``"inconclusive"``
     This build's numbers point the paper's way (e.g. a correlation of the paper's sign), but they cannot
-    separate it from chance (e.g. three models: no exact test reaches p < 0.05), so nothing is claimed.
+    separate it from chance or from the relevant floor (e.g. three models: no exact test reaches p < 0.05;
+    a paired interval against a floor that includes 0), so nothing is claimed; the row says why in numbers.
+
+Tests
+-----
+A claim's qualitative statement is a conjunction of :class:`Test` s, each a statistic with its 95 %
+interval over images against a threshold: it *holds* when the whole interval is on the claim's side, is
+*inconclusive* when only the estimate is, and *differs* when the estimate is not (:func:`outcome`). A claim
+holds when every test holds, differs when any test differs, and is inconclusive otherwise
+(:func:`combine`). Margins against floors are paired intervals (the same image resamples for the pair and
+its floor), so a floor whose paired interval overlaps the pair's never lets a claim pass.
 ``"differs"``
     The qualitative claim does not hold on this build's numbers.
 ``"not testable offline"``
@@ -163,8 +174,81 @@ def claims_for(chapter: str) -> list[Claim]:
     return found
 
 
-def verdict(claim: Claim | str, *, holds: bool | None, value: float | None = None, std: float | None = None,
-            comparable: bool = False, conclusive: bool = True) -> str:
+@dataclass(frozen=True)
+class Test:
+    """One part of a claim: a statistic with its 95 % interval over images, against a threshold.
+
+    Attributes
+    ----------
+    name : str
+        What is tested, in words (shown in the verdict's note when it fails or cannot decide).
+    estimate, low, high : float
+        The statistic and its interval (e.g. a paired bootstrap interval of ``pair − floor``).
+    threshold : float
+        The value the claim says the statistic exceeds (``side=">"``) or stays below (``side="<"``).
+    side : {">", "<"}
+    """
+
+    name: str
+    estimate: float
+    low: float
+    high: float
+    threshold: float = 0.0
+    side: str = ">"
+
+    def __post_init__(self):
+        if self.side not in (">", "<"):
+            raise ValueError(f"side must be '>' or '<'; got {self.side!r}")
+
+    @property
+    def outcome(self) -> str:
+        """``"holds"``, ``"inconclusive"`` or ``"differs"`` (module docstring, Tests)."""
+        return outcome(self.estimate, self.low, self.high, self.threshold, side=self.side)
+
+    def describe(self, digits: int = 3) -> str:
+        """``"<name> 0.041 [0.012, 0.070] > 0"``."""
+        f = f".{digits}f"
+        if not (math.isfinite(self.low) and math.isfinite(self.high)):
+            return f"{self.name} {self.estimate:{f}} (no interval) {self.side} {self.threshold:g}"
+        return f"{self.name} {self.estimate:{f}} [{self.low:{f}}, {self.high:{f}}] {self.side} {self.threshold:g}"
+
+
+def outcome(estimate: float, low: float, high: float, threshold: float = 0.0, *, side: str = ">") -> str:
+    """Three-way reading of a statistic against a threshold (module docstring, Tests).
+
+    ``side=">"``: "holds" if ``low > threshold``; "inconclusive" if ``estimate > threshold >= low`` (or no
+    finite interval); "differs" if ``estimate <= threshold`` or the estimate is not finite. ``side="<"`` mirrors it
+    with ``high``.
+    """
+    if estimate is None or not math.isfinite(estimate):
+        return "differs"
+    if side == "<":
+        return outcome(-estimate, -high, -low, -threshold, side=">")
+    if estimate <= threshold:
+        return "differs"
+    return "holds" if (low is not None and math.isfinite(low) and low > threshold) else "inconclusive"
+
+
+def combine(tests) -> tuple[bool, bool, str]:
+    """``(holds, conclusive, note)`` of a claim made of ``tests`` (for :func:`finding`).
+
+    ``holds`` is False when any test differs; ``conclusive`` is False when none differs but some test cannot
+    decide; ``note`` names the failing or undecided tests with their numbers ("" when all hold).
+    """
+    tests = list(tests)
+    if not tests:
+        raise ValueError("a claim needs at least one test")
+    bad = [t for t in tests if t.outcome == "differs"]
+    open_ = [t for t in tests if t.outcome == "inconclusive"]
+    if bad:
+        return False, True, "fails: " + "; ".join(t.describe() for t in bad)
+    if open_:
+        return True, False, "cannot decide: " + "; ".join(t.describe() for t in open_)
+    return True, True, ""
+
+
+def verdict(claim: Claim | str, *, holds: bool | None, value: float | None = None,
+            interval: tuple[float, float] | None = None, comparable: bool = False, conclusive: bool = True) -> str:
     """The verdict for one claim from this build's numbers.
 
     Parameters
@@ -174,9 +258,11 @@ def verdict(claim: Claim | str, *, holds: bool | None, value: float | None = Non
     holds : bool or None
         Whether the claim's qualitative statement holds on this build's numbers (computed by the chapter
         from its results, e.g. ``peak > control``); None when this build has no numbers for it.
-    value, std : float, optional
-        This build's value (mean over draws) and its standard deviation over draws (NaN or None for one
-        draw), compared with ``claim.value`` only when ``comparable``.
+    value : float, optional
+        This build's value, compared with ``claim.value`` only when ``comparable``.
+    interval : (float, float), optional
+        The value's 95 % interval over images; its half-width widens the tolerance. The spread over caption
+        draws is not a margin and is not accepted here.
     comparable : bool
         Whether this build ran in the paper's setting (its models, dataset and N), so that values compare.
     conclusive : bool, default True
@@ -201,28 +287,35 @@ def verdict(claim: Claim | str, *, holds: bool | None, value: float | None = Non
     if not conclusive:
         return "inconclusive"
     if comparable and claim.value is not None and value is not None and math.isfinite(value):
-        spread = 2 * std if std is not None and math.isfinite(std) else 0.0
+        lo, hi = interval if interval is not None else (math.nan, math.nan)
+        spread = (hi - lo) / 2 if math.isfinite(lo) and math.isfinite(hi) else 0.0
         if abs(value - claim.value) <= max(claim.tolerance, spread):
             return "reproduces"
     return "reproduces in kind"
 
 
-def finding(claim: Claim | str, *, this_build: str | None, holds: bool | None, value: float | None = None,
-            std: float | None = None, comparable: bool = False, note: str = "", conclusive: bool = True) -> dict:
+def finding(claim: Claim | str, *, this_build: str | None, holds: bool | None = None, value: float | None = None,
+            interval: tuple[float, float] | None = None, comparable: bool = False, note: str = "",
+            conclusive: bool = True, tests=None, rule: str = "") -> dict:
     """One row of a chapter's "The paper and this build" table.
 
-    ``this_build`` is the displayed value (e.g. from ``results.format_mean_std``); with ``holds=None`` and no
-    ``this_build`` the row says why the claim is not testable offline.
+    ``this_build`` is the displayed value; with ``holds=None`` and no ``this_build`` the row says why the claim
+    is not testable offline. With ``tests`` (a list of :class:`Test`), ``holds`` and ``conclusive`` come from
+    :func:`combine` and the failing or undecided tests are added to the note. ``rule`` is the claim's test in one
+    sentence (shown in the chapter's table and on the front page).
     """
     claim = CLAIMS[claim] if isinstance(claim, str) else claim
-    v = verdict(claim, holds=holds, value=value, std=std, comparable=comparable, conclusive=conclusive)
+    if tests is not None:
+        holds, conclusive, why = combine(tests)
+        note = "; ".join(t for t in (note, why) if t)
+    v = verdict(claim, holds=holds, value=value, interval=interval, comparable=comparable, conclusive=conclusive)
     if v == "not testable offline":
         reason = note or claim.offline or "this build has no numbers for it"
         v = f"not testable offline ({reason})"
         note = ""
     return {"id": claim.id, "chapter": claim.chapter, "claim": claim.text, "paper": claim.paper,
             "source": f"{claim.source}, arXiv {claim.arxiv}", "this build": this_build or "–", "verdict": v,
-            "note": note}
+            "note": note, "rule": rule}
 
 
 def untested(chapter: str, done: list[dict]) -> list[dict]:
@@ -257,6 +350,7 @@ def claims_table(rows: list[dict], *, chapter: str | None = None) -> pd.DataFram
         "claim": r["claim"] + (f" ({r['note']})" if r.get("note") else ""),
         "paper": f"{r['paper']} [{r['source']}]",
         "this build": r["this build"],
+        "test": r.get("rule") or "none: no numbers here",
         "verdict": r["verdict"],
     } for r in rows], index=pd.Index([r["id"] for r in rows], name="id"))
     return frame
@@ -293,7 +387,7 @@ def _checklist_rows(rows_by_chapter: dict[str, list[dict] | None]) -> list[dict]
             row = finding(claim, this_build=None, holds=None)
         rows.append({"id": row["id"], "page": claim.chapter, "claim": row["claim"],
                      "paper": f"{row['paper']} [{row['source']}]", "this build": row["this build"],
-                     "verdict": row["verdict"]})
+                     "verdict": row["verdict"], "note": row.get("note", ""), "rule": row.get("rule", "")})
     return rows
 
 
@@ -340,6 +434,9 @@ def checklist_markdown(rows_by_chapter: dict[str, list[dict] | None]) -> str:
              "", "| claim | paper | this build | verdict |", "| --- | --- | --- | --- |"]
     for r in rows:
         text = _md_cell(r["claim"]).replace("`", "'").replace("<", "‹")
+        why = " ".join(t for t in (f"Test: {r['rule']}." if r.get("rule") else "",
+                                   f"Note: {r['note']}." if r.get("note") else "") if t)
         lines.append(f"| {{doc}}`{text} </{r['page']}>` | {_md_cell(r['paper'])} | "
-                     f"{_md_cell(r['this build'])} | {_md_cell(r['verdict'])} |")
+                     f"{_md_cell(r['this build'])} | **{_md_cell(r['verdict'])}**"
+                     + (f"<br>{_md_cell(why)}" if why else "") + " |")
     return "\n".join(lines) + "\n"

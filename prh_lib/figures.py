@@ -376,7 +376,7 @@ def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | No
         comparison label -> ``(value, low, high)``; see :func:`prh_lib.analysis.regimes.regime_groups_over_draws`).
     chance : dict of str to float, optional
         Chance level k/(N-1) per dataset, drawn as a dashed red line on the raw panel (calibrated scores are
-        0 at chance by construction).
+        0 for every score up to the null's (1 - alpha) quantile tau, chance included).
     floors : dict, optional
         Control floors as bands (:func:`prh_lib.analysis.regimes.floor_bands`): ``{dataset: {kind: (mean,
         low, high)}}`` and ``{(dataset, "calibrated"): {...}}``; each kind is a dotted line at its mean over

@@ -178,7 +178,7 @@ def test_bits_per_byte_cache_file_name_is_frozen():
     from prh_lib.lm import bpb_cache_path
 
     path = bpb_cache_path("smollm2-135m", "sha256:abc", "float32", ["a b", "c d"])
-    assert path.relative_to(paths.cache_root()).as_posix() == "bpb/smollm2-135m/n2-b7233336c296460c.json"
+    assert path.relative_to(paths.cache_root()).as_posix() == "bpb/smollm2-135m/n2-beaf9ae14913f55e.json"  # BPB_FORMAT_VERSION 2: the prefix
 
 
 def test_summary_cache_file_name_is_frozen():

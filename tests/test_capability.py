@@ -234,7 +234,7 @@ def tiny_lm(tiny_lm_folder):
 def test_uniform_model_costs_log2_vocab_bits_per_token(tiny_lm):
     tok = tiny_lm.tokenizer
     V = len(tok)
-    res = L.bits_per_byte(_UniformLM(V), tok, TEXTS[:3], batch_size=2)
+    res = L.bits_per_byte(_UniformLM(V), tok, TEXTS[:3], batch_size=2, prefix=None)
     assert res.context == "first-token"  # the tiny tokenizer has no BOS token
     ids = [tok(t, add_special_tokens=False)["input_ids"] for t in TEXTS[:3]]
     assert res.n_tokens == sum(len(i) - 1 for i in ids)
@@ -254,18 +254,42 @@ def test_bos_context_scores_every_token_and_every_byte(tiny_lm):
         def __call__(self, texts, **kw):
             return tok(texts, **kw)
 
-    res = L.bits_per_byte(_UniformLM(len(tok)), WithBos(), TEXTS[:2])
+    res = L.bits_per_byte(_UniformLM(len(tok)), WithBos(), TEXTS[:2], prefix=None)
     assert res.context == "bos"
     assert res.n_tokens == sum(len(tok(t, add_special_tokens=False)["input_ids"]) for t in TEXTS[:2])
     assert list(res.n_bytes) == [len(t.encode()) for t in TEXTS[:2]]
     with pytest.raises(ValueError, match="no BOS"):
-        L.bits_per_byte(_UniformLM(len(tok)), tok, TEXTS[:2], use_bos=True)
+        L.bits_per_byte(_UniformLM(len(tok)), tok, TEXTS[:2], use_bos=True, prefix=None)
+
+
+def test_default_prefix_scores_every_token_and_byte_of_every_text_with_or_without_bos(tiny_lm):
+    # issue 24: the same conditioning for every model; a model without BOS no longer drops a first token
+    tok = tiny_lm.tokenizer
+    V = len(tok)
+    res = L.bits_per_byte(_UniformLM(V), tok, TEXTS[:3])
+    assert res.context == "prefix" and L.BPB_PREFIX == "Caption:\n"
+    n_text = sum(len(tok(t, add_special_tokens=False)["input_ids"]) for t in TEXTS[:3])
+    assert res.n_tokens == n_text  # every token of every text, none of the prefix's
+    assert list(res.n_bytes) == [len(t.encode()) for t in TEXTS[:3]]
+    assert res.bpb == pytest.approx(n_text * math.log2(V) / sum(len(t.encode()) for t in TEXTS[:3]), rel=1e-6)
+
+    class WithBos:  # the same tokenizer with a BOS token: the same tokens are scored
+        bos_token_id = tok.eos_token_id
+        pad_token_id = tok.pad_token_id
+
+        def __call__(self, texts, **kw):
+            return tok(texts, **kw)
+
+    res_bos = L.bits_per_byte(_UniformLM(V), WithBos(), TEXTS[:3])
+    assert res_bos.n_tokens == res.n_tokens and list(res_bos.n_bytes) == list(res.n_bytes)
+    with pytest.raises(ValueError, match="prefix=None"):
+        L.bits_per_byte(_UniformLM(V), tok, TEXTS[:2], use_bos=True)
 
 
 def test_bits_per_byte_equals_an_unbatched_loop_and_ignores_batch_size(tiny_lm):
     lm, tok = tiny_lm.lm, tiny_lm.tokenizer
-    res1 = L.bits_per_byte(lm, tok, TEXTS, batch_size=1)
-    res4 = L.bits_per_byte(lm, tok, TEXTS, batch_size=4)
+    res1 = L.bits_per_byte(lm, tok, TEXTS, batch_size=1, prefix=None)
+    res4 = L.bits_per_byte(lm, tok, TEXTS, batch_size=4, prefix=None)
     np.testing.assert_allclose(res4.bits, res1.bits, rtol=1e-5)
     bits = 0.0
     for text in TEXTS:  # plain reference: log-softmax of one unpadded sequence
@@ -280,7 +304,7 @@ def test_bits_per_byte_equals_an_unbatched_loop_and_ignores_batch_size(tiny_lm):
 @pytest.mark.parametrize("texts, match", [([], "empty"), (["ok text", "  "], "empty"), (["single"], "single token")])
 def test_bits_per_byte_validates(tiny_lm, texts, match):
     with pytest.raises(ValueError, match=match):
-        L.bits_per_byte(tiny_lm.lm, tiny_lm.tokenizer, texts)
+        L.bits_per_byte(tiny_lm.lm, tiny_lm.tokenizer, texts, prefix=None)
     with pytest.raises(TypeError):
         L.bits_per_byte(tiny_lm.lm, tiny_lm.tokenizer, "a string")
 

@@ -293,17 +293,25 @@ def test_study_variants_over_draws_share_parents_and_rotate_caption_draws():
         captions.study_variants(specs, draws, max_captions=0, summary_model=None)
 
 
-def test_study_findings_follow_the_numbers():
+@pytest.mark.parametrize("models", [("a", "b"), ("a", "b", "c")])
+def test_study_findings_follow_the_numbers(models):
+    from scipy.stats import kendalltau
+
     rows = []
-    for lm_name, base in (("a", 0.3), ("b", 0.2)):
+    for lm_name, base in zip(models, (0.3, 0.2, 0.1)):
         for level in (0.1, 0.5, 1.0):
             rows.append({"dataset": "d", "vision model": "v", "language model": lm_name, "control": "summary",
                          "level": level, "peak": base * (0.5 + level / 2), "peak std": 0.001, "n_draws": 5})
     (row,) = captions.findings(pd.DataFrame(rows))
-    assert row["verdict"] == "reproduces in kind"
+    # two models give one comparison: the order cannot be decided; three can
+    assert row["verdict"] == ("inconclusive" if len(models) == 2 else "reproduces in kind"), row["note"]
+    assert "Kendall τ" in row["rule"] and "+1.00 at 0.1" in row["this build"]
     flipped = pd.DataFrame(rows)
     flipped.loc[(flipped["language model"] == "b") & (flipped["level"] == 0.1), "peak"] = 0.29
-    assert captions.findings(flipped)[0]["verdict"] == "differs"  # the order of models changes
+    row = captions.findings(flipped)[0]
+    assert row["verdict"] == "differs"  # the order of models changes
+    tau = kendalltau([0.3, 0.2, 0.1][:len(models)], [0.165, 0.29, 0.055][:len(models)]).statistic
+    assert f"{tau:+.2f} at 0.1" in row["this build"]  # scipy's τ-b, reported as computed
     rising = pd.DataFrame(rows).assign(peak=lambda t: 1 - t["peak"])
     assert captions.findings(rising)[0]["verdict"] == "differs"  # shorter texts align more
 

@@ -19,19 +19,62 @@ def test_the_paper_numbers_the_book_must_show_are_registered():
         assert number in shown, number
 
 
-@pytest.mark.parametrize("holds, value, std, comparable, expected", [
-    (None, 0.143, 0.0, True, "not testable offline"),
-    (False, 0.143, 0.0, True, "differs"),
-    (True, 0.150, 0.0, True, "reproduces"),            # within the 0.02 tolerance
-    (True, 0.170, 0.0, True, "reproduces in kind"),    # outside it
-    (True, 0.170, 0.015, True, "reproduces"),          # 2 std = 0.03 widens the tolerance
-    (True, 0.170, math.nan, True, "reproduces in kind"),  # one draw: no widening
-    (True, 0.143, 0.0, False, "reproduces in kind"),   # not the paper's setting: values never compare
+@pytest.mark.parametrize("holds, value, interval, comparable, expected", [
+    (None, 0.143, None, True, "not testable offline"),
+    (False, 0.143, None, True, "differs"),
+    (True, 0.150, None, True, "reproduces"),            # within the 0.02 tolerance
+    (True, 0.170, None, True, "reproduces in kind"),    # outside it
+    (True, 0.170, (0.140, 0.200), True, "reproduces"),  # the interval over images (half-width 0.03) widens it
+    (True, 0.170, (math.nan, math.nan), True, "reproduces in kind"),  # no interval: no widening
+    (True, 0.143, None, False, "reproduces in kind"),   # not the paper's setting: values never compare
     (True, None, None, True, "reproduces in kind"),
 ])
-def test_verdict_rules(holds, value, std, comparable, expected):
-    assert claims.verdict("3.1/cross-modal-peak", holds=holds, value=value, std=std,
+def test_verdict_rules(holds, value, interval, comparable, expected):
+    assert claims.verdict("3.1/cross-modal-peak", holds=holds, value=value, interval=interval,
                           comparable=comparable) == expected
+
+
+def test_a_verdict_takes_no_caption_draw_std_as_its_margin():
+    # the spread over caption draws measures caption choice on fixed images: it is no margin (issue 24)
+    with pytest.raises(TypeError):
+        claims.verdict("3.1/cross-modal-peak", holds=True, value=0.17, std=0.015, comparable=True)
+    with pytest.raises(TypeError):
+        claims.finding("3.1/cross-modal-peak", this_build="x", holds=True, value=0.17, std=0.015)
+
+
+@pytest.mark.parametrize("estimate, low, high, threshold, side, expected", [
+    (0.05, 0.01, 0.09, 0.0, ">", "holds"),
+    (0.05, -0.01, 0.09, 0.0, ">", "inconclusive"),   # the interval reaches the threshold
+    (-0.01, -0.05, 0.03, 0.0, ">", "differs"),       # the estimate itself is on the wrong side
+    (0.0, -0.01, 0.01, 0.0, ">", "differs"),         # on the threshold is not above it
+    (0.30, 0.25, 0.35, 0.5, "<", "holds"),
+    (0.45, 0.40, 0.55, 0.5, "<", "inconclusive"),
+    (0.55, 0.50, 0.60, 0.5, "<", "differs"),
+    (0.05, math.nan, math.nan, 0.0, ">", "inconclusive"),  # no interval: cannot decide
+    (math.nan, 0.0, 0.1, 0.0, ">", "differs"),
+])
+def test_three_way_outcome_of_a_test(estimate, low, high, threshold, side, expected):
+    assert claims.outcome(estimate, low, high, threshold, side=side) == expected
+    assert claims.Test("t", estimate, low, high, threshold, side).outcome == expected
+
+
+def test_a_claim_passes_only_when_every_test_holds():
+    ok = claims.Test("margin over floor", 0.05, 0.02, 0.08)
+    overlap = claims.Test("margin over random-init", 0.04, -0.01, 0.09)
+    wrong = claims.Test("vision-vision − random-init", -0.04, -0.08, 0.0)
+    assert claims.combine([ok])[:2] == (True, True)
+    holds, conclusive, note = claims.combine([ok, overlap])
+    assert (holds, conclusive) == (True, False) and "margin over random-init" in note
+    holds, conclusive, note = claims.combine([ok, overlap, wrong])
+    assert (holds, conclusive) == (False, True) and "vision-vision − random-init" in note
+    row = claims.finding("3.1/vision-vision", this_build="x", tests=[ok, wrong], rule="r")
+    assert row["verdict"] == "differs" and row["rule"] == "r"
+    row = claims.finding("3.1/vision-vision", this_build="x", tests=[ok, overlap])
+    assert row["verdict"] == "inconclusive"
+    with pytest.raises(ValueError):
+        claims.combine([])
+    with pytest.raises(ValueError):
+        claims.Test("t", 0, 0, 0, side="=")
 
 
 def test_claim_without_number_never_reproduces_exactly():
@@ -39,8 +82,8 @@ def test_claim_without_number_never_reproduces_exactly():
 
 
 def test_table_fills_untested_claims_with_their_reason():
-    row = claims.finding("3.1/cross-modal-peak", this_build="0.167 ± 0.010 (5 draws)", holds=True, value=0.167,
-                         std=0.01)
+    row = claims.finding("3.1/cross-modal-peak", this_build="0.167 [0.150, 0.185]", holds=True, value=0.167,
+                         interval=(0.150, 0.185))
     table = claims.claims_table([row], chapter="sec3_1_layerwise")
     assert list(table.index) == [c.id for c in claims.claims_for("sec3_1_layerwise")]
     assert table.loc["3.1/cross-modal-peak", "verdict"] == "reproduces in kind"

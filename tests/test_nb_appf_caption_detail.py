@@ -98,9 +98,9 @@ def test_verdict_matches_the_numbers(rec):
     for (ds, lm), group in _by([s for s in rec["summary"] if s["control"] == control]).items():
         for vm in {s["vision model"] for s in group}:
             g = sorted([s for s in group if s["vision model"] == vm], key=lambda s: s["level"])
-            noise = 2 * max(g[0]["peak std"] or 0.0, g[-1]["peak std"] or 0.0)
-            lower.append(g[-1]["peak"] - g[0]["peak"] > noise)
+            lower.append(g[-1]["peak"] > g[0]["peak"])  # the caption-draw std is not a margin
     if not all(lower):
         assert row["verdict"] == "differs"
-    else:
-        assert row["verdict"] in ("reproduces in kind", "differs")  # "differs" when the model order changes
+    else:  # two language models: one comparison, so the order cannot be decided ("differs" if it reverses)
+        assert row["verdict"] in ("inconclusive", "differs")
+    assert "Kendall τ" in row["rule"] and "2 language model(s)" in row["note"]

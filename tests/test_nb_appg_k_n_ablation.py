@@ -65,5 +65,8 @@ def test_verdicts_follow_the_numbers(rec):
     rises = all(r["raw_to"] > r["raw_from"] for r in t if r["sweep"] == "k")
     if not rises:
         assert rows["G/k-order"]["verdict"] == "differs"
+    # the order is read on chance-corrected scores, over three regimes
+    assert "3 regimes by chance-corrected score" in rows["G/k-order"]["this build"]
     assert rows["G/k-order"]["verdict"] in ("reproduces in kind", "differs")
+    assert "(s − c)/(1 − c)" in rows["G/k-order"]["rule"]
     assert np.isfinite([r["raw_from"] for r in t]).all()

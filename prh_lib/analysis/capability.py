@@ -309,6 +309,7 @@ def findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False,
         :func:`prh_lib.claims.finding` rows (claims not covered are added by ``claims_table``).
     """
     from .. import claims
+    from .verdicts import fisher_n_for_r
 
     rows = []
     why_short = (f"fewer than 3 independent language models ran" +
@@ -364,7 +365,9 @@ def findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False,
         holds=bool((peak["r (capability)"] > 0).all()), comparable=False, conclusive=significant,
         note="" if significant else (f"the sign is the paper's, but {n_models} independent models cannot tell it "
                                      f"from chance (the smallest exact p at n = {n_models} is "
-                                     f"{2 / math.factorial(n_models):.3g})")))
+                                     f"{2 / math.factorial(n_models):.3g}); detecting the paper's r = 0.66 at 80 % "
+                                     f"power (two-sided, alpha 0.05) takes {fisher_n_for_r(0.66)} independent "
+                                     "language models")))
     final = _pick(main, alignment="final", method="pearson").set_index("vision")["r (capability)"]
     pk = _pick(peak, method="pearson").set_index("vision")["r (capability)"]
     both = pd.concat({"final": final, "peak": pk}, axis=1).dropna()
@@ -376,7 +379,8 @@ def findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False,
             "3.2/final-less", this_build=f"Pearson r with capability (−bits per byte), {main_dataset}: {shown}",
             holds=bool((both["final"] < both["peak"]).all()), comparable=False, conclusive=significant,
             note="" if significant else (f"with {n_models} independent models neither correlation can be told "
-                                         "from chance, so neither can their difference")))
+                                         "from chance, so neither can their difference (the paper's r = 0.66 needs "
+                                         f"{fisher_n_for_r(0.66)} models for 80 % power)")))
     return rows
 
 

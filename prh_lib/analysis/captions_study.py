@@ -138,7 +138,7 @@ def detail_alignment(vision: dict, variants: dict, language_models: Sequence[str
     For each language model and variant, features of the variant's texts are extracted (cached; the cache key
     includes the texts) or, when every (sample, text) of the variant occurs in a variant extracted before, taken
     from its rows (features are computed text by text, so this is the same); the vision features are restricted
-    to the variant's rows, both are clipped per layer (:func:`prh_lib.analysis.clip_features`, on those rows)
+    to the variant's rows, both are clipped with one threshold per model's stack of layers (:func:`prh_lib.analysis.clip_features`, on those rows)
     and all layer pairs are scored.
 
     Parameters

@@ -29,6 +29,7 @@ import pandas as pd
 
 from ..results import expand_extra_columns, format_mean_std
 from .core import AlignmentMatrix, PairResult
+from .heldout import floor_margins, format_interval
 
 # the computation (scoring, the study over draws), re-exported: this module stays the chapter's one namespace
 from .layerwise_study import (  # noqa: F401
@@ -109,7 +110,8 @@ def describe_peaks(table: pd.DataFrame) -> str:
                  f"× {row['peak depth y']:.2f})")
         text = f"- **{pair}**: peak {row['peak']:.3f} {row['peak 95% CI']} {where}; final layers {row['final layers']:.3f}"
         if "chance" in row:
-            text += f"; {row['peak / chance']:.1f}× chance ({row['chance']:.3f})"
+            text += (f"; {row['peak / chance']:.1f}× chance ({row['chance']:.3f}; chance-corrected (s − c)/(1 − c) "
+                     f"{(row['peak'] - row['chance']) / (1 - row['chance']):.3f})")
         if "shuffled (max)" in row:
             text += f"; shuffled-pairs control at most {row['shuffled (max)']:.3f}"
         if "p (max)" in row:
@@ -198,59 +200,128 @@ def _best(agg: pd.DataFrame, regime: str):
     return None if sub.empty else sub.loc[sub["peak_mean"].idxmax()]
 
 
-def findings(agg: pd.DataFrame, *, dataset: str, alpha: float = 0.05, paper_setting: bool = False) -> list[dict]:
-    """The rows of "The paper and this build" for the claims ``3.1/*``, computed from :func:`aggregate_peaks`.
+#: "far more": a vision-vision held-out peak at least this many times the best cross-modal one
+FAR_MORE = 2.0
 
-    Criteria (each ``holds`` is computed from the numbers of ``dataset``):
+#: Each 3.1 claim's test, in one sentence (shown on the page and the front page)
+RULES = {
+    "3.1/cross-modal-peak": "every cross-modal pair's held-out peak is above chance and above its bag-of-words "
+                            "floors (paired 95 % interval over images above 0), every selection-aware p ≤ alpha, "
+                            "and the best held-out peak is below 0.5 (its interval too)",
+    "3.1/later-layers": "for every cross-modal pair the held-out peak's mean relative depth is above 0.5 on both "
+                        "sides, interval included",
+    "3.1/final-not-max": "for every cross-modal pair the held-out peak exceeds the final-layer pair on the same "
+                         "halves (paired interval above 0)",
+    "3.1/vision-vision": f"the best vision-vision held-out peak is at least {FAR_MORE:g}× the best cross-modal one "
+                         "(paired ratio's interval above it), beats each random-init floor (paired interval above "
+                         "0), and sits at mean depth above 0.5 on both sides",
+    "3.1/language-language": "the best language-language held-out peak beats the best cross-modal one and each "
+                             "of its floors (random-init twins, bag of words; paired intervals above 0) and sits "
+                             "at mean depth below 0.6 on both sides (early-middle layers)",
+}
 
-    - ``3.1/cross-modal-peak``: every cross-modal pair's mean peak exceeds its shuffled-pairs control and
-      chance, its largest p over draws is ≤ ``alpha``, and the best cross-modal peak is below 0.5 ("small");
-    - ``3.1/later-layers``: every cross-modal pair peaks at mean relative depth ≥ 0.5 on both sides;
-    - ``3.1/final-not-max``: no draw of any cross-modal pair has its maximum at the final-layer pair;
-    - ``3.1/vision-vision``: the best vision-vision peak exceeds every cross-modal peak and sits at depth
-      ≥ 0.5 on both sides;
-    - ``3.1/language-language``: the best language-language peak exceeds every cross-modal peak and sits at
-      mean depth ≤ 0.6 on both sides (early-middle layers).
 
-    ``paper_setting``: whether the run is in the paper's setting (its models, N = 1024), so values compare.
+def findings(agg: pd.DataFrame, heldout: pd.DataFrame, *, dataset: str, alpha: float = 0.05,
+             paper_setting: bool = False) -> list[dict]:
+    """The rows of "The paper and this build" for the claims ``3.1/*``, from held-out estimates.
+
+    Parameters
+    ----------
+    agg : DataFrame
+        :func:`aggregate_peaks` (in-sample peaks, mean ± std over caption draws; shown, never a margin).
+    heldout : DataFrame
+        :func:`prh_lib.analysis.heldout.heldout_summary` of ``dataset``: held-out peaks of the comparisons
+        and their floors with 95 % intervals over images (:mod:`prh_lib.analysis.verdicts`).
+    dataset : str
+    alpha : float
+        Level of the selection-aware permutation p-values.
+    paper_setting : bool
+        Whether the run is in the paper's setting (its models, N = 1024), so values compare.
+
+    Returns
+    -------
+    list of dict
+        :func:`prh_lib.claims.finding` rows; the tests of each claim are :data:`RULES`. Without held-out
+        estimates every claim is "not testable" with that reason: no verdict rests on in-sample peaks alone.
     """
     from .. import claims
+    from . import verdicts as V
 
     a = agg[agg["dataset"] == dataset]
-    cross = a[a["regime"] == "cross-modal"]
+    comps = V.comparisons_of(heldout)
+    if comps.empty:
+        why = "no held-out estimates in this run (heldout_boot = 0)"
+        return [claims.finding(cid, this_build=None, holds=None, note=why) for cid in RULES]
+    cross = comps[comps["regime"] == "cross-modal"]
+    ins = a.set_index("pair")
     rows = []
 
-    def fmt(r):
-        return f"{_ms(r['peak_mean'], r['peak_std'], r['n_draws'])} ({r['pair']}, {r['peak_layers']})"
+    def row(cid, tests, this_build, **kw):
+        d = V.detectable(tests)
+        power = f"smallest difference this build detects at 80 % power: {d:.3f}" if np.isfinite(d) else ""
+        rows.append(claims.finding(cid, this_build=this_build, tests=tests, rule=RULES[cid],
+                                   note="; ".join(t for t in (kw.pop("note", ""), power) if t), **kw))
 
     if len(cross):
-        best = cross.loc[cross["peak_mean"].idxmax()]
-        above = bool(((cross["peak_mean"] > cross["shuffled_max_mean"]) & (cross["peak_mean"] > cross["chance"])
-                      & (cross["p_largest"] <= alpha)).all())
-        rows.append(claims.finding("3.1/cross-modal-peak", this_build=fmt(best), holds=above and best["peak_mean"] < 0.5,
-                                   value=best["peak_mean"], std=best["peak_std"], comparable=paper_setting))
-        deep = (cross["depth_x_mean"] >= 0.5) & (cross["depth_y_mean"] >= 0.5)
-        rows.append(claims.finding(
-            "3.1/later-layers", holds=bool(deep.all()),
-            this_build=f"{int(deep.sum())} of {len(cross)} pairs at depth ≥ 0.5 on both sides; " + "; ".join(
-                f"{r['pair']} {r['depth_x_mean']:.2f} × {r['depth_y_mean']:.2f}" for _, r in cross.iterrows())))
-        n_final = int(cross["final_is_peak"].sum())
-        rows.append(claims.finding(
-            "3.1/final-not-max", holds=n_final == 0,
-            this_build=f"final pair is the maximum in {n_final} of {int(cross['n_draws'].sum())} pair-draws; "
-                       f"mean peak − final {cross['gap_mean'].min():.3f} to {cross['gap_mean'].max():.3f}"))
-    top_cross = cross["peak_mean"].max() if len(cross) else -math.inf
-    for cid, regime, shallow in (("3.1/vision-vision", "vision-vision", False),
-                                 ("3.1/language-language", "language-language", True)):
-        r = _best(a, regime)
-        if r is None:
+        best = cross.loc[cross["score"].idxmax()]
+        tests = []
+        for _, r in cross.iterrows():
+            tests.append(V.above_chance(r))
+            tests += V.above_floors(heldout, r)
+            p = float(ins.loc[r["pair"], "p_largest"]) if r["pair"] in ins.index else float("nan")
+            if np.isfinite(p):
+                tests.append(claims.Test(f"{r['pair']} alpha − p (largest over draws)", alpha - p + 1e-12,
+                                         alpha - p + 1e-12, alpha - p + 1e-12, 0.0))
+        tests.append(claims.Test(f"best held-out peak ({best['pair']})", float(best["score"]), float(best["ci_low"]),
+                                 float(best["ci_high"]), 0.5, "<"))
+        fl = []
+        for _, r in cross.iterrows():
+            fm = floor_margins(heldout, r["pair"])
+            fl.append(f"{r['pair']} {r['score']:.3f} vs highest floor "
+                      + (f"{fm.iloc[0]['floor_score']:.3f} ({fm.iloc[0]['kind']})" if len(fm) else "–"))
+        insample = ins.loc[best["pair"]] if best["pair"] in ins.index else None
+        row("3.1/cross-modal-peak", tests,
+            f"best {best['pair']}: {V.held_text(best)}, chance {best['chance']:.3f}"
+            + (f"; in-sample peak on all N {_ms(insample['peak_mean'], insample['peak_std'], insample['n_draws'])} "
+               f"(± over caption draws)" if insample is not None else "") + "; " + "; ".join(fl),
+            value=float(best["score"]), interval=(float(best["ci_low"]), float(best["ci_high"])),
+            comparable=paper_setting)
+        tests = [t for _, r in cross.iterrows() for t in V.depth_tests(r, 0.5, ">")]
+        row("3.1/later-layers", tests, "; ".join(
+            f"{r['pair']}: modal held-out pair {r['modal']} ({r['modal_share']:.0%} of selections), mean depth "
+            f"{format_interval(r['depth_x'], r['depth_x_low'], r['depth_x_high'], 2)} × "
+            f"{format_interval(r['depth_y'], r['depth_y_low'], r['depth_y_high'], 2)}" for _, r in cross.iterrows()))
+        tests = [V.peak_above_final(r) for _, r in cross.iterrows()]
+        n_final = int(a.loc[a["regime"] == "cross-modal", "final_is_peak"].sum()) if len(a) else 0
+        n_pd = int(a.loc[a["regime"] == "cross-modal", "n_draws"].sum()) if len(a) else 0
+        row("3.1/final-not-max", tests,
+            f"in-sample, the final pair is the maximum in {n_final} of {n_pd} pair-draws; held-out peak − final: "
+            + "; ".join(f"{r['pair']} {t.estimate:+.3f} [{t.low:+.3f}, {t.high:+.3f}]"
+                        for (_, r), t in zip(cross.iterrows(), tests)))
+    best_cross = cross.loc[cross["score"].idxmax()] if len(cross) else None
+    for cid, regime in (("3.1/vision-vision", "vision-vision"), ("3.1/language-language", "language-language")):
+        part = comps[comps["regime"] == regime]
+        if part.empty:
             continue
-        where = (r["depth_x_mean"] <= 0.6 and r["depth_y_mean"] <= 0.6) if shallow else (
-            r["depth_x_mean"] >= 0.5 and r["depth_y_mean"] >= 0.5)
-        rows.append(claims.finding(
-            cid, this_build=f"{fmt(r)}; depth {r['depth_x_mean']:.2f} × {r['depth_y_mean']:.2f}",
-            holds=bool(r["peak_mean"] > top_cross and where), value=r["peak_mean"], std=r["peak_std"],
-            comparable=paper_setting))
+        r = part.loc[part["score"].idxmax()]
+        tests = V.above_floors(heldout, r)
+        if regime == "vision-vision":
+            if best_cross is not None:
+                tests.insert(0, V.ratio_above(heldout, r["pair"], best_cross["pair"], FAR_MORE))
+            tests += V.depth_tests(r, 0.5, ">")
+        else:
+            if best_cross is not None:
+                tests.insert(0, V.above_pair(heldout, r["pair"], best_cross["pair"]))
+            tests += V.depth_tests(r, 0.6, "<")
+        ratio = (f"; {r['score'] / best_cross['score']:.2f}× the best cross-modal held-out peak"
+                 if best_cross is not None and best_cross["score"] > 0 else "")
+        fm = floor_margins(heldout, r["pair"])
+        floor_txt = (f"; highest floor {fm.iloc[0]['floor']} {fm.iloc[0]['floor_score']:.3f}, margin "
+                     f"{format_interval(fm.iloc[0]['margin'], fm.iloc[0]['low'], fm.iloc[0]['high'])}"
+                     if len(fm) else "")
+        row(cid, tests,
+            f"{r['pair']}: {V.held_text(r)}{ratio}; mean depth {r['depth_x']:.2f} × {r['depth_y']:.2f}{floor_txt}",
+            value=float(r["score"]), interval=(float(r["ci_low"]), float(r["ci_high"])), comparable=paper_setting)
     return rows
 
 
@@ -272,14 +343,16 @@ def describe_findings(agg: pd.DataFrame, rows: list[dict], *, dataset: str, n_pe
 
     a = agg[agg["dataset"] == dataset]
     lines = [f"On **{dataset}** (N = {int(a['n'].iloc[0])}, k = {int(a['k'].iloc[0])}, chance "
-             f"{a['chance'].iloc[0]:.3f}; means over {int(a['n_draws'].max())} draws):", ""]
+             f"{a['chance'].iloc[0]:.3f}; in-sample means ± std over {int(a['n_draws'].max())} caption draws, the spread of "
+             "caption choice only; the verdicts use the held-out estimates and their intervals over images):", ""]
     for _, r in a.iterrows():
         lx, ly = r["peak_layers"].split(" × ")
         dxm, dym = r["depth_x_mean"], r["depth_y_mean"]
         consistent = r["peak_layers_draws"] == r["n_draws"]
         lines.append(
             f"- **{r['pair']}** ({r['regime']}): peak {_ms(r['peak_mean'], r['peak_std'], r['n_draws'])}, "
-            f"{r['peak_mean'] / r['chance']:.1f}× chance, calibrated {r['calibrated_mean']:.3f}, "
+            f"{r['peak_mean'] / r['chance']:.1f}× chance (chance-corrected (s − c)/(1 − c) "
+            f"{(r['peak_mean'] - r['chance']) / (1 - r['chance']):.3f}), calibrated {r['calibrated_mean']:.3f}, "
             f"{format_p(r['p_largest'], n_permutations)} (largest over draws). {r['model_y']} peaks at "
             f"{_layer_phrase(ly, dym) if consistent else f'{ly} in {r.peak_layers_draws} of {r.n_draws} draws (mean depth {dym:.2f})'}"
             f" with {r['model_x']} at {_layer_phrase(lx, dxm) if consistent else f'{lx} (mean depth {dxm:.2f})'}; "
@@ -294,6 +367,13 @@ def describe_findings(agg: pd.DataFrame, rows: list[dict], *, dataset: str, n_pe
         lines.append(f"This build agrees with the paper in kind on {', '.join(agree)}.")
     if differ:
         lines.append(f"It does **not** on {', '.join(differ)}: see the rows above for the numbers.")
+    undecided = [r["id"] for r in rows if r["verdict"] == "inconclusive"]
+    if undecided:
+        lines.append(f"It cannot decide {', '.join(undecided)}: an interval over images includes the claim's "
+                     "threshold (the notes name the test and the smallest difference this build detects).")
+    untestable = [r["id"] for r in rows if r["verdict"].startswith("not testable")]
+    if untestable:
+        lines.append(f"It does not test {', '.join(untestable)} (the rows say why).")
     comparable = any(r["verdict"] == "reproduces" for r in rows)
     if not comparable:
         lines.append("None of the values is comparable with the paper's: the models, the data (COCO, not WIT) and "

@@ -45,6 +45,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from .heldout import floor_margins, format_interval, margin  # noqa: F401 (the chapter's namespace)
+
 # the comparisons and the study, re-exported: this module stays the chapter's one namespace
 from .regimes_study import (  # noqa: F401
     Comparison, FINAL, PEAK, PROJECTION, REGIMES, REGIME_LABELS, SHUFFLED, comparison_table, control_pairs,
@@ -237,10 +239,16 @@ def page_table(summary: pd.DataFrame, *, n_permutations: int) -> pd.DataFrame:
                      "comparison": r["comparison"],
                      "max over layer pairs": _ms(r["score_mean"], r["score_std"], r["n_draws"]),
                      "× chance": f"{r['score_mean'] / r['chance']:.1f} (chance {r['chance']:.3f})",
+                     "chance-corrected": f"{_cc(r['score_mean'], r['chance']):.3f}",
                      "highest floor": floor,
                      "calibrated": _ms(r["calibrated_mean"], r["calibrated_std"], r["n_draws"]),
                      "p (largest over draws)": format_p(r["p_max"], n_permutations)})
     return pd.DataFrame(rows)
+
+
+def _cc(score: float, chance: float) -> float:
+    """Chance-corrected score (s − c)/(1 − c): 0 at chance, 1 for identical neighbourhoods."""
+    return (score - chance) / (1 - chance)
 
 
 def floor_table(floors: pd.DataFrame, *, chance: dict, n_permutations: int) -> pd.DataFrame:
@@ -255,6 +263,7 @@ def floor_table(floors: pd.DataFrame, *, chance: dict, n_permutations: int) -> p
                      "features": f"{r['model_x']} × {r['model_y']}",
                      "max over layer pairs": _ms(r["score_mean"], r["score_std"], r["n_draws"]),
                      "× chance": f"{r['score_mean'] / c:.1f}",
+                     "chance-corrected": f"{_cc(r['score_mean'], c):.3f}",
                      "calibrated": _ms(r["calibrated_mean"], r["calibrated_std"], r["n_draws"]),
                      "p (largest over draws)": format_p(r["p_max"], n_permutations)})
     return pd.DataFrame(rows)
@@ -265,21 +274,35 @@ _ALIGNED_CLAIMS = {"3.3/clip": ("clip-vit-large-patch14", "coco"), "3.3/siglip":
                    "3.3/qwen3-vl": ("Qwen3-VL", "docci")}
 
 
-def regime_claims(summary: pd.DataFrame, projection: pd.DataFrame | None = None, *, headline: str | None = None,
-                  near_chance: float = 2.0) -> list[dict]:
+#: Each 3.3 claim's test, in one sentence (shown on the page and the front page)
+RULES = {
+    "3.3/unimodal": "at N = 1024, k = 10: every unimodal pair's held-out peak above 0.3 (interval included); "
+                    "elsewhere: above 2× chance and above each bag-of-words floor (paired 95 % intervals over images)",
+    "3.3/same-modality": "every same-modality pair's held-out peak beats the best unimodal pair and each of its own "
+                         "floors (random-init twins; bag of words for language pairs), paired intervals above 0",
+    "3.3/random-init": "every random-init comparison's held-out peak below the near-chance bound (interval included)",
+}
+
+
+def regime_claims(summary: pd.DataFrame, projection: pd.DataFrame | None = None, *, heldout: pd.DataFrame | None = None,
+                  headline: str | None = None, near_chance: float = 2.0) -> list[dict]:
     """Rows of "The paper and this build" for the claims ``3.3/*``, computed from the aggregated numbers.
 
     Parameters
     ----------
     summary : DataFrame
-        :func:`with_floors` of :func:`study_summary` (``"peak"`` rows).
+        :func:`with_floors` of :func:`study_summary` (``"peak"`` rows; in-sample, shown beside the held-out).
     projection : DataFrame, optional
         :func:`study_summary` of the ``"projection"`` rows (aligned models), for Table 1 and App. E.
+    heldout : DataFrame, optional
+        :func:`prh_lib.analysis.heldout.heldout_summary` of the headline dataset: the verdicts' estimates
+        (held-out peaks with intervals over images and paired floor margins, :data:`RULES`). Without it the
+        claims of Figure 5 are not tested.
     headline : str, optional
         Dataset the claims of Figure 5 are read on (default: ``"coco"`` when present, as in the paper's
         Table 1, else the first dataset of ``summary``).
     near_chance : float
-        "Near chance" is read as a mean maximum below ``near_chance`` × k/(N-1).
+        "Near chance" is read as a held-out peak below ``near_chance`` × k/(N-1).
 
     Returns
     -------
@@ -288,6 +311,7 @@ def regime_claims(summary: pd.DataFrame, projection: pd.DataFrame | None = None,
         adds it as not testable offline).
     """
     from .. import claims
+    from . import verdicts as V
 
     rows = []
     if summary.empty:
@@ -298,41 +322,70 @@ def regime_claims(summary: pd.DataFrame, projection: pd.DataFrame | None = None,
     chance = float(s["chance"].iloc[0])
     n, k = int(s["n"].iloc[0]), int(s["k"].iloc[0])
     paper_n = n == 1024 and k == 10
-    uni, same, rnd = (s[s["regime"] == r] for r in ("unimodal", "same-modality", "random-init"))
     where = f"{headline}, N = {n}, k = {k}"
+    h = heldout if heldout is not None else pd.DataFrame()
+    comps = V.comparisons_of(h)
+    regime_of = {r["comparison"]: r["regime"] for _, r in s.iterrows()}
+    if len(comps):
+        comps = comps.assign(regime3=[regime_of.get(p, regime_of.get(f"{p} (seed 0)", "")) for p in comps["pair"]])
+        comps.loc[comps["pair"].str.contains("@random-init:"), "regime3"] = "random-init"
+    uni = comps[comps["regime3"] == "unimodal"] if len(comps) else comps
+    same = comps[comps["regime3"] == "same-modality"] if len(comps) else comps
+    rnd = comps[comps["regime3"] == "random-init"] if len(comps) else comps
+
+    def row(cid, tests, this_build, **kw):
+        d = V.detectable(tests)
+        power = f"smallest difference this build detects at 80 % power: {d:.3f}" if np.isfinite(d) else ""
+        rows.append(claims.finding(cid, this_build=this_build, tests=tests, rule=RULES[cid],
+                                   note="; ".join(t for t in (kw.pop("note", ""), power) if t), **kw))
+
+    if comps.empty:
+        why = "no held-out estimates in this run (heldout_boot = 0)"
+        rows += [claims.finding(cid, this_build=None, holds=None, note=why) for cid in RULES]
     if len(uni):
-        best = uni.loc[uni["score_mean"].idxmax()]
-        floors_ok = bool(uni["above floors"].fillna(False).astype(bool).all()) if "above floors" in uni else False
-        above_chance = bool((uni["score_mean"] > 2 * chance).all())
-        if paper_n:
-            holds, note = bool((uni["score_mean"] > 0.3).all()), ""
-        else:
-            holds = above_chance and floors_ok
-            note = (f"0.3 is not comparable at N = {n}, k = {k} (chance {chance:.3f} here, 0.0098 at N = 1024); "
-                    f"read here as: every unimodal pair above 2× chance and above its control floors")
-        floor_txt = (f"; highest floor {best['floor']:.3f} ({best['floor kind']})"
-                     if np.isfinite(best.get("floor", np.nan)) else "")
-        rows.append(claims.finding(
-            "3.3/unimodal", holds=holds, value=float(best["score_mean"]), std=float(best["score_std"]),
-            comparable=paper_n and headline in ("coco", "docci"), note=note,
-            this_build=(f"best {best['comparison']}: {_ms(best['score_mean'], best['score_std'], best['n_draws'])}, "
-                        f"{best['score_mean'] / chance:.1f}× chance{floor_txt} ({where})")))
+        best = uni.loc[uni["score"].idxmax()]
+        tests = []
+        for _, r in uni.iterrows():
+            if paper_n:
+                tests.append(claims.Test(f"{r['pair']} held-out peak", r["score"], r["ci_low"], r["ci_high"], 0.3))
+            else:
+                tests.append(claims.Test(f"{r['pair']} held-out peak − 2× chance", r["score"] - 2 * chance,
+                                         r["ci_low"] - 2 * chance, r["ci_high"] - 2 * chance, 0.0))
+            tests += V.above_floors(h, r)
+        note = "" if paper_n else (f"0.3 is not comparable at N = {n}, k = {k} (chance {chance:.3f} here, 0.0098 at "
+                                   "N = 1024); read here as: every unimodal pair above 2× chance and above its "
+                                   "bag-of-words floors")
+        fm = floor_margins(h, best["pair"])
+        row("3.3/unimodal", tests,
+            f"best {best['pair']}: {V.held_text(best)}, {best['score'] / chance:.1f}× chance"
+            + (f"; highest floor {fm.iloc[0]['floor_score']:.3f} ({fm.iloc[0]['kind']}), margin "
+               f"{format_interval(fm.iloc[0]['margin'], fm.iloc[0]['low'], fm.iloc[0]['high'])}" if len(fm) else "")
+            + f" ({where})",
+            value=float(best["score"]), interval=(float(best["ci_low"]), float(best["ci_high"])),
+            comparable=paper_n and headline in ("coco", "docci"), note=note)
     if len(same) and len(uni):
-        m, sd = float(same["score_mean"].mean()), float(same["score_std"].mean())
-        holds = bool(same["score_mean"].min() > uni["score_mean"].max())
-        rows.append(claims.finding(
-            "3.3/same-modality", holds=holds, value=m, std=sd, comparable=paper_n,
-            note="" if paper_n else "read here as: every same-modality pair above every unimodal pair",
-            this_build=(f"mean of {len(same)} pairs {m:.3f} (range {same['score_mean'].min():.3f}-"
-                        f"{same['score_mean'].max():.3f}; std over draws ≤ {same['score_std'].max():.3f}) against "
-                        f"unimodal ≤ {uni['score_mean'].max():.3f} ({where})")))
+        best_uni = uni.loc[uni["score"].idxmax()]
+        tests = []
+        for _, r in same.iterrows():
+            tests.append(V.above_pair(h, r["pair"], best_uni["pair"]))
+            tests += V.above_floors(h, r)
+        m = float(same["score"].mean())
+        row("3.3/same-modality", tests,
+            "; ".join(f"{r['pair']} {format_interval(r['score'], r['ci_low'], r['ci_high'])}"
+                      + (f" (highest floor {fm.iloc[0]['floor_score']:.3f}, {fm.iloc[0]['kind']})"
+                         if len(fm := floor_margins(h, r["pair"])) else "") for _, r in same.iterrows())
+            + f"; best unimodal {best_uni['score']:.3f} ({where})",
+            value=m, comparable=paper_n,
+            note="" if paper_n else "read here as: every same-modality pair above every unimodal pair and its floors")
     if len(rnd):
-        m = float(rnd["score_mean"].mean())
-        rows.append(claims.finding(
-            "3.3/random-init", holds=bool((rnd["score_mean"] < near_chance * chance).all()), comparable=paper_n,
-            note=f"near chance read as below {near_chance:g}× chance",
-            this_build=(f"mean {m:.3f} = {m / chance:.1f}× chance over {len(rnd)} comparisons, highest "
-                        f"{rnd['score_mean'].max() / chance:.1f}× ({where})")))
+        bound = near_chance * chance
+        tests = [claims.Test(f"{r['pair']} held-out peak", r["score"], r["ci_low"], r["ci_high"], bound, "<")
+                 for _, r in rnd.iterrows()]
+        m = float(rnd["score"].mean())
+        row("3.3/random-init", tests,
+            f"mean held-out {m:.3f} = {m / chance:.1f}× chance over {len(rnd)} comparisons, highest "
+            f"{rnd['score'].max() / chance:.1f}× ({where})", comparable=paper_n,
+            note=f"near chance read as below {near_chance:g}× chance")
     if projection is not None and len(projection):
         for cid, (fragment, dataset) in _ALIGNED_CLAIMS.items():
             part = projection[projection["model_x"].str.contains(fragment, regex=False)
@@ -343,7 +396,7 @@ def regime_claims(summary: pd.DataFrame, projection: pd.DataFrame | None = None,
             p = part.iloc[0]
             above = bool(u["score_mean"].max() > p["score_mean"])
             holds = (not above) if cid == "3.3/qwen3-vl" else above
-            rows.append(claims.finding(cid, holds=holds, value=float(p["score_mean"]), std=float(p["score_std"]),
+            rows.append(claims.finding(cid, holds=holds, value=float(p["score_mean"]),
                                        comparable=int(p["n"]) == 1024 and int(p["k"]) == 10,
                                        this_build=(f"projection {_ms(p['score_mean'], p['score_std'], p['n_draws'])}; "
                                                    f"best unimodal {u['score_mean'].max():.3f} ({dataset})")))
@@ -397,11 +450,13 @@ def describe_study(summary: pd.DataFrame, bands: dict, *, missing_note: str = "n
             means[key] = m
             rng = (f", range {g['score_mean'].min():.3f}-{g['score_mean'].max():.3f} over {len(g)} comparisons"
                    if len(g) > 1 else "")
-            out.append(f"- {REGIME_LABELS[key]}: {m:.3f} ({m / chance:.1f}× chance{rng}); calibrated "
+            out.append(f"- {REGIME_LABELS[key]}: {m:.3f} ({m / chance:.1f}× chance, chance-corrected "
+                       f"{_cc(m, chance):.3f}{rng}); calibrated "
                        f"{g['calibrated_mean'].mean():.3f}.")
         band = bands.get(dataset, {})
         if band:
-            parts = [f"{CONTROL_LABELS.get(kind, kind)} {mean:.3f} ({mean / chance:.1f}× chance)"
+            parts = [f"{CONTROL_LABELS.get(kind, kind)} {mean:.3f} ({mean / chance:.1f}× chance, chance-corrected "
+                     f"{_cc(mean, chance):.3f})"
                      for kind, (mean, _, _) in band.items()]
             out.append("- control floors of the vision × language pairs (mean over pairs): " + "; ".join(parts) + ".")
             rl = band.get("random-language")

@@ -10,7 +10,7 @@ bits per byte of the capability study's models, the interpolation ladder), :mod:
 """
 
 from ..models import CausalLM, load_causal_lm, load_tokenizer
-from .bpb import (BPB_FORMAT_VERSION, BPB_SOURCES, BitsPerByte, bits_per_byte, bpb_cache_path, bpb_corpus,
+from .bpb import (BPB_FORMAT_VERSION, BPB_PREFIX, BPB_SOURCES, BitsPerByte, bits_per_byte, bpb_cache_path, bpb_corpus,
                   cached_bits_per_byte, heldout_captions, study_heldout)
 from .generate import greedy_generate, load_generator, max_new_tokens_for, render_prompt
 from .ladder import (LanguageModelResult, RandomWeights, available_models, install_hint, ladder_models, ladder_tag,
@@ -22,7 +22,7 @@ from .summaries import (DEFAULT_FRACTIONS, DEFAULT_PROMPT, DEFAULT_SYSTEM, SUMMA
 
 __all__ = [
     "CausalLM", "load_causal_lm", "load_tokenizer",
-    "BPB_FORMAT_VERSION", "BPB_SOURCES", "BitsPerByte", "bits_per_byte", "bpb_cache_path", "bpb_corpus",
+    "BPB_FORMAT_VERSION", "BPB_PREFIX", "BPB_SOURCES", "BitsPerByte", "bits_per_byte", "bpb_cache_path", "bpb_corpus",
     "cached_bits_per_byte", "heldout_captions", "study_heldout", "quiet", "available_models", "install_hint",
     "greedy_generate", "load_generator", "max_new_tokens_for", "render_prompt",
     "LanguageModelResult", "RandomWeights", "ladder_models", "ladder_tag", "ladder_weights", "pretrained_models",

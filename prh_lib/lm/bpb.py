@@ -29,7 +29,12 @@ __all__ = ["BitsPerByte", "bits_per_byte", "heldout_captions", "study_heldout", 
            "bpb_cache_path", "cached_bits_per_byte"]
 
 #: Bump when a change to :func:`bits_per_byte` changes its numbers; part of every cache key.
-BPB_FORMAT_VERSION = 1
+BPB_FORMAT_VERSION = 2
+
+#: The fixed text every caption is scored after, for every model (after its BOS token where it has one), so
+#: that each model scores every token of every caption under the same conditioning: models without a BOS
+#: token (Qwen) lose no first token, and no model sees a caption at the very start of its context.
+BPB_PREFIX = "Caption:\n"
 
 
 @dataclass(frozen=True)
@@ -46,9 +51,10 @@ class BitsPerByte:
         UTF-8 bytes of the scored span of each text.
     n_tokens : int
         Tokens scored in all.
-    context : {"bos", "first-token"}
-        ``"bos"``: every token scored, the first conditioned on the BOS token; ``"first-token"``: the first
-        token is context only and its bytes are not counted.
+    context : {"prefix", "bos", "first-token"}
+        ``"prefix"`` (the default): every token of the text scored after the fixed :data:`BPB_PREFIX` (itself
+        after the BOS token where the tokenizer has one); ``"bos"``: every token scored, the first conditioned on
+        the BOS token alone; ``"first-token"``: the first token is context only and its bytes are not counted.
     n_correct : int or None
         Scored tokens whose top-1 prediction (argmax of the logits) is the actual next token; None for a
         result cached before it was recorded.
@@ -73,6 +79,34 @@ class BitsPerByte:
         return self.n_correct / self.n_tokens
 
 
+def _tokenize_with_prefix(tokenizer, texts: list[str], prefix: str):
+    """Token ids of ``[BOS] + prefix + text`` (BOS where the tokenizer has one), the index of each text's first
+    token, and the bytes of each text (all scored).
+
+    Raises
+    ------
+    ValueError
+        If a token spans the end of the prefix and the start of the text (the prefix must end on a token
+        boundary for this tokenizer; a newline does for every tokenizer of the zoo).
+    """
+    enc = tokenizer([prefix + t for t in texts], add_special_tokens=False, return_offsets_mapping=True)
+    bos = getattr(tokenizer, "bos_token_id", None)
+    ids, starts, n_bytes = [], [], []
+    cut = len(prefix)
+    for i, text in enumerate(texts):
+        offsets = enc["offset_mapping"][i]
+        first = next((j for j, (a, b) in enumerate(offsets) if b > cut), None)
+        if first is None or offsets[first][0] < cut:
+            raise ValueError(f"text {i} ({text!r}): a token spans the end of the prefix {prefix!r} and the text; "
+                             "choose a prefix that ends on a token boundary")
+        toks = list(enc["input_ids"][i])
+        lead = [bos] if bos is not None else []
+        ids.append(lead + toks)
+        starts.append(len(lead) + first)
+        n_bytes.append(len(text.encode("utf-8")))
+    return ids, np.asarray(starts, dtype=np.int64), np.asarray(n_bytes, dtype=np.int64)
+
+
 def _tokenize_for_bpb(tokenizer, texts: list[str], use_bos: bool):
     """Token ids (no special tokens; BOS prepended if ``use_bos``) and the scored bytes of each text."""
     enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=not use_bos)
@@ -92,10 +126,13 @@ def _tokenize_for_bpb(tokenizer, texts: list[str], use_bos: bool):
 
 
 def bits_per_byte(lm: torch.nn.Module, tokenizer, texts: Sequence[str], *, batch_size: int = 16,
-                  use_bos: bool | None = None, progress: bool = False) -> BitsPerByte:
+                  use_bos: bool | None = None, prefix: str | None = BPB_PREFIX, progress: bool = False) -> BitsPerByte:
     """Bits per UTF-8 byte of a causal language model on ``texts``.
 
-    Each text is tokenised on its own without special tokens. With a BOS token (``use_bos``), the
+    By default (``prefix`` given) every model is conditioned the same way: each text is scored after the fixed
+    text ``prefix`` (:data:`BPB_PREFIX`, preceded by the tokenizer's BOS token where it has one), every token of
+    the text is scored, and the byte count is the whole text's. With ``prefix=None`` the older conventions
+    apply: each text is tokenised on its own without special tokens. With a BOS token (``use_bos``), the
     sequence is ``[BOS] + tokens`` and every text token is scored given the ones before it; the byte count
     is the whole text's. Without one, the first token is context only: tokens 2..T are scored and the
     bytes are those after the first token (from the tokenizer's offsets). Bits are summed over the corpus
@@ -113,7 +150,9 @@ def bits_per_byte(lm: torch.nn.Module, tokenizer, texts: Sequence[str], *, batch
         Non-empty texts.
     batch_size : int, default=16
     use_bos : bool, optional
-        Default: True when the tokenizer has a BOS token.
+        With ``prefix=None`` only. Default: True when the tokenizer has a BOS token.
+    prefix : str or None, default :data:`BPB_PREFIX`
+        The fixed context of every text (None: the BOS / first-token conventions).
     progress : bool, default=False
         Show a progress bar.
 
@@ -140,10 +179,18 @@ def bits_per_byte(lm: torch.nn.Module, tokenizer, texts: Sequence[str], *, batch
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     has_bos = getattr(tokenizer, "bos_token_id", None) is not None
-    use_bos = has_bos if use_bos is None else bool(use_bos)
-    if use_bos and not has_bos:
-        raise ValueError("use_bos=True but the tokenizer has no BOS token")
-    ids, n_bytes = _tokenize_for_bpb(tokenizer, texts, use_bos)
+    if prefix is not None:
+        if use_bos is not None:
+            raise ValueError("use_bos applies with prefix=None only (with a prefix, BOS is used where it exists)")
+        ids, starts, n_bytes = _tokenize_with_prefix(tokenizer, texts, str(prefix))
+        context = "prefix"
+    else:
+        use_bos = has_bos if use_bos is None else bool(use_bos)
+        if use_bos and not has_bos:
+            raise ValueError("use_bos=True but the tokenizer has no BOS token")
+        ids, n_bytes = _tokenize_for_bpb(tokenizer, texts, use_bos)
+        starts = np.ones(len(ids), dtype=np.int64)  # position 0 is context (BOS or the first token)
+        context = "bos" if use_bos else "first-token"
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     device = next(lm.parameters()).device
     order = np.argsort([len(t) for t in ids], kind="stable")
@@ -156,23 +203,24 @@ def bits_per_byte(lm: torch.nn.Module, tokenizer, texts: Sequence[str], *, batch
         width = max(len(ids[i]) for i in rows)
         input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
+        target_mask = torch.zeros((len(rows), width), dtype=torch.bool)  # the text's tokens, scored
         for r, i in enumerate(rows):
             input_ids[r, :len(ids[i])] = torch.as_tensor(ids[i])
             mask[r, :len(ids[i])] = 1
+            target_mask[r, int(starts[i]):len(ids[i])] = True
         with torch.inference_mode():
             logits = lm(input_ids=input_ids.to(device), attention_mask=mask.to(device)).logits
         # position j predicts token j + 1; score targets whose own position is real
         logits = logits[:, :-1].float()
         target = input_ids[:, 1:].to(logits.device)
         nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none")  # nats
-        scored = mask[:, 1:].to(logits.device).bool()
+        scored = target_mask[:, 1:].to(logits.device)
         per_text = nll.masked_fill(~scored, 0.0).sum(dim=1).double().cpu().numpy() / math.log(2.0)
         bits[rows] = per_text
         n_tokens += int(scored.sum())
         n_correct += int(((logits.argmax(-1) == target) & scored).sum())
     bar.close()
-    return BitsPerByte(float(bits.sum() / n_bytes.sum()), bits, n_bytes, n_tokens,
-                       "bos" if use_bos else "first-token", n_correct)
+    return BitsPerByte(float(bits.sum() / n_bytes.sum()), bits, n_bytes, n_tokens, context, n_correct)
 
 
 def heldout_captions(dataset, pairs, *, per_image: int = 1, max_texts: int | None = None) -> list[str]:

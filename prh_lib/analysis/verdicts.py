@@ -1,0 +1,105 @@
+"""The tests behind the verdicts, built from held-out estimates and their image-level intervals.
+
+Every test here reads :func:`prh_lib.analysis.heldout.heldout_summary` (held-out peaks, selected on one
+half of the images and scored on the other; 95 % intervals from a stratified image bootstrap that re-selects
+the peak in each replicate) and returns :class:`prh_lib.claims.Test` objects, which
+:func:`prh_lib.claims.combine` turns into a verdict. A comparison is read against its floors with *paired*
+intervals (the same image resamples), so a floor whose paired interval overlaps the comparison's never lets a
+claim pass. The caption-draw spread is shown on the pages, but it is not a margin anywhere.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import claims
+from ..metrics.selection import detectable_difference, paired_interval
+from .heldout import QUANTITY, floor_margins, format_interval, margin
+
+__all__ = ["comparisons_of", "above_chance", "above_floors", "above_pair", "ratio_above", "depth_tests",
+           "peak_above_final", "detectable", "held_text", "fisher_n_for_r"]
+
+
+def comparisons_of(summary: pd.DataFrame, regime: str | None = None) -> pd.DataFrame:
+    """The trained comparisons (not floors) of a held-out summary, optionally of one regime."""
+    if summary.empty:
+        return summary
+    c = summary[summary["quantity"] == QUANTITY]
+    return c if regime is None else c[c["regime"] == regime]
+
+
+def above_chance(r: pd.Series) -> claims.Test:
+    """Held-out peak above chance k/(N-1) (its interval's lower bound above it)."""
+    ch = float(r["chance"])
+    return claims.Test(f"{r['pair']} held-out peak − chance", float(r["score"]) - ch, float(r["ci_low"]) - ch,
+                       float(r["ci_high"]) - ch, 0.0)
+
+
+def above_floors(summary: pd.DataFrame, r: pd.Series, kinds=None) -> list[claims.Test]:
+    """One test per floor of the comparison ``r`` (optionally of some kinds): paired margin above 0."""
+    fm = floor_margins(summary, r["pair"])
+    if kinds is not None:
+        fm = fm[fm["kind"].isin(kinds)]
+    return [claims.Test(f"{r['pair']} − {f['floor']} ({f['kind']} floor)", f["margin"], f["low"], f["high"], 0.0)
+            for _, f in fm.iterrows()]
+
+
+def above_pair(summary: pd.DataFrame, a: str, b: str) -> claims.Test:
+    """Paired difference ``a − b`` of two comparisons on the same images, above 0."""
+    m = margin(summary, a, b)
+    return claims.Test(f"{a} − {b}", m["estimate"], m["low"], m["high"], 0.0)
+
+
+def ratio_above(summary: pd.DataFrame, a: str, b: str, threshold: float) -> claims.Test:
+    """Paired ratio ``a / b`` of two held-out peaks above ``threshold``."""
+    m = margin(summary, a, b, ratio=True)
+    return claims.Test(f"{a} / {b}", m["estimate"], m["low"], m["high"], threshold)
+
+
+def depth_tests(r: pd.Series, threshold: float, side: str) -> list[claims.Test]:
+    """The held-out peak's mean relative depth on each side against ``threshold`` (with intervals)."""
+    return [claims.Test(f"{r['pair']} depth of {r[f'model_{s}']}", float(r[f"depth_{s}"]),
+                        float(r[f"depth_{s}_low"]), float(r[f"depth_{s}_high"]), threshold, side)
+            for s in ("x", "y")]
+
+
+def peak_above_final(r: pd.Series) -> claims.Test:
+    """Held-out peak minus the final-layer pair's score on the same halves (paired), above 0."""
+    lo, hi = paired_interval(r["reps"], r["final_reps"])
+    return claims.Test(f"{r['pair']} held-out peak − final layers", float(r["score"]) - float(r["final_half"]),
+                       lo, hi, 0.0)
+
+
+def detectable(tests) -> float:
+    """The smallest difference the widest of ``tests``' intervals detects at 80 % power (NaN if none).
+
+    Only differences against 0 count (margins over floors, chance or another pair); ratios and depths are in
+    other units.
+    """
+    widths = [detectable_difference(t.low, t.high) for t in tests if t.threshold == 0 and t.side == ">"]
+    widths = [w for w in widths if np.isfinite(w)]
+    return max(widths) if widths else float("nan")
+
+
+def held_text(r: pd.Series) -> str:
+    """``"held-out 0.151 [0.120, 0.180] (in-sample on the halves 0.170)"`` for a summary row."""
+    return (f"held-out {format_interval(r['score'], r['ci_low'], r['ci_high'])} (in-sample on the same halves "
+            f"{r['insample_half']:.3f})")
+
+
+def fisher_n_for_r(r: float, *, alpha: float = 0.05, power: float = 0.8) -> int:
+    """Independent models needed to detect a Pearson correlation ``r`` (two-sided, Fisher z approximation).
+
+    ``n = ((z_{1-alpha/2} + z_power) / atanh(r))^2 + 3``, rounded up: 16 for the paper's r = 0.66 at 80 % power.
+
+    References
+    ----------
+    Cohen (1988), "Statistical Power Analysis for the Behavioral Sciences", Ch. 3.
+    """
+    from scipy.stats import norm
+
+    if not -1 < r < 1 or r == 0:
+        raise ValueError(f"r must be in (-1, 1) and not 0; got {r}")
+    z = norm.ppf(1 - alpha / 2) + norm.ppf(power)
+    return int(np.ceil((z / np.arctanh(abs(r))) ** 2 + 3))

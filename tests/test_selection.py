@@ -1,0 +1,138 @@
+"""Selection-free layer-pair estimates: cross-fitted peaks, the stratified image bootstrap, paired margins."""
+
+import math
+
+import numpy as np
+import pytest
+
+from prh_lib.metrics import mutual_knn_layerwise
+from prh_lib.metrics.selection import (crossfit_peak, detectable_difference, half_k, paired_interval,
+                                       percentile_interval, resampled_halves, split_halves)
+
+
+def _planted(rng, n=96, L=5, d=12, strength=None):
+    """Stacks X (L, n, d) and Y (L, n, d) sharing a latent signal whose strength grows with depth."""
+    Z = rng.normal(size=(n, 6))
+    strength = np.linspace(0, 2, L) if strength is None else strength
+    X = np.stack([s * Z @ rng.normal(size=(6, d)) + rng.normal(size=(n, d)) for s in strength]).astype(np.float32)
+    Y = np.stack([s * Z @ rng.normal(size=(6, d)) + rng.normal(size=(n, d)) for s in strength]).astype(np.float32)
+    return X, Y
+
+
+def test_half_k_keeps_the_chance_level():
+    assert half_k(10, 239, 120) == 5 and half_k(10, 1000, 500) == 5 and half_k(10, 1024, 512) == 5
+    for n in (60, 239, 1000):
+        kh = half_k(10, n, n - n // 2)
+        assert abs(kh / (n - n // 2 - 1) - 10 / (n - 1)) < 0.5 / (n - n // 2 - 1) + 1e-12
+
+
+def test_splits_are_balanced_disjoint_and_resamples_stay_in_their_half():
+    splits = split_halves(21, n_splits=4, seed=3)
+    assert all((a == c).all() and (b == e).all() for (a, b), (c, e) in zip(splits, split_halves(21, n_splits=4, seed=3)))
+    for A, B in splits:
+        assert len(A) == 10 and len(B) == 11 and not set(A) & set(B) and set(A) | set(B) == set(range(21))
+    reps = resampled_halves(splits, n_boot=9, seed=3)
+    for b, (s, A, B) in enumerate(reps):
+        assert s == b % 4
+        assert set(A) <= set(splits[s][0]) and set(B) <= set(splits[s][1])  # no image crosses its split
+        assert len(A) == 10 and len(B) == 11 and (np.diff(A) >= 0).all()
+
+
+def test_point_estimate_equals_a_plain_loop_over_splits_and_draws():
+    rng = np.random.default_rng(0)
+    X, Y1 = _planted(rng)
+    _, Y2 = _planted(rng)
+    r = crossfit_peak([X, X], [Y1, Y2], k=10, n_splits=3, n_boot=0, seed=5)
+    n = X.shape[1]
+    kh = half_k(10, n, n - n // 2)
+    held, ins, fin = [], [], []
+    for A, B in split_halves(n, n_splits=3, seed=5):
+        for Y in (Y1, Y2):  # independent reference: the public layer-wise metric on the halves
+            MA = mutual_knn_layerwise(X[:, A], Y[:, A], k=kh)
+            MB = mutual_knn_layerwise(X[:, B], Y[:, B], k=kh)
+            for sel, other in ((MA, MB), (MB, MA)):
+                i, j = np.unravel_index(np.nanargmax(sel), sel.shape)
+                held.append(other[i, j])
+                ins.append(np.nanmax(other))
+            fin += [MA[-1, -1], MB[-1, -1]]
+    assert r.heldout == pytest.approx(np.mean(held), abs=1e-12)
+    assert r.insample_half == pytest.approx(np.mean(ins), abs=1e-12)
+    assert r.final == pytest.approx(np.mean(fin), abs=1e-12)
+    assert r.selected.sum() == 3 * 2 * 2 and r.k_half == kh and r.n_draws == 2
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_on_unrelated_data_the_heldout_peak_sits_at_chance_and_the_insample_one_above(seed):
+    rng = np.random.default_rng(seed)
+    n = 160
+    X = rng.normal(size=(6, n, 16)).astype(np.float32)
+    Y = rng.normal(size=(8, n, 16)).astype(np.float32)
+    r = crossfit_peak(X, Y, k=10, n_splits=10, n_boot=40, seed=seed)
+    chance = 10 / (n - 1)
+    assert abs(r.heldout - chance) < 0.012  # the held-out peak is unbiased for a chance-level pair
+    assert r.insample_half > r.heldout + 0.005  # selection on the same images inflates the maximum
+    lo, hi = r.interval("heldout")
+    assert lo <= chance <= hi
+
+
+def test_planted_late_alignment_is_found_late_with_a_positive_interval():
+    rng = np.random.default_rng(2)
+    X, Y = _planted(rng, n=120, L=6)
+    r = crossfit_peak(X, Y, k=10, n_splits=6, n_boot=30, seed=0)
+    assert r.depth_x > 0.7 and r.depth_y > 0.7 and r.late_minus_early > 0.2  # late-third share minus early-third share
+    lo, hi = r.interval("heldout")
+    assert lo > 10 / 119 + 0.05 and lo <= r.heldout <= hi
+    assert np.isfinite(r.heldout_reps).all() and r.heldout_reps.shape == (30,)
+
+
+def test_comparisons_on_the_same_images_get_the_same_resamples_so_margins_are_paired():
+    rng = np.random.default_rng(3)
+    X, Y = _planted(rng, n=80)
+    a = crossfit_peak(X, Y, k=10, n_splits=4, n_boot=20, seed=1)
+    b = crossfit_peak(X, Y, k=10, n_splits=4, n_boot=20, seed=1)
+    np.testing.assert_array_equal(a.heldout_reps, b.heldout_reps)  # the same inputs give the same bits
+    assert paired_interval(a.heldout_reps, b.heldout_reps) == (0.0, 0.0)
+    c = crossfit_peak(X, Y[:, :, ::-1].copy(), k=10, n_splits=4, n_boot=20, seed=1)  # columns permuted: equal
+    np.testing.assert_allclose(a.heldout_reps, c.heldout_reps)
+    with pytest.raises(ValueError, match="one length"):
+        paired_interval(a.heldout_reps, a.heldout_reps[:5])
+
+
+def test_bad_input_is_refused_with_the_problem_named():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(2, 40, 4)).astype(np.float32)
+    with pytest.raises(ValueError, match="at least 8"):
+        crossfit_peak(X[:, :6], X[:, :6])
+    with pytest.raises(ValueError, match="same samples"):
+        crossfit_peak(X, X[:, :30])
+    with pytest.raises(ValueError, match="same number of draws"):
+        crossfit_peak([X, X], [X])
+    with pytest.raises(ValueError, match="k-NN metric"):
+        crossfit_peak(X, X, metric="cka_linear")
+    with pytest.raises(ValueError, match="too large"):
+        crossfit_peak(X, X, k=60)
+    with pytest.raises(ValueError, match="one shape"):
+        crossfit_peak([X, X[:1]], [X, X])
+    bad = X.copy()
+    bad[0, 3, 1] = np.nan
+    with pytest.raises(ValueError):
+        crossfit_peak(bad, X)
+
+
+def test_percentile_interval_and_detectable_difference_reference_values():
+    assert all(math.isnan(v) for v in percentile_interval([np.nan, np.nan]))
+    lo, hi = percentile_interval(np.arange(101.0))
+    assert (lo, hi) == pytest.approx((2.5, 97.5))
+    # (z_.975 + z_.8) / (2 z_.975) of the width: 2.8016 / 3.9199 = 0.71472
+    assert detectable_difference(-0.1, 0.1) == pytest.approx(0.2 * 0.714716, rel=1e-4)
+    assert math.isnan(detectable_difference(math.nan, 0.1))
+
+
+def test_models_needed_for_the_papers_correlation():
+    from prh_lib.analysis.verdicts import fisher_n_for_r
+
+    # ((1.95996 + 0.84162) / atanh(0.66))^2 + 3 = 15.49 -> 16 (Cohen 1988, Table 3.4.1 gives 15-16 for r = .65)
+    assert fisher_n_for_r(0.66) == 16
+    assert fisher_n_for_r(0.3) == 85  # Cohen's table: 84-85 for r = .30 at 80 % power
+    with pytest.raises(ValueError):
+        fisher_n_for_r(0)
