@@ -181,12 +181,13 @@ regimes.floor_table(floors, chance=chance, n_permutations=n_permutations).set_in
 # One row of panels per dataset. Bars are regime means; points are single comparisons at their mean over
 # draws, with ± one std over draws as error bars (none where the dataset has one draw). The dashed red
 # line is chance k/(N-1); dotted lines and shaded bands are the control floors of the vision × language
-# pairs (mean, and lowest to highest pair). Calibrated scores are 0 for every score up to the null's
+# pairs (mean, and lowest to highest pair); a black dashed segment over a regime is the highest floor of that
+# regime's own pairs (for same-modality pairs, their random-init twins), labelled with its kind. Calibrated scores are 0 for every score up to the null's
 # (1 - alpha) quantile tau, not only at chance.
 
 # %%
 fig = figures.regime_figure(regimes.regime_groups_over_draws(summary), chance=chance, floors=bands,
-                            missing_note=MISSING)
+                            regime_floors=regimes.regime_floor_marks(summary), missing_note=MISSING)
 report.caption(fig, CHAPTER, params)
 
 # %% [markdown]

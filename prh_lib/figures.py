@@ -366,7 +366,8 @@ _FLOOR_STYLE = {"random-language": ("tab:purple", "a language model → its rand
 
 
 def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | None = None,
-                  missing_note: str = "not run", metric: str = "mutual k-NN", panel_size=(4.0, 3.0)):
+                  regime_floors: dict | None = None, missing_note: str = "not run", metric: str = "mutual k-NN",
+                  panel_size=(4.0, 3.0)):
     """Figure 5 layout: one row of panels per dataset, raw maxima (left) and calibrated maxima (right).
 
     Parameters
@@ -381,6 +382,10 @@ def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | No
         Control floors as bands (:func:`prh_lib.analysis.regimes.floor_bands`): ``{dataset: {kind: (mean,
         low, high)}}`` and ``{(dataset, "calibrated"): {...}}``; each kind is a dotted line at its mean over
         a band from its lowest to its highest control.
+    regime_floors : dict, optional
+        Each regime's own highest floor (:func:`prh_lib.analysis.regimes.regime_floor_marks`):
+        ``{dataset: {regime label: (value, kind)}}``, drawn on the raw panel as a black dashed segment across
+        that regime's slot, labelled with its kind (the same-modality pairs' random-init twins, for example).
     missing_note : str
         Said in the slot of a regime without comparisons.
     panel_size : (float, float)
@@ -422,6 +427,16 @@ def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | No
                 color, label = _FLOOR_STYLE.get(kind, ("grey", kind))
                 ax.axhspan(low, high, color=color, alpha=0.12, linewidth=0)
                 handles[label] = ax.axhline(mean, color=color, linestyle=":", linewidth=1.4)
+            if col == 0:
+                slots = list(pts)
+                for label, (value, kind) in (regime_floors or {}).get(dataset, {}).items():
+                    if label not in slots or not np.isfinite(value):
+                        continue
+                    x = slots.index(label)
+                    handles["highest floor of the regime's own pairs"] = ax.hlines(
+                        value, x - 0.42, x + 0.42, colors="black", linestyles="--", linewidth=1.3)
+                    ax.annotate(kind, (x + 0.42, value), xytext=(2, 2), textcoords="offset points", fontsize=8,
+                                ha="right", va="bottom")
             if col == 0 and dataset in chance:
                 handles["chance k/(N-1)"] = ax.axhline(chance[dataset], color="red", linestyle="--", linewidth=1.2)
             ax.tick_params(labelsize=8)

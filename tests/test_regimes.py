@@ -213,6 +213,17 @@ def test_floors_decide_whether_a_score_is_read_as_alignment(study, floor, above)
     assert any(line.get_ydata()[0] == pytest.approx(K / (N - 1)) for line in raw_ax.lines)  # chance
     assert any(line.get_ydata()[0] == pytest.approx(floor) for line in raw_ax.lines)  # the random-LM floor
     assert fig.legends and fig.dpi >= 150
+    # Figure 5 draws every regime's own floor, same-modality included (its random-init twins)
+    s.loc[s["regime"] == "same-modality", ["floor", "floor kind"]] = [0.42, "random-vision"]
+    marks = regimes.regime_floor_marks(s)
+    assert marks["toy"][regimes.REGIME_LABELS["same-modality"]] == (0.42, "random-vision")
+    assert regimes.REGIME_LABELS["random-init"] not in marks["toy"]  # a random-init comparison is a floor itself
+    fig = figures.regime_figure(regimes.regime_groups_over_draws(s), chance={"toy": K / (N - 1)}, floors=bands,
+                                regime_floors=marks)
+    slot = list(regimes.regime_groups_over_draws(s)["toy"][0]).index(regimes.REGIME_LABELS["same-modality"])
+    segs = [seg for c in fig.axes[0].collections if hasattr(c, "get_segments") for seg in c.get_segments()]
+    assert any(np.allclose(seg[:, 1], 0.42) and seg[0, 0] < slot < seg[1, 0] for seg in segs)
+    assert "random-vision" in [t.get_text() for t in fig.axes[0].texts]
 
 
 def _heldout(feats, tmp_path, rand_init_floor):

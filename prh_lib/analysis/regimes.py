@@ -52,7 +52,7 @@ from .regimes_study import (  # noqa: F401
     Comparison, FINAL, PEAK, PROJECTION, REGIMES, REGIME_LABELS, SHUFFLED, comparison_table, control_pairs,
     projection_table, regime_comparisons, regime_rows, regime_table, run_study)
 
-__all__ = ["REGIMES", "REGIME_LABELS", "Comparison", "regime_comparisons", "regime_table", "projection_table",
+__all__ = ["regime_floor_marks", "REGIMES", "REGIME_LABELS", "Comparison", "regime_comparisons", "regime_table", "projection_table",
            "comparison_table", "regime_rows", "control_pairs", "run_study", "study_summary", "floor_summary",
            "with_floors", "regime_means", "floor_bands", "regime_groups_over_draws", "page_table", "floor_table",
            "regime_claims", "describe_study", "offline_scope", "study_record"]
@@ -214,6 +214,30 @@ def regime_groups_over_draws(summary: pd.DataFrame, *, regimes: Sequence[str] = 
             cal[label] = {r["comparison"]: (r["calibrated_mean"], r["calibrated_mean"] - r["calibrated_std"],
                                             r["calibrated_mean"] + r["calibrated_std"]) for _, r in g.iterrows()}
         out[dataset] = (raw, cal)
+    return out
+
+
+def regime_floor_marks(summary: pd.DataFrame, *, regimes: Sequence[str] = REGIMES) -> dict:
+    """Each regime's highest own floor, per dataset, for Figure 5 (every regime, same-modality included).
+
+    Returns
+    -------
+    dict
+        ``{dataset: {regime label: (floor, kind)}}``: the highest ``floor`` of :func:`with_floors` over the
+        regime's comparisons (the random-init twins of a same-modality pair, the bag of words of a unimodal
+        one); regimes without floors (random-init, aligned without controls) are left out.
+    """
+    out = {}
+    if "floor" not in summary:
+        return out
+    for dataset, part in summary.groupby("dataset", sort=False):
+        marks = {}
+        for key in regimes:
+            g = part[(part["regime"] == key) & np.isfinite(part["floor"].astype(float))]
+            if len(g):
+                top = g.loc[g["floor"].astype(float).idxmax()]
+                marks[REGIME_LABELS.get(key, key)] = (float(top["floor"]), str(top["floor kind"]))
+        out[dataset] = marks
     return out
 
 
