@@ -438,5 +438,5 @@ def checklist_markdown(rows_by_chapter: dict[str, list[dict] | None]) -> str:
                                    f"Note: {r['note']}." if r.get("note") else "") if t)
         lines.append(f"| {{doc}}`{text} </{r['page']}>` | {_md_cell(r['paper'])} | "
                      f"{_md_cell(r['this build'])} | **{_md_cell(r['verdict'])}**"
-                     + (f"<br>{_md_cell(why)}" if why else "") + " |")
+                     + (f" — {_md_cell(why)}" if why else "") + " |")
     return "\n".join(lines) + "\n"

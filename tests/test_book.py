@@ -153,7 +153,8 @@ def test_front_page_checklist_shows_every_chapters_computed_verdicts(built_book)
     assert "arXiv 2611.12869" in page and "arXiv 2609.24209" in page
     assert "not run in this build" not in page
     names = "|".join(re.escape(v) for v in sorted(claims.VERDICTS, key=len, reverse=True))  # longest first
-    verdicts = re.findall(rf"<td[^>]*>\s*<p>\s*({names})", page)
+    verdicts = re.findall(rf"<td[^>]*>\s*<p>\s*(?:<strong>)?\s*({names})", page)  # the verdict, in bold
     assert len(verdicts) == len(claims.CLAIMS), len(verdicts)
     for chapter in {c.chapter for c in claims.CLAIMS.values()}:
         assert f'href="{chapter}.html"' in page
+    assert page.count("Test: ") >= 10  # each tested claim states its test beside its verdict
