@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -56,7 +58,7 @@ device = "cpu"
 dtype = "float32"
 batch_size = 32
 
-# %%
+# %% tags=["remove-cell"]
 import warnings
 
 import pandas as pd
@@ -75,7 +77,7 @@ CHAPTER = "appf_caption_detail"
 # %% [markdown]
 # ## Datasets, draws and caption variants
 
-# %%
+# %% tags=["hide-input"]
 draws = data.study_draws(datasets, n_draws=n_draws)
 variants, summaries = captions.study_variants(
     datasets, draws, max_captions=max_captions, fractions=summary_fractions, summary_model=summary_model,
@@ -88,7 +90,7 @@ pd.DataFrame([{"dataset": d.dataset, "draws": sum(e.dataset == d.dataset for e i
 # How the summaries came out, per summarised draw: the words they reached against the target, and how many
 # rows fell back to truncation (and why).
 
-# %%
+# %% tags=["hide-input"]
 summary_tables = {key: captions.summary_report(s, variants[f"{key[0]}/{key[1]}/summary-1"]["pairs"].texts)
                   for key, s in summaries.items()}
 (pd.concat({f"{ds}, draw {dr}": t.drop(columns=["cached file"]) for (ds, dr), t in summary_tables.items()},
@@ -97,7 +99,7 @@ summary_tables = {key: captions.summary_report(s, variants[f"{key[0]}/{key[1]}/s
 # %% [markdown]
 # One image's texts under every variant (the first summarised image, or the first image of the first draw):
 
-# %%
+# %% tags=["hide-input"]
 first = next(iter(summaries), (draws[0].dataset, draws[0].draw))
 one = {name: v for name, v in variants.items() if v["score"] and (v["dataset"], v["draw"]) == first}
 sid = (one.get(f"{first[0]}/{first[1]}/summary-1") or next(iter(one.values())))["pairs"].sample_ids[0]
@@ -111,7 +113,7 @@ pd.DataFrame({"text": {v["variant"]: v["pairs"].texts[v["pairs"].sample_ids.inde
 # k-NN over all layer pairs, after outlier clipping with one threshold per model's stack of layers, as on the [layer-wise page](sec3_1_layerwise.ipynb);
 # every draw's score is written to the results table and the figures show mean ± std over draws.
 
-# %%
+# %% tags=["hide-input"]
 vision = {}
 with lm.quiet():
     for ds in dict.fromkeys(d.dataset for d in draws):
@@ -134,36 +136,36 @@ Markdown(" ".join(dict.fromkeys(p.attrs["degenerate"] for p in parts if p.attrs.
 # Raw peak scores, mean ± std over draws; each control's chance level k/(N-1) is the dotted line in its colour
 # (the controls on the summary subset share the higher one).
 
-# %%
+# %% tags=["hide-input"]
 if left_out:  # which pairs the figures leave to the tables; nothing when every pair is drawn
     display(Markdown(left_out))
 
-# %%
+# %% tags=["hide-input"]
 fig_raw = figures.plot_detail(summary_drawn, score="peak")
 report.caption(fig_raw, CHAPTER, params)
 
 # %% [markdown]
 # Chance-corrected, (score - c) / (1 - c) with c = k/(N-1): 0 is chance for every control, on one shared scale.
 
-# %%
+# %% tags=["hide-input"]
 fig_corrected = figures.plot_detail(summary_drawn, score="corrected peak")
 report.caption(fig_corrected, CHAPTER, params)
 
 # %% [markdown]
 # ## Measured on this build
 
-# %%
+# %% tags=["hide-input"]
 Markdown(captions.describe_study(summary))
 
 # %% [markdown]
 # ## The paper and this build
 
-# %%
+# %% tags=["hide-input"]
 claim_rows = captions.findings(summary, paper_setting=summary_model == "Qwen/Qwen3-8B"
                                and any(str(d.dataset).startswith("docci") for d in draws))
 claims.claims_table(claim_rows, chapter=CHAPTER)
 
-# %%
+# %% tags=["remove-cell"]
 report.record(claims.RECORD_NAME, claim_rows);  # the front page's checklist
 
 # %% [markdown]
@@ -178,7 +180,7 @@ report.record(claims.RECORD_NAME, claim_rows);  # the front page's checklist
 # encoder trained on text pairs, not a generative language model. On the summary subset, differences of a
 # few hundredths between lines are within the draw-to-draw spread of mutual k-NN at that N.
 
-# %%
+# %% tags=["remove-cell"]
 record = report.record(CHAPTER, captions.study_record(summary, summary_tables, claim_rows, draws, k=k,
                                                       summary_model=summary_model, prompt=lm.DEFAULT_PROMPT)
                        | {"params_hash": results.params_hash(params)})

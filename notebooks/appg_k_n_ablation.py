@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -60,7 +62,7 @@ dtype = "float32"
 batch_size = 32
 num_threads = 1  # torch threads while scoring (one is fastest on a busy shared CPU); None: unchanged
 
-# %%
+# %% tags=["remove-cell"]
 import logging
 import warnings
 
@@ -91,7 +93,7 @@ params = report.page_parameters(CHAPTER, globals())
 # `embed` CLS token is the same vector for every image, so that layer's scores are undefined and never
 # enter the maximum.
 
-# %%
+# %% tags=["hide-input"]
 draws = study_draws(datasets, n_draws=n_draws)
 main_dataset = draws[0].dataset
 layerwise.draws_table(draws)
@@ -99,7 +101,7 @@ layerwise.draws_table(draws)
 # %% [markdown]
 # ## Sweeps, every draw
 
-# %%
+# %% tags=["hide-input"]
 runs = ablation.run_study(draws, comparisons, chapter=CHAPTER, params=params, ks=ks, ns=n_sizes, k=k,
                           n_seeds=n_seeds, n_permutations=n_permutations, clip_q=clip_q, clip=clip, device=device,
                           dtype=dtype, batch_size=batch_size, num_threads=num_threads)
@@ -124,34 +126,34 @@ def show(fig):
 # Right (with permutations): the calibrated score at the fixed layer pair. Lines are means over the draws
 # of the first dataset, bands ± one standard deviation over its draws (and, for N, subsets).
 
-# %%
+# %% tags=["hide-input"]
 if left_out:  # which pairs the figures leave to the tables; nothing when every pair is drawn
     display(Markdown(left_out))
 
-# %%
+# %% tags=["hide-input"]
 show(figures.plot_sweep(pooled["k"], x="k"))
 
 # %% [markdown]
 # ## Varying N at fixed k
 
-# %%
+# %% tags=["hide-input"]
 show(figures.plot_sweep(pooled["n fixed k"], x="n"))
 
 # %% [markdown]
 # ## Varying N at fixed k/N
 
-# %%
+# %% tags=["hide-input"]
 show(figures.plot_sweep(pooled["n fixed k/N"], x="n"))
 
 # %% [markdown]
 # ## Measured on this build
 # Fixed-pair scores at both ends of every sweep, mean ± std over draws (subsets averaged within a draw).
 
-# %%
+# %% tags=["hide-input"]
 shown = ["dataset", "pair", "sweep", "k or N", "raw", "chance", "chance-corrected"]
 table[shown].set_index(["dataset", "pair", "sweep"])
 
-# %%
+# %% tags=["hide-input"]
 rows = ablation.findings(agg, table, dataset=main_dataset)
 Markdown(ablation.describe_study(table, rows, dataset=main_dataset))
 
@@ -161,10 +163,10 @@ Markdown(ablation.describe_study(table, rows, dataset=main_dataset))
 # `prh_lib.analysis.ablation.findings`). The paper sweeps DOCCI at N = 1024; here N ≤ 239, so k/N ≈ 0.01
 # means k ≤ 2 and the fixed-ratio sweep runs at k/N = 10/239 instead.
 
-# %%
+# %% tags=["hide-input"]
 claims.claims_table(rows, chapter=CHAPTER)
 
-# %%
+# %% tags=["remove-cell"]
 first = runs[(main_dataset, 0)]
 record = report.record(CHAPTER, {
     **ablation.to_record(first, ablation.summary_table(first), n=len(draws[0].pairs), k=k),

@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -91,7 +93,7 @@ dtype = "float32"
 batch_size = 32
 blas_threads = 1  # BLAS/OpenMP threads in this kernel; None: the libraries' default (see below)
 
-# %%
+# %% tags=["remove-cell"]
 import warnings
 
 import matplotlib
@@ -134,7 +136,7 @@ params = report.page_parameters(CHAPTER, globals())
 # The train/test split of a draw and its sampled pairs `(i, j)` are seeded by `split_seed`, the same in
 # every draw.
 
-# %%
+# %% tags=["hide-input"]
 draws = study_draws(datasets, n_draws=n_draws)
 heatmap_dataset = heatmap_dataset or draws[0].dataset
 shown_draw = next((d for d in draws if (d.dataset, d.draw) == (heatmap_dataset, heatmap_draw)), None)
@@ -153,12 +155,12 @@ layerwise.draws_table(draws)
 # ViT's CLS token at hidden state 0 (`embed`) is the same learned vector for every image: mutual k-NN is
 # undefined there, and there is nothing to whiten, so the displacement measures are NaN too (blank rows).
 
-# %%
+# %% tags=["hide-input"]
 chance = knn.mutual_knn_chance(len(pairs), k)
 models = list(dict.fromkeys([m for pair in displacement_comparisons for m in pair] + list(consensus_models)))
 zoo.describe(models)
 
-# %%
+# %% tags=["hide-input"]
 # both views on every draw, written to the results table; the features of the heatmaps' draw are kept
 study = ds.run_study(draws, displacement_comparisons, chapter=CHAPTER, params=params, k=k,
                      n_components=n_components, test_fraction=test_fraction, n_pairs=n_displacement_pairs,
@@ -191,7 +193,7 @@ print(f"{len(draws)} draws of {len(set(d.dataset for d in draws))} dataset(s); h
 # each panel has its own colour scale. One draw (`heatmap_dataset`, `heatmap_draw`); every draw's matrices
 # are in the results table.
 
-# %%
+# %% tags=["hide-input"]
 fig = da.heatmaps_side_by_side(shown, chance=chance)
 report.caption(fig, CHAPTER, params)
 display(fig)
@@ -206,12 +208,12 @@ plt.close(fig)
 # Cross-Model at that pair and its maximum over all layer pairs (means over draws), and mutual k-NN at the
 # same layers with its chance level k/(N-1).
 
-# %%
+# %% tags=["hide-input"]
 table = ds.load_rows(chapter=CHAPTER, params=params, run_id=results.current_run_id())
 study_summary = ds.aggregate_best(table, datasets=list(dict.fromkeys(d.dataset for d in draws)))
 ds.headline_table(study_summary)
 
-# %%
+# %% tags=["hide-input"]
 Markdown(ds.describe_study(study_summary, draws))
 
 # %% [markdown]
@@ -223,7 +225,7 @@ Markdown(ds.describe_study(study_summary, draws))
 # re-score the best pair on `n_splits` fresh train/test splits of the same draw: their spread is the
 # split-to-split noise within one draw (the spread over draws is in the table above).
 
-# %%
+# %% tags=["hide-input"]
 best = da.best_pair_table(shown, features, n_splits=n_splits)
 best.T
 
@@ -233,7 +235,7 @@ best.T
 # `rank correlation` is Spearman's rho between the two heatmaps over all defined layer pairs; depths are
 # relative (0 = embedding output, 1 = last layer).
 
-# %%
+# %% tags=["hide-input"]
 views = da.views_table(shown)
 views.T
 
@@ -243,7 +245,7 @@ views.T
 # The measures at each pair's best layer pair (fixed), for several whitened dimensions; requests above
 # what the training rows support (`min(n_train - 1, d)`) give the same `r`.
 
-# %%
+# %% tags=["hide-input"]
 sweep = da.n_components_sweep(shown, features, n_components=n_components_sweep)
 fig = da.sweep_figure(sweep)
 report.caption(fig, CHAPTER, params)
@@ -256,7 +258,7 @@ sweep.pivot(index="pair", columns="n_components", values="cross_model")
 # first model at its mutual k-NN peak layer: Cross-Model for several `r` (solid, left axis) and mutual
 # k-NN (dashed, right axis).
 
-# %%
+# %% tags=["hide-input"]
 profiles = da.depth_profiles(shown, features, n_components=profile_components)
 fig = da.depth_profile_figure(profiles)
 report.caption(fig, CHAPTER, params)
@@ -277,7 +279,7 @@ plt.close(fig)
 # the heatmaps. The left panel shows each eigenvector's cross-model covariance on the training rows (the
 # fitted eigenvalues, biased upward by the fit) and on the held-out rows.
 
-# %%
+# %% tags=["hide-input"]
 layers = dict(consensus_layers) if consensus_layers else da.best_layers(shown, consensus_models)
 consensus = dc.consensus_summary(features, layers, n_components=n_components, n_shared=n_shared,
                                  n_private=n_private, k=k, test_fraction=test_fraction,
@@ -291,7 +293,7 @@ consensus.table
 # %% [markdown]
 # ## Measured on this build
 
-# %%
+# %% tags=["hide-input"]
 Markdown(f"On `{heatmap_dataset}`, draw {heatmap_draw} (the heatmaps' draw):\n\n" + da.describe(best, views)
          + "\n" + dc.describe_consensus(consensus))
 
@@ -366,7 +368,7 @@ Markdown(f"On `{heatmap_dataset}`, draw {heatmap_draw} (the heatmaps' draw):\n\n
 # the mean ± sd over `n_splits` splits of the heatmaps' draw (seeds `split_seed`, `split_seed + 1`, ...; each
 # procedure draws its own split).
 
-# %%
+# %% tags=["hide-input"]
 procedures = dr.compare_procedures(features, best, n_components=n_components, test_fraction=test_fraction,
                                    n_pairs=n_displacement_pairs, n_splits=n_splits, seed=split_seed,
                                    train_fractions=reference_train_fractions,
@@ -403,7 +405,7 @@ dr.side_by_side(procedures)
 # evaluation rows in place of $r$ (the formulas of `dr.predicted_measures`; with whitening fitted on all
 # rows $s \approx r$), and the measured $m_a$, $m_b$; `offset2 / r` is $|m|^2 / r$.
 
-# %%
+# %% tags=["hide-input"]
 dr.formula_check(procedures)
 
 # %% [markdown]
@@ -416,7 +418,7 @@ dr.formula_check(procedures)
 # seeds) and the formula with the *known* $\rho$ (lines). Right: the formula against the measurement for
 # the offline pairs above, every split.
 
-# %%
+# %% tags=["hide-input"]
 synthetic = dr.synthetic_sweep(synthetic_offsets, n=synthetic_n, r=32, n_shared=16, correlation=0.9,
                                n_seeds=synthetic_seeds, n_pairs=n_displacement_pairs)
 fig = dr.procedure_figure(synthetic, procedures)
@@ -432,13 +434,13 @@ plt.close(fig)
 # steps ours` should land on `our procedure`: what remains between them is the split and our whitening's
 # exact solver and component dropping.
 
-# %%
+# %% tags=["hide-input"]
 dr.step_table(procedures)
 
 # %% [markdown]
 # ### What the numbers say
 
-# %%
+# %% tags=["hide-input"]
 Markdown(dr.procedure_verdict(procedures, synthetic, tol=claim_tol))
 
 # %% [markdown]
@@ -452,16 +454,16 @@ Markdown(dr.procedure_verdict(procedures, synthetic, tol=claim_tol))
 # "reproduces" when both values are within the tolerance (or two standard deviations) of the paper's,
 # "reproduces in kind" when Cross-Model exceeds Pointwise by more than both, "differs" otherwise.
 
-# %%
+# %% tags=["hide-input"]
 claims = da.paper_table(procedures, tol=claim_tol)
 claims[[c for c in claims.columns if not c.endswith("draws")]]
 
-# %%
+# %% tags=["remove-cell"]
 from prh_lib import claims as paper_claims  # noqa: E402
 
 _ = report.record(paper_claims.RECORD_NAME, da.checklist_rows(claims))  # the front page's checklist
 
-# %%
+# %% tags=["remove-cell"]
 record = report.record("ch_displacement", {
     "n_pairs": len(pairs), "k": k, "chance": chance, "clip_q": clip_q, "n_components": n_components,
     "test_fraction": test_fraction, "n_displacement_pairs": n_displacement_pairs,

@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -70,7 +72,7 @@ batch_size = 32
 num_threads = 1  # torch threads while scoring (one is fastest on a busy shared CPU); None: unchanged
 workers = None  # draws scored side by side, one thread each, same results (None: 2 on a CPU, 1 on a GPU)
 
-# %%
+# %% tags=["remove-cell"]
 import logging
 import warnings
 
@@ -101,7 +103,7 @@ params = report.page_parameters(CHAPTER, globals())
 # score depends on which caption describes each image. The second dataset concatenates all five captions
 # per image; it is one fixed set of pairs, so its numbers are one draw that cannot be repeated.
 
-# %%
+# %% tags=["hide-input"]
 draws = study_draws(datasets, n_draws=n_draws)
 heatmap_dataset = heatmap_dataset or draws[0].dataset
 layerwise.draws_table(draws)
@@ -121,13 +123,13 @@ layerwise.draws_table(draws)
 # alternative, a threshold per layer, changes. A ViT's CLS token at hidden state 0 (`embed`) is the same
 # learned vector for every image, so its row in the heatmaps is undefined (grey).
 
-# %%
+# %% tags=["hide-input"]
 models.describe(sorted({m for pair in comparisons for m in pair}))
 
 # %% [markdown]
 # ## Mutual k-NN over all layer pairs, every draw
 
-# %%
+# %% tags=["hide-input"]
 scored = layerwise.run_study(draws, comparisons, chapter=CHAPTER, params=params, k=k, n_permutations=n_permutations,
                              alpha=alpha, n_boot=n_boot, clip_q=clip_q, clip=clip, device=device, dtype=dtype,
                              batch_size=batch_size, num_threads=num_threads, workers=workers)
@@ -148,17 +150,17 @@ chance = float(agg.loc[agg["dataset"] == heatmap_dataset, "chance"].iloc[0])
 # The heatmaps of one draw (`heatmap_dataset`, `heatmap_draw`); the circles are the maxima of the other
 # draws of that dataset, and the table under the figure lists every draw's peak.
 
-# %%
+# %% tags=["hide-input"]
 if left_out:  # which pairs the figures leave to the tables; nothing when every pair is drawn
     display(Markdown(left_out))
 
-# %%
+# %% tags=["hide-input"]
 fig = figures.heatmap_grid(shown, chance=chance, ncols=2, other_peaks=others)
 report.caption(fig, CHAPTER, params)
 display(fig)
 plt.close(fig)
 
-# %%
+# %% tags=["hide-input"]
 layerwise.peak_locations(table, dataset=heatmap_dataset)
 
 # %% [markdown]
@@ -166,7 +168,7 @@ layerwise.peak_locations(table, dataset=heatmap_dataset)
 # The same cross-modal heatmaps on a colour scale shared among them only (its top is the largest
 # cross-modal score, far below the same-modality ones above), so their layer structure is visible.
 
-# %%
+# %% tags=["hide-input"]
 regime = dict(zip(agg["pair"], agg["regime"]))
 cross = {label: m for label, m in shown.items() if regime[label] == "cross-modal"}
 fig_cross = figures.heatmap_grid(cross, chance=chance, ncols=2, other_peaks=others)
@@ -184,7 +186,7 @@ plt.close(fig_cross)
 # maximum taken over each permuted matrix), rescaled by (1 - tau) and clipped to [0, 1]; `p (largest)` is the
 # largest p-value of that null over the draws, written p ≤ 1/(K+1) at the floor of K permutations.
 
-# %%
+# %% tags=["hide-input"]
 layerwise.headline_table(agg, n_permutations=n_permutations)
 
 # %% [markdown]
@@ -206,7 +208,7 @@ layerwise.headline_table(agg, n_permutations=n_permutations)
 # The floors are the bag of words (TF-IDF of the caption, and its truncated SVD) in place of each language
 # model, and, for pairs within one modality, each model replaced by its random-init twin.
 
-# %%
+# %% tags=["hide-input"]
 if heldout_boot:
     heldout.heldout_study([d for d in draws if d.dataset == heatmap_dataset], comparisons, chapter=CHAPTER,
                           params=params, k=k, n_splits=heldout_splits, n_boot=heldout_boot, clip_q=clip_q,
@@ -218,13 +220,13 @@ heldout.heldout_table(held, agg[agg["dataset"] == heatmap_dataset])
 # Each pair against each of its floors: the floor's held-out peak, the pair's margin over it with a paired
 # interval, and the smallest margin this build could detect (80 % power, from the interval's width).
 
-# %%
+# %% tags=["hide-input"]
 heldout.floors_table(held)
 
 # %% [markdown]
 # ## Measured on this build
 
-# %%
+# %% tags=["hide-input"]
 rows = layerwise.findings(agg, held, dataset=heatmap_dataset, alpha=alpha,
                           paper_setting=layerwise.in_paper_setting(agg, paper.models()))
 Markdown(layerwise.describe_findings(agg, rows, dataset=heatmap_dataset, n_permutations=n_permutations))
@@ -236,11 +238,11 @@ Markdown(layerwise.describe_findings(agg, rows, dataset=heatmap_dataset, n_permu
 # permutations): `clip(stack, …)` is the PRH reference used everywhere on this page, `clip(layer, …)` gives
 # every layer its own threshold (the same statistic computed on that layer alone), `none` does not clip.
 
-# %%
+# %% tags=["hide-input"]
 clip_table = layerwise.clip_effect_table(table, dataset=heatmap_dataset)
 clip_table
 
-# %%
+# %% tags=["hide-input"]
 Markdown(layerwise.describe_clip_effect(table, dataset=heatmap_dataset))
 
 # %% [markdown]
@@ -250,7 +252,7 @@ Markdown(layerwise.describe_clip_effect(table, dataset=heatmap_dataset))
 # paper's, so the values do not compare; "inconclusive": the estimates point the paper's way but an interval
 # reaches the threshold). Each row's test is stated in its `test` column (`prh_lib.analysis.layerwise.RULES`).
 
-# %%
+# %% tags=["hide-input"]
 claims.claims_table(rows, chapter=CHAPTER)
 
 # %% [markdown]
@@ -260,7 +262,7 @@ claims.claims_table(rows, chapter=CHAPTER)
 # contrastively on text pairs, not a generative model. What these small models show is whether the
 # paper's qualitative pattern appears at all; they cannot confirm or refute the paper's values.
 
-# %%
+# %% tags=["remove-cell"]
 record = report.record(CHAPTER, layerwise.to_record(
     scored[(heatmap_dataset, heatmap_draw)], agg, n_pairs=int(agg.loc[agg["dataset"] == heatmap_dataset, "n"].iloc[0]),
     k=k, chance=chance, clip_q=clip_q, clip=clip, params_hash=results.params_hash(params),

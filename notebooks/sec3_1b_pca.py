@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -61,7 +63,7 @@ dtype = "float32"
 batch_size = 32
 num_threads = 1  # torch threads while scoring (one is fastest on a busy shared CPU); None: unchanged
 
-# %%
+# %% tags=["remove-cell"]
 import logging
 import warnings
 
@@ -92,7 +94,7 @@ params = report.page_parameters(CHAPTER, globals())
 # all layers and features). A ViT's `embed` CLS token is the same vector for every image, so that layer's
 # scores are undefined and it is never the peak.
 
-# %%
+# %% tags=["hide-input"]
 draws = study_draws(datasets, n_draws=n_draws)
 main_dataset = draws[0].dataset
 layerwise.draws_table(draws)
@@ -102,7 +104,7 @@ layerwise.draws_table(draws)
 # For each comparison and layer pair: one sweep by the fraction of variance retained, one by the number of
 # components kept, for each side; every grid point of every draw is a row of the results table.
 
-# %%
+# %% tags=["hide-input"]
 sweeps = compression.run_study(draws, comparisons, chapter=CHAPTER, params=params, roles=layer_roles, k=k,
                                variance=variance_grid, dims=pca_dims, space=pca_space, clip_q=clip_q, clip=clip,
                                device=device, dtype=dtype, batch_size=batch_size, num_threads=num_threads)
@@ -118,11 +120,11 @@ table[shown].set_index(["dataset", "pair", "layers", "compressed"])
 # Score divided by the uncompressed score (mean over draws, band ± one standard deviation), one panel per
 # comparison and dataset, at the peak layer pair; each line compresses one model and keeps the other whole.
 
-# %%
+# %% tags=["hide-input"]
 if left_out:  # which pairs the figures leave to the tables; nothing when every pair is drawn
     display(Markdown(left_out))
 
-# %%
+# %% tags=["hide-input"]
 fig_variance = figures.plot_sweep_bands(agg_drawn, sweep="variance", role="peak")
 report.caption(fig_variance, CHAPTER, params)
 display(fig_variance)
@@ -132,7 +134,7 @@ plt.close(fig_variance)
 # ## Alignment against the number of components
 # The same on a log scale of components kept (every number up to 32, then a geometric grid to min(N, d)).
 
-# %%
+# %% tags=["hide-input"]
 fig_dims = figures.plot_sweep_bands(agg_drawn, sweep="dims", role="peak")
 report.caption(fig_dims, CHAPTER, params)
 display(fig_dims)
@@ -141,7 +143,7 @@ plt.close(fig_dims)
 # %% [markdown]
 # ## Measured on this build
 
-# %%
+# %% tags=["hide-input"]
 rows = compression.findings(table, dataset=main_dataset, role="peak",
                             paper_setting=layerwise.in_paper_setting(
                                 agg.assign(n=agg["n"].astype(int)), paper.models()))
@@ -157,10 +159,10 @@ Markdown(compression.describe_study(table, rows, dataset=main_dataset))
 # most N - 1, and "100 dimensions" is tested at the same 9.8 % share (the nearest swept dimension), with the
 # dimensions needed to keep 90 % and 95 % of the score reported beside it.
 
-# %%
+# %% tags=["hide-input"]
 claims.claims_table(rows, chapter=CHAPTER)
 
-# %%
+# %% tags=["remove-cell"]
 first = sweeps[(main_dataset, 0)]
 record = report.record(CHAPTER, {
     **compression.to_record(first, compression.summary_table(first, fraction=keep_fraction), n=len(draws[0].pairs),

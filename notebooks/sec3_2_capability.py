@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -60,7 +62,7 @@ device = "cpu"
 dtype = "float32"
 batch_size = 32
 
-# %%
+# %% tags=["remove-cell"]
 import warnings
 
 import pandas as pd
@@ -84,7 +86,7 @@ CHAPTER = "sec3_2_capability"
 # aggregated from it (mean ± std over draws). Features are extracted once per dataset on all its images and
 # each draw takes its rows.
 
-# %%
+# %% tags=["hide-input"]
 draws = data.study_draws(datasets, n_draws=n_draws)
 sets = capability.study_sets(datasets, draws)
 heldout, heldout_source = capability.heldout_texts(datasets, draws, per_image=heldout_per_image,
@@ -94,7 +96,7 @@ draw_table = pd.DataFrame([{"dataset": d.dataset, "draws": sum(e.dataset == d.da
                             "repeatable": d.repeatable} for d in draws]).drop_duplicates("dataset")
 draw_table.set_index("dataset")
 
-# %%
+# %% tags=["hide-input"]
 Markdown(f"Bits per byte and next-token accuracy are measured on {len(heldout)} "
          + ("captions that no draw of any dataset aligns (held out)." if heldout_source == "heldout" else
             "of the aligned captions themselves: every caption is used by some draw, so none is held out "
@@ -110,7 +112,7 @@ Markdown(f"Bits per byte and next-token accuracy are measured on {len(heldout)} 
 # itself after the model's BOS token where its tokenizer defines one, so no model loses a caption's first token. Next-token accuracy is the share of the same tokens predicted exactly (top-1);
 # it depends on the tokenizer (vocabularies of 49k to 262k tokens), bits per byte does not. Both are cached.
 
-# %%
+# %% tags=["hide-input"]
 independent, missing = lm.available_models(language_models)
 language = (lm.pretrained_models(independent, pairs=list(sets.parents), bpb_texts=heldout, device=device,
                                  dtype=dtype, batch_size=batch_size) if independent else [])
@@ -130,7 +132,7 @@ Markdown("Independent language models: " + ", ".join(f"`{m}`" for m in independe
 # selection-aware permutation null (the maximum of each permuted layer-pair matrix; Gröger et al. 2026)
 # with `n_permutations` permutations per draw; the ladder is scored raw.
 
-# %%
+# %% tags=["hide-input"]
 vision = capability.vision_features(vision_models, sets, device=device, dtype=dtype, batch_size=batch_size)
 rows = capability.study_alignment(sets, vision, language, ladder=ladder, ladder_parents=ladder_parents, k=k,
                                   clip_q=clip_q, n_permutations=n_permutations, alpha=alpha)
@@ -146,7 +148,7 @@ Markdown(rows.attrs["degenerate"])
 # over draws beside chance k/(N-1), the calibrated peak (mean over draws) and the largest permutation
 # p-value over draws; then the language model's capability.
 
-# %%
+# %% tags=["hide-input"]
 table = results.load(chapter=CHAPTER, params=params, expand_extra=True)
 capabilities = benchmarks.load_capability_table(capability_csv)
 summary = capability.summary_table(table, capabilities)
@@ -161,7 +163,7 @@ shown
 # for n > 8). Bits per byte *falls* as capability rises, so a **negative** r against `bpb` means alignment
 # grows with capability.
 
-# %%
+# %% tags=["hide-input"]
 caps = [c for c in ["bpb", "next_token_accuracy", *benchmarks.BENCHMARKS] if c in summary.columns]
 correlations = capability.study_correlations(summary, capability=caps)
 ladder_corr = capability.study_correlations(summary, capability=["bpb"], alignment=["peak"], family="ladder")
@@ -169,7 +171,7 @@ ladder_corr = capability.study_correlations(summary, capability=["bpb"], alignme
  if not correlations.empty else Markdown(f"No correlation across models: {len(independent)} independent "
                                          "language model(s) ran here, and at least 3 are needed."))
 
-# %%
+# %% tags=["hide-input"]
 main_x = "mmlu_5shot" if summary["mmlu_5shot"].notna().sum() >= 3 else "bpb"  # the paper's Fig. 3 axis when known
 if (summary["family"] == "independent").any():
     fig = figures.capability_panels(summary, x=main_x, y="peak", correlations=correlations[
@@ -183,7 +185,7 @@ if (summary["family"] == "independent").any():
 # better-structured encoder arrive together by construction, so it shows that alignment needs trained
 # structure, not that more capable models align more.
 
-# %%
+# %% tags=["hide-input"]
 if (summary["family"] == "ladder").any():
     fig_ladder = figures.capability_panels(summary.assign(t=summary["fraction"].map("t={:g}".format)), x="bpb",
                                            y="peak", family="ladder", label="t", correlations=ladder_corr)
@@ -192,20 +194,20 @@ if (summary["family"] == "ladder").any():
 # %% [markdown]
 # ## Measured on this build
 
-# %%
+# %% tags=["hide-input"]
 Markdown(capability.describe_study(correlations, ladder_corr, summary, main_dataset=draws[0].dataset,
                                    missing=missing))
 
 # %% [markdown]
 # ## The paper and this build
 
-# %%
+# %% tags=["hide-input"]
 claim_rows = capability.findings(correlations, main_dataset=draws[0].dataset,
                                  comparable=capability.paper_setting(datasets, independent),
                                  missing_models=list(missing))
 claims.claims_table(claim_rows, chapter=CHAPTER)
 
-# %%
+# %% tags=["remove-cell"]
 report.record(claims.RECORD_NAME, claim_rows);  # the front page's checklist
 
 # %% [markdown]
@@ -216,10 +218,10 @@ report.record(claims.RECORD_NAME, claim_rows);  # the front page's checklist
 # paper profile. The published benchmark table used there (one row per model, each value with its source;
 # empty cells are missing, never guesses) is below, with how to regenerate it with one protocol.
 
-# %%
+# %% tags=["hide-input"]
 capabilities[["mmlu_5shot", "arc_challenge", "arc_shots", "gsm8k_5shot"]]
 
-# %%
+# %% tags=["hide-input"]
 Markdown(benchmarks.describe_missing(capabilities))
 
 # %% [markdown]
@@ -239,7 +241,7 @@ Markdown(benchmarks.describe_missing(capabilities))
 # and write `mmlu` acc, `arc_challenge` acc_norm and `gsm8k` exact_match (strict, times 100) into a copy of
 # the CSV, passed as `capability_csv`.
 
-# %%
+# %% tags=["remove-cell"]
 record = report.record(CHAPTER, capability.study_record(
     summary=summary, correlations=correlations, ladder=ladder_corr, claims_rows=claim_rows, draws=draws,
     heldout=heldout, heldout_source=heldout_source, missing=missing, k=k, n_permutations=n_permutations,

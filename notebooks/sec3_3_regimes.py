@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -87,7 +89,7 @@ device = "cpu"
 dtype = "float32"
 batch_size = 32
 
-# %%
+# %% tags=["remove-cell"]
 import contextlib
 import io
 import warnings
@@ -113,7 +115,7 @@ params = report.page_parameters(CHAPTER, globals())
 # %% [markdown]
 # ## Data, draws and comparisons
 
-# %%
+# %% tags=["hide-input"]
 draws = study.study_draws(datasets, n_draws=n_draws)
 comparisons = regimes.regime_comparisons(
     unimodal=unimodal_pairs, same_modality=same_modality_pairs, random_init=random_init_pairs,
@@ -122,7 +124,7 @@ comparisons = regimes.regime_comparisons(
 pd.DataFrame([{"dataset": d.dataset, "draws": sum(e.dataset == d.dataset for e in draws), "N": len(d.pairs),
                "what varies between draws": d.what_varies} for d in draws if d.draw == 0]).set_index("dataset")
 
-# %%
+# %% tags=["hide-input"]
 regimes.comparison_table(comparisons)
 
 # %% [markdown]
@@ -139,7 +141,7 @@ regimes.comparison_table(comparisons)
 # mean over real tokens) and, as its last layer `projection`, the embedding in the joint image-text space.
 # Captions longer than the text context are split into token windows whose features are averaged.
 
-# %%
+# %% tags=["hide-input"]
 models.describe(analysis.model_names(comparisons))
 
 # %% [markdown]
@@ -151,7 +153,7 @@ models.describe(analysis.model_names(comparisons))
 # layer pairs, so floor and score carry the same selection). Every number is a row of the results table
 # (`prh_lib.results`); the tables and the figure below are computed from it.
 
-# %%
+# %% tags=["hide-input"]
 with contextlib.redirect_stdout(io.StringIO()):  # the zoo reports conversions of models not yet cached
     modality = regimes.run_study(draws, comparisons, chapter=CHAPTER, params=params, k=k, clip_q=clip_q,
                                  n_permutations=n_permutations, alpha=alpha, n_boot=n_boot, control_seed=CONTROL_SEED,
@@ -172,7 +174,7 @@ regimes.page_table(summary, n_permutations=n_permutations).set_index(["dataset",
 # of the captions: for a vision model it is the lexical baseline of vision-language alignment, for a
 # language model it measures how much of its neighbourhood structure is which words a caption uses.
 
-# %%
+# %% tags=["hide-input"]
 regimes.floor_table(floors, chance=chance, n_permutations=n_permutations).set_index(["dataset", "control"])
 
 # %% [markdown]
@@ -185,7 +187,7 @@ regimes.floor_table(floors, chance=chance, n_permutations=n_permutations).set_in
 # regime's own pairs (for same-modality pairs, their random-init twins), labelled with its kind. Calibrated scores are 0 for every score up to the null's
 # (1 - alpha) quantile tau, not only at chance.
 
-# %%
+# %% tags=["hide-input"]
 fig = figures.regime_figure(regimes.regime_groups_over_draws(summary), chance=chance, floors=bands,
                             regime_floors=regimes.regime_floor_marks(summary), missing_note=MISSING)
 report.caption(fig, CHAPTER, params)
@@ -193,7 +195,7 @@ report.caption(fig, CHAPTER, params)
 # %% [markdown]
 # ## Measured on this build
 
-# %%
+# %% tags=["hide-input"]
 Markdown(regimes.describe_study(summary, bands, missing_note=MISSING))
 
 # %% [markdown]
@@ -203,7 +205,7 @@ Markdown(regimes.describe_study(summary, bands, missing_note=MISSING))
 # objective shapes) with the maximum over all layer pairs. The table is empty unless `aligned_models` are
 # given.
 
-# %%
+# %% tags=["hide-input"]
 projection = regimes.study_summary(table, quantity="projection")
 (projection[["dataset", "comparison", "score_mean", "score_std", "n_draws"]] if len(projection)
  else Markdown(f"*No aligned models in this run ({MISSING}).*"))
@@ -226,7 +228,7 @@ projection = regimes.study_summary(table, quantity="projection")
 # bootstrap over images (`heldout_boot` resamples, the selection redone in each) gives its 95 % interval. Each
 # pair is compared with each of its floors on the same resamples, so every margin has a paired interval.
 
-# %%
+# %% tags=["hide-input"]
 headline_ds = "coco" if "coco" in {d.dataset for d in draws} else draws[0].dataset
 if heldout_boot:
     with contextlib.redirect_stdout(io.StringIO()):
@@ -237,20 +239,20 @@ if heldout_boot:
 held = heldout.heldout_summary(results.load(chapter=CHAPTER, params=params), dataset=headline_ds)
 heldout.heldout_table(held)
 
-# %%
+# %% tags=["hide-input"]
 heldout.floors_table(held)
 
-# %%
+# %% tags=["hide-input"]
 claim_rows = regimes.regime_claims(summary, projection, heldout=held, headline=headline_ds)
 claims.claims_table(claim_rows, chapter=CHAPTER)
 
-# %%
+# %% tags=["remove-cell"]
 report.record(claims.RECORD_NAME, claim_rows);  # the front page's checklist
 
 # %% [markdown]
 # ## What the offline models can and cannot tell
 
-# %%
+# %% tags=["hide-input"]
 Markdown(regimes.offline_scope(summary, bands, aligned_measured=bool(aligned_models)))
 
 # %% [markdown]
@@ -260,7 +262,7 @@ Markdown(regimes.offline_scope(summary, bands, aligned_measured=bool(aligned_mod
 # unimodal pairs' architectures with one seed for both models of a pair; caption draws vary the caption,
 # not the images, so their spread is smaller than that of the paper's seeded samples.
 
-# %%
+# %% tags=["remove-cell"]
 record = report.record(CHAPTER, regimes.study_record(summary, floors, means, claim_rows, draws=draws,
                                                      comparisons=comparisons, aligned_models=aligned_models,
                                                      params=params))

@@ -134,3 +134,35 @@ def test_bad_inputs():
     shuffled = LayerFeatures(y.values, y.layer_labels, tuple(reversed(y.sample_ids)), {"model": "lang"})
     with pytest.raises(FeatureMismatchError):
         ablation.k_sweep(x, shuffled)
+
+
+def _k_order_inputs(flip_at, regimes=("cross-modal", "vision-vision", "language-language")):
+    """Hand-made sweep aggregates on N = 239: regime means ordered by their position, reversed at k = flip_at."""
+    import pandas as pd
+
+    rows = []
+    for k in (1, 5, 10, 200):
+        for i, regime in enumerate(regimes):
+            c = k / 238
+            corrected = (0.1 * (i + 1)) if k != flip_at else (0.1 * (len(regimes) - i))
+            rows.append({"dataset": "d", "quantity": "k-sweep:fixed", "k": k, "n": 239, "regime": regime,
+                         "corrected_mean": corrected, "score_mean": c + corrected * (1 - c)})
+    table = pd.DataFrame({"dataset": "d", "sweep": ["k"] * len(regimes), "raw_from": 0.1, "raw_to": 0.5,
+                          "spread": 0.0, "mean": 0.3, "from": 1, "to": 200})
+    return pd.DataFrame(rows), table
+
+
+@pytest.mark.parametrize("flip_at, regimes, verdict", [
+    (None, ("cross-modal", "vision-vision", "language-language"), "reproduces in kind"),
+    (200, ("cross-modal", "vision-vision", "language-language"), "reproduces in kind"),  # beyond the paper's k/N
+    (10, ("cross-modal", "vision-vision", "language-language"), "differs"),
+    (None, ("cross-modal", "vision-vision"), "inconclusive"),  # two regimes: one comparison
+])
+def test_k_order_is_read_on_chance_corrected_scores_within_the_papers_k_range(flip_at, regimes, verdict):
+    from prh_lib.analysis import ablation
+
+    agg, table = _k_order_inputs(flip_at, regimes)
+    (row,) = [r for r in ablation.findings(agg, table, dataset="d") if r["id"] == "G/k-order"]
+    assert row["verdict"] == verdict, row
+    assert "k = 1-10" in row["this build"]  # 200 / 238 is beyond 100 / 1023: not read
+    assert "(s − c)/(1 − c)" in row["rule"]

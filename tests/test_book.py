@@ -62,11 +62,43 @@ def test_pages_show_no_stderr_and_the_parameters_once_folded(built_book):
         assert "Kernel is running over TCP" not in page
         reprs = re.findall(r"&lt;[\w.]+ object(?: at 0x[0-9a-f]+)?&gt;", page)  # e.g. an empty Markdown()'s repr
         assert not reprs, f"{name}.html shows Python object reprs {reprs}"
-        boxes = re.findall(r'<details class="[^"]*hide above-input">(.*?)</details>', page, flags=re.S)
-        assert len(boxes) == 1, f"{name}.html has {len(boxes)} folded input boxes, expected the parameters once"
-        assert runner.PARAMETERS_PROMPT in boxes[0]
+        folded = re.findall(r'<details class="[^"]*hide above-input">(.*?)</details>', page, flags=re.S)
+        boxes = [b for b in folded if runner.PARAMETERS_PROMPT in b]
+        assert len(boxes) == 1, f"{name}.html has {len(boxes)} parameter boxes, expected one"
         assert f"defaults (notebooks/{name}.py)" in _text(boxes[0]) and "Set for this run" in boxes[0]
         assert page.count("tag_parameters") == 0, f"{name}.html still shows the notebook's own parameters cell"
+
+
+#: what a reader never sees: set-up and bookkeeping code (tagged remove-cell in notebooks/*.py)
+BOOKKEEPING = ("import ", "warnings.filterwarnings", "report.record(", "pd.set_option", "logging.getLogger")
+
+
+def _code_cells(name):
+    import jupytext
+
+    return [c for c in jupytext.read(f"{paths.repo_root()}/notebooks/{name}.py").cells if c.cell_type == "code"]
+
+
+@pytest.mark.parametrize("name", runner.available_notebooks())
+def test_every_code_cell_is_removed_folded_or_the_parameters(name):
+    """Set-up and bookkeeping cells are removed from the page; analysis cells are folded under their output."""
+    for cell in _code_cells(name):
+        tags = set(cell.metadata.get("tags", []))
+        kinds = tags & {"parameters", "remove-cell", "hide-input"}
+        assert len(kinds) == 1, f"{name}: a code cell has tags {sorted(tags)}: {cell.source[:60]!r}"
+        top = [ln for ln in cell.source.splitlines() if ln and not ln.startswith((" ", "#"))]
+        if any(ln.startswith(BOOKKEEPING) for ln in top):
+            assert kinds == {"remove-cell"}, f"{name}: set-up or bookkeeping cell not removed: {cell.source[:60]!r}"
+
+
+def test_pages_show_no_setup_or_bookkeeping_code(built_book):
+    for name in runner.available_notebooks():
+        page = (built_book / f"{name}.html").read_text()
+        code = "".join(re.findall(r'<div class="highlight[^"]*"><pre>(.*?)</pre>', page, flags=re.S))
+        text = re.sub(r"<[^>]+>", "", code)
+        for marker in ("report.record(", "warnings.filterwarnings", "import matplotlib", "pd.set_option"):
+            assert marker not in text, f"{name}.html shows {marker!r}"
+        assert page.count('class="cell tag_hide-input') >= 5, f"{name}.html: analysis cells are not folded"
 
 
 def test_mathjax_is_served_from_the_build(built_book):

@@ -309,7 +309,12 @@ def test_study_findings_follow_the_numbers(models):
     flipped = pd.DataFrame(rows)
     flipped.loc[(flipped["language model"] == "b") & (flipped["level"] == 0.1), "peak"] = 0.29
     row = captions.findings(flipped)[0]
-    assert row["verdict"] == "differs"  # the order of models changes
+    assert row["verdict"] == "differs"  # b's score rises as its text shortens (and the order changes)
+    swapped = pd.DataFrame(rows)  # every score drops, but a falls to the bottom at the shortest level
+    swapped.loc[(swapped["language model"] == "a") & (swapped["level"] == 0.1), "peak"] = 0.01  # τ < 0
+    row2 = captions.findings(swapped)[0]
+    # an order change fails the claim with three models; with two it is one comparison without an interval
+    assert row2["verdict"] == ("inconclusive" if len(models) == 2 else "differs")
     tau = kendalltau([0.3, 0.2, 0.1][:len(models)], [0.165, 0.29, 0.055][:len(models)]).statistic
     assert f"{tau:+.2f} at 0.1" in row["this build"]  # scipy's τ-b, reported as computed
     rising = pd.DataFrame(rows).assign(peak=lambda t: 1 - t["peak"])

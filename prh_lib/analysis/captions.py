@@ -199,8 +199,10 @@ def findings(summary: pd.DataFrame, *, paper_setting: bool = False) -> list[dict
                 taus.append((ds, vm, float(level), float(tau), len(common)))
     n_lms = int(sub["language model"].nunique())
     order_ok = bool(taus) and all(np.isfinite(t) and t > 0 for *_, t, _ in taus)
-    holds = all(lower) and order_ok
     few = n_lms < 3
+    # a drop that fails decides the claim; with fewer than three models the order cannot (one comparison, no
+    # interval over images): the claim is then inconclusive whichever way the two models fall
+    holds = all(lower) and (order_ok or few)
     why = "" if control == "summary" else "summaries ran on fewer than 2 draws, so truncation (every draw) is used"
     notes = [why, "no interval over images for these means (caption draws only)",
              (f"{n_lms} language model(s): the order is a single comparison, so it cannot be decided" if few else "")]
