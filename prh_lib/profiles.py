@@ -90,8 +90,9 @@ PROFILES: dict[str, dict[str, object]] = {
         "unimodal_pairs": [["facebook/dinov2-large", "meta-llama/Llama-3.1-8B"],
                            ["facebook/dinov2-large", "Qwen/Qwen3-8B"],
                            ["facebook/vit-mae-large", "meta-llama/Llama-3.1-8B"]],
+        # the paper's same-modality pairs (Sec. 3.3): DINOv2-DINOv3 and its two text embedding models
         "same_modality_pairs": [["facebook/dinov2-large", "facebook/dinov3-vitl16-pretrain-lvd1689m"],
-                                ["meta-llama/Llama-3.1-8B", "Qwen/Qwen3-8B"]],
+                                ["nvidia/NV-Embed-v2", "Qwen/Qwen3-Embedding-8B"]],
         "random_init_seeds": [0, 1, 2],
         # caption detail (App. F): on the study's datasets (DOCCI is the paper's App. F case); Qwen3-8B summaries
         "summary_model": "Qwen/Qwen3-8B",

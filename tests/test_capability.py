@@ -640,6 +640,14 @@ def test_summary_table_aggregates_the_results_rows(tmp_path):
     assert s["peak"] == pytest.approx(0.25) and s["peak std"] == pytest.approx(np.std([0.2, 0.3, 0.25], ddof=1))
     assert s["p peak (max)"] == pytest.approx(0.03) and s["chance"] == pytest.approx(10 / 99)
     assert s["bpb"] == 1.1 and s["next_token_accuracy"] == 0.4 and s["n_draws"] == 3
+    # the page's view: a benchmark measured for some models only reads "not measured", never NaN; words, not ids
+    summary = C.summary_table(df)
+    two = pd.concat([summary, summary.assign(language="m2", gsm8k_5shot=np.nan)]).assign(
+        gsm8k_5shot=[0.31, np.nan])
+    shown = C.summary_display(two)
+    assert list(shown["GSM8K (5-shot)"]) == ["0.310", "not measured"]
+    assert "bits per byte" in shown and "next-token accuracy" in shown and "bpb" not in shown
+    assert not shown.isna().any().any()
 
 
 def test_degenerate_layers_are_collected_into_one_sentence_and_other_warnings_pass():

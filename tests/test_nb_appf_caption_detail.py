@@ -39,6 +39,9 @@ def test_figures_present_and_page_clean(executed):
     assert "## The paper and this build" in md
     shown = "".join(str(o.get("data", {})) + o.get("text", "") for o in outputs)
     assert "/work/" not in shown and "/home/" not in shown
+    # layers are named as the model names them: DINOv2's constant embedding-output CLS token is "embed", not 0
+    if "Degenerate layers" in shown:
+        assert "dinov2-small: embed" in shown and "dinov2-small: 0)" not in shown
 
 
 def test_every_draw_is_in_the_results_table_and_the_summary_recomputes(rec, table):

@@ -66,3 +66,12 @@ def test_p_at_the_permutation_floor_is_written_as_a_bound():
 def test_provenance_names_notebook_parameters_and_commit():
     line = report.provenance("sec3_1_layerwise", {"k": 10})
     assert line.startswith("notebook sec3_1_layerwise.py · parameters ") and "commit " in line
+
+
+def test_paper_profile_uses_the_papers_same_modality_pairs():
+    """Sec. 3.3 of arXiv 2611.12869: DINOv2-DINOv3 and NV-Embed-v2-Qwen3-Embedding-8B."""
+    from prh_lib.profiles import get_profile
+
+    pairs = {tuple(p) for p in get_profile("paper")["same_modality_pairs"]}
+    assert pairs == {("facebook/dinov2-large", "facebook/dinov3-vitl16-pretrain-lvd1689m"),
+                     ("nvidia/NV-Embed-v2", "Qwen/Qwen3-Embedding-8B")}

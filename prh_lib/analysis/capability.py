@@ -165,19 +165,32 @@ def summary_table(df: pd.DataFrame, capabilities: pd.DataFrame | None = None) ->
     return out.reset_index(drop=True)
 
 
+#: Column names as the page shows them (capability measures and benchmarks, not their identifiers)
+DISPLAY_NAMES = {"bpb": "bits per byte", "next_token_accuracy": "next-token accuracy", "gsm8k_5shot": "GSM8K (5-shot)",
+                 "mmlu_5shot": "MMLU (5-shot)", "arc_challenge_25shot": "ARC-Challenge (25-shot)",
+                 "arc_challenge": "ARC-Challenge", "arc_challenge_4shot": "ARC-Challenge (4-shot)"}
+
+
 def summary_display(summary: pd.DataFrame, *, n_permutations: int | None = None,
                     family: str = "independent") -> pd.DataFrame:
     """:func:`summary_table` as the page shows it: ``"mean ± std (n draws)"`` cells, p-values written with
-    :func:`prh_lib.report.format_p` (a bound at the permutation floor), no all-NaN columns, indexed by
-    (dataset, vision, language)."""
+    :func:`prh_lib.report.format_p` (a bound at the permutation floor), no all-NaN columns, a value missing for
+    some models written "not measured", columns named in words (:data:`DISPLAY_NAMES`), indexed by (dataset,
+    vision, language)."""
     from .. import report, results
 
     sub = summary[summary["family"] == family].copy()
     for q in ("peak", "final"):
         sub[q] = [results.format_mean_std(m, s, int(n)) for m, s, n in zip(sub[q], sub[f"{q} std"], sub["n_draws"])]
         sub[f"p {q} (max)"] = [report.format_p(p, n_permutations) for p in sub[f"p {q} (max)"]]
-    sub = sub.drop(columns=["peak std", "final std", "n_draws", "family", "fraction"])
-    return sub.dropna(axis=1, how="all").set_index(["dataset", "vision", "language"])
+    sub = sub.drop(columns=["peak std", "final std", "n_draws", "family", "fraction"], errors="ignore")
+    sub = sub.dropna(axis=1, how="all")
+    # a capability measured for some models only says so in words, never NaN
+    for col in sub.columns:
+        if col not in ("dataset", "vision", "language") and sub[col].isna().any():
+            sub[col] = [("not measured" if pd.isna(v) else f"{v:.3f}" if isinstance(v, float) else v) for v in sub[col]]
+    sub = sub.rename(columns={c: DISPLAY_NAMES.get(c, c) for c in sub.columns})
+    return sub.set_index(["dataset", "vision", "language"])
 
 
 def study_correlations(summary: pd.DataFrame, *, capability: Sequence[str], alignment: Sequence[str] = (

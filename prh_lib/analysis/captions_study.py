@@ -383,7 +383,10 @@ def study_alignment(vision: dict, variants: dict, language_models: Sequence[str]
     with degenerate:
         table = detail_alignment(vision, variants, language_models, k=k, clip_q=clip_q, num_threads=num_threads,
                                  skip=[name for name, v in variants.items() if not v["score"]], **feature_options)
-        degenerate.add_model(", ".join(vision), "a language model")
+        # layers named as the model names them ("embed", ...), not by index; one label set per vision model
+        names = list(vision)
+        labels = getattr(vision[names[0]], "layer_labels", ()) if len(names) == 1 and hasattr(vision, "get") else ()
+        degenerate.add_model(", ".join(names), "a language model", x_labels=labels)
     meta = pd.DataFrame([{"variant": name, "dataset": v["dataset"], "draw": v["draw"], "seed": v["seed"],
                           "name": v["variant"]} for name, v in variants.items() if v["score"]])
     table = table.merge(meta, on="variant", how="left")
