@@ -25,7 +25,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "prh_lib"
 KNOWN_CYCLES = [["prh_lib.metrics", "prh_lib.metrics.bootstrap"]]
 
 #: Groups below the orchestration: they must not import it.
-ORCHESTRATION = ("prh_lib.runner", "prh_lib.schedule", "prh_lib.batch", "prh_lib.profiles", "prh_lib.__main__")
+ORCHESTRATION = ("prh_lib.runner", "prh_lib.schedule", "prh_lib.batch", "prh_lib.profiles", "prh_lib.profile_audit",
+                 "prh_lib.__main__")
 
 
 def _orchestration(m: str) -> bool:

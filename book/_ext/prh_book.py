@@ -59,7 +59,22 @@ def write_checklist(app):
     src = Path(app.srcdir)
     chapters = sorted({c.chapter for c in claims.CLAIMS.values()})
     text = claims.checklist_markdown({ch: _chapter_rows(src / f"{ch}.ipynb") for ch in chapters})
-    out = src / CHECKLIST
+    _write_if_changed(src / CHECKLIST, text)
+
+
+AUDIT = "_generated/profile_audit.md"
+
+
+def write_profile_audit(app):
+    """Write ``book/_generated/profile_audit.md``: the paper profile against the paper (included by ``intro.md``)."""
+    from pathlib import Path
+
+    from prh_lib import profile_audit
+
+    _write_if_changed(Path(app.srcdir) / AUDIT, profile_audit.audit_markdown())
+
+
+def _write_if_changed(out, text):
     out.parent.mkdir(exist_ok=True)
     if not out.is_file() or out.read_text(encoding="utf-8") != text:  # unchanged: keep Sphinx's cache valid
         out.write_text(text, encoding="utf-8")
@@ -71,4 +86,5 @@ _setup_scripts = setup
 def setup(app):  # noqa: F811
     meta = _setup_scripts(app)
     app.connect("builder-inited", write_checklist)
+    app.connect("builder-inited", write_profile_audit)
     return meta
