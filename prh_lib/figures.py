@@ -363,6 +363,9 @@ _FLOOR_STYLE = {"random-language": ("tab:purple", "a language model → its rand
                 "random-vision": ("tab:brown", "a vision model → its random-init twin"),
                 "tfidf": ("tab:olive", "a language model → the caption's bag of words (TF-IDF)"),
                 "tfidf-svd": ("tab:cyan", "a language model → TF-IDF, truncated SVD")}
+# one dash pattern per floor kind, so floors at nearly the same height stay apart (TF-IDF and its SVD)
+_FLOOR_DASH = {"random-language": (0, (1, 1.5)), "random-vision": (0, (4, 2)), "tfidf": (0, (6, 2, 1, 2)),
+               "tfidf-svd": (0, (2, 3))}
 
 
 def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | None = None,
@@ -409,8 +412,10 @@ def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | No
                 for v in (p[0], p[2]) if np.isfinite(v)]
         return max(vals + list(extra) + [0.05]) * 1.12
 
-    def wrapped(pts):
-        return {textwrap.fill(label, 13): points for label, points in pts.items()}
+    # every comparison gets a number beside its point, and the key under the figure names it
+    names = list(dict.fromkeys(n for raw_cal in groups.values() for pts in raw_cal[0].values() for n in pts))
+    number = {n: str(i + 1) for i, n in enumerate(names)}
+    key_lines = textwrap.wrap("Points: " + "; ".join(f"{number[n]} {n}" for n in names), 100) if names else []
 
     raw_top = top_of(0, list(chance.values()) + [b[2] for d in datasets for b in floors.get(d, {}).values()])
     cal_top = top_of(1, [b[2] for d in datasets for b in floors.get((d, "calibrated"), {}).values()])
@@ -421,12 +426,13 @@ def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | No
                 (raw, dataset, raw_top, f"{metric}, max over layers", "raw"),
                 (cal, (dataset, "calibrated"), cal_top, "calibrated score", "calibrated"))):
             ax = axes[row, col]
-            plots.regime_bars(wrapped(pts), ax=ax, ylabel=ylabel, title=f"{dataset}: {what}",
-                              missing_note=missing_note, ylim=(-0.02 * top, top))
+            labels = {textwrap.fill(r, 9): {number.get(n, n): v for n, v in p.items()} for r, p in pts.items()}
+            plots.regime_bars(labels, ax=ax, ylabel=ylabel, title=f"{dataset}: {what}",
+                              missing_note=missing_note, ylim=(-0.02 * top, top), point_label=str, label_size=8)
             for kind, (mean, low, high) in floors.get(key, {}).items():
                 color, label = _FLOOR_STYLE.get(kind, ("grey", kind))
                 ax.axhspan(low, high, color=color, alpha=0.12, linewidth=0)
-                handles[label] = ax.axhline(mean, color=color, linestyle=":", linewidth=1.4)
+                handles[label] = ax.axhline(mean, color=color, linestyle=_FLOOR_DASH.get(kind, ":"), linewidth=1.6)
             if col == 0:
                 slots = list(pts)
                 for label, (value, kind) in (regime_floors or {}).get(dataset, {}).items():
@@ -439,13 +445,19 @@ def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | No
                                 ha="right", va="bottom")
             if col == 0 and dataset in chance:
                 handles["chance k/(N-1)"] = ax.axhline(chance[dataset], color="red", linestyle="--", linewidth=1.2)
-            ax.tick_params(labelsize=8)
+            ax.tick_params(labelsize=9)
             ax.yaxis.label.set_fontsize(9)
-            ax.title.set_fontsize(9)
-    legend_h = 0.9 / fig.get_figheight()
-    fig.tight_layout(rect=(0, legend_h, 1, 1))
+            ax.title.set_fontsize(10)
+    # room under the axes: the legend (two columns and a title) and the key of the numbered points
+    legend_in = 0.22 * (int(np.ceil(len(handles) / 2)) + 1) + 0.3 if handles else 0.3
+    key_in = 0.18 * len(key_lines)
+    fig.set_figheight(fig.get_figheight() + legend_in + key_in - 0.9)
+    fig.tight_layout(rect=(0, (legend_in + key_in) / fig.get_figheight(), 1, 1))
     if handles:
-        fig.legend(list(handles.values()), list(handles), loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=2,
-                   fontsize=8, frameon=False, title="floors (line: mean over vision × language pairs; band: "
-                   "lowest to highest pair)", title_fontsize=8)
+        fig.legend(list(handles.values()), list(handles), loc="lower center",
+                   bbox_to_anchor=(0.5, key_in / fig.get_figheight()), ncol=2, fontsize=9, frameon=False,
+                   title="floors (line: mean over vision × language pairs; band: lowest to highest pair)",
+                   title_fontsize=9)
+    for i, line in enumerate(key_lines):
+        fig.text(0.02, (key_in - 0.18 * (i + 1) + 0.04) / fig.get_figheight(), line, fontsize=9, ha="left")
     return fig

@@ -159,8 +159,14 @@ def line_plot(x, ys: dict, *, ax=None, xlabel: str = "", ylabel: str = "", title
     return ax
 
 
+def _short_pair(name: str) -> str:
+    """``"dinov2-small × smollm2-135m (seed 0)"`` -> ``"dinov2-small×smollm2-135m"``: a point's label."""
+    return name.split(" (")[0].replace(" × ", "×")
+
+
 def regime_bars(groups: dict, *, ax=None, chance: float | None = None, ylabel: str = "", title: str | None = None,
-                missing_note: str = "not run", ylim: tuple[float, float] | None = None):
+                missing_note: str = "not run", ylim: tuple[float, float] | None = None, label_points: bool = True,
+                point_label=_short_pair, label_size: float = 7):
     """Regimes side by side: a bar at each regime's mean and every comparison as a point with its interval.
 
     Parameters
@@ -176,6 +182,8 @@ def regime_bars(groups: dict, *, ax=None, chance: float | None = None, ylabel: s
         Text in empty slots (e.g. ``"needs the paper profile"``).
     ylim : (float, float), optional
         Default: from just below 0 to just above the highest value, interval end or chance level.
+    label_points : bool, default True
+        Write each comparison's label beside its point (``point_label(name)``, ``label_size`` pt).
 
     Returns
     -------
@@ -196,9 +204,12 @@ def regime_bars(groups: dict, *, ax=None, chance: float | None = None, ylabel: s
         values = np.array([v for v, _, _ in points.values()], dtype=float)
         ax.bar(slot, np.nanmean(values), width=0.7, color=color, alpha=0.3, edgecolor=color)
         offsets = np.linspace(-0.25, 0.25, len(points)) if len(points) > 1 else np.zeros(1)
-        for dx, (v, lo, hi) in zip(offsets, points.values()):
+        for dx, (name, (v, lo, hi)) in zip(offsets, points.items()):
             err = [[max(v - lo, 0.0)], [max(hi - v, 0.0)]] if np.isfinite(lo) and np.isfinite(hi) else None
             ax.errorbar(slot + dx, v, yerr=err, fmt="o", color=color, markersize=4, capsize=2, linewidth=1)
+            if label_points and np.isfinite(v):  # each point names its comparison
+                ax.annotate(point_label(name), (slot + dx, v), xytext=(4, 0), textcoords="offset points",
+                            fontsize=label_size, va="center", ha="left", color="0.2")
     if chance is not None:
         ax.axhline(chance, color="red", linestyle="--", linewidth=1, label=f"chance {chance:.3f}")
         ax.legend(fontsize=7, loc="upper left")

@@ -224,6 +224,11 @@ def test_floors_decide_whether_a_score_is_read_as_alignment(study, floor, above)
     segs = [seg for c in fig.axes[0].collections if hasattr(c, "get_segments") for seg in c.get_segments()]
     assert any(np.allclose(seg[:, 1], 0.42) and seg[0, 0] < slot < seg[1, 0] for seg in segs)
     assert "random-vision" in [t.get_text() for t in fig.axes[0].texts]
+    # every point is numbered and the key under the figure names its comparison
+    n_points = sum(len(p) for p in regimes.regime_groups_over_draws(s)["toy"][0].values())
+    assert {str(i) for i in range(1, n_points + 1)} <= {t.get_text() for t in fig.axes[0].texts}
+    key = " ".join(t.get_text() for t in fig.texts)
+    assert key.startswith("Points: 1 ") and all(c in key for c in s["comparison"])
 
 
 def _heldout(feats, tmp_path, rand_init_floor):
