@@ -58,6 +58,7 @@ variance_grid = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0]
 pca_dims = None  # None: every number of components up to 32, then a geometric grid to min(N, d)
 pca_space = "original"  # "original" (rank-m reconstruction) or "pca" (centred PCA coordinates)
 keep_fraction = 0.95  # report the smallest dimension keeping this fraction of the uncompressed score
+n_boot = 200  # image resamples of the relative scores the claims read (paired 95 % intervals; 0: none)
 device = "cpu"
 dtype = "float32"
 batch_size = 32
@@ -107,12 +108,14 @@ layerwise.draws_table(draws)
 # %% tags=["hide-input"]
 sweeps = compression.run_study(draws, comparisons, chapter=CHAPTER, params=params, roles=layer_roles, k=k,
                                variance=variance_grid, dims=pca_dims, space=pca_space, clip_q=clip_q, clip=clip,
-                               device=device, dtype=dtype, batch_size=batch_size, num_threads=num_threads)
-agg = compression.aggregate_sweeps(results.load(chapter=CHAPTER, params=params, expand_extra=True))
-table = compression.study_table(agg, fraction=keep_fraction)
+                               device=device, dtype=dtype, batch_size=batch_size, num_threads=num_threads,
+                               n_boot=n_boot)
+loaded = results.load(chapter=CHAPTER, params=params, expand_extra=True)
+agg = compression.aggregate_sweeps(loaded)
+table = compression.study_table(agg, fraction=keep_fraction, intervals=compression.interval_table(loaded))
 drawn, left_out = figures.figure_pairs_of(comparisons, figure_pairs, panels_per_pair=agg["dataset"].nunique())
 agg_drawn = agg[[(x, y) in set(drawn) for x, y in zip(agg["model_x"], agg["model_y"])]]
-shown = [c for c in table.columns if not c.startswith(("rel_", "dims_at", "max_dims", "n_draws", "reference"))]
+shown = [c for c in table.columns if not c.startswith(("rel_", "dims_", "max_dims", "n_draws", "reference", "ci_"))]
 table[shown].set_index(["dataset", "pair", "layers", "compressed"])
 
 # %% [markdown]

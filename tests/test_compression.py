@@ -194,3 +194,39 @@ def test_layer_pairs_and_tables():
     wrong = LayerFeatures(y.values, y.layer_labels, tuple(reversed(y.sample_ids)), {"model": "lang"})
     with pytest.raises(FeatureMismatchError):
         compression.compress_layer_pairs(x, wrong, pairs, k=5)
+
+
+def test_relative_intervals_pair_the_compressed_and_uncompressed_resamples():
+    """Full rank reproduces the uncompressed score on every resample: relative 1 with a zero-width interval; the
+    interval equals the percentile interval of the ratio of two bootstrap_ci runs with one seed."""
+    from prh_lib.analysis.compression_study import probe_dims, relative_intervals
+    from prh_lib.metrics import bootstrap_ci
+
+    rng = np.random.default_rng(0)
+    Z = rng.normal(size=(80, 4))
+    X = Z @ rng.normal(size=(4, 12)) + 0.3 * rng.normal(size=(80, 12))
+    Y = Z @ rng.normal(size=(4, 9)) + 0.3 * rng.normal(size=(80, 9))
+    full = relative_intervals(X, Y, compress="x", dims={"full": 12}, k=5, n_boot=30, seed=1)[0]
+    assert full["relative"] == pytest.approx(1.0) and full["low"] == pytest.approx(1.0) and full["high"] == pytest.approx(1.0)
+    (two,) = relative_intervals(X, Y, compress="y", dims={"2": 2}, k=5, n_boot=30, seed=1)
+    from prh_lib.analysis.compression_study import _Side
+
+    Yc = _Side(Y, "Y").projected([2], "original")[0]
+    a, b = bootstrap_ci(X, Yc, k=5, n_boot=30, seed=1), bootstrap_ci(X, Y, k=5, n_boot=30, seed=1)
+    ratio = a.replicates / b.replicates
+    assert (two["low"], two["high"]) == pytest.approx(tuple(np.quantile(ratio[np.isfinite(ratio)], [0.025, 0.975])))
+    assert two["relative"] == pytest.approx(a.estimate / b.estimate)
+    dims = probe_dims(X)
+    assert dims["share of rank"] == max(1, round(100 / 1023 * 12)) and dims["8 dims"] == 8
+    with pytest.raises(ValueError, match="one side"):
+        relative_intervals(X, Y, compress="both")
+
+
+def test_pca_claims_read_intervals_by_majority():
+    from prh_lib.analysis.compression import _majority
+
+    # three rows: two clearly above 0.95, one below -> holds; if the clear ones overlap 0.95 -> inconclusive
+    assert _majority([(0.99, 0.97, 1.0), (0.98, 0.96, 1.0), (0.9, 0.85, 0.95)], 0.95, ">")[:2] == (True, True)
+    assert _majority([(0.99, 0.93, 1.0), (0.98, 0.96, 1.0), (0.9, 0.85, 0.95)], 0.95, ">")[:2] == (True, False)
+    assert _majority([(0.99, 0.97, 1.0), (0.9, 0.8, 0.99), (0.9, 0.85, 0.95)], 0.95, ">")[:2] == (False, True)
+    assert _majority([(0.7, 0.6, 0.75), (0.7, 0.6, 0.85)], 0.8, "<")[:2] == (True, False)

@@ -37,8 +37,9 @@ from .pca import DENSE_DIMS, components_for_variance, default_dims, fit_pca, max
 
 # the computation (sweeps, the study over draws), re-exported: this module stays the chapter's one namespace
 from .compression_study import (  # noqa: F401
-    COMPRESS, DEFAULT_VARIANCE, LAYER_ROLES, SPACES, CompressionSweep, aggregate_sweeps, compress_comparisons,
-    compress_layer_pairs, pca_sweep, run_study, select_layer_pairs, sweep_rows)
+    COMPRESS, DEFAULT_VARIANCE, LAYER_ROLES, PAPER_RANK_SHARE, PROBES, SPACES, CompressionSweep, aggregate_sweeps,
+    compress_comparisons, compress_layer_pairs, interval_table, pca_sweep, probe_dims, relative_intervals, run_study,
+    select_layer_pairs, sweep_rows)
 
 __all__ = ["COMPRESS", "SPACES", "DEFAULT_VARIANCE", "DENSE_DIMS", "max_components", "fit_pca", "default_dims",
            "components_for_variance", "CompressionSweep", "pca_sweep", "LAYER_ROLES", "select_layer_pairs",
@@ -120,12 +121,9 @@ def _at(agg_group: pd.DataFrame, x: float, *, below: bool = True):
 _ms = partial(format_mean_std, count=False)
 
 
-#: The paper's language-side probe as a share of rank: 100 components of a rank of at most N - 1 = 1023
-PAPER_RANK_SHARE = 100 / 1023
-
-
 def study_table(agg: pd.DataFrame, *, dims_probe: int = 100, low_dims: int = 8, variance_probe: float = 0.4,
-                fraction: float = 0.95, rank_share: float = PAPER_RANK_SHARE) -> pd.DataFrame:
+                fraction: float = 0.95, rank_share: float = PAPER_RANK_SHARE,
+                intervals: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per (dataset, pair, layer pair, side compressed): the page's summary, mean ± std over draws.
 
     Columns: ``uncompressed``; ``@ 40% var`` (relative score keeping ``variance_probe`` of the variance);
@@ -134,7 +132,9 @@ def study_table(agg: pd.DataFrame, *, dims_probe: int = 100, low_dims: int = 8, 
     ``fraction``); ``min dims (90%)``; ``@ share of rank`` (relative score at the swept dimension nearest, on a
     log scale, to ``rank_share`` × the largest swept dimension, the rank here: the paper's 100 of 1,023 is 9.8 %);
     and the numeric ``rel_var``, ``rel_dims``, ``rel_low``, ``rel_share``, ``dims_share``, ``dims_at``,
-    ``max_dims``, ``n_draws``.
+    ``max_dims``, ``n_draws``. With ``intervals`` (:func:`interval_table`): for each of :data:`PROBES` the
+    relative score on the first draw with its paired 95 % interval over images, as ``ci_var``, ``ci_share``,
+    ``ci_low`` (``(relative, low, high, n_components)``) and the page column ``over images (first draw)``.
     """
     rows = []
     for key, g in agg.groupby(["dataset", "model_x", "model_y", "role", "compress"], sort=False):
@@ -166,21 +166,63 @@ def study_table(agg: pd.DataFrame, *, dims_probe: int = 100, low_dims: int = 8, 
             "rel_low": float(low["relative_mean"]) if low is not None else np.nan,
             "dims_at": int(at["x"]) if at is not None else 0, "max_dims": int(gd["x"].max()),
             "n_draws": int(ref["n_draws"]), "reference": float(ref["score_mean"]),
+            **_probe_intervals(intervals, key),
         })
     return pd.DataFrame(rows)
+
+
+_PROBE_COLUMNS = {"40% variance": "ci_var", "share of rank": "ci_share", "8 dims": "ci_low"}
+
+
+def _probe_intervals(intervals: pd.DataFrame | None, key: tuple) -> dict:
+    """The ``ci_*`` columns of one study-table row (NaN tuples when no interval ran)."""
+    nan = (np.nan, np.nan, np.nan, 0)
+    out = {c: nan for c in _PROBE_COLUMNS.values()}
+    if intervals is None or intervals.empty:
+        return out
+    ds, x, y, role, side = key
+    sel = intervals[(intervals["dataset"] == ds) & (intervals["model_x"] == x) & (intervals["model_y"] == y)
+                    & (intervals["role"] == role) & (intervals["compress"] == side)]
+    parts = []
+    for _, r in sel.iterrows():
+        if r["probe"] in _PROBE_COLUMNS:
+            out[_PROBE_COLUMNS[r["probe"]]] = (float(r["relative"]), float(r["low"]), float(r["high"]),
+                                               int(r["n_components"]))
+            parts.append(f"{r['probe']} ({int(r['n_components'])}): {r['relative']:.2f} [{r['low']:.2f}, "
+                         f"{r['high']:.2f}]")
+    out["over images (first draw)"] = "; ".join(parts) if parts else "–"
+    return out
 
 
 #: Each PCA claim's test, in one sentence (shown on the page and the front page)
 RULES = {
     "3.1/pca-40": "in more than half of the rows that compress a language side, keeping 40 % of the variance keeps "
-                  "at least 95 % of the uncompressed score (mean over draws); vision-side rows are shown, not counted",
+                  "at least 95 % of the uncompressed score, its paired 95 % interval over images included; "
+                  "vision-side rows are shown, not counted",
     "3.1/pca-100": "in more than half of the rows that compress a language side, the paper's share of rank (100 "
-                   "of 1,023 = 9.8 %; the nearest swept dimension) keeps at least 90 % of the score; the "
-                   "dimensions needed for 90 % and 95 % are reported beside it",
-    "3.1/pca-strong": "in more than half of the rows that compress a language side, 8 components keep less than 80 %",
+                   "of 1,023 = 9.8 %) keeps at least 90 % of the score, interval included; the dimensions needed "
+                   "for 90 % and 95 % are reported beside it",
+    "3.1/pca-strong": "in more than half of the rows that compress a language side, 8 components keep less than "
+                      "80 %, interval included",
 }
 
 _LANGUAGE = "smollm|minilm|gemma|qwen|llama|mistral|bloom|deepseek|embed|tfidf"
+
+
+def _majority(values, threshold: float, side: str) -> tuple[bool, bool, int, int]:
+    """``(holds, conclusive, n_estimate, n_clear)`` of "more than half of the rows are on ``side`` of
+    ``threshold``": ``n_estimate`` rows by their estimate, ``n_clear`` by their whole interval (rows without an
+    interval count by their estimate). Differs when the estimates give no majority; holds when the intervals
+    do; inconclusive otherwise."""
+    def on(v):
+        return v > threshold if side == ">" else v < threshold
+
+    n = len(values)
+    n_est = sum(on(e) for e, _, _ in values)
+    n_clear = sum(on(lo if side == ">" else hi) if np.isfinite(lo) and np.isfinite(hi) else on(e)
+                  for e, lo, hi in values)
+    holds = n_est > n / 2
+    return holds, (not holds) or n_clear > n / 2, n_est, n_clear
 
 
 def findings(table: pd.DataFrame, *, dataset: str, role: str = "peak", dims_probe: int = 100,
@@ -189,33 +231,58 @@ def findings(table: pd.DataFrame, *, dataset: str, role: str = "peak", dims_prob
 
     The paper's PCA claims are about compressing the *language* side (Sec. 3.1, Fig. 2), so only rows that
     compress a language model count (:data:`RULES`); the 100-dimension probe is taken at the paper's share of
-    rank (100 of 1,023), not at 100 components of a rank of 238. Values are means over caption draws of the
-    same images (no interval over images yet: stated in each row's note).
+    rank (100 of 1,023), not at 100 components of a rank of 238. Each row's relative score is read with its
+    paired 95 % interval over images when :func:`study_table` has them (``ci_*``; first draw): a claim holds when
+    more than half of the rows are on its side interval included, differs when the estimates give no majority,
+    and is inconclusive otherwise (:func:`_majority`). Without intervals the means over draws decide, and the
+    note says so.
     """
     t = table[(table["dataset"] == dataset) & (table["layers"] == role)]
     lang = t[t["compressed"].str.contains(_LANGUAGE, case=False, regex=True)]
     n = len(lang)
-    caveat = "means over caption draws; no interval over images for the PCA ratios in this build"
     if not n:
         why = "no row compresses a language side"
         return [claims.finding(cid, this_build=None, holds=None, note=why) for cid in RULES]
-    keep40 = int((lang["rel_var"] >= 0.95).sum())
-    rows = [claims.finding("3.1/pca-40", holds=keep40 > n / 2, rule=RULES["3.1/pca-40"], note=caveat,
-                           this_build=f"{keep40} of {n} language sides keep ≥ 95 % at 40 % variance; relative "
-                                      f"{lang['rel_var'].min():.2f}-{lang['rel_var'].max():.2f}")]
-    ok = int((lang["rel_share"] >= 0.9).sum())
-    dims = "/".join(f"{int(d)} of {int(m)}" for d, m in sorted(set(zip(lang["dims_share"], lang["max_dims"]))))
+
+    def read(col_ci, col_mean):
+        out = []
+        for _, r in lang.iterrows():
+            ci = r.get(col_ci, (np.nan, np.nan, np.nan, 0))
+            ok = isinstance(ci, (tuple, list)) and np.isfinite(ci[0])
+            out.append((float(ci[0]), float(ci[1]), float(ci[2])) if ok else (float(r[col_mean]), np.nan, np.nan))
+        return out
+
+    has_ci = any(isinstance(v, (tuple, list)) and np.isfinite(v[1]) for v in lang.get("ci_var", []))
+    note = ("relative scores on the first draw with paired 95 % intervals over images (bootstrap of the compressed "
+            "and the uncompressed score on the same resamples)" if has_ci else
+            "means over caption draws; no interval over images in this run")
+
+    def text(vals):
+        return "; ".join(f"{r['pair']} ({r['compressed']}) {e:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if np.isfinite(lo) else "")
+                         for (_, r), (e, lo, hi) in zip(lang.iterrows(), vals))
+
+    rows = []
+    v40 = read("ci_var", "rel_var")
+    holds, conclusive, n_est, n_clear = _majority(v40, 0.95, ">")
+    rows.append(claims.finding("3.1/pca-40", holds=holds, conclusive=conclusive, rule=RULES["3.1/pca-40"], note=note,
+                               this_build=f"{n_est} of {n} language sides keep ≥ 95 % at 40 % variance ({n_clear} "
+                                          f"with the interval); {text(v40)}"))
+    vshare = read("ci_share", "rel_share")
+    holds, conclusive, n_est, n_clear = _majority(vshare, 0.9, ">")
+    dims = "/".join(sorted({f"{int(r['ci_share'][3]) if has_ci else int(r['dims_share'])} of {int(r['max_dims'])}"
+                            for _, r in lang.iterrows()}))
     top = next((c for c in lang.columns if c.startswith("min dims (") and c != "min dims (90%)"), None)
     need = "; ".join(f"{r['pair']} ({r['compressed']}): {r['min dims (90%)']} / {r[top] if top else '–'}"
                      for _, r in lang.iterrows())
-    rows.append(claims.finding("3.1/pca-100", holds=ok > n / 2, rule=RULES["3.1/pca-100"], note=caveat,
-                               this_build=f"{ok} of {n} language sides keep ≥ 90 % at the paper's share of rank "
-                                          f"({dims} dims); relative {lang['rel_share'].min():.2f}-"
-                                          f"{lang['rel_share'].max():.2f}; dims for 90 % / {top[10:-1] if top else '95%'}: {need}"))
-    strong = int((lang["rel_low"] < 0.8).sum())
-    rows.append(claims.finding("3.1/pca-strong", holds=strong > n / 2, rule=RULES["3.1/pca-strong"], note=caveat,
-                               this_build=f"{strong} of {n} language sides fall below 80 % at 8 dims; relative "
-                                          f"{lang['rel_low'].min():.2f}-{lang['rel_low'].max():.2f}"))
+    rows.append(claims.finding("3.1/pca-100", holds=holds, conclusive=conclusive, rule=RULES["3.1/pca-100"], note=note,
+                               this_build=f"{n_est} of {n} language sides keep ≥ 90 % at the paper's share of rank "
+                                          f"({dims} dims; {n_clear} with the interval): {text(vshare)}; dims for "
+                                          f"90 % / {top[10:-1] if top else '95%'}: {need}"))
+    vlow = read("ci_low", "rel_low")
+    holds, conclusive, n_est, n_clear = _majority(vlow, 0.8, "<")
+    rows.append(claims.finding("3.1/pca-strong", holds=holds, conclusive=conclusive, rule=RULES["3.1/pca-strong"],
+                               note=note, this_build=f"{n_est} of {n} language sides fall below 80 % at 8 dims "
+                                                     f"({n_clear} with the interval); {text(vlow)}"))
     return rows
 
 

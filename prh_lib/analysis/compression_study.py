@@ -253,6 +253,84 @@ def pca_sweep(X, Y, *, compress: str = "x", dims=None, variance=None, k: int = 1
 
 
 # --------------------------------------------------------------------------------------------------------
+# intervals over images of the relative scores the claims read
+
+#: The paper's language-side probe as a share of rank: 100 components of a rank of at most N - 1 = 1023
+PAPER_RANK_SHARE = 100 / 1023
+
+#: The relative scores the PCA claims read, and the interval each gets (:func:`relative_intervals`)
+PROBES = ("40% variance", "share of rank", "8 dims")
+
+
+def probe_dims(X, *, variance_probe: float = 0.4, rank_share: float = PAPER_RANK_SHARE, low_dims: int = 8) -> dict:
+    """Components kept at each of :data:`PROBES` for the compressed side ``X`` (n_samples, d).
+
+    ``"40% variance"``: the fewest components reaching ``variance_probe`` of the variance
+    (:func:`components_for_variance`); ``"share of rank"``: ``round(rank_share × min(n, d))`` (the paper's 100 of
+    1,023), at least 1; ``"8 dims"``: ``min(low_dims, min(n, d))``.
+    """
+    side = _Side(as_float64_matrix(X, "X"), "X")
+    var = int(components_for_variance(side.pca.explained_variance_ratio_, np.array([variance_probe]))[0])
+    return {"40% variance": var, "share of rank": max(1, int(round(rank_share * side.top))),
+            "8 dims": min(low_dims, side.top)}
+
+
+def relative_intervals(X, Y, *, compress: str = "x", dims: dict | None = None, k: int = 10, n_boot: int = 200,
+                       seed: int = 0, space: str = "original", ci: float = 0.95) -> list[dict]:
+    """Relative scores (compressed / uncompressed) at a few numbers of components, with paired intervals over images.
+
+    The compressed and the uncompressed score are bootstrapped on the *same* image resamples
+    (:func:`prh_lib.metrics.bootstrap_ci` with one ``seed``), and the interval is the percentile interval of their
+    ratio over the replicates (:func:`prh_lib.metrics.selection.paired_interval`). The PCA is fitted once on all
+    images (the compression is the analysis' choice; what varies is which images are scored).
+
+    Parameters
+    ----------
+    X, Y : ndarray of shape (n_samples, d_x), (n_samples, d_y)
+    compress : {"x", "y"}
+        The side compressed.
+    dims : dict of str to int, optional
+        Probe name -> components kept (default :func:`probe_dims` of the compressed side).
+    k, n_boot, seed, ci
+        Mutual k-NN neighbours; bootstrap replicates, seed and interval level.
+    space : {"original", "pca"}
+        As in :func:`pca_sweep`.
+
+    Returns
+    -------
+    list of dict
+        Per probe: ``probe``, ``n_components``, ``relative`` (point estimate on all images), ``low``, ``high``,
+        ``n_boot``.
+
+    Raises
+    ------
+    ValueError
+        ``compress`` other than "x" or "y"; components outside ``[1, min(n_samples, d)]``; as :func:`pca_sweep`.
+    """
+    from ..metrics import bootstrap_ci
+    from ..metrics.selection import paired_interval
+
+    if compress not in ("x", "y"):
+        raise ValueError(f"relative_intervals compresses one side, 'x' or 'y'; got {compress!r}")
+    X, Y = as_float64_matrix(X, "X"), as_float64_matrix(Y, "Y")
+    if X.shape[0] != Y.shape[0]:
+        raise ValueError(f"X and Y must have the same number of samples: shapes {X.shape} and {Y.shape}")
+    A, B = (X, Y) if compress == "x" else (Y, X)
+    side = _Side(A, "X" if compress == "x" else "Y")
+    dims = probe_dims(A) if dims is None else dims
+    m = [int(v) for v in _check_dims(list(dims.values()), side.top, side.name)]
+    ref_a = A - A.mean(0) if space == "pca" else A
+    ref = bootstrap_ci(ref_a, B, k=k, n_boot=n_boot, seed=seed)
+    out = []
+    for (name, _), mm, Z in zip(dims.items(), m, side.projected(m, space)):
+        c = bootstrap_ci(Z, B, k=k, n_boot=n_boot, seed=seed)
+        lo, hi = paired_interval(c.replicates, ref.replicates, ci=ci, ratio=True)
+        out.append({"probe": name, "n_components": mm, "relative": c.estimate / ref.estimate, "low": lo, "high": hi,
+                    "n_boot": int(n_boot)})
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------
 # layer pairs of two models
 
 
@@ -402,8 +480,12 @@ def _blas_threads(n):
 def run_study(draws, comparisons, *, chapter: str, params: dict, roles=LAYER_ROLES, k: int = 10,
               variance=DEFAULT_VARIANCE, dims=None, space: str = "original", clip_q: float | None = 0.95,
               clip: str | None = "stack", device: str = "cpu", dtype: str = "float32", batch_size: int = 32,
-              num_threads: int | None = None, root=None) -> dict:
+              num_threads: int | None = None, n_boot: int = 200, seed: int = 0, root=None) -> dict:
     """:func:`compress_comparisons` on every draw; every grid point written to the results table.
+
+    On the first draw of each dataset, each (pair, layer pair, side compressed) also gets the relative scores of
+    :data:`PROBES` with paired intervals over images (:func:`relative_intervals`, ``n_boot`` replicates; 0: none),
+    written as ``"pca:interval"`` rows.
 
     Returns
     -------
@@ -424,10 +506,50 @@ def run_study(draws, comparisons, *, chapter: str, params: dict, roles=LAYER_ROL
                                           space=space, device=None if device == "cpu" else device)
         out[(d.dataset, d.draw)] = sweeps
         rows = [r for sw in sweeps for r in sweep_rows(sw)]
+        if n_boot and d.draw == min(e.draw for e in draws if e.dataset == d.dataset):
+            with torch_threads(num_threads), _blas_threads(num_threads):
+                rows += _interval_rows(feats, sweeps, k=k, n_boot=n_boot, seed=seed, space=space)
         results_table.write(rows, chapter=chapter, params=params, dataset=d.dataset, draw=d.draw, seed=d.seed,
                             n=len(d.pairs), k=k, metric="mutual_knn", preprocessing=preprocessing_label(clip_q, clip),
                             root=root)
     return out
+
+
+def _interval_rows(feats: dict, sweeps, *, k: int, n_boot: int, seed: int, space: str) -> list[dict]:
+    """``"pca:interval"`` rows of :func:`relative_intervals` for every dims sweep of one draw (cached)."""
+    rows = []
+    for sw in sweeps:
+        lab = sw.labels
+        if lab.get("sweep") != "dims" or sw.compress not in ("x", "y"):
+            continue
+        x, y = feats[lab["x"]], feats[lab["y"]]
+        X = x.layer(x.layer_labels.index(lab["layer x"]))
+        Y = y.layer(y.layer_labels.index(lab["layer y"]))
+        res = _cached_intervals(X, Y, sw.compress, k, n_boot, seed, space)
+        base = {"model_x": lab["x"], "model_y": lab["y"], "layer_x": lab["layer x"], "layer_y": lab["layer y"],
+                "role": lab["layers"], "compress": sw.compress}
+        rows += [base | {"quantity": "pca:interval", "score": r["relative"], **r} for r in res]
+    return rows
+
+
+@score_cache.memoize("pca_relative_intervals")
+def _cached_intervals(X, Y, compress, k, n_boot, seed, space):
+    return relative_intervals(X, Y, compress=compress, k=k, n_boot=n_boot, seed=seed, space=space)
+
+
+def interval_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The ``"pca:interval"`` rows of a results table: dataset, model_x, model_y, role, compress, probe,
+    n_components, relative, low, high (first draw of each dataset)."""
+    from .. import results as results_table
+
+    if df.empty or "quantity" not in df:
+        return pd.DataFrame()
+    sub = df[df["quantity"] == "pca:interval"]
+    if sub.empty:
+        return pd.DataFrame()
+    sub = results_table.expand_extra_columns(sub)
+    return sub[["dataset", "model_x", "model_y", "role", "compress", "probe", "n_components", "relative", "low",
+                "high"]].reset_index(drop=True)
 
 
 def aggregate_sweeps(df: pd.DataFrame) -> pd.DataFrame:
