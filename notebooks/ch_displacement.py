@@ -169,9 +169,9 @@ study = ds.run_study(draws, displacement_comparisons, chapter=CHAPTER, params=pa
 features = study[(heatmap_dataset, heatmap_draw)].features
 shown = study[(heatmap_dataset, heatmap_draw)].views  # the heatmaps' draw
 n_train = len(pairs) - round(len(pairs) * test_fraction)
-print(f"{len(draws)} draws of {len(set(d.dataset for d in draws))} dataset(s); heatmaps and single-draw analyses "
-      f"on {heatmap_dataset}, draw {heatmap_draw}: {len(pairs)} pairs, {n_train} training / "
-      f"{len(pairs) - n_train} held-out samples; r = {n_components}; k = {k} (mutual k-NN chance {chance:.4f})")
+Markdown(f"{len(draws)} draws of {len(set(d.dataset for d in draws))} dataset(s); heatmaps and single-draw analyses "
+         f"on {heatmap_dataset}, draw {heatmap_draw}: {len(pairs)} pairs, {n_train} training / "
+         f"{len(pairs) - n_train} held-out samples; r = {n_components}; k = {k} (mutual k-NN chance {chance:.4f})")
 
 # %% [markdown]
 # (choosing-r)=

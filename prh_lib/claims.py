@@ -206,11 +206,12 @@ class Test:
         return outcome(self.estimate, self.low, self.high, self.threshold, side=self.side)
 
     def describe(self, digits: int = 3) -> str:
-        """``"<name> 0.041 [0.012, 0.070] > 0"``."""
+        """``"<name>: needs > 0, got 0.041 [0.012, 0.070]"`` (the threshold, then this build's estimate)."""
         f = f".{digits}f"
+        need = f"{self.name}: needs {self.side} {self.threshold:g}, got {self.estimate:{f}}"
         if not (math.isfinite(self.low) and math.isfinite(self.high)):
-            return f"{self.name} {self.estimate:{f}} (no interval) {self.side} {self.threshold:g}"
-        return f"{self.name} {self.estimate:{f}} [{self.low:{f}}, {self.high:{f}}] {self.side} {self.threshold:g}"
+            return f"{need} (no interval)"
+        return f"{need} [{self.low:{f}}, {self.high:{f}}]"
 
 
 def outcome(estimate: float, low: float, high: float, threshold: float = 0.0, *, side: str = ">") -> str:

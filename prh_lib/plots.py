@@ -43,6 +43,8 @@ def alignment_heatmap(
     legend: str | bool = "outside",
     colorbar: bool = True,
     max_ticks: int = 12,
+    value_label: str = "mutual k-NN",
+    chance_label: str = "chance",
 ):
     """Heatmap of a ``(n_layers_x, n_layers_y)`` score matrix: rows are x's layers, columns y's.
 
@@ -73,6 +75,9 @@ def alignment_heatmap(
         or the title carries the values).
     colorbar : bool
     max_ticks : int
+    value_label, chance_label : str
+        The colour bar reads ``"<value_label> (<chance_label> <chance>)"`` (e.g. ``"Cross-Model (0 = no shared
+        displacement)"`` for a measure whose reference is 0, not a chance level).
 
     Returns
     -------
@@ -129,7 +134,8 @@ def alignment_heatmap(
                              clip_on=False, solid_capstyle="butt")
                 cbar.ax.plot([-0.35, 1.35], [chance, chance], color="red", linewidth=2.2, linestyle="--",
                              transform=tr, clip_on=False)
-            cbar.set_label(f"mutual k-NN (chance {chance:.3f})", fontsize=f["labels"])
+            cbar.set_label(f"{value_label} ({chance_label} {chance:.3f})" if chance_label else value_label,
+                           fontsize=f["labels"])
     if title:
         ax.set_title(title, fontsize=f["title"])
     return im

@@ -40,9 +40,10 @@ def test_figures_present(executed):
     # heatmaps side by side, r sweep, depth profiles, consensus, the reference code's procedure
     assert sum("image/png" in o.get("data", {}) for o in outputs) == 5
     assert not [o for o in outputs if o.get("output_type") == "error"]
-    # no logs or warnings on the page: the only stream is the one-line summary of the data
+    # no logs, warnings or print() on the page: the one-line summary of the data is Markdown
     streams = [o for o in outputs if o.get("output_type") == "stream"]
-    assert [o["name"] for o in streams] == ["stdout"] and streams[0]["text"].count("\n") == 1
+    assert streams == []
+    assert any("held-out samples; r = " in str(o.get("data", {}).get("text/markdown", "")) for o in outputs)
 
 
 def test_every_figure_carries_its_provenance(executed):

@@ -206,7 +206,7 @@ def test_floors_decide_whether_a_score_is_read_as_alignment(study, floor, above)
     text = regimes.describe_study(s, bands, missing_note="needs the paper profile")
     ratio = floor / (K / (N - 1))
     assert f"The trained-vision × random-LM floor is {ratio:.1f}× chance" in text
-    assert f"{int(above)} of 1 trained comparisons clear" in text
+    assert f"In-sample, {int(above)} of 1 trained comparisons lie above" in text and "it is not the test" in text
     fig = figures.regime_figure(regimes.regime_groups_over_draws(s), chance={"toy": K / (N - 1)}, floors=bands,
                                 missing_note="needs the paper profile")
     raw_ax = fig.axes[0]

@@ -293,8 +293,32 @@ def _paper_vision(corr: pd.DataFrame) -> str | None:
     return next((v for v in names if "dinov3" in v.lower()), names[0] if names else None)
 
 
+#: Each 3.2 claim's test, in one sentence (shown on the page and the front page)
+RULES = {
+    "3.2/mmlu-docci": "Pearson r of the peak with MMLU (5-shot) across the generative LMs on DOCCI is positive with "
+                      "exact/permutation p < 0.05",
+    "3.2/arc-docci": "as for MMLU, with ARC-Challenge (4-shot)",
+    "3.2/gsm8k": "the correlation with GSM8K (5-shot) is not significant (p ≥ 0.05)",
+    "3.2/datasets": "Pearson r with MMLU falls from DOCCI to its 10 % summaries, WIT and CC3M",
+    "3.2/capability-trend": "every vision model's Pearson and Spearman r of the peak with capability has the sign "
+                            "of 'alignment grows with capability' (offline: capability = lower bits per byte on "
+                            "held-out captions), with exact permutation p < 0.05 (else inconclusive)",
+    "3.2/final-less": "the final-layer pair's correlation with capability is below the peak's for every vision "
+                      "model, each correlation significant (else inconclusive)",
+}
+
+
 def findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False,
              missing_models: Sequence[str] = ()) -> list[dict]:
+    """:func:`_findings` with each row's test (:data:`RULES`)."""
+    rows = _findings(corr, main_dataset=main_dataset, comparable=comparable, missing_models=missing_models)
+    for r in rows:
+        r["rule"] = r.get("rule") or RULES.get(r["id"], "")
+    return rows
+
+
+def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False,
+              missing_models: Sequence[str] = ()) -> list[dict]:
     """Rows of "The paper and this build" for the claims ``3.2/*``, computed from :func:`study_correlations`.
 
     With benchmark correlations (the paper profile) the paper's claims are tested as stated: MMLU and ARC

@@ -204,7 +204,7 @@ def findings(summary: pd.DataFrame, *, paper_setting: bool = False) -> list[dict
     # interval over images): the claim is then inconclusive whichever way the two models fall
     holds = all(lower) and (order_ok or few)
     why = "" if control == "summary" else "summaries ran on fewer than 2 draws, so truncation (every draw) is used"
-    notes = [why, "no interval over images for these means (caption draws only)",
+    notes = [why, "no interval over images for these means (mean over draws only)",
              (f"{n_lms} language model(s): the order is a single comparison, so it cannot be decided" if few else "")]
     order = ("; Kendall τ (full vs shorter) " + ", ".join(f"{t:+.2f} at {lv:g}" for _, _, lv, t, _ in taus)
              + f" over {n_lms} language models") if taus else "; one language model: no order to compare"

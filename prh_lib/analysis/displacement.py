@@ -52,10 +52,11 @@ def heatmaps_side_by_side(results: list[ViewComparison], *, chance: float | None
     fig, axes = plt.subplots(len(results), 2, figsize=(2 * panel_size[0], panel_size[1] * len(results)),
                              squeeze=False)
     for row, comp in zip(axes, results):
-        panels = ((row[0], comp.knn, "mutual k-NN", chance), (row[1], comp.cross_model, "Cross-Model", 0.0))
-        for ax, m, title, ch in panels:
+        panels = ((row[0], comp.knn, "mutual k-NN", chance, "chance"),
+                  (row[1], comp.cross_model, "Cross-Model", 0.0, "reference line at"))
+        for ax, m, title, ch, ch_label in panels:
             alignment_heatmap(m.scores, m.x_labels, m.y_labels, ax=ax, title=f"{comp.label}: {title}",
-                              x_name=m.x_name, y_name=m.y_name, chance=ch)
+                              x_name=m.x_name, y_name=m.y_name, chance=ch, value_label=title, chance_label=ch_label)
     fig.tight_layout()
     return fig
 

@@ -193,7 +193,7 @@ def heldout_study(draws, comparisons, *, chapter: str, params: Mapping, k: int =
         r = score(x, y)
         fx, fy = feats0[0][x], feats0[0][y]
         rows.append(_row(r, x, y, fx.layer_labels, fy.layer_labels, QUANTITY,
-                         regime=regime_of(modality0[x], modality0[y])))
+                         regime="random-init" if "@random-init:" in x + y else regime_of(modality0[x], modality0[y])))
         for c in ctrl0.get((x, y), []):
             if (c.x, c.y) not in done:
                 done[(c.x, c.y)] = True

@@ -500,8 +500,10 @@ def describe_study(summary: pd.DataFrame, bands: dict, *, missing_note: str = "n
             clear = trained[trained["above floors"].astype(bool)]
             missing = ", ".join(f"{r['comparison']} ({r['score_mean']:.3f} against {r['floor']:.3f}, {r['floor kind']})"
                                 for _, r in trained[~trained["above floors"].astype(bool)].iterrows())
-            out.append(f"- {len(clear)} of {len(trained)} trained comparisons clear their highest control floor by "
-                       "more than the spread over draws" + (f"; not: {missing}." if missing else "."))
+            out.append(f"- In-sample, {len(clear)} of {len(trained)} trained comparisons lie above their highest "
+                       "control floor by more than the spread over draws" + (f" (not: {missing})" if missing else "")
+                       + ". This describes the means; it is not the test: the verdicts below read held-out peaks "
+                       "against each floor with paired intervals over images.")
         if len(means) > 1:
             order = " < ".join(f"{REGIME_LABELS[k]} ({v:.3f})" for k, v in sorted(means.items(), key=lambda kv: kv[1]))
             out.append(f"- Order of the regime means: {order}.")
