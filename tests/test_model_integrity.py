@@ -150,3 +150,19 @@ def test_damaged_standin_is_rebuilt_and_loads(tmp_path, monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error", DamagedFolderWarning)
         load_model(standins.standin_name(model_id))
+
+
+def test_damaged_folder_that_cannot_be_moved_aside_is_refused_clearly(fake_zoo, monkeypatch):
+    from prh_lib.models import integrity
+
+    folder = _convert_quietly()
+    _cut(folder / "model.safetensors")
+
+    def read_only(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(integrity, "quarantine", read_only)
+    with pytest.raises(ModelNotAvailableError, match=rf"{folder} .* is damaged .* cannot be moved aside .*"
+                                                     r"prh-zoo convert fake-one"):
+        zoo.convert("fake-one", progress=False)
+    assert len(fake_zoo["calls"]) == 1

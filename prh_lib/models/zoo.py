@@ -356,7 +356,13 @@ def convert(name: str, *, force: bool = False, progress: bool = True) -> Path:
                 f"the converted folder {final} of zoo model {name!r} is damaged ({damage}) and cannot be "
                 f"rebuilt here: {exc}. Repair it with: prh-zoo install {name} && prh-zoo convert {name}"
             ) from None
-        moved = integrity.quarantine(final)
+        try:
+            moved = integrity.quarantine(final)
+        except OSError as exc:  # e.g. a shared, read-only models folder
+            raise ModelNotAvailableError(
+                f"the converted folder {final} of zoo model {name!r} is damaged ({damage}) and cannot be moved "
+                f"aside ({exc}); remove it, or point PRH_CACHE_DIR at a writable cache, then: prh-zoo convert {name}"
+            ) from exc
         warnings.warn(f"the converted folder {final} of zoo model {name!r} is damaged ({damage}); it was moved "
                       f"to {moved} and is converted again", integrity.DamagedFolderWarning, stacklevel=2)
     source_parts(name)  # a missing package fails here, before anything is written
