@@ -166,3 +166,20 @@ def test_damaged_folder_that_cannot_be_moved_aside_is_refused_clearly(fake_zoo, 
                                                      r"prh-zoo convert fake-one"):
         zoo.convert("fake-one", progress=False)
     assert len(fake_zoo["calls"]) == 1
+
+
+def test_damaged_folder_moved_aside_by_another_process_is_converted_again(fake_zoo, monkeypatch):
+    from prh_lib.models import integrity
+
+    folder = _convert_quietly()
+    _cut(folder / "model.safetensors")
+    real = integrity.quarantine
+
+    def raced(path):  # the other run quarantines it between our check and our rename
+        real(path)
+        raise FileNotFoundError(2, "No such file or directory", str(path))
+
+    monkeypatch.setattr(integrity, "quarantine", raced)
+    with pytest.warns(DamagedFolderWarning, match="another process"):
+        zoo.convert("fake-one", progress=False)
+    assert len(fake_zoo["calls"]) == 2 and problems(folder, zoo.read_provenance(folder)["files"]) == []

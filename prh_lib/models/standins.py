@@ -188,7 +188,10 @@ def ensure_standin(model_id: str) -> Path:
         found = integrity.problems(folder, json.loads(record.read_text()) if record.is_file() else None)
         if not found:
             return folder
-        moved = integrity.quarantine(folder)
+        try:
+            moved = integrity.quarantine(folder)
+        except FileNotFoundError:  # another process moved it aside first: build as it does
+            moved = "another process's quarantine"
         warnings.warn(f"the stand-in folder {folder} is damaged ({'; '.join(found[:3])}); it was moved to {moved} "
                       "and is built again", integrity.DamagedFolderWarning, stacklevel=2)
     with paths.atomic_path(folder, is_dir=True) as tmp:

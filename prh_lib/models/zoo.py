@@ -358,6 +358,8 @@ def convert(name: str, *, force: bool = False, progress: bool = True) -> Path:
             ) from None
         try:
             moved = integrity.quarantine(final)
+        except FileNotFoundError:  # another process moved it aside first: convert as it does
+            moved = "another process's quarantine"
         except OSError as exc:  # e.g. a shared, read-only models folder
             raise ModelNotAvailableError(
                 f"the converted folder {final} of zoo model {name!r} is damaged ({damage}) and cannot be moved "
