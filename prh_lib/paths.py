@@ -30,6 +30,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
+from .disk_errors import disk_error
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -159,11 +161,20 @@ def atomic_path(final: Path, *, is_dir: bool = False) -> Iterator[Path]:
     interrupted run never leaves a cache entry that looks complete. The temporary folder is named
     ``.<name>.<random>.tmp`` (:func:`is_temporary`); those left behind by killed writes are removed by the
     next write into the same folder (:func:`remove_stale_temporaries`).
+
+    Raises
+    ------
+    prh_lib.disk_errors.CacheWriteError
+        If the write fails because the disk is full, a quota is exceeded or the location is read-only (the
+        message names ``final``; the temporary is removed first). Other errors pass through unchanged.
     """
     final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(final.parent)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=TEMP_SUFFIX, dir=final.parent))
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(final.parent)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=TEMP_SUFFIX, dir=final.parent))
+    except OSError as err:
+        raise (disk_error(err, final) or err) from err
     target = tmp if is_dir else tmp / final.name
     try:
         yield target
@@ -175,8 +186,11 @@ def atomic_path(final: Path, *, is_dir: bool = False) -> Iterator[Path]:
         else:
             os.replace(target, final)
             shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
+        clear = disk_error(err, final) if isinstance(err, Exception) else None
+        if clear is not None and clear is not err:
+            raise clear from err
         raise
 
 

@@ -79,6 +79,7 @@ import numpy as np
 import pandas as pd
 
 from . import __version__, paths
+from .disk_errors import disk_error
 from .results_schema import (COLUMNS, PROVENANCE, REQUIRED, RUN_KEY, _arrow_schema, _canonical_json, _is_null,
                              _validate_rows)
 
@@ -219,16 +220,22 @@ def _write_atomic(df: pd.DataFrame, final: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    final.parent.mkdir(parents=True, exist_ok=True)
     table = pa.Table.from_pandas(df, schema=_arrow_schema(), preserve_index=False)
     tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex}.tmp")
     try:
+        final.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(table, tmp)
         with open(tmp, "rb") as f:  # on disk before the rename makes it visible
             os.fsync(f.fileno())
         os.replace(tmp, final)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+    except BaseException as err:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        clear = disk_error(err, final) if isinstance(err, Exception) else None
+        if clear is not None and clear is not err:
+            raise clear from err  # full disk or read-only: say so and name the file
         raise
 
 

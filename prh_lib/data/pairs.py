@@ -17,17 +17,12 @@ from typing import Sequence
 
 import numpy as np
 
+from .errors import DataError, DataWarning
+from .images import open_rgb, to_rgb
+
 __all__ = ["CAPTION_POLICIES", "DataError", "DataWarning", "ImageCaptionDataset", "Pairs", "sample_pairs"]
 
 CAPTION_POLICIES = ("first", "random", "concat", "nth")
-
-
-class DataError(ValueError):
-    """A dataset is missing, unreadable or malformed; the message names the path and the fix."""
-
-
-class DataWarning(UserWarning):
-    """Data was usable after a repair that the reader should know of (e.g. empty captions skipped, counted)."""
 
 
 @dataclass(frozen=True)
@@ -128,29 +123,24 @@ class Pairs:
                 f"n_captions={self.n_captions}, seed={self.seed}{where})")
 
     def load_images(self, indices: Sequence[int] | None = None):
-        """Open the images of the given rows (all rows by default) as RGB ``PIL.Image`` objects.
+        """Open the images of the given rows (all rows by default) as 8-bit RGB ``PIL.Image`` objects
+        (:func:`prh_lib.data.images.to_rgb`: alpha composited onto white, grayscale and CMYK converted).
 
         Raises
         ------
         DataError
-            If an image file is missing or cannot be decoded; the message names the file.
+            If an image file is missing, is not an image, is truncated or has 16/32-bit pixels; the message
+            names the file and its sample.
         """
-        from PIL import Image, UnidentifiedImageError
-
         rows = range(len(self)) if indices is None else indices
         out = []
         for i in rows:
             item = self.images[i]
+            where = f"image {item} (sample {self.sample_ids[i]!r})"
             if isinstance(item, (str, Path)):
-                try:
-                    with Image.open(item) as im:
-                        out.append(im.convert("RGB"))
-                except (OSError, UnidentifiedImageError) as err:
-                    raise DataError(
-                        f"cannot read image {item} (sample {self.sample_ids[i]!r}): {err}"
-                    ) from err
+                out.append(open_rgb(item, where=where))
             else:
-                out.append(item.convert("RGB"))
+                out.append(to_rgb(item.open() if hasattr(item, "content_digest") else item, where=where))
         return out
 
     def text_fingerprint(self) -> str:

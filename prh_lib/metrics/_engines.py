@@ -88,7 +88,7 @@ def _kernel_engine(kind, unbiased):
 
     opts = ("sigma", "bandwidth", "unbiased") if kind == "rbf" else ()
     return Engine(prepare, lambda XL: _ker._gram(XL, kind), state, scores,
-                  lambda s: s.valid.cpu().numpy(), opts, min_n=4 if unbiased else 2)
+                  lambda s: s.valid.cpu().numpy(), opts, min_n=4 if unbiased else 3)
 
 
 ENGINES: dict[str, Engine] = {
@@ -132,7 +132,7 @@ def resolve(metric: str, X, Y, *, ndim: int, k, device, options: dict):
     min_n = 4 if opts.get("unbiased") else engine.min_n
     V.check_min_samples(n, min_n, metric)
     if engine.needs_k:
-        opts["k"] = V.check_k(10 if k is None else k, n)
+        opts["k"] = V.check_informative_k(V.check_k(10 if k is None else k, n), n, metric)
     elif k is not None:
         raise TypeError(f"metric {metric!r} does not take k (it is not a k-NN metric); got k={k!r}")
     if metric == "cka_rbf":

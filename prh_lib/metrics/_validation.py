@@ -130,6 +130,27 @@ def check_k(k, n: int) -> int:
     return check_int(k, "k", low=1, high=n - 1, why=f" for n_samples={n}")
 
 
+#: k-NN metrics whose score is 1 for any X and Y at ``k = n_samples - 1`` (every neighbourhood is all the
+#: other samples), so that k is refused for them; CKNNA stays defined there (it becomes an unbiased CKA).
+SATURATING_KNN = ("mutual_knn", "jaccard_knn", "cycle_knn")
+
+
+def check_informative_k(k: int, n: int, metric: str) -> int:
+    """Refuse ``k = n - 1`` for the :data:`SATURATING_KNN` metrics (a checked ``k`` otherwise passes).
+
+    Raises
+    ------
+    ValueError
+        If ``metric`` is one of :data:`SATURATING_KNN` and ``k == n - 1``.
+    """
+    if metric in SATURATING_KNN and k == n - 1:
+        raise ValueError(
+            f"{metric} with k={k} and n_samples={n} is 1 whatever X and Y are (k = n_samples - 1 makes every "
+            f"neighbourhood all the other samples); use k <= n_samples - 2 = {n - 2}"
+        )
+    return k
+
+
 def check_min_samples(n: int, minimum: int, estimator: str) -> None:
     """Raise if ``n`` is below what ``estimator`` needs."""
     if n < minimum:

@@ -227,7 +227,8 @@ def cka_linear(X, Y) -> float:
     Raises
     ------
     ValueError
-        Different numbers of samples, fewer than 2 samples, NaN/inf values, wrong number of dimensions.
+        Different numbers of samples, fewer than 3 samples (with 2 the centred Grams have rank 1 and CKA
+        is 1 for any X and Y), NaN/inf values, wrong number of dimensions.
     TypeError
         Inputs that are not real NumPy arrays or torch tensors.
 
@@ -235,7 +236,7 @@ def cka_linear(X, Y) -> float:
     ----------
     Kornblith et al. (2019), Eq. (5) ("linear CKA"); Gretton et al. (2005), Eq. (4).
     """
-    X, Y = _check(X, Y, ndim=2, min_n=2, estimator="cka_linear")
+    X, Y = _check(X, Y, ndim=2, min_n=3, estimator="cka_linear")
     if _degenerate(X, Y, "cka_linear"):
         return float("nan")
     Xc = X.double() - X.double().mean(0)
@@ -319,7 +320,7 @@ def cka_rbf(X, Y, *, sigma: float = 1.0, bandwidth: str = "median", unbiased: bo
     Kornblith et al. (2019), Sec. 3 ("RBF CKA"), bandwidth as a fraction of the median distance.
     """
     sigma = _check_rbf_options(sigma, bandwidth)
-    X, Y = _check(X, Y, ndim=2, min_n=4 if unbiased else 2, estimator="cka_rbf")
+    X, Y = _check(X, Y, ndim=2, min_n=4 if unbiased else 3, estimator="cka_rbf")
     if _degenerate(X, Y, "cka_rbf"):
         return float("nan")
     Ks = []
@@ -343,7 +344,7 @@ def cka_rbf(X, Y, *, sigma: float = 1.0, bandwidth: str = "median", unbiased: bo
 
 
 def _layerwise(X, Y, *, device, metric, kind, unbiased, sigma=1.0, bandwidth="median"):
-    X, Y = _check(X, Y, ndim=3, min_n=4 if unbiased else 2, estimator=metric, device=device)
+    X, Y = _check(X, Y, ndim=3, min_n=4 if unbiased else 3, estimator=metric, device=device)
     sx = _prepare(X, kind=kind, unbiased=unbiased, sigma=sigma, bandwidth=bandwidth)
     sy = _prepare(Y, kind=kind, unbiased=unbiased, sigma=sigma, bandwidth=bandwidth)
     V.warn_degenerate(V.constant_layers(X), "X", metric, "all samples identical")

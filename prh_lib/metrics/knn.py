@@ -221,6 +221,7 @@ def _report(sx, sy, metric):
 def _run(X, Y, *, ndim, k, metric, device=None, min_n=2, estimator=None):
     Xin, Yin = X, Y
     X, Y, k = _check(X, Y, ndim=ndim, k=k, min_n=min_n, estimator=estimator or metric, device=device)
+    k = V.check_informative_k(k, X.shape[-2], metric)
     XL, YL = (X, Y) if ndim == 3 else (X[None], Y[None])
     sx = _prepare(XL, k=k, metric=metric, name="X", source=Xin)
     sy = _prepare(YL, k=k, metric=metric, name="Y", source=Yin)
@@ -270,7 +271,8 @@ def mutual_knn(X, Y, *, k: int = 10) -> float:
     X : ndarray or Tensor of shape (n_samples, d_x)
     Y : ndarray or Tensor of shape (n_samples, d_y)
         Row ``i`` of ``X`` and of ``Y`` describe the same sample.
-    k : int in [1, n_samples - 1], default=10
+    k : int in [1, n_samples - 2], default=10
+        (``k = n_samples - 1`` is refused: every score would be 1)
 
     Returns
     -------
@@ -312,7 +314,8 @@ def jaccard_knn(X, Y, *, k: int = 10) -> float:
     ----------
     X : ndarray or Tensor of shape (n_samples, d_x)
     Y : ndarray or Tensor of shape (n_samples, d_y)
-    k : int in [1, n_samples - 1], default=10
+    k : int in [1, n_samples - 2], default=10
+        (``k = n_samples - 1`` is refused: every score would be 1)
 
     Returns
     -------
@@ -344,7 +347,8 @@ def cycle_knn(X, Y, *, k: int = 10) -> float:
     ----------
     X : ndarray or Tensor of shape (n_samples, d_x)
     Y : ndarray or Tensor of shape (n_samples, d_y)
-    k : int in [1, n_samples - 1], default=10
+    k : int in [1, n_samples - 2], default=10
+        (``k = n_samples - 1`` is refused: every score would be 1)
 
     Returns
     -------

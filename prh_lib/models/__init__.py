@@ -14,7 +14,7 @@ model, dtypes, placement), :mod:`~prh_lib.models.hf`, :mod:`~prh_lib.models.timm
 """
 
 from .hf import CausalLM, load_causal_lm
-from .load import describe, load_model, load_tokenizer
+from .load import UnsafeWeightsError, describe, load_model, load_tokenizer
 from .loaded import DTYPES, LoadedModel, dtype_bytes, dtype_name, torch_dtype
 from .random_init import random_init
 from .spec import (JOINT_MODEL_TYPES, VISION_MODEL_TYPES, ModelIdentity, ModelSpec, parse_model_name,
@@ -24,4 +24,5 @@ from .zoo import ZOO, ModelNotAvailableError
 
 __all__ = ["LoadedModel", "describe", "load_model", "load_tokenizer", "load_causal_lm", "CausalLM", "resolve_identity", "parse_model_name",
            "ModelSpec", "ModelIdentity", "ModelNotAvailableError", "VISION_MODEL_TYPES", "JOINT_MODEL_TYPES",
-           "TextChunking", "random_init", "DTYPES", "torch_dtype", "dtype_name", "dtype_bytes", "ZOO"]
+           "TextChunking", "random_init", "DTYPES", "torch_dtype", "dtype_name", "dtype_bytes", "ZOO",
+           "UnsafeWeightsError"]

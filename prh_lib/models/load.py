@@ -7,6 +7,8 @@ that keys the feature cache, gives the loaded model its name, revision, modality
 from __future__ import annotations
 
 import dataclasses
+import pickle
+import re
 from pathlib import Path
 
 import torch
@@ -19,7 +21,28 @@ from .spec import ModelSpec, is_timm_folder, location, parse_model_name, random_
 from .timm_cnn import build_timm, timm_source_name
 from .two_tower import load_joint
 
-__all__ = ["load_model", "load_spec", "load_tokenizer", "describe"]
+__all__ = ["load_model", "load_spec", "load_tokenizer", "describe", "UnsafeWeightsError"]
+
+#: Pickle weight files (``torch.save``); they are only ever read with ``torch.load(weights_only=True)``.
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+
+
+class UnsafeWeightsError(ValueError):
+    """A model's pickle weight file would run code when unpickled; it was refused, not loaded."""
+
+
+def _unsafe_weights_error(spec: ModelSpec, err: Exception) -> UnsafeWeightsError:
+    """The refusal of a pickle that ``torch.load(weights_only=True)`` rejected, naming its files and the
+    global it tried to call (the pickle's code never ran)."""
+    where = spec.folder if spec.kind == "folder" else None
+    files = sorted(str(p) for p in Path(where).iterdir() if p.suffix in PICKLE_SUFFIXES) if where else []
+    called = re.search(r"(?:GLOBAL|Unsupported globals:) ([\w.]+)", str(err))
+    return UnsafeWeightsError(
+        f"refused to load model {spec.name!r}: its pickle weights ({', '.join(files) or 'a pytorch_model.bin'}) "
+        f"would call {called.group(1) if called else 'a function'} when unpickled, which is code, not weights. "
+        "Weights are only read with torch.load(weights_only=True), so that code did not run. Use a "
+        "model.safetensors from a trusted source instead (never load this file with weights_only=False)."
+    )
 
 
 def load_model(
@@ -62,13 +85,23 @@ def load_model(
         If ``modality`` is invalid or contradicts the model, if a vision transformer has no CLS token,
         if ``revision`` does not match a zoo model or folder, or if a tower suffix names a model that is
         not a supported two-tower model.
+    UnsafeWeightsError
+        If a pickle weight file (``pytorch_model.bin``) would run code when unpickled: it is refused
+        (weights are read with ``torch.load(weights_only=True)`` only, so the code never runs) and the
+        message names the file and the callable it carries.
     """
     if modality is not None and modality not in MODALITIES:
         raise ValueError(f"modality must be one of {MODALITIES} or None, got {modality!r}")
     if not isinstance(dtype, torch.dtype):
         raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
-    return load_spec(parse_model_name(name_or_path), device=torch.device(device), dtype=dtype, modality=modality,
-                     revision=revision)
+    spec = parse_model_name(name_or_path)
+    try:
+        return load_spec(spec, device=torch.device(device), dtype=dtype, modality=modality, revision=revision)
+    except (pickle.UnpicklingError, RuntimeError) as err:
+        # torch.load(weights_only=True) met a global it does not allow (timm re-raises it as a RuntimeError)
+        if isinstance(err, RuntimeError) and "weights_only=True blocked" not in str(err):
+            raise
+        raise _unsafe_weights_error(spec.trained if spec.seed is not None else spec, err) from None
 
 
 def load_spec(spec: ModelSpec, *, device: torch.device, dtype: torch.dtype, modality: str | None,

@@ -20,10 +20,15 @@ from __future__ import annotations
 
 import json
 import string
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import paper, paths
+from . import integrity
+
+#: File in a stand-in folder recording the size, mtime and sha256 of its other files (checked on each use).
+MANIFEST_FILE = "prh_standin.json"
 
 __all__ = ["SUFFIX", "STANDINS", "StandIn", "is_standin_name", "paper_id_of", "standin_name", "ensure_standin",
            "standin_folder", "build_standin", "FORMAT_VERSION"]
@@ -160,6 +165,15 @@ def standin_folder(model_id: str) -> Path:
 def ensure_standin(model_id: str) -> Path:
     """The stand-in folder of a paper id, built (atomically) if absent.
 
+    A built folder records its files' sizes and digests in ``prh_standin.json``; a folder that no longer
+    matches them, or whose safetensors file is cut short (:func:`prh_lib.models.integrity.problems`), is
+    moved aside and built again.
+
+    Warns
+    -----
+    DamagedFolderWarning
+        When the folder was damaged and is rebuilt (the warning names it).
+
     Raises
     ------
     ValueError
@@ -169,9 +183,20 @@ def ensure_standin(model_id: str) -> Path:
     if info is None:
         raise ValueError(f"no stand-in for {model_id!r}: it is not a paper model (paper models: {paper.models()})")
     folder = standin_folder(model_id)
-    if not (folder / "config.json").is_file():
-        with paths.atomic_path(folder, is_dir=True) as tmp:
-            build_standin(model_id, tmp)
+    if (folder / "config.json").is_file():
+        record = folder / MANIFEST_FILE
+        found = integrity.problems(folder, json.loads(record.read_text()) if record.is_file() else None)
+        if not found:
+            return folder
+        try:
+            moved = integrity.quarantine(folder)
+        except FileNotFoundError:  # another process moved it aside first: build as it does
+            moved = "another process's quarantine"
+        warnings.warn(f"the stand-in folder {folder} is damaged ({'; '.join(found[:3])}); it was moved to {moved} "
+                      "and is built again", integrity.DamagedFolderWarning, stacklevel=2)
+    with paths.atomic_path(folder, is_dir=True) as tmp:
+        build_standin(model_id, tmp)
+        (tmp / MANIFEST_FILE).write_text(json.dumps(integrity.manifest(tmp), indent=1) + "\n")
     return folder
 
 

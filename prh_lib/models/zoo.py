@@ -22,6 +22,12 @@ temporary file next to the cache, hashed while it is written, and converted only
 (``+ "+c<n>"`` once an entry's conversion changed, ``ZooEntry.conversion``) is the model revision used in
 cache keys.
 
+Every converted file's size, modification time and sha256 are recorded in ``prh_zoo.json`` (``files``)
+and checked each time the folder is used (:mod:`prh_lib.models.integrity`); a damaged folder (cut short by
+a full disk, edited, a file missing) is moved aside and converted again with a
+:class:`~prh_lib.models.integrity.DamagedFolderWarning` naming it, or, when the packages are gone, refused
+with an error naming the folder and ``prh-zoo install <name>``.
+
 The folder is written atomically (:func:`prh_lib.paths.atomic_path`) and the temporary assembled file is
 removed whatever happens, so an interrupted conversion leaves nothing that looks complete. A folder is
 reused while its ``prh_zoo.json`` matches the entry's sha256 and conversion, :data:`ZOO_FORMAT` and the
@@ -46,12 +52,14 @@ import json
 import sys
 import tempfile
 import time
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
 from .. import paths
 from ..progress import note
+from . import integrity
 from .zoo_registry import GROUPS, ZOO, Package, ZooEntry, packages_summary
 
 #: Version of the conversion code's output layout and provenance record. Bump it when a converter changes
@@ -323,14 +331,42 @@ def convert(name: str, *, force: bool = False, progress: bool = True) -> Path:
     Raises
     ------
     ModelNotAvailableError
-        If no reusable folder exists and a package is not installed.
+        If no reusable folder exists and a package is not installed; also when the folder is damaged
+        (:func:`prh_lib.models.integrity.problems`) and cannot be rebuilt: the message names the folder,
+        the damage and ``prh-zoo install <name>``.
+
+    Warns
+    -----
+    DamagedFolderWarning
+        When the cached folder is damaged and is quarantined and converted again.
     ChecksumError
         If the installed packages do not give the weight file whose sha256 the entry pins.
     """
     entry = get_entry(name)
     final = converted_dir(name)
     if not force and is_converted(name):
-        return final
+        found = integrity.problems(final, read_provenance(final).get("files"))
+        if not found:
+            return final
+        damage = "; ".join(found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
+        try:
+            source_parts(name)
+        except ModelNotAvailableError as exc:
+            raise ModelNotAvailableError(
+                f"the converted folder {final} of zoo model {name!r} is damaged ({damage}) and cannot be "
+                f"rebuilt here: {exc}. Repair it with: prh-zoo install {name} && prh-zoo convert {name}"
+            ) from None
+        try:
+            moved = integrity.quarantine(final)
+        except FileNotFoundError:  # another process moved it aside first: convert as it does
+            moved = "another process's quarantine"
+        except OSError as exc:  # e.g. a shared, read-only models folder
+            raise ModelNotAvailableError(
+                f"the converted folder {final} of zoo model {name!r} is damaged ({damage}) and cannot be moved "
+                f"aside ({exc}); remove it, or point PRH_CACHE_DIR at a writable cache, then: prh-zoo convert {name}"
+            ) from exc
+        warnings.warn(f"the converted folder {final} of zoo model {name!r} is damaged ({damage}); it was moved "
+                      f"to {moved} and is converted again", integrity.DamagedFolderWarning, stacklevel=2)
     source_parts(name)  # a missing package fails here, before anything is written
     versions = installed_versions(name)
     note(f"converting zoo model {name!r} from {entry.packages_summary} (once)")
@@ -357,6 +393,8 @@ def convert(name: str, *, force: bool = False, progress: bool = True) -> Path:
             "description": entry.description,
             "converted_with": _library_versions(),
             "convert_seconds": round(time.perf_counter() - start, 2),
+            # size, mtime and sha256 of every converted file, checked on each use (integrity.problems)
+            "files": integrity.manifest(tmp, exclude=(PROVENANCE_FILE,)),
         }
         (tmp / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n")
     if progress:
