@@ -206,3 +206,29 @@ def test_shared_coco_text_file_as_documented():
         disjoint_pairs(ds, n=1024, draw=0, n_draws=5)
     used = set().union(*(disjoint_pairs(ds, n=1024, draw=r, n_draws=4).sample_ids for r in range(4)))
     assert len(used) == 4096 and len(ds) - len(used) == 904
+
+
+@needs_coco_text
+def test_vision_extraction_on_text_only_pairs_is_refused(coco_text_copy):
+    from prh_lib import extract
+    from prh_lib.models import ModelNotAvailableError
+
+    pairs = sample_pairs(load_dataset("coco-captions-text", coco_text_copy, name="coco-text-40"), n=4, seed=0)
+    try:
+        with pytest.raises(DataError, match=r"'coco-text-40' is text-only.*language models only"):
+            extract.get_features("dinov2-small", pairs, progress=False)  # refused at the cache key, nothing loaded
+    except ModelNotAvailableError:
+        pytest.skip("dinov2-small is not installed in the zoo")
+
+
+@needs_coco_text
+def test_default_location_is_next_to_the_data_root(coco_text_copy, tmp_path, monkeypatch):
+    root = tmp_path / "data"
+    (root / "coco-mini").mkdir(parents=True)
+    shutil.copytree(coco_text_copy.parent, root / "coco-val2017-captions")
+    monkeypatch.setenv("PRH_DATA_ROOT", str(root / "coco-mini"))
+    spec = DatasetSpec.coerce({"name": "coco-val2017-captions", "source": "coco-captions-text", "n_pairs": 10,
+                               "repetitions": 4, "draws": "disjoint"})
+    draws = study_draws([spec])
+    assert len(draws) == 4 and all(len(d.pairs) == 10 for d in draws)
+    assert "disjoint draws of 40 images" in draws[0].what_varies
