@@ -6,7 +6,8 @@ is all that extraction reads.
 
 Modules: :mod:`~prh_lib.data.pairs` (datasets, pairs, caption policies), :mod:`~prh_lib.data.coco` (COCO
 caption files), :mod:`~prh_lib.data.tables` (tables read with ``datasets``), :mod:`~prh_lib.data.sources`
-(the paper's datasets and the :data:`SOURCES` registry).
+(the paper's datasets and the :data:`SOURCES` registry), :mod:`~prh_lib.data.text_only` (caption sets
+without images, e.g. the COCO val2017 captions, and disjoint draws).
 """
 
 from .coco import load_coco_folder, load_coco_official, read_coco_captions
@@ -15,6 +16,7 @@ from .sources import (DEFAULTS, DREAMLIP_COLUMNS, DREAMLIP_LONG, SOURCES, load_c
                       load_dataset, load_docci, load_wit)
 from .study import DRAW_KINDS, DatasetSpec, Draw, study_draws, study_pairs
 from .tables import TableImage, load_hf_table, open_table, table_to_dataset
+from .text_only import TextOnlyImage, disjoint_pairs, heldout_texts, is_text_only, load_coco_captions_text
 
 __all__ = [
     "CAPTION_POLICIES", "DataError", "DataWarning", "ImageCaptionDataset", "Pairs", "sample_pairs",
@@ -23,4 +25,5 @@ __all__ = [
     "TableImage", "open_table", "table_to_dataset", "load_hf_table",
     "DEFAULTS", "DREAMLIP_COLUMNS", "DREAMLIP_LONG", "SOURCES", "load_dataset", "load_wit", "load_coco_captions",
     "load_docci", "load_cc3m_dreamlip",
+    "TextOnlyImage", "is_text_only", "load_coco_captions_text", "disjoint_pairs", "heldout_texts",
 ]

@@ -17,6 +17,8 @@ source              default location                   local formats accepted
 ``cc3m-dreamlip``   none (images come from URLs)       an img2dataset ``files`` folder made from DreamLIP's
                                                        CSV, or a table with ``image`` + DreamLIP columns
 ``hf-table``        none                               any table; name the columns with options
+``coco-captions-``  ``coco-val2017-captions`` next to  a COCO caption JSON (or a folder holding
+``text``            ``PRH_DATA_ROOT``                  ``captions_val2017.json``); text only, no images
 ==================  =================================  ======================================================
 
 Tables are read by :mod:`prh_lib.data.tables`; the local COCO caption folder by :mod:`prh_lib.data.coco`.
@@ -39,6 +41,7 @@ from typing import Callable, Sequence
 from .coco import load_coco_folder, load_coco_official
 from .pairs import DataError, ImageCaptionDataset
 from .tables import _describe, _texts, load_hf_table, open_table, table_to_dataset
+from .text_only import load_coco_captions_text
 
 __all__ = ["DEFAULTS", "DREAMLIP_COLUMNS", "DREAMLIP_LONG", "SOURCES", "load_dataset", "load_wit",
            "load_coco_captions", "load_docci", "load_cc3m_dreamlip"]
@@ -250,6 +253,7 @@ SOURCES: dict[str, Callable[..., ImageCaptionDataset]] = {
     "docci": load_docci,
     "cc3m-dreamlip": load_cc3m_dreamlip,
     "hf-table": load_hf_table,
+    "coco-captions-text": load_coco_captions_text,
 }
 
 

@@ -15,6 +15,10 @@ Two kinds of draw (``DatasetSpec.draws``):
     The same images in every draw (sampled once with ``first_seed``); draw r pairs every image with its
     r-th human caption (``caption_policy="nth"``). Offline, ``coco-mini`` has 5 captions per image, so
     the variance over draws is the variance over caption choice with the images held fixed.
+``"disjoint"``
+    Pairwise disjoint draws: one permutation with ``first_seed``, draw r is its r-th block of ``n_pairs``
+    images (:func:`prh_lib.data.text_only.disjoint_pairs`); ``n_pairs * repetitions`` must fit in the
+    dataset, and the images left over are in no draw (held-out text, e.g. the COCO val2017 captions).
 """
 
 from __future__ import annotations
@@ -24,10 +28,11 @@ from dataclasses import dataclass, field
 
 from .pairs import DataError, ImageCaptionDataset, Pairs, sample_pairs
 from .sources import SOURCES, load_dataset
+from .text_only import check_disjoint, disjoint_pairs
 
 __all__ = ["DRAW_KINDS", "DatasetSpec", "Draw", "study_pairs", "study_draws", "load_spec_dataset", "clear_caches"]
 
-DRAW_KINDS = ("seeds", "captions")
+DRAW_KINDS = ("seeds", "captions", "disjoint")
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,7 @@ class DatasetSpec:
         Draw r uses seed ``first_seed + r``.
     caption_policy, n_captions
         As in :func:`prh_lib.data.sample_pairs` (with ``draws="seeds"``).
-    draws : {"seeds", "captions"}
+    draws : {"seeds", "captions", "disjoint"}
         What varies between draws (module docstring).
     """
 
@@ -74,6 +79,8 @@ class DatasetSpec:
             raise ValueError(f"dataset {self.name!r}: repetitions must be >= 1, got {self.repetitions}")
         if self.draws not in DRAW_KINDS:
             raise ValueError(f"dataset {self.name!r}: unknown draws {self.draws!r}; use one of {DRAW_KINDS}")
+        if self.draws == "disjoint" and self.n_pairs is None:
+            raise ValueError(f"dataset {self.name!r}: draws='disjoint' needs n_pairs (images per draw)")
         if self.draws == "captions" and self.caption_policy not in ("first", "nth"):
             raise ValueError(f"dataset {self.name!r}: draws='captions' pairs each image with one caption per draw; "
                              f"caption_policy={self.caption_policy!r} does not apply")
@@ -173,6 +180,9 @@ def study_pairs(spec: DatasetSpec, seed: int) -> Pairs:
         the captions every image has).
     """
     dataset = load_spec_dataset(spec)
+    if spec.draws == "disjoint":
+        return disjoint_pairs(dataset, n=int(spec.n_pairs), draw=int(seed) - spec.first_seed,
+                              n_draws=int(spec.repetitions), seed=spec.first_seed, caption_policy=spec.caption_policy)
     if spec.draws == "captions":
         return sample_pairs(dataset, n=spec.n_pairs, seed=spec.first_seed, caption_policy="nth",
                             caption_index=int(seed) - spec.first_seed)
@@ -222,6 +232,15 @@ def study_draws(datasets, *, n_draws: int | None = None) -> list[Draw]:
                 raise ValueError(f"dataset {spec.name!r}: {count} caption draws asked for, but some images have "
                                  f"only {min_caps} captions")
             varies = f"caption choice (draw r pairs each of the same {rows} images with its r-th caption)"
+            repeatable = count > 1
+        elif spec.draws == "disjoint":
+            # the partition is fixed by `repetitions`; n_draws takes its first draws (never more)
+            if count > int(spec.repetitions):
+                raise ValueError(f"dataset {spec.name!r}: draws='disjoint' has repetitions={spec.repetitions} "
+                                 f"disjoint draws; n_draws={n_draws} asks for more")
+            check_disjoint(dataset, int(spec.n_pairs), int(spec.repetitions))
+            varies = (f"the images (N = {spec.n_pairs} each, {count} disjoint draws of {len(dataset)} images, "
+                      f"permutation seed {spec.first_seed})")
             repeatable = count > 1
         elif _single_draw(spec, dataset):
             count, repeatable = 1, False

@@ -1,0 +1,136 @@
+"""Which dtype a model extracts features in on a CPU: the bf16 gate (issue 25, item 3).
+
+bfloat16 forward passes are 2-3.5x faster than float32 on a CPU with native bf16 (AVX512-BF16 / AMX), but
+they move the hidden states (per-layer relative errors of 1-7 %). A model may use bf16 on a CPU only where
+a benchmark showed that this does not move the numbers: its row in the committed table
+``prh_lib/resources/bf16_allowed.json`` (written from ``benchmarks/bf16_extraction.py``) says ``allowed``,
+and that row carries the evidence (speed ratio, largest per-layer relative error of the pooled features,
+largest change of a headline score, and the threshold it had to stay below: a quarter of that score's
+image-level interval half-width, or 0.005, whichever is smaller). Everywhere else: float32.
+
+:func:`cpu_default_dtype` picks the dtype; :func:`check_cpu_dtype` refuses bf16 for a model whose row
+does not allow it. The table starts allowing no model.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+__all__ = ["BF16_TABLE", "read_bf16_table", "cpu_has_native_bf16", "cpu_default_dtype", "check_cpu_dtype",
+           "MAX_SCORE_CHANGE"]
+
+#: The committed table, under ``prh_lib/resources``.
+BF16_TABLE = "bf16_allowed.json"
+#: The absolute cap on a headline score's change (the threshold is min(quarter half-width, this)).
+MAX_SCORE_CHANGE = 0.005
+_EVIDENCE = ("speed_ratio", "max_rel_error", "max_score_change", "threshold", "benchmark")
+
+
+def read_bf16_table(path: str | Path | None = None) -> dict[str, dict]:
+    """The bf16 rows by model name, validated.
+
+    Parameters
+    ----------
+    path : path, optional
+        A table in the committed format (default: ``prh_lib/resources/bf16_allowed.json``).
+
+    Returns
+    -------
+    dict of str to dict
+        Per model: ``allowed`` (bool) and the evidence fields ``speed_ratio``, ``max_rel_error``,
+        ``max_score_change``, ``threshold`` (floats or None) and ``benchmark`` (str or None: what was run).
+
+    Raises
+    ------
+    ValueError
+        If the file is not in that format, or a row allows bf16 without the evidence for it: numbers for every
+        evidence field, ``threshold <= 0.005`` and ``max_score_change < threshold``.
+    """
+    if path is None:
+        text = resources.files("prh_lib").joinpath("resources", BF16_TABLE).read_text(encoding="utf-8")
+        label = f"prh_lib/resources/{BF16_TABLE}"
+    else:
+        text, label = Path(path).read_text(encoding="utf-8"), str(path)
+    try:
+        rows = json.loads(text)["models"]
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise ValueError(f"{label} is not a bf16 table (a JSON object with a 'models' mapping): {err!r}") from err
+    if not isinstance(rows, dict):
+        raise ValueError(f"{label}: 'models' must map model names to rows, got {type(rows).__name__}")
+    for model, row in rows.items():
+        missing = [k for k in ("allowed", *_EVIDENCE) if not isinstance(row, dict) or k not in row]
+        if missing:
+            raise ValueError(f"{label}: the row of {model!r} lacks {missing}")
+        if not isinstance(row["allowed"], bool):
+            raise ValueError(f"{label}: 'allowed' of {model!r} must be true or false, got {row['allowed']!r}")
+        if row["allowed"]:
+            numbers = [k for k in _EVIDENCE[:4] if not isinstance(row[k], (int, float)) or isinstance(row[k], bool)]
+            if numbers or not row["benchmark"]:
+                raise ValueError(f"{label}: {model!r} allows bf16 without the benchmark's evidence "
+                                 f"(missing: {numbers + ([] if row['benchmark'] else ['benchmark'])})")
+            if not 0 < row["threshold"] <= MAX_SCORE_CHANGE or not row["max_score_change"] < row["threshold"]:
+                raise ValueError(f"{label}: {model!r} allows bf16 but its largest score change "
+                                 f"{row['max_score_change']} is not below its threshold {row['threshold']} "
+                                 f"(which must be in (0, {MAX_SCORE_CHANGE}])")
+    return rows
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU computes bf16 natively (Linux ``/proc/cpuinfo`` flag ``avx512_bf16`` or ``amx_bf16``).
+
+    Returns False where the flags cannot be read (other systems): bf16 is then emulated and slow.
+    """
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    flags = set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[-1].split())
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+def cpu_default_dtype(model: str, *, table: dict[str, dict] | None = None, native_bf16: bool | None = None) -> str:
+    """The dtype ``model`` extracts features in on a CPU: ``"bfloat16"`` only where its row allows it.
+
+    Parameters
+    ----------
+    model : str
+        A model name as the notebooks write it (zoo name, e.g. ``"dinov2-small"``).
+    table : dict, optional
+        Rows as from :func:`read_bf16_table` (default: the committed table).
+    native_bf16 : bool, optional
+        Whether the CPU has native bf16 (default: :func:`cpu_has_native_bf16`).
+
+    Returns
+    -------
+    {"float32", "bfloat16"}
+        ``"bfloat16"`` when the model's row allows it and the CPU has native bf16, else ``"float32"``
+        (a model without a row included).
+    """
+    rows = read_bf16_table() if table is None else table
+    if not rows.get(model, {}).get("allowed", False):
+        return "float32"
+    native = cpu_has_native_bf16() if native_bf16 is None else native_bf16
+    return "bfloat16" if native else "float32"
+
+
+def check_cpu_dtype(model: str, dtype: str, *, table: dict[str, dict] | None = None) -> None:
+    """Refuse bf16 on a CPU for a model whose benchmark row does not allow it.
+
+    Raises
+    ------
+    ValueError
+        If ``dtype`` is ``"bfloat16"`` and ``model``'s row in the table (default: the committed one) is
+        missing or does not allow it; the message says how a row comes to allow it.
+    """
+    if dtype != "bfloat16":
+        return
+    rows = read_bf16_table() if table is None else table
+    if not rows.get(model, {}).get("allowed", False):
+        raise ValueError(f"bfloat16 on a CPU is not allowed for {model!r}: its row in prh_lib/resources/{BF16_TABLE} "
+                         f"{'does not allow it' if model in rows else 'is missing'}; run benchmarks/bf16_extraction.py "
+                         "on both datasets and allow it only if every headline score moves by less than its threshold")
