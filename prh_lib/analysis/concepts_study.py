@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import torch
 
 from ..metrics import displacement as D
 from . import controllability as C
@@ -115,17 +116,15 @@ def ablation(X, teacher, labels, *, methods=C.METHODS, seeds=(0, 1, 2), n_compon
     for s in seeds:
         perm = np.random.default_rng([s, 7]).permutation(n)
         test, train = np.sort(perm[: int(n * test_fraction)]), np.sort(perm[int(n * test_fraction):])
-        if n_pca:
-            X, teacher = (_pca(M, train, n_pca) for M in (X, teacher))
-        before = _both(X[test], teacher[test], n_components=n_components, seed=s)
+        Xs, Ts = (_pca(M, train, n_pca) for M in (X, teacher)) if n_pca else (X, teacher)
+        before = _both(Xs[test], Ts[test], n_components=n_components, seed=s)
         rows += [{"method": m, "seed": s, "stage": "before", **r} for m in methods for r in before]
         for m in methods:
-            model, _ = C.train_student(X[train], method=m, teacher=teacher[train], labels=labels[train],
-                                       d_out=teacher.shape[1], hidden=hidden, steps=steps, lr=lr, seed=s)
-            import torch
-            mu, sd = X[train].mean(0), X[train].std(0).clip(1e-8)
+            model, _ = C.train_student(Xs[train], method=m, teacher=Ts[train], labels=labels[train],
+                                       d_out=Ts.shape[1], hidden=hidden, steps=steps, lr=lr, seed=s)
+            mu, sd = Xs[train].mean(0), Xs[train].std(0).clip(1e-8)
             with torch.no_grad():
-                Z = model(torch.as_tensor((X[test] - mu) / sd, dtype=torch.float32)).double().numpy()
+                Z = model(torch.as_tensor((Xs[test] - mu) / sd, dtype=torch.float32)).double().numpy()
             rows += [{"method": m, "seed": s, "stage": "after", **r}
-                     for r in _both(Z, teacher[test], n_components=n_components, seed=s)]
+                     for r in _both(Z, Ts[test], n_components=n_components, seed=s)]
     return pd.DataFrame(rows)
