@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from . import __version__, models, paths
@@ -408,3 +409,43 @@ def torch_threads(n: int | None):
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def classifier_rows(model_name: str, *, with_bias: bool = False) -> np.ndarray:
+    """ImageNet-1k classifier weight rows of a timm vision model in the cache (concept vectors).
+
+    Row ``k`` of the final linear layer is the direction the model reads class ``k`` from: a concept
+    vector of that model, in timm's ImageNet-1k class order (``timm/data/_info/imagenet_synsets.txt``).
+
+    Parameters
+    ----------
+    model_name : str
+        A converted model folder under ``cache_dir("models")`` holding ``model.safetensors`` with a
+        ``classifier.weight`` (EfficientNet-Lite0 / Lite2: ``"efficientnet-lite0"``, ``"efficientnet-lite2"``).
+    with_bias : bool, default False
+        Append the bias as a last column.
+
+    Returns
+    -------
+    ndarray of shape (1000, d) (``d + 1`` with the bias), float64.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the model is not converted in the cache.
+    KeyError
+        If its weights have no ``classifier.weight``.
+    """
+    from safetensors import safe_open
+
+    path = paths.cache_dir("models") / model_name / "model.safetensors"
+    if not path.exists():
+        raise FileNotFoundError(f"no converted weights for {model_name!r} at {path}: run the model's conversion first")
+    with safe_open(str(path), "np") as f:
+        keys = set(f.keys())
+        if "classifier.weight" not in keys:
+            raise KeyError(f"{model_name!r} has no 'classifier.weight' (keys like {sorted(keys)[:3]})")
+        W = f.get_tensor("classifier.weight").astype(np.float64)
+        if with_bias:
+            W = np.hstack([W, f.get_tensor("classifier.bias").astype(np.float64)[:, None]])
+    return W

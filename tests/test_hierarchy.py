@@ -1,0 +1,74 @@
+"""Hierarchy statistics on small hand-checked cases (no WordNet package needed)."""
+
+import numpy as np
+import pytest
+
+from prh_lib.analysis import hierarchy as H
+
+# two data.noun lines in wndb(5) format: offset lex type w_cnt word lex_id p_cnt (sym off pos src)...
+DATA_NOUN = (
+    "  1 This software and database is being provided\n"
+    "00000001 03 n 01 entity 0 000 | root\n"
+    "00000002 03 n 01 animal 0 001 @ 00000001 n 0000 | an animal\n"
+    "00000003 03 n 02 dog 0 domestic_dog 0 002 @ 00000002 n 0000 ~ 00000004 n 0000 | a dog\n"
+    "00000004 03 n 01 puppy 0 001 @i 00000003 n 0000 | a young dog\n"
+)
+
+
+def test_read_hypernyms_parses_pointers(tmp_path):
+    p = tmp_path / "data.noun"
+    p.write_text(DATA_NOUN)
+    h = H.read_hypernyms(p)
+    assert h == {"n00000001": [], "n00000002": ["n00000001"], "n00000003": ["n00000002"],
+                 "n00000004": ["n00000003"]}
+    assert H.ancestors("n00000004", h) == ["n00000003", "n00000002", "n00000001"]
+
+
+def test_read_hypernyms_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="wordnet-base"):
+        H.read_hypernyms(tmp_path / "nope")
+
+
+def test_statistics_hand_case_with_parent_vector():
+    # parent e1; children e1 + e2 and e1 - e2: child-parent cos = 1/sqrt2, variation _|_ parent,
+    # siblings' variations opposite (-1)
+    V = np.array([[1.0, 1.0], [1.0, -1.0]])
+    s = H.hierarchy_statistics(V, {"p": [0, 1]}, parent_vectors={"p": np.array([1.0, 0.0])}, n_boot=0)
+    assert s["child_parent"] == pytest.approx(1 / np.sqrt(2))
+    assert s["variation_parent"] == pytest.approx(0.0, abs=1e-12)
+    assert s["sibling"] == pytest.approx(-1.0)
+    assert s["n_families"] == 1
+
+
+def test_centroid_parent_gives_minus_one_over_k_minus_one():
+    # k children at the vertices of a regular simplex around a centroid: siblings = -1/(k-1) exactly
+    k = 4
+    V = np.vstack([np.eye(k) + 3.0])  # centroid (3.25,...) plus simplex offsets
+    s = H.hierarchy_statistics(V, {"p": list(range(k))}, n_boot=0)
+    assert s["sibling"] == pytest.approx(-1 / (k - 1))
+    assert H.centroid_sibling_bound(4) == pytest.approx(-1 / 3)
+
+
+def test_families_and_shuffled_control():
+    hyp = {"a": ["p"], "b": ["p"], "c": ["q"], "d": ["q"], "e": ["q"], "f": ["r"]}
+    fams = H.families(list("abcdef"), hyp)
+    assert fams == {"p": [0, 1], "q": [2, 3, 4]}  # r has one child: dropped
+    sh = H.shuffled_families(fams, seed=1)
+    assert [len(v) for v in sh.values()] == [2, 3]
+    assert sorted(sum(sh.values(), [])) == [0, 1, 2, 3, 4]
+
+
+def test_table_tree_beats_shuffled_on_planted_hierarchy():
+    rng = np.random.default_rng(0)
+    parents = rng.normal(size=(30, 20)) * 3
+    V = np.vstack([p + rng.normal(size=(3, 20)) for p in parents])
+    concepts = [f"c{i}" for i in range(len(V))]
+    hyp = {c: [f"p{i // 3}"] for i, c in enumerate(concepts)}
+    t = H.hierarchy_table({"m": V}, concepts, hyp, n_boot=200)
+    tree = t[t.tree == "WordNet"].iloc[0]
+    shuf = t[t.tree == "shuffled"].iloc[0]
+    assert tree.child_parent > 0.8 > shuf.child_parent
+    assert tree.child_parent_low <= tree.child_parent <= tree.child_parent_high
+    assert tree.centroid_artefact == pytest.approx(-0.5)
+    with pytest.raises(ValueError, match="no families"):
+        H.hierarchy_statistics(V, {})
