@@ -219,7 +219,7 @@ report.record(claims.RECORD_NAME, claim_rows);  # the front page's checklist
 # empty cells are missing, never guesses) is below, with how to regenerate it with one protocol.
 
 # %% tags=["hide-input"]
-capabilities[["mmlu_5shot", "arc_challenge", "arc_shots", "gsm8k_5shot"]]
+benchmarks.display_table(capabilities)
 
 # %% tags=["hide-input"]
 Markdown(benchmarks.describe_missing(capabilities))

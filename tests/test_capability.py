@@ -673,3 +673,17 @@ def test_degenerate_layers_are_collected_into_one_sentence_and_other_warnings_pa
     assert dl.found == {"vis": {"embed"}} and "vis: embed" in dl.sentence()
     assert [str(w.message) for w in outer] == ["something else"]
     assert C.DegenerateLayers().sentence() == ""
+
+
+def test_the_benchmark_table_says_missing_values_in_words():
+    from prh_lib.data import benchmarks
+
+    table = benchmarks.load_capability_table()
+    shown = benchmarks.display_table(table)
+    assert list(shown.columns) == ["MMLU (5-shot)", "ARC-Challenge", "ARC shots", "GSM8K (5-shot)"]
+    assert not shown.isna().any().any() and shown.index.name is None
+    for model, row in table.iterrows():
+        assert shown.loc[model, "MMLU (5-shot)"] == ("not published" if np.isnan(row["mmlu_5shot"])
+                                                     else f"{row['mmlu_5shot']:.1f}")
+        if np.isfinite(row["arc_challenge"]) and np.isfinite(row["arc_shots"]):
+            assert shown.loc[model, "ARC shots"] == str(int(row["arc_shots"]))  # 25, not 25.0

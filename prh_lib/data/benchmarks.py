@@ -181,3 +181,32 @@ def describe_missing(table: pd.DataFrame, models: Sequence[str] | None = None) -
     scope = "in the table" if models == list(table.index) else "among the models of this run"
     extra = f" Not in the table: {', '.join(unknown)}." if unknown else ""
     return f"Missing values {scope} (no citable source with a matching protocol): {parts}.{extra}"
+
+
+def display_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The capability table as a page shows it: benchmarks in percent with one decimal, ARC's shot count as an
+    integer, and every missing value said in words ("not published", "not stated"), never NaN.
+
+    Parameters
+    ----------
+    table : DataFrame
+        :func:`load_capability_table`.
+
+    Returns
+    -------
+    DataFrame
+        Indexed by model; columns ``MMLU (5-shot)``, ``ARC-Challenge``, ``ARC shots``, ``GSM8K (5-shot)``.
+    """
+    def pct(v):
+        return "not published" if pd.isna(v) else f"{float(v):.1f}"
+
+    shots = table["arc_shots"] if "arc_shots" in table else pd.Series(np.nan, index=table.index)
+    out = pd.DataFrame({
+        "MMLU (5-shot)": [pct(v) for v in table["mmlu_5shot"]],
+        "ARC-Challenge": [pct(v) for v in table["arc_challenge"]],
+        "ARC shots": ["–" if pd.isna(a) else "not stated" if pd.isna(s) else str(int(s))
+                      for a, s in zip(table["arc_challenge"], shots)],
+        "GSM8K (5-shot)": [pct(v) for v in table["gsm8k_5shot"]],
+    }, index=table.index)
+    out.index.name = None  # the model names are the row labels: no separate header row
+    return out
