@@ -71,20 +71,18 @@ def audit_rows() -> list[dict]:
         "not a different estimate)")
     add("pooling", "CLS token (vision), mean over tokens (language), L2-normalised (prh_lib.models.hf)", True)
     add("layers", "every layer pair scored; maxima over layer pairs (prh_lib.analysis)", True)
-    caps = benchmarks.load_capability_table()
-    if True:
-        gen = list(p["language_models"])
-        sub = caps.reindex(gen)
-        have = {b: int(sub[b].notna().sum()) for b in benchmarks.BENCHMARKS if b in sub}
-        shots = sorted({int(s) for s in sub.get("arc_shots", pd.Series(dtype=float)).dropna()})
-        text = (f"published values: MMLU {have.get('mmlu_5shot', 0)}/{len(gen)}, ARC {have.get('arc_challenge', 0)}"
-                f"/{len(gen)} (at {', '.join(map(str, shots)) or '?'} shots), GSM8K {have.get('gsm8k_5shot', 0)}/"
-                f"{len(gen)}")
-        complete = all(v == len(gen) for v in have.values()) and shots == [4]
-        add("capability", text, complete,
-            "the committed table holds published scores only (missing values stay missing, ARC mixes 0 and 25 "
-            "shots); on the paper path the lm-eval commands in prh_lib/data/benchmarks.py must fill and replace "
-            "them at the paper's shots before Section 3.2's correlations compare")
+    gen = list(p["language_models"])
+    sub = benchmarks.load_capability_table().reindex(gen)
+    have = {b: int(sub[b].notna().sum()) for b in benchmarks.BENCHMARKS if b in sub}
+    shots = sorted({int(s) for s in sub.get("arc_shots", pd.Series(dtype=float)).dropna()})
+    text = (f"published values: MMLU {have.get('mmlu_5shot', 0)}/{len(gen)}, ARC {have.get('arc_challenge', 0)}"
+            f"/{len(gen)} (at {', '.join(map(str, shots)) or '?'} shots), GSM8K {have.get('gsm8k_5shot', 0)}/"
+            f"{len(gen)}")
+    complete = all(v == len(gen) for v in have.values()) and shots == [4]
+    add("capability", text, complete,
+        "the committed table holds published scores only (missing values stay missing, ARC mixes 0 and 25 "
+        "shots); on the paper path the lm-eval commands in prh_lib/data/benchmarks.py must fill and replace "
+        "them at the paper's shots before Section 3.2's correlations compare")
     add("random init", f"seeds {p['random_init_seeds']} of each unimodal pair's models", bool(p["random_init_seeds"]))
     return rows
 
