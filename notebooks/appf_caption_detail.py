@@ -71,6 +71,7 @@ from prh_lib.analysis import captions
 
 pd.set_option("display.precision", 3)
 pd.set_option("display.max_colwidth", None)  # captions are shown whole: concatenations must not look alike
+report.use_page_tables()  # one header row per table: the index as named columns
 params = report.page_parameters("appf_caption_detail", globals())
 CHAPTER = "appf_caption_detail"
 
@@ -142,14 +143,14 @@ if left_out:  # which pairs the figures leave to the tables; nothing when every 
 
 # %% tags=["hide-input"]
 fig_raw = figures.plot_detail(summary_drawn, score="peak")
-report.caption(fig_raw, CHAPTER, params)
+report.show_figure(fig_raw, CHAPTER, params)
 
 # %% [markdown]
 # Chance-corrected, (score - c) / (1 - c) with c = k/(N-1): 0 is chance for every control, on one shared scale.
 
 # %% tags=["hide-input"]
 fig_corrected = figures.plot_detail(summary_drawn, score="corrected peak")
-report.caption(fig_corrected, CHAPTER, params)
+report.show_figure(fig_corrected, CHAPTER, params)
 
 # %% [markdown]
 # ## Measured on this build

@@ -69,7 +69,6 @@ import warnings
 warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm in a kernel without widgets
 warnings.filterwarnings("ignore", message=".*degenerate.*")  # a ViT's constant embed CLS token (see below)
 
-import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import Markdown, display
 
@@ -80,6 +79,7 @@ from prh_lib.data.study import study_draws
 logging.getLogger("prh_lib").setLevel(logging.ERROR)
 pd.set_option("display.precision", 3)
 pd.set_option("display.max_colwidth", None)  # claim and table texts are shown whole
+report.use_page_tables()  # one header row per table: the index as named columns
 CHAPTER = "appg_k_n_ablation"
 params = report.page_parameters(CHAPTER, globals())
 
@@ -115,9 +115,7 @@ pooled = {sweep: {label: pd.concat([runs[key][sweep][label] for key in runs if k
 
 
 def show(fig):
-    report.caption(fig, CHAPTER, params)
-    display(fig)
-    plt.close(fig)
+    report.show_figure(fig, CHAPTER, params)
 
 
 # %% [markdown]

@@ -97,7 +97,6 @@ blas_threads = 1  # BLAS/OpenMP threads in this kernel; None: the libraries' def
 import warnings
 
 import matplotlib
-import matplotlib.pyplot as plt
 import pandas as pd
 import threadpoolctl
 from IPython.display import Markdown, display
@@ -123,6 +122,7 @@ blas_limits = threadpoolctl.threadpool_limits(blas_threads)
 
 pd.set_option("display.float_format", "{:.3f}".format)
 pd.set_option("display.max_colwidth", None)  # claim and table texts are shown whole
+report.use_page_tables()  # one header row per table: the index as named columns
 matplotlib.rcParams["figure.dpi"] = 150  # figures readable at page width
 CHAPTER = "ch_displacement"
 params = report.page_parameters(CHAPTER, globals())
@@ -195,9 +195,7 @@ Markdown(f"{len(draws)} draws of {len(set(d.dataset for d in draws))} dataset(s)
 
 # %% tags=["hide-input"]
 fig = da.heatmaps_side_by_side(shown, chance=chance)
-report.caption(fig, CHAPTER, params)
-display(fig)
-plt.close(fig)
+report.show_figure(fig, CHAPTER, params)
 
 # %% [markdown]
 # ## The three measures over datasets and draws
@@ -248,9 +246,7 @@ views.T
 # %% tags=["hide-input"]
 sweep = da.n_components_sweep(shown, features, n_components=n_components_sweep)
 fig = da.sweep_figure(sweep)
-report.caption(fig, CHAPTER, params)
-display(fig)
-plt.close(fig)
+report.show_figure(fig, CHAPTER, params)
 sweep.pivot(index="pair", columns="n_components", values="cross_model")
 
 # %% [markdown]
@@ -261,9 +257,7 @@ sweep.pivot(index="pair", columns="n_components", values="cross_model")
 # %% tags=["hide-input"]
 profiles = da.depth_profiles(shown, features, n_components=profile_components)
 fig = da.depth_profile_figure(profiles)
-report.caption(fig, CHAPTER, params)
-display(fig)
-plt.close(fig)
+report.show_figure(fig, CHAPTER, params)
 
 # %% [markdown]
 # ## Shared and private subspaces
@@ -285,9 +279,7 @@ consensus = dc.consensus_summary(features, layers, n_components=n_components, n_
                                  n_private=n_private, k=k, test_fraction=test_fraction,
                                  n_pairs=n_displacement_pairs, seed=split_seed, n_random=n_random)
 fig = dc.consensus_figure(consensus)
-report.caption(fig, CHAPTER, params)
-display(fig)
-plt.close(fig)
+report.show_figure(fig, CHAPTER, params)
 consensus.table
 
 # %% [markdown]
@@ -422,9 +414,7 @@ dr.formula_check(procedures)
 synthetic = dr.synthetic_sweep(synthetic_offsets, n=synthetic_n, r=32, n_shared=16, correlation=0.9,
                                n_seeds=synthetic_seeds, n_pairs=n_displacement_pairs)
 fig = dr.procedure_figure(synthetic, procedures)
-report.caption(fig, CHAPTER, params)
-display(fig)
-plt.close(fig)
+report.show_figure(fig, CHAPTER, params)
 
 # %% [markdown]
 # ### The smaller differences

@@ -78,7 +78,6 @@ import warnings
 
 warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm in a kernel without widgets
 
-import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import Markdown, display
 
@@ -91,6 +90,7 @@ warnings.filterwarnings("ignore", message=".*degenerate.*")
 logging.getLogger("prh_lib").setLevel(logging.ERROR)
 pd.set_option("display.precision", 3)
 pd.set_option("display.max_colwidth", None)
+report.use_page_tables()  # one header row per table: the index as named columns
 CHAPTER = "sec3_1_layerwise"
 params = report.page_parameters(CHAPTER, globals())
 
@@ -156,9 +156,7 @@ if left_out:  # which pairs the figures leave to the tables; nothing when every 
 
 # %% tags=["hide-input"]
 fig = figures.heatmap_grid(shown, chance=chance, ncols=2, other_peaks=others)
-report.caption(fig, CHAPTER, params)
-display(fig)
-plt.close(fig)
+report.show_figure(fig, CHAPTER, params)
 
 # %% tags=["hide-input"]
 layerwise.peak_locations(table, dataset=heatmap_dataset)
@@ -172,9 +170,7 @@ layerwise.peak_locations(table, dataset=heatmap_dataset)
 regime = dict(zip(agg["pair"], agg["regime"]))
 cross = {label: m for label, m in shown.items() if regime[label] == "cross-modal"}
 fig_cross = figures.heatmap_grid(cross, chance=chance, ncols=2, other_peaks=others)
-report.caption(fig_cross, CHAPTER, params)
-display(fig_cross)
-plt.close(fig_cross)
+report.show_figure(fig_cross, CHAPTER, params)
 
 # %% [markdown]
 # ## Peak versus final layer, against chance and a shuffled-pairs control

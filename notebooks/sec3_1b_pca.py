@@ -71,7 +71,6 @@ import warnings
 warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm in a kernel without widgets
 warnings.filterwarnings("ignore", message=".*degenerate.*")  # a ViT's constant embed CLS token (see below)
 
-import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import Markdown, display
 
@@ -82,6 +81,7 @@ from prh_lib.data.study import study_draws
 logging.getLogger("prh_lib").setLevel(logging.ERROR)
 pd.set_option("display.precision", 3)
 pd.set_option("display.max_colwidth", None)  # claim and table texts are shown whole
+report.use_page_tables()  # one header row per table: the index as named columns
 CHAPTER = "sec3_1b_pca"
 params = report.page_parameters(CHAPTER, globals())
 
@@ -128,20 +128,19 @@ if left_out:  # which pairs the figures leave to the tables; nothing when every 
     display(Markdown(left_out))
 
 # %% tags=["hide-input"]
-fig_variance = figures.plot_sweep_bands(agg_drawn, sweep="variance", role="peak")
-report.caption(fig_variance, CHAPTER, params)
-display(fig_variance)
-plt.close(fig_variance)
+n_main = int(agg.loc[agg["dataset"] == main_dataset, "n"].iloc[0])
+fig_variance = figures.plot_sweep_bands(agg_drawn, sweep="variance", role="peak",
+                                        thresholds=compression.claim_marks("variance", n=n_main))
+report.show_figure(fig_variance, CHAPTER, params)
 
 # %% [markdown]
 # ## Alignment against the number of components
 # The same on a log scale of components kept (every number up to 32, then a geometric grid to min(N, d)).
 
 # %% tags=["hide-input"]
-fig_dims = figures.plot_sweep_bands(agg_drawn, sweep="dims", role="peak")
-report.caption(fig_dims, CHAPTER, params)
-display(fig_dims)
-plt.close(fig_dims)
+fig_dims = figures.plot_sweep_bands(agg_drawn, sweep="dims", role="peak",
+                                    thresholds=compression.claim_marks("dims", n=n_main))
+report.show_figure(fig_dims, CHAPTER, params)
 
 # %% [markdown]
 # ## Measured on this build

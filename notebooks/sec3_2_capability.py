@@ -76,6 +76,7 @@ from prh_lib.data import benchmarks
 
 pd.set_option("display.precision", 3)
 pd.set_option("display.max_colwidth", None)
+report.use_page_tables()  # one header row per table: the index as named columns
 params = report.page_parameters("sec3_2_capability", globals())
 CHAPTER = "sec3_2_capability"
 
@@ -176,7 +177,7 @@ main_x = "mmlu_5shot" if summary["mmlu_5shot"].notna().sum() >= 3 else "bpb"  # 
 if (summary["family"] == "independent").any():
     fig = figures.capability_panels(summary, x=main_x, y="peak", correlations=correlations[
         correlations["method"] == "pearson"])
-    report.caption(fig, CHAPTER, params)
+    report.show_figure(fig, CHAPTER, params)
 
 # %% [markdown]
 # **Control: the interpolation ladder.** Every weight of SmolLM2-135M interpolated between a seeded random
@@ -189,7 +190,7 @@ if (summary["family"] == "independent").any():
 if (summary["family"] == "ladder").any():
     fig_ladder = figures.capability_panels(summary.assign(t=summary["fraction"].map("t={:g}".format)), x="bpb",
                                            y="peak", family="ladder", label="t", correlations=ladder_corr)
-    report.caption(fig_ladder, CHAPTER, params)
+    report.show_figure(fig_ladder, CHAPTER, params)
 
 # %% [markdown]
 # ## Measured on this build

@@ -106,6 +106,7 @@ from prh_lib.lm.quiet import quiet_hub_for_session
 warnings.filterwarnings("ignore", message=".*degenerate.*")  # the ViT embedding-output CLS token (Section 3.1)
 quiet_hub_for_session()  # models load only when their features are not cached yet (transformers not imported before)
 pd.set_option("display.max_colwidth", None)
+report.use_page_tables()  # one header row per table: the index as named columns
 CHAPTER = "sec3_3_regimes"
 MISSING = "needs the paper profile"
 CONTROL_SEED = 0  # random-init seed of the control floors
@@ -190,7 +191,7 @@ regimes.floor_table(floors, chance=chance, n_permutations=n_permutations).set_in
 # %% tags=["hide-input"]
 fig = figures.regime_figure(regimes.regime_groups_over_draws(summary), chance=chance, floors=bands,
                             regime_floors=regimes.regime_floor_marks(summary), missing_note=MISSING)
-report.caption(fig, CHAPTER, params)
+report.show_figure(fig, CHAPTER, params)
 
 # %% [markdown]
 # ## Measured on this build

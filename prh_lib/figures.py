@@ -87,7 +87,7 @@ def figure_pairs_of(comparisons: Sequence[Sequence[str]], figure_pairs: Sequence
 
 def heatmap_grid(matrices: dict, *, chance: float | None = None, ncols: int = 2, scale: str = "shared",
                  shared_scale: bool | None = None, other_peaks: dict | None = None,
-                 panel_size: tuple[float, float] = (4.8, 4.0), dpi: int = 150):
+                 panel_size: tuple[float, float] = (3.75, 3.4), dpi: int = 150):
     """One :func:`prh_lib.plots.alignment_heatmap` per entry of ``matrices`` (label -> AlignmentMatrix-like).
 
     Parameters
@@ -109,8 +109,8 @@ def heatmap_grid(matrices: dict, *, chance: float | None = None, ncols: int = 2,
     other_peaks : dict of str to list of (int, int), optional
         Label -> peaks of other draws, drawn as small circles.
     panel_size : (float, float)
-        Inches per panel; with two columns the figure is under 10 inches wide, so 9-pt ticks stay ≥ 8 pt
-        at page width.
+        Inches per panel (with its colour bar); two columns make a figure of about 7.5 inches, the page's
+        width (:data:`prh_lib.plots.PAGE_WIDTH_PX`), so the 9-pt ticks are drawn at 9 pt.
     dpi : int
 
     Returns
@@ -129,7 +129,7 @@ def heatmap_grid(matrices: dict, *, chance: float | None = None, ncols: int = 2,
     ncols = min(ncols, n)
     nrows = int(np.ceil(n / ncols))
     fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows + 0.6),
-                             squeeze=False, dpi=dpi)
+                             squeeze=False, dpi=dpi, layout="constrained")
 
     def values(m):
         s = np.asarray(m.scores, dtype=float)
@@ -163,9 +163,8 @@ def heatmap_grid(matrices: dict, *, chance: float | None = None, ncols: int = 2,
     if other_peaks:
         handles.insert(1, Line2D([], [], marker="o", color="white", markeredgecolor="black", markersize=5,
                                  linestyle="none", label="peak of another draw"))
-    fig.tight_layout(rect=(0, 0.6 / (panel_size[1] * nrows + 0.6), 1, 1))
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=plots.HEATMAP_FONTS["legend"],
-               frameon=False, bbox_to_anchor=(0.5, 0.0))
+    fig.legend(handles=handles, loc="outside lower center", ncol=2, fontsize=plots.HEATMAP_FONTS["legend"],
+               frameon=False)
     return fig
 
 
@@ -226,7 +225,8 @@ def capability_panels(summary: pd.DataFrame, *, x: str = "bpb", y: str = "peak",
     """Alignment against capability, one panel per dataset, one series per vision model (Figures 3-4 layout).
 
     Each point is one language model: its alignment (mean over draws, error bar = std over draws; none for
-    a single draw) against its capability. All panels share the y range, chance k/(N-1) is a dashed grey
+    a single draw) against its capability, numbered in order of capability, with the key under the panels
+    (names placed beside clustered points overlap). All panels share the y range, chance k/(N-1) is a dashed grey
     line, and with ``x="bpb"`` the x axis is reversed so capability grows to the right in every panel. The
     legend sits above the panels; Pearson r per vision model (from ``correlations``) is written under
     each panel.
@@ -261,6 +261,7 @@ def capability_panels(summary: pd.DataFrame, *, x: str = "bpb", y: str = "peak",
     fig, axes = plt.subplots(1, len(datasets), figsize=(panel_size[0] * len(datasets), panel_size[1]),
                              squeeze=False, sharey=True, dpi=dpi)
     std = f"{y} std"
+    number = {name: i + 1 for i, name in enumerate(dict.fromkeys(sub.sort_values(x)[label].astype(str)))}
     for ax, ds in zip(axes[0], datasets):
         part = sub[sub["dataset"] == ds]
         notes = []
@@ -271,9 +272,10 @@ def capability_panels(summary: pd.DataFrame, *, x: str = "bpb", y: str = "peak",
             err = pts[std].to_numpy(float) if std in pts.columns else None
             ax.errorbar(pts[x].to_numpy(float), pts[y].to_numpy(float), yerr=err, fmt="o", color=colors[v],
                         capsize=3, markersize=5, label=v)
-            if v == visions[0]:  # one label per language model (the series share their x positions)
-                for _, r in pts.iterrows():
-                    ax.annotate(str(r[label]), (r[x], r[y]), textcoords="offset points", xytext=(4, 4), fontsize=8)
+            if v == visions[0]:  # one number per language model (the series share their x positions), keyed below
+                for i, (_, r) in enumerate(pts.sort_values(x).iterrows()):
+                    ax.annotate(str(number[str(r[label])]), (r[x], r[y]), textcoords="offset points", fontsize=9,
+                                xytext=(5, 5 if i % 2 == 0 else -12), fontweight="bold")
             if correlations is not None and not correlations.empty:
                 hit = correlations[(correlations["dataset"] == ds) & (correlations["vision"] == v)
                                    & (correlations["alignment"] == y) & (correlations["capability"] == x)]
@@ -294,9 +296,14 @@ def capability_panels(summary: pd.DataFrame, *, x: str = "bpb", y: str = "peak",
     handles, labels = axes[0, 0].get_legend_handles_labels()
     handles.append(plt.Line2D([], [], color="0.4", linestyle="--"))
     labels.append("chance k/(N-1)")
-    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(labels), fontsize=8,
+    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(labels), 2), fontsize=9,
                frameon=False)
     fig.tight_layout()
+    key = "   ".join(f"{i} {name}" for name, i in number.items())
+    import textwrap
+
+    fig.text(0.0, -0.02, "\n".join(textwrap.wrap("points: " + key, width=int(11 * fig.get_figwidth()))), fontsize=9,
+             ha="left", va="top", transform=fig.transFigure)
     return fig
 
 

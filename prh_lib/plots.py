@@ -19,6 +19,87 @@ def _tick_positions(n: int, max_ticks: int = 12) -> np.ndarray:
     return np.array(ticks)
 
 
+#: Width, in CSS pixels, of the column a figure is shown in on a book page (sphinx-book-theme in a 1,280 px
+#: window, as tests/test_browser.py opens it): a PNG wider than this is shrunk to it. The browser test
+#: measures the column and fails if the built book's is narrower.
+PAGE_WIDTH_PX = 720
+#: Smallest text size, in points as rendered on the page (1 pt = 96/72 CSS px), that :func:`readable` allows.
+MIN_RENDERED_PT = 9.0
+#: Padding, in inches, that ``savefig(bbox_inches="tight")`` (IPython's inline backend) adds around the figure.
+_TIGHT_PAD_IN = 0.1
+
+
+def rendered_scale(width_in: float, dpi: float, *, page_width_px: float = PAGE_WIDTH_PX) -> float:
+    """How much a figure ``width_in`` inches wide, saved at ``dpi``, is magnified on the page (1 = true size).
+
+    The PNG is ``width_in * dpi`` pixels wide; the browser shows it at that many CSS pixels, or at the column
+    width ``page_width_px`` when wider. A CSS inch is 96 px, so the magnification is
+    ``min(width_in * dpi, page_width_px) / (96 * width_in)``: text of ``s`` points is seen at ``s * scale``.
+    """
+    if width_in <= 0 or dpi <= 0:
+        raise ValueError(f"width_in and dpi must be positive; got {width_in}, {dpi}")
+    return min(width_in * dpi, page_width_px) / (96.0 * width_in)
+
+
+def _saved_width_in(fig) -> float:
+    fig.canvas.draw()
+    bbox = fig.get_tightbbox(fig.canvas.get_renderer())
+    return float(bbox.width) + 2 * _TIGHT_PAD_IN
+
+
+def _texts(fig):
+    from matplotlib.text import Text
+
+    return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+
+
+def readable(fig, *, min_pt: float = MIN_RENDERED_PT, page_width_px: float = PAGE_WIDTH_PX,
+             max_rounds: int = 4) -> dict:
+    """Enlarge every text of ``fig`` that would be rendered below ``min_pt`` points on a book page.
+
+    The figure is saved with ``bbox_inches="tight"`` at ``fig.dpi`` and shown at most ``page_width_px`` CSS
+    pixels wide (:func:`rendered_scale`), so a 9-pt tick label on a 14-inch figure ends up near 5 pt.
+    Each text below ``min_pt / scale`` points is set to that size (tick labels through ``tick_params``, so
+    ticks drawn later keep it), the layout engine (if any) runs again, and the check repeats, since larger
+    text widens the saved figure. The figure functions lay out their panels so that this changes little.
+
+    Returns
+    -------
+    dict
+        ``width_in`` (saved width, inches), ``dpi``, ``scale`` (:func:`rendered_scale`), ``min_pt`` (the
+        smallest text size in the figure, points) and ``min_rendered_pt`` (= ``min_pt * scale``), the numbers
+        :func:`prh_lib.report.show_figure` writes into the PNG for the browser test.
+
+    Raises
+    ------
+    ValueError
+        If ``min_pt`` or ``page_width_px`` is not positive.
+    """
+    if min_pt <= 0 or page_width_px <= 0:
+        raise ValueError(f"min_pt and page_width_px must be positive; got {min_pt}, {page_width_px}")
+    for _ in range(max_rounds):
+        width = _saved_width_in(fig)
+        scale = rendered_scale(width, fig.dpi, page_width_px=page_width_px)
+        need = min_pt / scale * 1.001
+        small = [t for t in _texts(fig) if t.get_fontsize() < need]
+        if not small:
+            break
+        for ax in fig.axes:
+            for axis, which in ((ax.xaxis, "x"), (ax.yaxis, "y")):
+                labels = [t for t in axis.get_ticklabels(which="both") if t.get_text().strip()]
+                if labels and min(t.get_fontsize() for t in labels) < need:
+                    ax.tick_params(axis=which, which="both", labelsize=need)
+        for t in small:
+            if t.get_fontsize() < need:
+                t.set_fontsize(need)
+    texts = _texts(fig)
+    width = _saved_width_in(fig)
+    scale = rendered_scale(width, fig.dpi, page_width_px=page_width_px)
+    smallest = min((t.get_fontsize() for t in texts), default=float("nan"))
+    return {"width_in": round(width, 3), "dpi": float(fig.dpi), "scale": round(scale, 4),
+            "min_pt": round(float(smallest), 2), "min_rendered_pt": round(float(smallest) * scale, 2)}
+
+
 #: font sizes of the heatmaps, in points, for a figure at most 10 inches wide shown at page width
 HEATMAP_FONTS = {"ticks": 9, "labels": 10, "title": 10, "legend": 9}
 

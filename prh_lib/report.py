@@ -143,7 +143,114 @@ def provenance(chapter: str, params: dict | None = None) -> str:
     return " · ".join(parts)
 
 
-def caption(fig, chapter: str, params: dict | None = None, *, fontsize: float = 8.0) -> None:
+def caption(fig, chapter: str, params: dict | None = None, *, fontsize: float = 9.0) -> None:
     """Write :func:`provenance` under a matplotlib figure (bottom left, outside the axes)."""
     fig.text(0.0, -0.01, provenance(chapter, params), fontsize=fontsize, color="0.35", ha="left", va="top",
              transform=fig.transFigure)
+
+
+#: PNG text key under which :func:`show_figure` stores what :func:`prh_lib.plots.readable` measured (JSON).
+FIGURE_METADATA_KEY = "prh:readability"
+
+
+def show_figure(fig, chapter: str, params: dict | None = None) -> dict:
+    """Put a figure on the page: provenance line, text readable at page width, PNG with its measurements.
+
+    Adds :func:`caption`, runs :func:`prh_lib.plots.readable` (no text below 9 pt as rendered), saves the PNG
+    exactly as IPython's inline backend would (``bbox_inches="tight"``, the figure's dpi) with the measurements
+    in a PNG text chunk :data:`FIGURE_METADATA_KEY` (the browser test reads it back from the built page and
+    compares it with the size the image is drawn at), displays it and closes the figure.
+
+    Returns
+    -------
+    dict
+        What :func:`prh_lib.plots.readable` returned.
+    """
+    import io
+
+    import matplotlib.pyplot as plt
+    from IPython.display import Image, display
+
+    from . import plots
+
+    caption(fig, chapter, params)
+    fit = plots.readable(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=fig.dpi, bbox_inches="tight", pad_inches=plots._TIGHT_PAD_IN,
+                metadata={FIGURE_METADATA_KEY: json.dumps(fit, sort_keys=True)})
+    plt.close(fig)
+    display(Image(data=buf.getvalue(), format="png"))
+    return fit
+
+
+def page_table(df) -> "pd.DataFrame":
+    """``df`` laid out for a page: its index as ordinary columns under their names, one header row.
+
+    pandas' HTML puts a named index's names on a second header row of their own and leaves an empty cell
+    above the index (the "empty index header" a reader has to skip). Here a default ``RangeIndex`` is dropped;
+    any other index becomes leading columns, and in those a value repeated from the row above (within the
+    same outer group) is left blank, as pandas sparsifies a MultiIndex. Column levels of a MultiIndex are
+    joined with " · ". A p-value column (named ``p`` or ``p …``) that reads the same permutation-floor bound
+    (:func:`format_p`, "≤ … (1/K+1)") on every row is dropped and said once in ``attrs["notes"]``. Nothing
+    else changes: the values, their order and the float formatting are ``df``'s.
+    """
+    import pandas as pd
+
+    out = df.copy()
+    notes = []
+    for col in list(out.columns):
+        name = " ".join(map(str, col)) if isinstance(col, tuple) else str(col)
+        values = {str(v) for v in out[col]}
+        if (name == "p" or name.startswith("p ")) and len(values) == 1 and len(out) > 1:
+            bound = values.pop()
+            if "≤" in bound and "(1/" in bound:  # every row at the permutation floor: say it once
+                out = out.drop(columns=[col])
+                floor = bound.split("(1/")[1].rstrip(")")
+                notes.append(f"{name}: {bound if bound.startswith('p') else 'p ' + bound} on every row: no permutation "
+                             f"of the pairing out of {int(floor) - 1} reached any observed score, the smallest p the "
+                             f"test can give; it does not rank the rows (their intervals do).")
+    out.attrs["notes"] = notes
+    if isinstance(out.columns, pd.MultiIndex):
+        out.columns = [" · ".join(str(p) for p in c if str(p)) for c in out.columns]
+    plain = isinstance(out.index, pd.RangeIndex) and out.index.name is None
+    if plain:
+        out = out.reset_index(drop=True)
+        out.attrs["notes"] = notes
+        return out
+    names = [n if n is not None else ("" if out.index.nlevels == 1 else f"level {i}")
+             for i, n in enumerate(out.index.names)]
+    out.index = out.index.set_names(names)
+    out = out.reset_index()
+    if len(names) > 1 and len(out) > 1:
+        keys = out[names].astype(str)
+        same = pd.Series(True, index=out.index)
+        for name in names[:-1]:  # the innermost level repeats by design: each row is one of its values
+            same &= keys[name].eq(keys[name].shift())
+            out[name] = out[name].astype(object).where(~same, "")
+    out.attrs["notes"] = notes
+    return out
+
+
+def page_table_html(df) -> str:
+    """:func:`page_table` as HTML: the table without an index, then each of its notes as a paragraph."""
+    import html
+
+    t = page_table(df)
+    notes = "".join(f'<p class="table-note"><em>{html.escape(n)}</em></p>' for n in t.attrs.get("notes", []))
+    return t.to_html(index=False, border=0, classes="dataframe") + notes
+
+
+def use_page_tables() -> None:
+    """Show every DataFrame on this notebook's page through :func:`page_table` (one header row, no index).
+
+    Registers an HTML formatter for ``pandas.DataFrame`` with the running IPython kernel; a notebook calls it
+    in its set-up cell (the caller's choice of how its page looks; nothing global changes outside IPython).
+    """
+    import pandas as pd
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None:
+        return
+    shell.display_formatter.formatters["text/html"].for_type(
+        pd.DataFrame, page_table_html)

@@ -190,3 +190,56 @@ def test_front_page_checklist_shows_every_chapters_computed_verdicts(built_book)
     for chapter in {c.chapter for c in claims.CLAIMS.values()}:
         assert f'href="{chapter}.html"' in page
     assert page.count("Test: ") >= 10  # each tested claim states its test beside its verdict
+
+
+def _header_rows(page: str):
+    """Each table's header rows on a page, as lists of the cells' texts."""
+    for thead in re.findall(r"<thead>(.*?)</thead>", page, flags=re.S):
+        yield [[_text(c).strip() for c in re.findall(r"<th[^>]*>(.*?)</th>", row, flags=re.S)]
+               for row in re.findall(r"<tr[^>]*>(.*?)</tr>", thead, flags=re.S)]
+
+
+def test_tables_have_one_named_header_row_and_no_nan(built_book):
+    """No index-name row, no empty header cell, no NaN / raw None on any page (issue 28, item 2)."""
+    for name in ["intro"] + runner.available_notebooks():
+        page = (built_book / f"{name}.html").read_text()
+        for rows in _header_rows(page):
+            assert len(rows) == 1, f"{name}.html: a table has {len(rows)} header rows: {rows}"
+            assert all(rows[0]), f"{name}.html: a table has an empty header cell: {rows[0]}"
+        cells = [_text(c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", page, flags=re.S)]
+        bad = sorted({c for c in cells if c in ("NaN", "nan", "None", "<NA>", "NaT")})
+        assert not bad, f"{name}.html shows missing values as {bad}; say why in words"
+
+
+def test_page_table_puts_the_index_in_named_columns_with_one_header_row():
+    import pandas as pd
+
+    from prh_lib import report
+
+    df = pd.DataFrame({"dataset": ["a", "a", "b"], "pair": ["x", "y", "x"], "score": [0.1, 0.2, 0.3]})
+    out = report.page_table(df.set_index(["dataset", "pair"]))
+    assert list(out.columns) == ["dataset", "pair", "score"]
+    assert list(out["dataset"]) == ["a", "", "b"]  # sparsified like a MultiIndex
+    assert list(out["pair"]) == ["x", "y", "x"]  # the innermost level is never blanked
+    assert list(out["score"]) == [0.1, 0.2, 0.3]
+    html = out.to_html(index=False)
+    assert html.count("<tr") == 4  # one header row + three rows
+    wide = pd.DataFrame([[1, 2]], columns=pd.MultiIndex.from_tuples([("peak", "mean"), ("peak", "std")]))
+    assert list(report.page_table(wide).columns) == ["peak · mean", "peak · std"]
+
+
+def test_page_table_says_a_p_value_at_the_permutation_floor_once():
+    import pandas as pd
+
+    from prh_lib import report
+
+    floor = report.format_p(0.001, 200)
+    df = pd.DataFrame({"pair": ["a", "b"], "score": [0.2, 0.3], "p (largest over draws)": [floor, floor]})
+    out = report.page_table(df)
+    assert "p (largest over draws)" not in out.columns
+    (note,) = out.attrs["notes"]
+    assert "p ≤ 0.005 (1/201) on every row" in note and "200" in note
+    html = report.page_table_html(df)
+    assert html.count("p ≤ 0.005") == 1
+    mixed = df.assign(**{"p (largest over draws)": [floor, report.format_p(0.2, 200)]})
+    assert "p (largest over draws)" in report.page_table(mixed).columns  # p-values that differ stay

@@ -147,6 +147,10 @@ Promise.all([mathjax, ...imgs.map(i => i.decode().catch(() => null))]).then(([mj
     text: texts.join(" "),
     brokenImages: imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.getAttribute("src")),
     nImages: imgs.length,
+    figures: Array.from(document.querySelectorAll(".cell_output img")).map(i => ({
+      src: i.getAttribute("src"), naturalWidth: i.naturalWidth, clientWidth: i.getBoundingClientRect().width})),
+    column: (document.querySelector(".cell_output") || document.querySelector("main") || document.body)
+      .getBoundingClientRect().width,
     stderrBlocks: document.querySelectorAll(".output.stderr, .stderr").length,
     outputText: Array.from(document.querySelectorAll(".cell_output")).map(o => o.innerText).join("\n"),
     sidebar: sidebar,
@@ -221,10 +225,46 @@ def test_page_reads_cleanly_in_chromium(page, book_html, server, driver, screens
     if page in runner.available_notebooks():
         if info["nImages"] == 0:
             problems.append("a chapter with no figure")
+        problems += _small_text(page, info, book_html, screenshots)
         folded = [p for p in info["params"] if runner.PARAMETERS_PROMPT in p["text"]]
         if len(folded) != 1 or folded[0]["open"]:
             problems.append(f"parameters should be shown once, folded; found {info['params']}")
     assert not problems, f"{page}.html (screenshot {screenshots / (page + '.png')}):\n  " + "\n  ".join(problems)
+
+
+def _small_text(page, info, book_html, screenshots) -> list[str]:
+    """Each figure's smallest text as the reader sees it, in points: its size in the figure (written into the
+    PNG by ``report.show_figure``) times the magnification the browser applied (drawn width over the PNG's
+    width at 96 CSS px per inch). Appends the measurements to ``figures.json`` beside the screenshots."""
+    import json
+
+    from PIL import Image
+
+    from prh_lib import plots, report
+
+    problems, measured = [], []
+    for fig in info["figures"]:
+        path = book_html / urllib.parse.unquote(fig["src"])
+        meta = Image.open(path).text.get(report.FIGURE_METADATA_KEY)
+        if meta is None:
+            problems.append(f"figure {fig['src']} was not put on the page by report.show_figure (no text sizes)")
+            continue
+        meta = json.loads(meta)
+        scale = fig["clientWidth"] / (fig["naturalWidth"] / meta["dpi"] * 96)
+        rendered = meta["min_pt"] * scale
+        measured.append({"page": page, "src": fig["src"], "png_px": fig["naturalWidth"],
+                         "drawn_px": round(fig["clientWidth"], 1), "column_px": round(info["column"], 1),
+                         "min_pt_in_figure": meta["min_pt"], "min_pt_rendered": round(rendered, 2)})
+        if rendered < plots.MIN_RENDERED_PT - 0.1:
+            problems.append(f"figure {fig['src']}: smallest text {rendered:.1f} pt as rendered "
+                            f"({meta['min_pt']} pt drawn {fig['clientWidth']:.0f} px wide from {fig['naturalWidth']} px)")
+    if info["figures"] and info["column"] + 1 < plots.PAGE_WIDTH_PX:
+        problems.append(f"the page column is {info['column']:.0f} px, narrower than plots.PAGE_WIDTH_PX = "
+                        f"{plots.PAGE_WIDTH_PX} that figures are laid out for")
+    log = screenshots / "figures.json"
+    old = json.loads(log.read_text()) if log.is_file() else []
+    log.write_text(json.dumps([m for m in old if m["page"] != page] + measured, indent=1))
+    return problems
 
 
 @pytest.mark.slow

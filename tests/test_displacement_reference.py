@@ -241,7 +241,7 @@ def test_summaries_and_formula_check(table):
     assert len(steps) == 8 and {"r", "n_train", "n_eval"} <= set(steps.columns)
     check = dr.formula_check(table)
     assert list(check.index.get_level_values("step")) == [dr.REFERENCE, "reference, means not added back"]
-    assert (check["max |error|"] < 0.15).all()
+    assert (check["largest |error|"] < 0.15).all()
     s = dr.summarise(table)
     assert s.loc[("vit × lm", dr.REFERENCE), ("pointwise", "mean")] == pytest.approx(
         table.loc[table["step"] == dr.REFERENCE, "pointwise"].mean())

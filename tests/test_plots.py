@@ -103,3 +103,150 @@ def test_paper_profile_figure_pairs_are_scored_pairs_of_every_chapter():
     for pairs in (p["comparisons"], [[v, m] for v in p["vision_models"] for m in p["language_models"]]):
         drawn, note = figures.figure_pairs_of(pairs, p["figure_pairs"])
         assert [list(d) for d in drawn] == p["figure_pairs"] and "3 of the 63" in note
+
+
+def test_rendered_scale_is_the_page_magnification():
+    # a 5-inch figure at 100 dpi is 500 px: shown at true size x 100/96; a 14-inch one at 150 dpi is shrunk
+    assert plots.rendered_scale(5.0, 100, page_width_px=720) == pytest.approx(100 / 96)
+    assert plots.rendered_scale(14.0, 150, page_width_px=720) == pytest.approx(720 / (96 * 14))
+    with pytest.raises(ValueError, match="positive"):
+        plots.rendered_scale(0.0, 100)
+
+
+def test_readable_enlarges_small_text_of_a_wide_figure_to_nine_points_as_rendered():
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 4, figsize=(14, 3), dpi=150)
+    for ax in axes:
+        ax.plot([0, 1], [0, 1], label="a line")
+        ax.set_title("title", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=6)
+    fit = plots.readable(fig, page_width_px=720)
+    # independent check: the saved PNG's width in pixels and every text's size after the change
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=fig.dpi, bbox_inches="tight", pad_inches=0.1)
+    px = Image.open(buf).size[0]
+    assert px / fig.dpi == pytest.approx(fit["width_in"], abs=0.05)
+    scale = min(px, 720) / (96 * px / fig.dpi)
+    from matplotlib.text import Text
+
+    sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    assert min(sizes) * scale >= 9.0 - 0.05
+    assert fit["min_rendered_pt"] >= 9.0 - 0.05
+    plt.close(fig)
+
+
+def test_readable_leaves_a_figure_that_already_reads_well_untouched():
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3), dpi=100)
+    ax.plot([0, 1], [0, 1])
+    ax.set_title("title", fontsize=12)
+    ax.tick_params(labelsize=10)
+    fit = plots.readable(fig)
+    assert [t.get_fontsize() for t in ax.get_xticklabels()][0] == 10
+    assert ax.title.get_fontsize() == 12
+    assert fit["min_rendered_pt"] == pytest.approx(10 * fit["scale"], abs=0.01)
+    plt.close(fig)
+
+
+def test_show_figure_writes_the_measurements_into_the_png(monkeypatch):
+    import io
+    import json
+
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    from prh_lib import report
+
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    fig, ax = plt.subplots(figsize=(12, 3), dpi=150)
+    ax.plot([0, 1], [0, 1])
+    ax.tick_params(labelsize=6)
+    fit = report.show_figure(fig, "demo", {"k": 10})
+    assert not plt.fignum_exists(fig.number)  # closed: shown once, by show_figure
+    (img,) = shown
+    png = Image.open(io.BytesIO(img.data))
+    meta = json.loads(png.text[report.FIGURE_METADATA_KEY])
+    assert meta == fit
+    assert png.size[0] / 150 == pytest.approx(meta["width_in"], abs=0.05)
+    assert meta["min_rendered_pt"] >= 9.0 - 0.05
+
+
+def _sweep_agg(score=0.2, n=239, k=10):
+    import pandas as pd
+
+    rows = [{"quantity": "pca:reference", "role": "peak", "model_x": "a", "model_y": "b", "dataset": "d",
+             "compress": "none", "x": float("nan"), "relative_mean": 1.0, "relative_std": 0.0, "score_mean": score,
+             "n": n, "k": k}]
+    for side in ("x", "y"):
+        for x in (0.2, 0.4, 0.6, 0.9):
+            rows.append({"quantity": "pca:variance", "role": "peak", "model_x": "a", "model_y": "b", "dataset": "d",
+                         "compress": side, "x": x, "relative_mean": x, "relative_std": 0.02, "score_mean": score * x,
+                         "n": n, "k": k})
+    return pd.DataFrame(rows)
+
+
+def test_pca_bands_draw_chance_on_the_relative_scale_and_the_verdicts_thresholds():
+    import matplotlib.pyplot as plt
+
+    from prh_lib.analysis import compression
+
+    marks = compression.claim_marks("variance", n=239)
+    assert marks == [(0.4, 0.95, "3.1/pca-40: needs ≥ 95 % at 40 % variance")]
+    assert [m[:2] for m in compression.claim_marks("dims", n=1024)] == [(100, 0.9), (8, 0.8)]
+    assert compression.claim_marks("dims", n=239)[0][0] == 23  # 9.8 % of rank 238
+    with pytest.raises(ValueError, match="sweep"):
+        compression.claim_marks("rank", n=239)
+    fig = figures.plot_sweep_bands(_sweep_agg(score=0.2), sweep="variance", thresholds=marks)
+    ax = fig.axes[0]
+    flat = [ln for ln in ax.lines if len(set(ln.get_ydata())) == 1 and len(ln.get_ydata()) == 2]
+    levels = sorted(round(float(ln.get_ydata()[0]), 4) for ln in flat)
+    chance_rel = round(10 / 238 / 0.2, 4)  # k/(N-1) over the uncompressed score
+    assert levels == sorted([1.0, chance_rel, 0.95])
+    verticals = [ln for ln in ax.lines if len(set(ln.get_xdata())) == 1 and len(ln.get_xdata()) == 2]
+    assert [float(ln.get_xdata()[0]) for ln in verticals] == [0.4]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend[1].startswith("chance") and legend[2].startswith("3.1/pca-40")
+    plt.close(fig)
+
+
+def test_capability_points_are_numbered_in_order_of_capability_with_a_key():
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    summary = pd.DataFrame({"dataset": "d", "vision": ["v"] * 3, "family": "independent", "n": 239,
+                            "language": ["big", "small", "mid"], "bpb": [0.8, 1.4, 1.1],
+                            "peak": [0.2, 0.1, 0.15], "chance": 0.04})
+    fig = figures.capability_panels(summary, x="bpb", y="peak")
+    numbers = {t.get_text(): t.xy[0] for t in fig.axes[0].texts if t.get_text().isdigit()}
+    assert numbers == {"1": 0.8, "2": 1.1, "3": 1.4}
+    key = [t.get_text() for t in fig.texts if t.get_text().startswith("points:")]
+    assert key == ["points: 1 big   2 mid   3 small"]
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("n_pairs", [1, 4])
+def test_k_sweep_grid_fits_the_page_with_one_legend(n_pairs):
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    ks = [1, 2, 5, 10, 20, 50]
+    df = pd.DataFrame({"k": ks * 2, "seed": [0] * 6 + [1] * 6})
+    for kind in ("raw", "corrected", "calibrated"):
+        for s in ("fixed", "max"):
+            df[f"{kind} {s}"] = np.linspace(0.1, 0.5, 12)
+    df["chance"] = df["k"] / 238
+    fig = figures.plot_sweep({f"pair {i}": df for i in range(n_pairs)}, x="k")
+    assert len(fig.legends) == 1 and not any(ax.get_legend() for ax in fig.axes)
+    assert len(fig.axes) == 3 * n_pairs
+    fit = plots.readable(fig)
+    assert fit["width_in"] * fit["dpi"] <= plots.PAGE_WIDTH_PX * 1.7  # not shrunk to well under true size
+    assert fit["min_rendered_pt"] >= 9.0 - 0.05
+    plt.close(fig)

@@ -44,7 +44,7 @@ from .compression_study import (  # noqa: F401
 __all__ = ["COMPRESS", "SPACES", "DEFAULT_VARIANCE", "DENSE_DIMS", "max_components", "fit_pca", "default_dims",
            "components_for_variance", "CompressionSweep", "pca_sweep", "LAYER_ROLES", "select_layer_pairs",
            "compress_layer_pairs", "compress_comparisons", "describe", "summary_table", "to_record", "run_study",
-           "sweep_rows", "aggregate_sweeps", "study_table", "findings", "describe_study"]
+           "sweep_rows", "aggregate_sweeps", "study_table", "findings", "describe_study", "claim_marks"]
 
 
 def describe(table: pd.DataFrame, *, fraction: float = 0.95) -> str:
@@ -205,6 +205,27 @@ RULES = {
     "3.1/pca-strong": "in more than half of the rows that compress a language side, 8 components keep less than "
                       "80 %, interval included",
 }
+
+def claim_marks(sweep: str, *, n: int, rank_share: float = PAPER_RANK_SHARE) -> list[tuple[float, float, str]]:
+    """Where the PCA verdicts read the sweep figures (:data:`RULES`), as ``(x, relative score, label)``.
+
+    ``sweep="variance"``: 95 % of the score at 40 % of the variance (3.1/pca-40). ``sweep="dims"``: 90 % at
+    the paper's share of rank of ``n - 1`` (3.1/pca-100) and 80 % at 8 components (3.1/pca-strong). For
+    :func:`prh_lib.figures.plot_sweep_bands`.
+
+    Raises
+    ------
+    ValueError
+        If ``sweep`` is not ``"variance"`` or ``"dims"``.
+    """
+    if sweep == "variance":
+        return [(0.4, 0.95, "3.1/pca-40: needs ≥ 95 % at 40 % variance")]
+    if sweep == "dims":
+        at = max(1, round(rank_share * (n - 1)))
+        return [(at, 0.9, f"3.1/pca-100: needs ≥ 90 % at {at} dims ({rank_share:.1%} of rank)"),
+                (8, 0.8, "3.1/pca-strong: needs < 80 % at 8 dims")]
+    raise ValueError(f"sweep must be 'variance' or 'dims'; got {sweep!r}")
+
 
 _LANGUAGE = "smollm|minilm|gemma|qwen|llama|mistral|bloom|deepseek|embed|tfidf"
 

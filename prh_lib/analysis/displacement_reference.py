@@ -205,8 +205,10 @@ def step_table(table: pd.DataFrame) -> pd.DataFrame:
 def formula_check(table: pd.DataFrame, *, steps=(REFERENCE, _NO_MEANS)) -> pd.DataFrame:
     """Predicted against measured for the reference's steps: one row per (pair, step).
 
-    Columns ``measured <measure>`` and ``predicted <measure>`` (means over splits) and
-    ``max |error|`` (largest absolute difference over splits and the three measures).
+    Columns ``<Measure>, measured`` and ``<Measure>, predicted`` (means over splits, the measures named as
+    on the page: Pointwise, Cross-Object, Cross-Model), ``|m_a|² / r`` and ``|m_b|² / r`` (each model's
+    squared projected mean over the number of dimensions kept) and ``largest |error|`` (largest absolute
+    difference over splits and the three measures). Indexed by (pair, step).
     """
     sub = table[table["step"].isin(steps)]
     err = np.max([np.abs(sub[k] - sub[f"predicted_{k}"]) for k in _MAIN], axis=0)
@@ -214,11 +216,11 @@ def formula_check(table: pd.DataFrame, *, steps=(REFERENCE, _NO_MEANS)) -> pd.Da
     g = sub.groupby(["pair", "step"], sort=False)
     cols = {}
     for k in _MAIN:
-        cols[f"measured {k}"] = g[k].mean()
-        cols[f"predicted {k}"] = g[f"predicted_{k}"].mean()
-    cols["offset2_a / r"] = g["offset2_a"].mean() / g["r"].mean()
-    cols["offset2_b / r"] = g["offset2_b"].mean() / g["r"].mean()
-    cols["max |error|"] = g["max |error|"].max()
+        cols[f"{_LABELS[k]}, measured"] = g[k].mean()
+        cols[f"{_LABELS[k]}, predicted"] = g[f"predicted_{k}"].mean()
+    cols["|m_a|² / r"] = g["offset2_a"].mean() / g["r"].mean()
+    cols["|m_b|² / r"] = g["offset2_b"].mean() / g["r"].mean()
+    cols["largest |error|"] = g["max |error|"].max()
     return pd.DataFrame(cols)
 
 
