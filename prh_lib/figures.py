@@ -259,7 +259,7 @@ def capability_panels(summary: pd.DataFrame, *, x: str = "bpb", y: str = "peak",
     visions = list(dict.fromkeys(sub["vision"]))
     colors = {v: plt.cm.tab10(i % 10) for i, v in enumerate(visions)}
     fig, axes = plt.subplots(1, len(datasets), figsize=(panel_size[0] * len(datasets), panel_size[1]),
-                             squeeze=False, sharey=True, dpi=dpi)
+                             squeeze=False, sharey=True, dpi=dpi, layout="constrained")
     std = f"{y} std"
     number = {name: i + 1 for i, name in enumerate(dict.fromkeys(sub.sort_values(x)[label].astype(str)))}
     for ax, ds in zip(axes[0], datasets):
@@ -289,16 +289,14 @@ def capability_panels(summary: pd.DataFrame, *, x: str = "bpb", y: str = "peak",
                        "next_token_accuracy": "next-token accuracy"}.get(x, x), fontsize=9)
         if x == "bpb":
             ax.invert_xaxis() if not ax.xaxis_inverted() else None
-        ax.tick_params(labelsize=8)
+        ax.tick_params(labelsize=9)
         if notes:
-            ax.text(0.0, -0.28, "\n".join(notes), transform=ax.transAxes, fontsize=8, va="top", ha="left")
+            ax.text(0.0, -0.28, "\n".join(notes), transform=ax.transAxes, fontsize=9, va="top", ha="left")
     axes[0, 0].set_ylabel(f"mutual k-NN ({y}; mean ± std over draws)", fontsize=9)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     handles.append(plt.Line2D([], [], color="0.4", linestyle="--"))
     labels.append("chance k/(N-1)")
-    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(labels), 2), fontsize=9,
-               frameon=False)
-    fig.tight_layout()
+    fig.legend(handles, labels, loc="outside upper center", ncol=min(len(labels), 2), fontsize=9, frameon=False)
     key = "   ".join(f"{i} {name}" for name, i in number.items())
     import textwrap
 
@@ -307,7 +305,7 @@ def capability_panels(summary: pd.DataFrame, *, x: str = "bpb", y: str = "peak",
     return fig
 
 
-def plot_detail(table: pd.DataFrame, *, score: str = "peak", panel_size: tuple[float, float] = (5.0, 3.6),
+def plot_detail(table: pd.DataFrame, *, score: str = "peak", panel_size: tuple[float, float] = (3.75, 3.2),
                 dpi: int = 160):
     """Alignment against mean caption length in tokens, one line per control, one panel per (dataset, model pair).
 
@@ -333,7 +331,7 @@ def plot_detail(table: pd.DataFrame, *, score: str = "peak", panel_size: tuple[f
     ncols = min(len(panels), 2)
     nrows = int(np.ceil(len(panels) / ncols))
     fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows), squeeze=False,
-                             sharey=True, dpi=dpi)
+                             sharey=True, dpi=dpi, layout="constrained")
     raw = not score.startswith("corrected")
     order = list(dict.fromkeys(table["control"]))  # the same colour for a control in every panel
     colors = {c: plt.cm.tab10(i % 10) for i, c in enumerate(order)}
@@ -352,7 +350,7 @@ def plot_detail(table: pd.DataFrame, *, score: str = "peak", panel_size: tuple[f
             ax.axhline(0.0, color="0.4", linestyle="--", linewidth=1.2)
         ax.set_xlabel(f"mean caption length (tokens, {lm})", fontsize=9)
         ax.set_title(f"{ds + ': ' if ds else ''}{vm} × {lm}", fontsize=10)
-        ax.tick_params(labelsize=8)
+        ax.tick_params(labelsize=9)
     for ax in axes[:, 0]:
         ax.set_ylabel(f"mutual k-NN ({score})", fontsize=9)
     for ax in list(axes.flat)[len(panels):]:
@@ -360,9 +358,7 @@ def plot_detail(table: pd.DataFrame, *, score: str = "peak", panel_size: tuple[f
     handles = [plt.Line2D([], [], color=colors[c], marker="o", label=c) for c in order]
     handles.append(plt.Line2D([], [], color="0.4", linestyle=":" if raw else "--",
                               label="chance k/(N-1) (in each control's colour)" if raw else "chance (0)"))
-    fig.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(handles), 3),
-               fontsize=8, frameon=False)
-    fig.tight_layout()
+    fig.legend(handles=handles, loc="outside upper center", ncol=2, fontsize=9, frameon=False)
     return fig
 
 
@@ -377,7 +373,7 @@ _FLOOR_DASH = {"random-language": (0, (1, 1.5)), "random-vision": (0, (4, 2)), "
 
 def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | None = None,
                   regime_floors: dict | None = None, missing_note: str = "not run", metric: str = "mutual k-NN",
-                  panel_size=(4.0, 3.0)):
+                  panel_size=(3.6, 3.0)):
     """Figure 5 layout: one row of panels per dataset, raw maxima (left) and calibrated maxima (right).
 
     Parameters
@@ -399,8 +395,8 @@ def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | No
     missing_note : str
         Said in the slot of a regime without comparisons.
     panel_size : (float, float)
-        Inches per panel; the default keeps the figure about 8 inches wide, so 8-pt text stays 8 pt at
-        page width.
+        Inches per panel; the default keeps the figure about 7.5 inches wide, the page's width, so 9-pt text
+        is drawn at 9 pt.
 
     Returns
     -------
@@ -412,7 +408,7 @@ def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | No
     chance, floors = chance or {}, floors or {}
     datasets = list(groups)
     fig, axes = plt.subplots(len(datasets), 2, figsize=(2 * panel_size[0], panel_size[1] * len(datasets) + 0.9),
-                             squeeze=False, dpi=150)
+                             squeeze=False, dpi=150, layout="constrained")
 
     def top_of(col, extra):
         vals = [v for raw_cal in groups.values() for pts in raw_cal[col].values() for p in pts.values()
@@ -422,7 +418,7 @@ def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | No
     # every comparison gets a number beside its point, and the key under the figure names it
     names = list(dict.fromkeys(n for raw_cal in groups.values() for pts in raw_cal[0].values() for n in pts))
     number = {n: str(i + 1) for i, n in enumerate(names)}
-    key_lines = textwrap.wrap("Points: " + "; ".join(f"{number[n]} {n}" for n in names), 100) if names else []
+    key_lines = textwrap.wrap("Points: " + "; ".join(f"{number[n]} {n}" for n in names), 88) if names else []
 
     raw_top = top_of(0, list(chance.values()) + [b[2] for d in datasets for b in floors.get(d, {}).values()])
     cal_top = top_of(1, [b[2] for d in datasets for b in floors.get((d, "calibrated"), {}).values()])
@@ -435,7 +431,7 @@ def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | No
             ax = axes[row, col]
             labels = {textwrap.fill(r, 9): {number.get(n, n): v for n, v in p.items()} for r, p in pts.items()}
             plots.regime_bars(labels, ax=ax, ylabel=ylabel, title=f"{dataset}: {what}",
-                              missing_note=missing_note, ylim=(-0.02 * top, top), point_label=str, label_size=8)
+                              missing_note=missing_note, ylim=(-0.02 * top, top), point_label=str, label_size=9)
             for kind, (mean, low, high) in floors.get(key, {}).items():
                 color, label = _FLOOR_STYLE.get(kind, ("grey", kind))
                 ax.axhspan(low, high, color=color, alpha=0.12, linewidth=0)
@@ -448,23 +444,19 @@ def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | No
                     x = slots.index(label)
                     handles["highest floor of the regime's own pairs"] = ax.hlines(
                         value, x - 0.42, x + 0.42, colors="black", linestyles="--", linewidth=1.3)
-                    ax.annotate(kind, (x + 0.42, value), xytext=(2, 2), textcoords="offset points", fontsize=8,
+                    ax.annotate(kind, (x + 0.42, value), xytext=(2, 2), textcoords="offset points", fontsize=9,
                                 ha="right", va="bottom")
             if col == 0 and dataset in chance:
                 handles["chance k/(N-1)"] = ax.axhline(chance[dataset], color="red", linestyle="--", linewidth=1.2)
             ax.tick_params(labelsize=9)
             ax.yaxis.label.set_fontsize(9)
             ax.title.set_fontsize(10)
-    # room under the axes: the legend (two columns and a title) and the key of the numbered points
-    legend_in = 0.22 * (int(np.ceil(len(handles) / 2)) + 1) + 0.3 if handles else 0.3
-    key_in = 0.18 * len(key_lines)
-    fig.set_figheight(fig.get_figheight() + legend_in + key_in - 0.9)
-    fig.tight_layout(rect=(0, (legend_in + key_in) / fig.get_figheight(), 1, 1))
+    # under the axes: the legend (constrained layout keeps room for it), then the key of the numbered points
     if handles:
-        fig.legend(list(handles.values()), list(handles), loc="lower center",
-                   bbox_to_anchor=(0.5, key_in / fig.get_figheight()), ncol=2, fontsize=9, frameon=False,
-                   title="floors (line: mean over vision × language pairs; band: lowest to highest pair)",
+        fig.legend(list(handles.values()), [textwrap.fill(h, 44) for h in handles], loc="outside lower center",
+                   ncol=2, fontsize=9, frameon=False,
+                   title="floors (line: mean over vision × language pairs;\nband: lowest to highest pair)",
                    title_fontsize=9)
-    for i, line in enumerate(key_lines):
-        fig.text(0.02, (key_in - 0.18 * (i + 1) + 0.04) / fig.get_figheight(), line, fontsize=9, ha="left")
+    if key_lines:
+        fig.text(0.01, 0.0, "\n".join(key_lines), fontsize=9, ha="left", va="top")
     return fig

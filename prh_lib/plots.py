@@ -61,7 +61,9 @@ def readable(fig, *, min_pt: float = MIN_RENDERED_PT, page_width_px: float = PAG
     pixels wide (:func:`rendered_scale`), so a 9-pt tick label on a 14-inch figure ends up near 5 pt.
     Each text below ``min_pt / scale`` points is set to that size (tick labels through ``tick_params``, so
     ticks drawn later keep it), the layout engine (if any) runs again, and the check repeats, since larger
-    text widens the saved figure. The figure functions lay out their panels so that this changes little.
+    text widens the saved figure. A figure without a layout engine and without figure legends is laid out
+    again with ``tight_layout`` (one with figure legends keeps its layout: its function sizes it for the page).
+    The figure functions lay out their panels at page width so that this changes little.
 
     Returns
     -------
@@ -92,6 +94,8 @@ def readable(fig, *, min_pt: float = MIN_RENDERED_PT, page_width_px: float = PAG
         for t in small:
             if t.get_fontsize() < need:
                 t.set_fontsize(need)
+        if fig.get_layout_engine() is None and not fig.legends:  # laid out once by tight_layout(): again
+            fig.set_layout_engine("tight")
     texts = _texts(fig)
     width = _saved_width_in(fig)
     scale = rendered_scale(width, fig.dpi, page_width_px=page_width_px)
@@ -241,7 +245,7 @@ def line_plot(x, ys: dict, *, ax=None, xlabel: str = "", ylabel: str = "", title
     ax.set_ylabel(ylabel)
     if title:
         ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=9)
     ax.grid(alpha=0.3)
     return ax
 
@@ -285,7 +289,7 @@ def regime_bars(groups: dict, *, ax=None, chance: float | None = None, ylabel: s
         color = colors[slot % len(colors)]
         if not points:  # a hatched band over the whole height: no value, not a bar
             ax.axvspan(slot - 0.35, slot + 0.35, facecolor="none", edgecolor="lightgrey", hatch="//", linewidth=0)
-            ax.text(slot, top * 0.5, missing_note, ha="center", va="center", rotation=90, fontsize=8, color="dimgrey",
+            ax.text(slot, top * 0.5, missing_note, ha="center", va="center", rotation=90, fontsize=9, color="dimgrey",
                     bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.9})
             continue
         values = np.array([v for v, _, _ in points.values()], dtype=float)
@@ -299,8 +303,8 @@ def regime_bars(groups: dict, *, ax=None, chance: float | None = None, ylabel: s
                             fontsize=label_size, va="center", ha="left", color="0.2")
     if chance is not None:
         ax.axhline(chance, color="red", linestyle="--", linewidth=1, label=f"chance {chance:.3f}")
-        ax.legend(fontsize=7, loc="upper left")
-    ax.set_xticks(range(len(groups)), [label.replace(" (", "\n(") for label in groups], fontsize=8)
+        ax.legend(fontsize=9, loc="upper left")
+    ax.set_xticks(range(len(groups)), [label.replace(" (", "\n(") for label in groups], fontsize=9)
     ax.set_ylabel(ylabel)
     ax.set_ylim(*(ylim if ylim is not None else (-0.02 * top, top * 1.1)))  # points at 0 stay visible
     if title:
@@ -343,7 +347,7 @@ def scatter_with_labels(x, y, labels: Sequence[str], *, ax=None, xlabel: str = "
     ok = ~(np.isnan(x) | np.isnan(y))
     ax.scatter(x[ok], y[ok], s=24, zorder=3)
     for xi, yi, lab in zip(x[ok], y[ok], np.asarray(labels, dtype=object)[ok]):
-        ax.annotate(str(lab), (xi, yi), textcoords="offset points", xytext=(4, 3), fontsize=7)
+        ax.annotate(str(lab), (xi, yi), textcoords="offset points", xytext=(4, 3), fontsize=9)
     if ok.sum() >= 2 and np.ptp(x[ok]) > 0:
         slope, intercept = np.polyfit(x[ok], y[ok], 1)
         xs = np.linspace(x[ok].min(), x[ok].max(), 50)
@@ -355,7 +359,7 @@ def scatter_with_labels(x, y, labels: Sequence[str], *, ax=None, xlabel: str = "
     if title:
         ax.set_title(title, fontsize=10)
     if note:
-        ax.text(0.02, 0.97, note, transform=ax.transAxes, va="top", fontsize=8,
+        ax.text(0.02, 0.97, note, transform=ax.transAxes, va="top", fontsize=9,
                 bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0})
     ax.grid(alpha=0.3)
     return ax

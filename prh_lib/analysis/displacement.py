@@ -38,7 +38,7 @@ from .displacement_study import (  # noqa: F401
 
 # --------------------------------------------------------------------------- figures
 def heatmaps_side_by_side(results: list[ViewComparison], *, chance: float | None = None,
-                          panel_size: tuple[float, float] = (5.0, 4.2)):
+                          panel_size: tuple[float, float] = (3.75, 3.3)):
     """One row per pair: mutual k-NN (left, red line at ``chance``) beside Cross-Model (right, line at 0).
 
     Each panel has its own colour scale (the two measures live on different scales); a white star
@@ -50,14 +50,13 @@ def heatmaps_side_by_side(results: list[ViewComparison], *, chance: float | None
     from ..plots import alignment_heatmap
 
     fig, axes = plt.subplots(len(results), 2, figsize=(2 * panel_size[0], panel_size[1] * len(results)),
-                             squeeze=False)
+                             squeeze=False, layout="constrained")
     for row, comp in zip(axes, results):
         panels = ((row[0], comp.knn, "mutual k-NN", chance, "chance"),
                   (row[1], comp.cross_model, "Cross-Model", 0.0, "reference line at"))
         for ax, m, title, ch, ch_label in panels:
             alignment_heatmap(m.scores, m.x_labels, m.y_labels, ax=ax, title=f"{comp.label}: {title}",
                               x_name=m.x_name, y_name=m.y_name, chance=ch, value_label=title, chance_label=ch_label)
-    fig.tight_layout()
     return fig
 
 
@@ -67,27 +66,26 @@ def sweep_figure(sweep: pd.DataFrame, *, measure: str = "cross_model"):
 
     from ..plots import line_plot
 
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    fig, ax = plt.subplots(figsize=(5.5, 3.8), layout="constrained")
     groups = {p: g.drop_duplicates("r").sort_values("r") for p, g in sweep.groupby("pair", sort=False)}
     line_plot({p: g["r"].to_numpy() for p, g in groups.items()}, {p: g[measure].to_numpy() for p, g in groups.items()},
               ax=ax, xlabel="whitened dimension r", ylabel=MEASURE_NAMES.get(measure, measure), logx=True,
               title=f"{MEASURE_NAMES.get(measure, measure)} at the best layer pair")
     ax.axhline(0.0, color="grey", linewidth=0.8)
-    fig.tight_layout()
     return fig
 
 
-def depth_profile_figure(profiles: dict[str, pd.DataFrame], *, panel_size: tuple[float, float] = (4.6, 3.6)):
+def depth_profile_figure(profiles: dict[str, pd.DataFrame], *, panel_size: tuple[float, float] = (3.4, 3.2)):
     """One panel per pair of :func:`depth_profiles`: Cross-Model per ``r`` (left axis), mutual k-NN (dashed, right)."""
     import matplotlib.pyplot as plt
 
     from ..plots import line_plot
 
     n = len(profiles)
-    ncols = min(n, 2)  # two columns: the figure stays under 10 inches wide, so its text is legible at page width
+    ncols = min(n, 2)  # two columns: the figure stays near 7.5 inches wide, the page's width
     nrows = int(np.ceil(n / ncols))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols * 1.15, panel_size[1] * nrows),
-                             squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols * 1.1, panel_size[1] * nrows),
+                             squeeze=False, layout="constrained")
     for ax in list(axes.flat)[n:]:
         ax.set_visible(False)
     for ax, (label, frame) in zip(axes.flat, profiles.items()):
@@ -97,10 +95,10 @@ def depth_profile_figure(profiles: dict[str, pd.DataFrame], *, panel_size: tuple
                   title=f"{label}\nat {frame.attrs.get('layer x', '')}")
         twin = ax.twinx()
         twin.plot(pos, frame["mutual k-NN"].to_numpy(), color="black", linestyle="--", linewidth=1.2)
-        twin.set_ylabel("mutual k-NN (dashed)", fontsize=8)
-        ticks = pos[:: max(1, len(pos) // 8)]
-        ax.set_xticks(ticks, [frame.index[t] for t in ticks], rotation=60, ha="right", fontsize=7)
-    fig.tight_layout()
+        twin.set_ylabel("mutual k-NN (dashed)", fontsize=9)
+        twin.tick_params(labelsize=9)
+        ticks = pos[:: max(1, len(pos) // 6)]
+        ax.set_xticks(ticks, [frame.index[t] for t in ticks], rotation=60, ha="right", fontsize=9)
     return fig
 
 

@@ -430,8 +430,8 @@ def consensus_figure(summary: ConsensusSummary):
     res = summary.result
     ev = res.eigenvalues
     n_sh, n_pr = res.shared_basis.shape[1], res.private_basis.shape[1]
-    # the spectrum over the full width, the two views' bars under it: under 10 inches wide, legible at page width
-    fig = plt.figure(figsize=(10, 9))
+    # the spectrum over the full width, the two views' bars under it: 7.5 inches wide, the page's width
+    fig = plt.figure(figsize=(7.5, 8), layout="constrained")
     grid = fig.add_gridspec(2, 2)
     axes = [fig.add_subplot(grid[0, :]), fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 1])]
     line_plot(np.arange(1, len(ev) + 1), {"training rows (fitted)": ev, "held-out rows": summary.held_out_eigenvalues},
@@ -440,7 +440,7 @@ def consensus_figure(summary: ConsensusSummary):
     axes[0].axhline(0.0, color="black", linewidth=0.6)
     axes[0].axvspan(0.5, n_sh + 0.5, color="tab:green", alpha=0.15, label="shared")
     axes[0].axvspan(len(ev) - n_pr + 0.5, len(ev) + 0.5, color="tab:red", alpha=0.15, label="private")
-    axes[0].legend(fontsize=7)
+    axes[0].legend(fontsize=9)
     table = summary.table
     pairs = list(table.index)
     for ax, (col, _) in zip(axes[1:], _VIEWS):
@@ -451,13 +451,12 @@ def consensus_figure(summary: ConsensusSummary):
         if col == "mutual k-NN":
             ax.axhline(summary.chance, color="grey", linestyle="--", linewidth=1, label="chance")
         ax.axhline(0.0, color="black", linewidth=0.6)
-        ax.set_xticks(np.arange(len(pairs)), [p.replace(" × ", "\n× ") for p in pairs], fontsize=7, rotation=30,
+        ax.set_xticks(np.arange(len(pairs)), [p.replace(" × ", "\n× ") for p in pairs], fontsize=9, rotation=30,
                       ha="right")
         ax.set_ylabel(col)
         ax.set_title(f"{col} by subspace (held-out rows)", fontsize=10)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=9)
         ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
     return fig
 
 
