@@ -200,15 +200,24 @@ def page_table(df) -> "pd.DataFrame":
     notes = []
     for col in list(out.columns):
         name = " ".join(map(str, col)) if isinstance(col, tuple) else str(col)
-        values = {str(v) for v in out[col]}
-        if (name == "p" or name.startswith("p ")) and len(values) == 1 and len(out) > 1:
-            bound = values.pop()
-            if "≤" in bound and "(1/" in bound:  # every row at the permutation floor: say it once
-                out = out.drop(columns=[col])
-                floor = bound.split("(1/")[1].rstrip(")")
-                notes.append(f"{name}: {bound if bound.startswith('p') else 'p ' + bound} on every row: no permutation "
-                             f"of the pairing out of {int(floor) - 1} reached any observed score, the smallest p the "
-                             f"test can give; it does not rank the rows (their intervals do).")
+        if not (name == "p" or name.startswith("p ")) or len(out) < 2:
+            continue
+        cells = [str(v) for v in out[col]]
+        bounds = sorted({v for v in cells if "≤" in v and "(1/" in v})
+        if len(bounds) != 1:
+            continue
+        bound = bounds[0]
+        floor = int(bound.split("(1/")[1].rstrip(")"))
+        short = bound.split("(1/")[0].strip()
+        short = short if short.startswith("p") else "p " + short
+        why = (f"no permutation of the pairing out of {floor - 1} reached the observed score, the smallest p the "
+               f"test can give (1/{floor}); it does not rank such rows (their intervals over images do).")
+        if all(v == bound for v in cells):  # every row at the permutation floor: say it once
+            out = out.drop(columns=[col])
+            notes.append(f"{name}: {short} on every row: {why}")
+        else:  # some rows at the floor: the short bound in their cells, the reason once
+            out[col] = [short.removeprefix("p ") if v == bound else v for v in cells]
+            notes.append(f"{name}: {short.removeprefix('p ')} means {why}")
     out.attrs["notes"] = notes
     if isinstance(out.columns, pd.MultiIndex):
         out.columns = [" · ".join(str(p) for p in c if str(p)) for c in out.columns]
@@ -217,8 +226,10 @@ def page_table(df) -> "pd.DataFrame":
         out = out.reset_index(drop=True)
         out.attrs["notes"] = notes
         return out
-    names = [n if n is not None else ("" if out.index.nlevels == 1 else f"level {i}")
+    unnamed = out.columns.name if out.index.nlevels == 1 and out.columns.name else ""
+    names = [n if n is not None else (unnamed if out.index.nlevels == 1 else f"level {i}")
              for i, n in enumerate(out.index.names)]
+    out.columns.name = None
     out.index = out.index.set_names(names)
     out = out.reset_index()
     if len(names) > 1 and len(out) > 1:

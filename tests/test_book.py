@@ -238,8 +238,9 @@ def test_page_table_says_a_p_value_at_the_permutation_floor_once():
     out = report.page_table(df)
     assert "p (largest over draws)" not in out.columns
     (note,) = out.attrs["notes"]
-    assert "p ≤ 0.005 (1/201) on every row" in note and "200" in note
+    assert "p ≤ 0.005 on every row" in note and "out of 200" in note and "(1/201)" in note
     html = report.page_table_html(df)
     assert html.count("p ≤ 0.005") == 1
-    mixed = df.assign(**{"p (largest over draws)": [floor, report.format_p(0.2, 200)]})
-    assert "p (largest over draws)" in report.page_table(mixed).columns  # p-values that differ stay
+    mixed = report.page_table(df.assign(**{"p (largest over draws)": [floor, report.format_p(0.2, 200)]}))
+    assert list(mixed["p (largest over draws)"]) == ["≤ 0.005", "p = 0.200"]  # p-values that differ stay
+    assert "≤ 0.005 means no permutation" in mixed.attrs["notes"][0]

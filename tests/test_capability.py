@@ -681,7 +681,7 @@ def test_the_benchmark_table_says_missing_values_in_words():
     table = benchmarks.load_capability_table()
     shown = benchmarks.display_table(table)
     assert list(shown.columns) == ["MMLU (5-shot)", "ARC-Challenge", "ARC shots", "GSM8K (5-shot)"]
-    assert not shown.isna().any().any() and shown.index.name is None
+    assert not shown.isna().any().any() and shown.index.name == "model"
     for model, row in table.iterrows():
         assert shown.loc[model, "MMLU (5-shot)"] == ("not published" if np.isnan(row["mmlu_5shot"])
                                                      else f"{row['mmlu_5shot']:.1f}")

@@ -159,7 +159,7 @@ def peak_locations(df: pd.DataFrame, *, dataset: str, preprocessing: str | None 
     for _, r in p.iterrows():
         cells.setdefault(f"{r['model_x']} × {r['model_y']}", {})[f"draw {int(r['draw'])}"] = (
             f"{r['layer_x']} × {r['layer_y']}: {r['score']:.3f}")
-    return pd.DataFrame.from_dict(cells, orient="index")
+    return pd.DataFrame.from_dict(cells, orient="index").rename_axis("pair")
 
 
 def _clip_name(label: str) -> str:

@@ -208,5 +208,5 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
                       for a, s in zip(table["arc_challenge"], shots)],
         "GSM8K (5-shot)": [pct(v) for v in table["gsm8k_5shot"]],
     }, index=table.index)
-    out.index.name = None  # the model names are the row labels: no separate header row
+    out.index.name = "model"  # a page shows it as the first column, under this header (report.page_table)
     return out

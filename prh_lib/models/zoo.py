@@ -424,7 +424,7 @@ def describe(names: Sequence[str] | None = None):
     Returns
     -------
     pandas.DataFrame
-        One row per distinct name (first-seen order), columns ``modality``, ``source``, ``licence``,
+        One row per distinct name (first-seen order, index ``model``), columns ``modality``, ``source``, ``licence``,
         ``description``.
     """
     import pandas as pd
@@ -439,6 +439,6 @@ def describe(names: Sequence[str] | None = None):
             rows[name] = {"modality": entry.modality, "source": source, "licence": entry.licence,
                           "description": entry.description}
         else:
-            rows[name] = {"modality": "", "source": "Hugging Face id, folder or timm", "licence": "",
-                          "description": ""}
-    return pd.DataFrame.from_dict(rows, orient="index")
+            rows[name] = {"modality": "resolved when loaded", "source": "Hugging Face id, folder or timm",
+                          "licence": "see the model card", "description": "not in the offline zoo"}
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("model")
