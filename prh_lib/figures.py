@@ -87,7 +87,7 @@ def figure_pairs_of(comparisons: Sequence[Sequence[str]], figure_pairs: Sequence
 
 def heatmap_grid(matrices: dict, *, chance: float | None = None, ncols: int = 2, scale: str = "shared",
                  shared_scale: bool | None = None, other_peaks: dict | None = None,
-                 panel_size: tuple[float, float] = (3.75, 3.4), dpi: int = 150):
+                 panel_size: tuple[float, float] = (3.55, 3.3), dpi: int = 150):
     """One :func:`prh_lib.plots.alignment_heatmap` per entry of ``matrices`` (label -> AlignmentMatrix-like).
 
     Parameters
@@ -109,7 +109,7 @@ def heatmap_grid(matrices: dict, *, chance: float | None = None, ncols: int = 2,
     other_peaks : dict of str to list of (int, int), optional
         Label -> peaks of other draws, drawn as small circles.
     panel_size : (float, float)
-        Inches per panel (with its colour bar); two columns make a figure of about 7.5 inches, the page's
+        Inches per panel (with its colour bar); two columns make a figure of about 7.1 inches, the page's
         width (:data:`prh_lib.plots.PAGE_WIDTH_PX`), so the 9-pt ticks are drawn at 9 pt.
     dpi : int
 
@@ -221,15 +221,15 @@ def scatter_grid(table: pd.DataFrame, *, x, ys: Sequence[str], by: str = "vision
 
 def capability_panels(summary: pd.DataFrame, *, x: str = "bpb", y: str = "peak", family: str = "independent",
                       correlations: pd.DataFrame | None = None, label: str = "language",
-                      panel_size: tuple[float, float] = (4.4, 3.6), dpi: int = 160):
+                      panel_size: tuple[float, float] = (3.5, 3.2), dpi: int = 160):
     """Alignment against capability, one panel per dataset, one series per vision model (Figures 3-4 layout).
 
     Each point is one language model: its alignment (mean over draws, error bar = std over draws; none for
     a single draw) against its capability, numbered in order of capability, with the key under the panels
     (names placed beside clustered points overlap). All panels share the y range, chance k/(N-1) is a dashed grey
     line, and with ``x="bpb"`` the x axis is reversed so capability grows to the right in every panel. The
-    legend sits above the panels; Pearson r per vision model (from ``correlations``) is written under
-    each panel.
+    legend sits above the panels; the key of the numbered points and Pearson r per vision model (from
+    ``correlations``) are written under the panels.
 
     Parameters
     ----------
@@ -262,6 +262,7 @@ def capability_panels(summary: pd.DataFrame, *, x: str = "bpb", y: str = "peak",
                              squeeze=False, sharey=True, dpi=dpi, layout="constrained")
     std = f"{y} std"
     number = {name: i + 1 for i, name in enumerate(dict.fromkeys(sub.sort_values(x)[label].astype(str)))}
+    panel_notes = []
     for ax, ds in zip(axes[0], datasets):
         part = sub[sub["dataset"] == ds]
         notes = []
@@ -285,27 +286,25 @@ def capability_panels(summary: pd.DataFrame, *, x: str = "bpb", y: str = "peak",
         chance = float(part["chance"].iloc[0])
         ax.axhline(chance, color="0.4", linestyle="--", linewidth=1.2)
         ax.set_title(f"{ds} (N = {int(part['n'].iloc[0])})", fontsize=10)
-        ax.set_xlabel({"bpb": "bits per byte, held-out captions (lower = more capable)",
+        ax.set_xlabel({"bpb": "bits per byte (held-out captions)\n← less capable · more capable →",
                        "next_token_accuracy": "next-token accuracy"}.get(x, x), fontsize=9)
         if x == "bpb":
             ax.invert_xaxis() if not ax.xaxis_inverted() else None
         ax.tick_params(labelsize=9)
         if notes:
-            ax.text(0.0, -0.28, "\n".join(notes), transform=ax.transAxes, fontsize=9, va="top", ha="left")
-    axes[0, 0].set_ylabel(f"mutual k-NN ({y}; mean ± std over draws)", fontsize=9)
+            panel_notes.append(f"{ds}: " + "; ".join(notes))
+    axes[0, 0].set_ylabel(f"mutual k-NN, {y} (mean ± std)", fontsize=9)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     handles.append(plt.Line2D([], [], color="0.4", linestyle="--"))
     labels.append("chance k/(N-1)")
     fig.legend(handles, labels, loc="outside upper center", ncol=min(len(labels), 2), fontsize=9, frameon=False)
-    key = "   ".join(f"{i} {name}" for name, i in number.items())
-    import textwrap
-
-    fig.text(0.0, -0.02, "\n".join(textwrap.wrap("points: " + key, width=int(11 * fig.get_figwidth()))), fontsize=9,
-             ha="left", va="top", transform=fig.transFigure)
+    plots.add_footer(fig, "points: " + "   ".join(f"{i} {name}" for name, i in number.items()))
+    for note in panel_notes:
+        plots.add_footer(fig, note)
     return fig
 
 
-def plot_detail(table: pd.DataFrame, *, score: str = "peak", panel_size: tuple[float, float] = (3.75, 3.2),
+def plot_detail(table: pd.DataFrame, *, score: str = "peak", panel_size: tuple[float, float] = (3.5, 3.2),
                 dpi: int = 160):
     """Alignment against mean caption length in tokens, one line per control, one panel per (dataset, model pair).
 
@@ -373,7 +372,7 @@ _FLOOR_DASH = {"random-language": (0, (1, 1.5)), "random-vision": (0, (4, 2)), "
 
 def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | None = None,
                   regime_floors: dict | None = None, missing_note: str = "not run", metric: str = "mutual k-NN",
-                  panel_size=(3.6, 3.0)):
+                  panel_size=(3.45, 3.0)):
     """Figure 5 layout: one row of panels per dataset, raw maxima (left) and calibrated maxima (right).
 
     Parameters
@@ -418,7 +417,6 @@ def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | No
     # every comparison gets a number beside its point, and the key under the figure names it
     names = list(dict.fromkeys(n for raw_cal in groups.values() for pts in raw_cal[0].values() for n in pts))
     number = {n: str(i + 1) for i, n in enumerate(names)}
-    key_lines = textwrap.wrap("Points: " + "; ".join(f"{number[n]} {n}" for n in names), 88) if names else []
 
     raw_top = top_of(0, list(chance.values()) + [b[2] for d in datasets for b in floors.get(d, {}).values()])
     cal_top = top_of(1, [b[2] for d in datasets for b in floors.get((d, "calibrated"), {}).values()])
@@ -457,6 +455,6 @@ def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | No
                    ncol=2, fontsize=9, frameon=False,
                    title="floors (line: mean over vision × language pairs;\nband: lowest to highest pair)",
                    title_fontsize=9)
-    if key_lines:
-        fig.text(0.01, 0.0, "\n".join(key_lines), fontsize=9, ha="left", va="top")
+    if names:
+        plots.add_footer(fig, "Points: " + "; ".join(f"{number[n]} {n}" for n in names))
     return fig

@@ -185,7 +185,7 @@ def plot_sweep_bands(agg: pd.DataFrame, *, sweep: str = "variance", role: str = 
     ncols = min(ncols, len(panels))
     nrows = int(np.ceil(len(panels) / ncols))
     fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows), squeeze=False,
-                             dpi=dpi)
+                             dpi=dpi, layout="constrained")
     ref = agg[(agg["quantity"] == "pca:reference") & (agg["role"] == role)]
     colors = ["tab:red", "tab:purple", "tab:brown"]
     for ax, (mx, my, ds) in zip(axes.flat, panels):
@@ -221,6 +221,5 @@ def plot_sweep_bands(agg: pd.DataFrame, *, sweep: str = "variance", role: str = 
             Line2D([], [], color="black", linestyle="-.", label="chance k/(N−1) ÷ uncompressed")]
     keys += [Line2D([], [], color=c, linestyle=":", linewidth=1.2, label=label)
              for (_, _, label), c in zip(thresholds, colors)]
-    fig.tight_layout(rect=(0, 0.32 * len(keys) / fig.get_figheight() * 0.75, 1, 1))
-    fig.legend(handles=keys, loc="lower center", ncol=1, fontsize=9, frameon=False, bbox_to_anchor=(0.5, 0.0))
+    fig.legend(handles=keys, loc="outside lower center", ncol=1, fontsize=9, frameon=False)
     return fig

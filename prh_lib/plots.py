@@ -22,7 +22,7 @@ def _tick_positions(n: int, max_ticks: int = 12) -> np.ndarray:
 #: Width, in CSS pixels, of the column a figure is shown in on a book page (sphinx-book-theme in a 1,280 px
 #: window, as tests/test_browser.py opens it): a PNG wider than this is shrunk to it. The browser test
 #: measures the column and fails if the built book's is narrower.
-PAGE_WIDTH_PX = 720
+PAGE_WIDTH_PX = 680
 #: Smallest text size, in points as rendered on the page (1 pt = 96/72 CSS px), that :func:`readable` allows.
 MIN_RENDERED_PT = 9.0
 #: Padding, in inches, that ``savefig(bbox_inches="tight")`` (IPython's inline backend) adds around the figure.
@@ -51,6 +51,88 @@ def _texts(fig):
     from matplotlib.text import Text
 
     return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+
+
+def add_footer(fig, text: str) -> None:
+    """Set ``text`` under everything else in ``fig`` (a key, a provenance line), as :func:`place_footers` lays out.
+
+    The footers stack in the order added, each wrapped to the figure's width, under the figure's tight bounding
+    box (axes, their labels and figure legends), so they never overlap a legend a layout engine placed.
+    """
+    fig._prh_footers = [*getattr(fig, "_prh_footers", []), str(text)]
+    place_footers(fig)
+
+
+def _axes(fig) -> list:
+    from matplotlib.axes import Axes
+
+    return list({id(a): a for a in fig.findobj(Axes)}.values())
+
+
+def _unfreeze(fig) -> None:
+    """Give a figure frozen by :func:`place_footers` its layout engine back (its axes back into the layout)."""
+    engine = getattr(fig, "_prh_engine", None)
+    if engine is None:
+        return
+    for ax in _axes(fig):
+        ax.set_in_layout(True)
+    for legend, loc in getattr(fig, "_prh_legend_locs", []):
+        legend.set_bbox_to_anchor(None)
+        legend.set_loc(loc)
+    fig._prh_legend_locs = []
+    fig.set_layout_engine(engine)
+    fig._prh_engine = None
+
+
+def place_footers(fig, *, fontsize: float | None = None) -> None:
+    """Lay out :func:`add_footer`'s texts anew under the figure's current tight bounding box.
+
+    Called by :func:`add_footer` and again by :func:`prh_lib.report.show_figure` after :func:`readable` has
+    resized the text (``fontsize``: their size in points; default 9).
+    """
+    import textwrap
+
+    for artist in getattr(fig, "_prh_footer_artists", []):
+        artist.remove()
+    fig._prh_footer_artists = []
+    texts = getattr(fig, "_prh_footers", [])
+    if not texts:
+        return
+    size = float(fontsize or 9.0)
+    _unfreeze(fig)  # laid out again (fonts may have changed), then frozen again
+    for _ in range(2):  # constrained layout settles legends "outside" the axes in a second pass
+        fig.canvas.draw()
+    box = fig.get_tightbbox(fig.canvas.get_renderer())  # inches
+    width_chars = max(40, int(box.width * 72 / (0.55 * size)))
+    y = box.y0 - 0.06
+    for text in texts:
+        wrapped = "\n".join(textwrap.fill(line, width_chars) for line in text.splitlines())
+        w, h = fig.get_size_inches()
+        artist = fig.text(box.x0 / w, y / h, wrapped, fontsize=size, ha="left", va="top",
+                          color="0.35" if text.startswith("notebook ") else "black")
+        fig._prh_footer_artists.append(artist)
+        y -= (wrapped.count("\n") + 1) * size * 1.3 / 72 + 0.06
+    # freeze the layout: a layout engine run again when the figure is saved with bbox_inches="tight" would
+    # measure the footers as part of the figure and move "outside" legends under them
+    engine = fig.get_layout_engine()
+    if engine is not None and engine.__class__.__name__ != "PlaceHolderLayoutEngine":
+        fig._prh_engine = engine
+        renderer = fig.canvas.get_renderer()
+        for ax in _axes(fig):  # kept where the engine put them (set_position takes them out of the layout)
+            ax.set_position(ax.get_position(original=False), which="both")
+        for legend in fig.findobj(lambda a: a.__class__.__name__ == "Legend"):
+            if legend.axes is not None:
+                continue
+            # figure legends pinned where the engine put them, in figure fractions
+            from matplotlib.legend import Legend
+
+            loc = {code: name for name, code in Legend.codes.items()}[legend._loc]
+            loc = f"outside {loc}" if getattr(legend, "_outside_loc", None) else loc  # set_loc("center") clears it
+            fig._prh_legend_locs = [*getattr(fig, "_prh_legend_locs", []), (legend, loc)]
+            where = legend.get_window_extent(renderer).transformed(fig.transFigure.inverted())
+            legend.set_bbox_to_anchor(where, transform=fig.transFigure)
+            legend.set_loc("center")
+        fig.set_layout_engine("none")
 
 
 def readable(fig, *, min_pt: float = MIN_RENDERED_PT, page_width_px: float = PAGE_WIDTH_PX,
@@ -86,7 +168,8 @@ def readable(fig, *, min_pt: float = MIN_RENDERED_PT, page_width_px: float = PAG
         small = [t for t in _texts(fig) if t.get_fontsize() < need]
         if not small:
             break
-        for ax in fig.axes:
+        _unfreeze(fig)  # frozen by place_footers: lay out again
+        for ax in _axes(fig):
             for axis, which in ((ax.xaxis, "x"), (ax.yaxis, "y")):
                 labels = [t for t in axis.get_ticklabels(which="both") if t.get_text().strip()]
                 if labels and min(t.get_fontsize() for t in labels) < need:
@@ -96,6 +179,8 @@ def readable(fig, *, min_pt: float = MIN_RENDERED_PT, page_width_px: float = PAG
                 t.set_fontsize(need)
         if fig.get_layout_engine() is None and not fig.legends:  # laid out once by tight_layout(): again
             fig.set_layout_engine("tight")
+        if getattr(fig, "_prh_footers", None):
+            place_footers(fig, fontsize=need)
     texts = _texts(fig)
     width = _saved_width_in(fig)
     scale = rendered_scale(width, fig.dpi, page_width_px=page_width_px)

@@ -143,10 +143,11 @@ def provenance(chapter: str, params: dict | None = None) -> str:
     return " · ".join(parts)
 
 
-def caption(fig, chapter: str, params: dict | None = None, *, fontsize: float = 9.0) -> None:
-    """Write :func:`provenance` under a matplotlib figure (bottom left, outside the axes)."""
-    fig.text(0.0, -0.01, provenance(chapter, params), fontsize=fontsize, color="0.35", ha="left", va="top",
-             transform=fig.transFigure)
+def caption(fig, chapter: str, params: dict | None = None) -> None:
+    """Write :func:`provenance` under a matplotlib figure, below everything else (:func:`prh_lib.plots.add_footer`)."""
+    from . import plots
+
+    plots.add_footer(fig, provenance(chapter, params))
 
 
 #: PNG text key under which :func:`show_figure` stores what :func:`prh_lib.plots.readable` measured (JSON).

@@ -250,3 +250,34 @@ def test_k_sweep_grid_fits_the_page_with_one_legend(n_pairs):
     assert fit["width_in"] * fit["dpi"] <= plots.PAGE_WIDTH_PX * 1.7  # not shrunk to well under true size
     assert fit["min_rendered_pt"] >= 9.0 - 0.05
     plt.close(fig)
+
+
+def test_footers_and_a_legend_outside_never_overlap_the_panels_after_text_is_enlarged(monkeypatch):
+    """report.show_figure on a figure that needs larger text: the layout runs again, the figure legend stays
+    outside the panels and the footers (key, provenance) stay under everything."""
+    import matplotlib.pyplot as plt
+
+    from prh_lib import report
+
+    monkeypatch.setattr("IPython.display.display", lambda obj: None)
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7), dpi=150, layout="constrained")
+    for ax in axes.flat:
+        ax.plot([0, 1], [0, 1], label="a line")
+        ax.set_xlabel("an x label", fontsize=8)
+        ax.tick_params(labelsize=7)
+    fig.legend(handles=axes[0, 0].lines, loc="outside lower center", fontsize=7)
+    plots.add_footer(fig, "points: " + "1 first model   2 second model   " * 6)
+    closed = []
+    monkeypatch.setattr("matplotlib.pyplot.close", lambda f: closed.append(f))
+    fit = report.show_figure(fig, "demo", {"k": 10})
+    assert fit["min_rendered_pt"] >= 9.0 - 0.05 and closed == [fig]
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    panels = [ax.get_tightbbox(r) for ax in fig.axes]
+    legend = fig.legends[0].get_window_extent(r)
+    footers = [t.get_window_extent(r) for t in fig._prh_footer_artists]
+    assert len(footers) == 2
+    assert legend.y1 <= min(p.y0 for p in panels) + 1  # under the panels, their labels included
+    assert max(f.y1 for f in footers) <= legend.y0 + 1  # the footers under the legend
+    assert footers[0].y0 >= footers[1].y1 - 1  # and under each other, in the order added
+    plt.close(fig)

@@ -430,8 +430,8 @@ def consensus_figure(summary: ConsensusSummary):
     res = summary.result
     ev = res.eigenvalues
     n_sh, n_pr = res.shared_basis.shape[1], res.private_basis.shape[1]
-    # the spectrum over the full width, the two views' bars under it: 7.5 inches wide, the page's width
-    fig = plt.figure(figsize=(7.5, 8), layout="constrained")
+    # the spectrum over the full width, the two views' bars under it: 7 inches wide, the page's width
+    fig = plt.figure(figsize=(7.0, 8), layout="constrained")
     grid = fig.add_gridspec(2, 2)
     axes = [fig.add_subplot(grid[0, :]), fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 1])]
     line_plot(np.arange(1, len(ev) + 1), {"training rows (fitted)": ev, "held-out rows": summary.held_out_eigenvalues},

@@ -260,13 +260,13 @@ def synthetic_sweep(offsets2=(0.0, 0.25, 0.5, 1.0, 2.0, 4.0), *, n: int = 2000, 
 def procedure_figure(sweep: pd.DataFrame, table: pd.DataFrame):
     """Synthetic sweep (three panels: measured markers, predicted lines) and real pairs (predicted vs measured).
 
-    Returns a 2 x 2 matplotlib Figure, 7.5 inches wide at 150 dpi (page width), fonts of at least 9 pt.
+    Returns a 2 x 2 matplotlib Figure, 7 inches wide at 150 dpi (page width), fonts of at least 9 pt.
     Our procedure's markers are drawn slightly to the right of the reference's so both stay visible
     where they coincide (Cross-Model).
     """
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(7.5, 6.6), dpi=150, layout="constrained")
+    fig, axes = plt.subplots(2, 2, figsize=(7.0, 6.4), dpi=150, layout="constrained")
     axes = axes.ravel()
     g = sweep.groupby(["procedure", "offset2"], sort=False)
     mean, sd = g.mean(numeric_only=True), g.std(numeric_only=True)
