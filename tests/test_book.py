@@ -244,3 +244,12 @@ def test_page_table_says_a_p_value_at_the_permutation_floor_once():
     mixed = report.page_table(df.assign(**{"p (largest over draws)": [floor, report.format_p(0.2, 200)]}))
     assert list(mixed["p (largest over draws)"]) == ["≤ 0.005", "p = 0.200"]  # p-values that differ stay
     assert "≤ 0.005 means no permutation" in mixed.attrs["notes"][0]
+
+
+def test_table_headers_are_words_not_code_names(built_book):
+    """No snake_case column name (``n_eval``, ``score_mean``) in any table header: columns are named in words."""
+    for name in ["intro"] + runner.available_notebooks():
+        page = (built_book / f"{name}.html").read_text()
+        heads = {h for rows in _header_rows(page) for row in rows for h in row}
+        raw = sorted(h for h in heads if re.fullmatch(r"[a-z0-9]+(_[a-z0-9]+)+", h))
+        assert not raw, f"{name}.html: raw column names {raw}"

@@ -238,7 +238,7 @@ def test_summaries_and_formula_check(table):
     assert side.shape == (1, 8) and side.columns[0] == ("Pointwise", dr.OURS)
     assert " ± " in side.iloc[0, 0]
     steps = dr.step_table(table)
-    assert len(steps) == 8 and {"r", "n_train", "n_eval"} <= set(steps.columns)
+    assert len(steps) == 8 and {"r", "training rows", "evaluation rows"} <= set(steps.columns)
     check = dr.formula_check(table)
     assert list(check.index.get_level_values("step")) == [dr.REFERENCE, "reference, means not added back"]
     assert (check["largest |error|"] < 0.15).all()

@@ -196,10 +196,11 @@ def side_by_side(table: pd.DataFrame, *, steps=(OURS, REFERENCE)) -> pd.DataFram
 
 
 def step_table(table: pd.DataFrame) -> pd.DataFrame:
-    """Every step of :func:`compare_procedures` for every pair: ``mean ± sd`` over splits, with ``r`` and sizes."""
+    """Every step of :func:`compare_procedures` for every pair: ``mean ± sd`` over splits, with ``r`` (whitened
+    dimensions kept) and the row counts (``training rows``, ``evaluation rows``)."""
     f = _formatted(table, ["pair", "step"])
     sizes = table.groupby(["pair", "step"], sort=False)[["r", "n_train", "n_eval"]].first()
-    return f.join(sizes)
+    return f.join(sizes.rename(columns={"n_train": "training rows", "n_eval": "evaluation rows"}))
 
 
 def formula_check(table: pd.DataFrame, *, steps=(REFERENCE, _NO_MEANS)) -> pd.DataFrame:
