@@ -24,7 +24,7 @@ from ..metrics import bootstrap_ci
 from ..metrics.selection import bootstrap_interval, paired_interval
 from .ablation_study import chance_corrected
 
-__all__ = ["k_sweep_intervals", "regime_order_tests", "intervals_display"]
+__all__ = ["k_sweep_intervals", "draw_intervals", "regime_order_tests", "intervals_display"]
 
 
 def _corrected_bootstrap(x, y, *, k: int, n_boot: int, seed: int):
@@ -80,6 +80,38 @@ def k_sweep_intervals(features: Mapping, fixed: Mapping[str, tuple[int, int]], r
                          "chance": int(k) / (n - 1), "raw": est, "corrected": float(c_est), "low": lo, "high": hi,
                          "reps": np.asarray(c_reps, dtype=np.float64)})
     return pd.DataFrame(rows)
+
+
+def draw_intervals(draw, comparisons, run: dict, *, n_boot: int = 100, seed: int = 0, clip_q: float | None = 0.95,
+                   clip: str | None = "stack", device: str = "cpu", dtype: str = "float32",
+                   batch_size: int = 32) -> pd.DataFrame:
+    """:func:`k_sweep_intervals` on one draw of the study, at the fixed layer pairs and ks of its k sweep.
+
+    Parameters
+    ----------
+    draw : prh_lib.data.study.Draw
+    comparisons : sequence of (str, str)
+    run : dict
+        :func:`prh_lib.analysis.ablation.run_ablation` output of that draw (its ``"k"`` sweeps give the fixed
+        layer pairs and the ks).
+    n_boot, seed
+        As in :func:`k_sweep_intervals`.
+    clip_q, clip, device, dtype, batch_size
+        Features as the study prepared them (:func:`prh_lib.analysis.prepare_features`; cached).
+    """
+    from .core import prepare_features
+    from .layerwise import regime_of
+
+    feats = prepare_features(comparisons, draw.pairs, clip_q=clip_q, clip=clip, device=device, dtype=dtype,
+                             batch_size=batch_size)
+    fixed, regimes, ks = {}, {}, set()
+    for x, y in comparisons:
+        label = f"{x} × {y}"
+        sweep = run["k"][label]
+        fixed[label] = tuple(int(v) for v in sweep.attrs["layer_pair"]["index"])
+        regimes[label] = regime_of(feats[x].meta.get("modality", ""), feats[y].meta.get("modality", ""))
+        ks |= set(int(v) for v in sweep["k"])
+    return k_sweep_intervals(feats, fixed, regimes, ks=sorted(ks), n_boot=n_boot, seed=seed)
 
 
 def regime_order_tests(intervals: pd.DataFrame):
