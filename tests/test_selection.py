@@ -197,3 +197,13 @@ def test_basic_interval_reference_values_and_refusals():
     assert paired_interval(a + 1, a, estimates=(3.0, 1.0), ratio=False) == pytest.approx((3.0, 3.0))
     with pytest.raises(ValueError, match="point estimates"):
         paired_interval(a, b)
+
+
+def test_a_ratio_is_reflected_on_the_log_scale_and_stays_positive():
+    rng = np.random.default_rng(0)
+    b = 0.05 + 0.04 * rng.random(200)  # a denominator near chance: a long upper tail of the ratio
+    a = 0.4 + 0.02 * rng.normal(size=200)
+    lo, hi = paired_interval(a, b, ratio=True, estimates=(0.4, 0.07))
+    q_lo, q_hi = np.quantile(np.log(a / b), [0.025, 0.975])
+    assert (lo, hi) == pytest.approx((np.exp(2 * np.log(0.4 / 0.07) - q_hi), np.exp(2 * np.log(0.4 / 0.07) - q_lo)))
+    assert 0 < lo < 0.4 / 0.07 < hi

@@ -418,7 +418,8 @@ def paired_interval(a_reps, b_reps, ci: float = 0.95, *, ratio: bool = False, es
         Replicates of ``a`` and ``b`` on the same resamples.
     ci : float, default=0.95
     ratio : bool, default=False
-        The ratio ``a / b`` instead of the difference.
+        The ratio ``a / b`` instead of the difference. With ``method="basic"`` and a positive estimate, the basic
+        interval of ``log(a / b)``, exponentiated (replicates that are not positive are left out).
     estimates : (float, float)
         The point estimates of ``a`` and ``b``: the difference (ratio) of the two is the statistic's estimate,
         which the bias-aware methods need. Required unless ``method="percentile"``.
@@ -441,6 +442,13 @@ def paired_interval(a_reps, b_reps, ci: float = 0.95, *, ratio: bool = False, es
         est = np.nan if estimates is None else (
             float(np.float64(estimates[0]) / np.float64(estimates[1])) if ratio
             else float(estimates[0]) - float(estimates[1]))
+        if ratio and method == "basic" and np.isfinite(est) and est > 0:
+            # a ratio is reflected on the log scale (Davison & Hinkley 1997, Sec. 5.2.1: the basic interval on a
+            # scale where the statistic's spread does not depend on its value), so it stays positive and the long
+            # upper tail of a ratio of scores is not mirrored below 0
+            lo, hi = bootstrap_interval(np.log(est), np.where(reps > 0, np.log(np.where(reps > 0, reps, 1.0)),
+                                                              np.nan), ci=ci, method="basic")
+            return float(np.exp(lo)), float(np.exp(hi))
     return bootstrap_interval(est, reps, ci=ci, method=method)
 
 
