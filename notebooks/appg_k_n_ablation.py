@@ -61,6 +61,7 @@ device = "cpu"
 dtype = "float32"
 batch_size = 32
 num_threads = 1  # torch threads while scoring (one is fastest on a busy shared CPU); None: unchanged
+image_boot = 100  # image resamples of the chance-corrected k sweep on the first draw (paired intervals); 0: none
 
 # %% tags=["remove-cell"]
 import logging
@@ -74,6 +75,7 @@ from IPython.display import Markdown, display
 
 from prh_lib import claims, figures, report, results
 from prh_lib.analysis import ablation, layerwise
+from prh_lib.analysis import ablation_intervals
 from prh_lib.data.study import study_draws
 
 logging.getLogger("prh_lib").setLevel(logging.ERROR)
@@ -151,8 +153,21 @@ show(figures.plot_sweep(pooled["n fixed k/N"], x="n"))
 shown = ["dataset", "pair", "sweep", "k or N", "raw", "chance", "chance-corrected"]
 table[shown].set_index(["dataset", "pair", "sweep"])
 
+# %% [markdown]
+# ## Chance-corrected scores with intervals over images
+# The k sweep of the first draw at each pair's fixed layer pair, chance-corrected, (s − c)/(1 − c) with
+# c = k/(N − 1), each with a 95 % interval from `image_boot` resamples of the images (the same resamples for
+# every pair and k, so the difference of two regimes at one k has a paired interval; that is how the verdict
+# reads the order). The std over caption draws above is caption choice only.
+
 # %% tags=["hide-input"]
-rows = ablation.findings(agg, table, dataset=main_dataset)
+intervals = (ablation_intervals.draw_intervals(draws[0], comparisons, runs[(main_dataset, 0)], n_boot=image_boot,
+                                               clip_q=clip_q, clip=clip, device=device, dtype=dtype,
+                                               batch_size=batch_size) if image_boot else pd.DataFrame())
+ablation_intervals.intervals_display(intervals) if len(intervals) else Markdown("No intervals (`image_boot` is 0).")
+
+# %% tags=["hide-input"]
+rows = ablation.findings(agg, table, dataset=main_dataset, intervals=intervals)
 Markdown(ablation.describe_study(table, rows, dataset=main_dataset))
 
 # %% [markdown]
@@ -168,5 +183,6 @@ claims.claims_table(rows, chapter=CHAPTER)
 first = runs[(main_dataset, 0)]
 record = report.record(CHAPTER, {
     **ablation.to_record(first, ablation.summary_table(first), n=len(draws[0].pairs), k=k),
-    "params_hash": results.params_hash(params), "study": table.to_dict(orient="records"), "claims": rows})
+    "params_hash": results.params_hash(params), "study": table.to_dict(orient="records"), "claims": rows,
+    "intervals": intervals.drop(columns="reps", errors="ignore").to_dict(orient="records")})
 report.record(claims.RECORD_NAME, rows);

@@ -58,6 +58,8 @@ ladder_seed = 0  # seed of the random initialisation
 heldout_per_image = 1  # held-out captions per image for bits per byte
 n_heldout = 120  # at most this many bits-per-byte texts (bounds the cost); None: all
 capability_csv = None  # None: the packaged table prh_lib/resources/capability_scores.csv
+image_splits = 4  # image-level interval of r: random halvings of the first dataset's images (held-out peaks)
+image_boot = 50  # ... and stratified image resamples, the same for every model (0: no image interval)
 device = "cpu"
 dtype = "float32"
 batch_size = 32
@@ -172,6 +174,23 @@ ladder_corr = capability.study_correlations(summary, capability=["bpb"], alignme
  if not correlations.empty else Markdown(f"No correlation across models: {len(independent)} independent "
                                          "language model(s) ran here, and at least 3 are needed."))
 
+# %% [markdown]
+# **Over images.** The draws' spread mixes caption choice with which images a draw took. To see how much the
+# images alone move r, each model's alignment is also measured as its held-out peak on all images of the first
+# dataset (layer pair chosen on one half of the images, scored on the other, `image_splits` halvings), and the
+# images are resampled (`image_boot` stratified resamples, the same for every model; the layer pair chosen
+# again in each): each resample gives one r across the models, and their 2.5 and 97.5 % points are the
+# interval. The spread of r over the draws (in-sample peaks) stands beside it. The verdict below uses the
+# interval over images.
+
+# %% tags=["hide-input"]
+image_corr = (capability.image_correlations(sets, vision, language, dict(zip(summary["language"], summary["bpb"])),
+                                            dataset=draws[0].dataset, direction=-1, k=k, clip_q=clip_q,
+                                            n_splits=image_splits, n_boot=image_boot, table=table)
+              if image_boot else pd.DataFrame())
+(capability.image_display(image_corr) if len(image_corr)
+ else Markdown("No interval over images: fewer than 3 independent language models ran, or `image_boot` is 0."))
+
 # %% tags=["hide-input"]
 main_x = "mmlu_5shot" if summary["mmlu_5shot"].notna().sum() >= 3 else "bpb"  # the paper's Fig. 3 axis when known
 if (summary["family"] == "independent").any():
@@ -205,7 +224,7 @@ Markdown(capability.describe_study(correlations, ladder_corr, summary, main_data
 # %% tags=["hide-input"]
 claim_rows = capability.findings(correlations, main_dataset=draws[0].dataset,
                                  comparable=capability.paper_setting(datasets, independent),
-                                 missing_models=list(missing))
+                                 missing_models=list(missing), image_corr=image_corr)
 claims.claims_table(claim_rows, chapter=CHAPTER)
 
 # %% tags=["remove-cell"]
@@ -246,4 +265,5 @@ Markdown(benchmarks.describe_missing(capabilities))
 record = report.record(CHAPTER, capability.study_record(
     summary=summary, correlations=correlations, ladder=ladder_corr, claims_rows=claim_rows, draws=draws,
     heldout=heldout, heldout_source=heldout_source, missing=missing, k=k, n_permutations=n_permutations,
-    capabilities=capabilities) | {"params_hash": results.params_hash(params)})
+    capabilities=capabilities) | {"params_hash": results.params_hash(params),
+                                  "image_corr": image_corr.to_dict(orient="records")})

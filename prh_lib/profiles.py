@@ -27,8 +27,10 @@ PROFILES: dict[str, dict[str, object]] = {
         "batch_size": 16,
         "n_displacement_pairs": 2000,
         "n_splits": 2,
-        "heldout_splits": 2,  # sec3_1, sec3_3: random halvings for the held-out peaks
-        "heldout_boot": 10,  # sec3_1, sec3_3: image resamples of the held-out peaks (their intervals)
+        "heldout_splits": 2,  # sec3_1, sec3_3, ch_displacement: random halvings for the held-out peaks
+        "heldout_boot": 10,  # sec3_1, sec3_3, ch_displacement: image resamples of the held-out peaks (their intervals)
+        "image_splits": 2,  # sec3_2_capability, appf_caption_detail: halvings for the held-out peaks of those intervals
+        "image_boot": 10,  # sec3_2_capability, appf_caption_detail, appg_k_n_ablation: resamples of the intervals over images
         "n_random": 5,
         "n_seeds": 2,  # appg_k_n_ablation: random subsets per N
         "summary_pairs": 8,  # appf_caption_detail: images summarised by the LM

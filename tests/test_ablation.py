@@ -166,3 +166,63 @@ def test_k_order_is_read_on_chance_corrected_scores_within_the_papers_k_range(fl
     assert row["verdict"] == verdict, row
     assert "k = 1-10" in row["this build"]  # 200 / 238 is beyond 100 / 1023: not read
     assert "(s − c)/(1 − c)" in row["rule"]
+
+
+def _intervals(spread, regimes=("cross-modal", "vision-vision", "language-language"), n_boot=200, seed=0):
+    """Hand-made k-sweep intervals: one pair per regime, means 0.1 (i + 1), replicates with a shared image noise
+    (paired) and a per-regime noise of sd ``spread``."""
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for k in (1, 5, 10, 200):
+        common = 0.05 * rng.normal(size=n_boot)  # one resampled image set moves every pair alike
+        for i, regime in enumerate(regimes):
+            est = 0.1 * (i + 1)
+            reps = est + common + spread * rng.normal(size=n_boot)
+            rows.append({"pair": f"p{i}", "regime": regime, "k": k, "n": 239, "chance": k / 238, "raw": np.nan,
+                         "corrected": est, "low": np.nan, "high": np.nan, "reps": reps})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("spread, verdict", [(0.005, "reproduces in kind"), (0.2, "inconclusive")])
+def test_k_order_verdict_uses_the_paired_intervals_over_images(spread, verdict):
+    from prh_lib.analysis import ablation
+    from prh_lib.analysis.ablation_intervals import regime_order_tests
+
+    agg, table = _k_order_inputs(None)
+    iv = _intervals(spread)
+    tests, order = regime_order_tests(iv[iv["k"] <= 10])
+    assert order == ("language-language", "vision-vision", "cross-modal") and len(tests) == 3 * 2
+    # paired: the shared image noise cancels, so a small per-regime noise resolves every step of the order
+    assert all(t.estimate == pytest.approx(0.1) for t in tests)
+    (row,) = [r for r in ablation.findings(agg, table, dataset="d", intervals=iv) if r["id"] == "G/k-order"]
+    assert row["verdict"] == verdict, row
+    if verdict == "inconclusive":
+        assert "over images" in row["note"]
+        assert "k = 200" not in row["note"]  # beyond the paper's k/N: not tested
+    # the means alone (no intervals) would pass: the intervals are what makes it inconclusive
+    (bare,) = [r for r in ablation.findings(agg, table, dataset="d") if r["id"] == "G/k-order"]
+    assert bare["verdict"] == "reproduces in kind"
+
+
+def test_k_sweep_intervals_are_paired_over_pairs_and_ks():
+    import torch
+
+    from prh_lib.analysis.ablation_intervals import k_sweep_intervals
+    from prh_lib.features import LayerFeatures
+
+    rng = np.random.default_rng(0)
+    Z = rng.normal(size=(60, 3))
+    mk = lambda noise, name: LayerFeatures(  # noqa: E731
+        torch.as_tensor(np.stack([Z @ rng.normal(size=(3, 6)) + noise * rng.normal(size=(60, 6)) for _ in range(2)]),
+                        dtype=torch.float32), ["embed", "layer.1"], list(range(60)), name)
+    feats = {"a": mk(0.3, "a"), "b": mk(0.3, "b"), "c": mk(3.0, "c")}
+    iv = k_sweep_intervals(feats, {"a × b": (1, 1), "a × c": (1, 0)}, {"a × b": "vision-vision", "a × c": "x"},
+                           ks=[2, 5], n_boot=30, seed=1)
+    assert len(iv) == 4 and (iv["low"] <= iv["high"]).all()
+    ab = iv[(iv["pair"] == "a × b") & (iv["k"] == 5)].iloc[0]
+    ac = iv[(iv["pair"] == "a × c") & (iv["k"] == 5)].iloc[0]
+    assert ab["corrected"] > ac["corrected"] and ab["low"] > 0.1
+    again = k_sweep_intervals(feats, {"a × b": (1, 1)}, {}, ks=[5], n_boot=30, seed=1)
+    np.testing.assert_array_equal(again.iloc[0]["reps"], ab["reps"])  # the same seed: the same resamples

@@ -321,6 +321,30 @@ def test_study_findings_follow_the_numbers(models):
     assert captions.findings(rising)[0]["verdict"] == "differs"  # shorter texts align more
 
 
+def test_the_order_verdict_uses_the_interval_over_images():
+    rows = []
+    for lm_name, base in zip(("a", "b", "c"), (0.3, 0.2, 0.1)):
+        for level in (0.1, 0.5, 1.0):
+            rows.append({"dataset": "d", "vision model": "v", "language model": lm_name, "control": "summary",
+                         "level": level, "peak": base * (0.5 + level / 2), "peak std": 0.001, "n_draws": 5})
+    summary = pd.DataFrame(rows)
+
+    def iv(low):
+        return pd.DataFrame([{"dataset": "d", "draw": 0, "vision model": "v", "control": "summary", "level": lv,
+                              "tau": 1.0, "low": low, "high": 1.0, "n_lms": 3, "n": 40, "n_boot": 50}
+                             for lv in (0.1, 0.5)])
+
+    assert captions.findings(summary)[0]["verdict"] == "reproduces in kind"  # the means alone pass
+    assert "no interval over images" in captions.findings(summary)[0]["note"]
+    ok = captions.findings(summary, order_intervals=iv(0.33))[0]
+    assert ok["verdict"] == "reproduces in kind" and "over images" in ok["this build"]
+    open_ = captions.findings(summary, order_intervals=iv(-0.33))[0]  # the images can reverse the order
+    assert open_["verdict"] == "inconclusive" and "over images, cannot decide" in open_["note"]
+    # an interval of another control is not read
+    assert captions.findings(summary, order_intervals=iv(-0.33).assign(control="truncation"))[0]["verdict"] == \
+        "reproduces in kind"
+
+
 def test_quiet_silences_library_logs_and_restores_them(capsys):
     import logging
     import warnings

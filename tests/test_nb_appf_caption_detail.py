@@ -107,3 +107,17 @@ def test_verdict_matches_the_numbers(rec):
     else:  # two language models: one comparison, so the order cannot be decided ("differs" if it reverses)
         assert row["verdict"] in ("inconclusive", "differs")
     assert "Kendall τ" in row["rule"] and "2 language model(s)" in row["note"]
+
+
+def test_the_order_has_an_interval_over_images_on_the_verdicts_control(rec):
+    """Kendall τ of the held-out peaks (full text vs each shorter level) with its interval; the verdict reads it."""
+    (row,) = [r for r in rec["claims"] if r["id"] == "F/detail"]
+    iv = rec["order_intervals"]
+    assert iv, "no interval over images on the page"
+    control = row["this build"].split(":")[0]
+    assert {r["control"] for r in iv} == {control}
+    levels = sorted({s["level"] for s in rec["summary"] if s["control"] == control})
+    assert sorted({r["level"] for r in iv}) == levels[:-1]  # every shorter level against the full text
+    for r in iv:
+        assert -1 <= r["low"] <= r["high"] <= 1 and r["n_lms"] == 2
+    assert "over images" in row["this build"] and "no interval over images" not in row["note"]

@@ -67,6 +67,14 @@ def test_verdicts_follow_the_numbers(rec):
         assert rows["G/k-order"]["verdict"] == "differs"
     # the order is read on chance-corrected scores, over three regimes
     assert "3 regimes by chance-corrected score" in rows["G/k-order"]["this build"]
-    assert rows["G/k-order"]["verdict"] in ("reproduces in kind", "differs")
+    # inconclusive only when a paired interval over images of the regimes' order holds 0 (said in the note)
+    verdict = rows["G/k-order"]["verdict"]
+    assert verdict in ("reproduces in kind", "differs", "inconclusive")
+    if verdict == "inconclusive":
+        assert "over images, cannot decide" in rows["G/k-order"]["note"]
+    assert "interval over images" in rows["G/k-order"]["rule"]
+    iv = rec["intervals"]  # every pair's chance-corrected score at every k of the first draw, with its interval
+    assert iv and {r["pair"] for r in iv} == {r["pair"] for r in t}
+    assert all(r["low"] <= r["high"] and r["chance"] == pytest.approx(r["k"] / (r["n"] - 1)) for r in iv)
     assert "(s − c)/(1 − c)" in rows["G/k-order"]["rule"]
     assert np.isfinite([r["raw_from"] for r in t]).all()

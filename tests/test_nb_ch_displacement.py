@@ -306,3 +306,22 @@ def test_page_aggregate_equals_a_recomputation_from_the_table(executed, rec, row
             peak = g.loc[g["quantity"] == "layer_pair", "score"].max()
             assert g.loc[g["quantity"] == ds.BEST, "score"].item() == pytest.approx(peak)
         assert r["chance"] == pytest.approx(5 / 47)
+
+
+def test_every_best_layer_pair_has_its_held_out_values_beside_the_in_sample_ones(executed, rec):
+    """The layer pair is chosen on one half of the images and read on the other; the page shows both readings."""
+    assert set(rec["heldout_best"]) == set(PAIRS)
+    for label, h in rec["heldout_best"].items():
+        cm, pw = h["heldout"]["cross_model"], h["heldout"]["pointwise"]
+        assert -1 <= cm <= 1 and -1 <= pw <= 1
+        # the maximum on a half is at least the value read there at the other half's choice
+        assert h["insample_half"] >= cm - 1e-12
+        assert sum(map(sum, h["selected"])) == 2 * h["n_splits"]
+        reps = np.array([np.nan if v is None else v for v in h["reps"]["cross_model"]], dtype=float)
+        assert len(reps) == h["n_boot"] > 0 and np.isfinite(reps).any()
+        q_lo, q_hi = np.quantile(reps[np.isfinite(reps)], [0.025, 0.975])  # basic interval, recomputed
+        assert h["interval"] == pytest.approx([2 * cm - q_hi, 2 * cm - q_lo])
+    cells = nbformat.read(str(executed), as_version=4).cells
+    html = "".join(o["data"].get("text/html", "") for c in cells if c.cell_type == "code"
+                   for o in c.get("outputs", []) if "data" in o)
+    assert "Cross-Model, in-sample (all images)" in html and "Cross-Model, held out [95 % CI]" in html

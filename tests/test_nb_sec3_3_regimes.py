@@ -119,6 +119,21 @@ def test_each_verdict_matches_the_held_out_numbers(rec, table):
     assert all(claims_table.loc[c, "verdict"].startswith("not testable offline") for c in ("3.3/clip", "3.3/projection"))
 
 
+def test_the_summary_counts_floors_beaten_from_the_held_out_margins(nb, table):
+    """The page's count of comparisons above their floors is the held-out paired one, recomputed here."""
+    from fixtures.heldout_rows import paired
+    from prh_lib.analysis import heldout
+
+    h = heldout.heldout_summary(table, dataset="coco-mini")
+    comps, floors = h[h["quantity"] == "heldout"], h[h["quantity"] != "heldout"]
+    with_floors = [r for _, r in comps.iterrows() if any(r["pair"] in f["bounds"] for _, f in floors.iterrows())]
+    clear = [r for r in with_floors if all(paired(r, f)[0] > 0 for _, f in floors.iterrows() if r["pair"] in f["bounds"])]
+    cells = nbformat.read(str(nb), as_version=4).cells
+    text = "".join(o["data"].get("text/markdown", "") for c in cells if c.cell_type == "code"
+                   for o in c.get("outputs", []) if "data" in o)
+    assert f"Held out (the verdicts' numbers): {len(clear)} of {len(with_floors)} trained comparisons" in text
+
+
 @pytest.mark.filterwarnings("ignore:.*degenerate")  # the ViT embedding-output CLS token (see Section 3.1)
 def test_random_init_numbers_equal_a_recomputation_from_the_feature_cache(table):
     spec = study.DatasetSpec(name="coco-mini", source="coco-folder", n_pairs=48, repetitions=2, draws="captions")

@@ -290,6 +290,26 @@ def test_claims_are_computed_from_held_out_numbers_and_floors(study, feats, tmp_
     assert table.loc["3.3/siglip", "verdict"].startswith("not testable offline")
     assert "paired" in table.loc["3.3/same-modality", "test"]
 
+
+@pytest.mark.parametrize("rand_init_floor", ["noise", "twin"])
+def test_the_summary_counts_floors_beaten_from_the_held_out_paired_margins(study, feats, tmp_path, rand_init_floor):
+    _, df = study
+    s = regimes.with_floors(regimes.study_summary(df), _floors(0.1), MODALITY)
+    h = _heldout(feats, tmp_path, rand_init_floor)
+    # independent count: a comparison clears its floors when every paired interval's lower end is above 0
+    expect = [p for p in ("vis × lang", "vis × vis2") if (regimes.floor_margins(h, p)["low"] > 0).all()]
+    text = regimes.describe_study(s.assign(dataset="toy"), {}, heldout=h)
+    assert f"Held out (the verdicts' numbers): {len(expect)} of 2 trained comparisons" in text
+    assert "In-sample" not in text  # the in-sample count of means is no longer the page's count
+    if rand_init_floor == "twin":  # the twin's margin holds 0: named with its interval
+        m = regimes.floor_margins(h, "vis × vis2").iloc[0]
+        assert "vis × vis2 − vis × vis2@random-init:0 (random-init): " + regimes.format_interval(
+            m["margin"], m["low"], m["high"]) in text
+    # without held-out rows for the dataset, the in-sample count stays, labelled as not the test
+    bare = regimes.describe_study(s.assign(dataset="toy"), {})
+    assert "Held out" not in bare and ("it is not the test" in bare or "In-sample" not in bare)
+
+
 # ------------------------------------------------------------------------------------------------ random init
 
 

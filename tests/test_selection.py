@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from prh_lib.metrics import mutual_knn_layerwise
-from prh_lib.metrics.selection import (crossfit_peak, detectable_difference, half_k, paired_interval,
-                                       percentile_interval, resampled_halves, split_halves)
+from prh_lib.metrics.selection import (bootstrap_interval, crossfit_peak, detectable_difference, half_k,
+                                       paired_interval, percentile_interval, resampled_halves, split_halves)
 
 
 def _planted(rng, n=96, L=5, d=12, strength=None):
@@ -91,7 +91,7 @@ def test_comparisons_on_the_same_images_get_the_same_resamples_so_margins_are_pa
     a = crossfit_peak(X, Y, k=10, n_splits=4, n_boot=20, seed=1)
     b = crossfit_peak(X, Y, k=10, n_splits=4, n_boot=20, seed=1)
     np.testing.assert_array_equal(a.heldout_reps, b.heldout_reps)  # the same inputs give the same bits
-    assert paired_interval(a.heldout_reps, b.heldout_reps) == (0.0, 0.0)
+    assert paired_interval(a.heldout_reps, b.heldout_reps, estimates=(a.heldout, b.heldout)) == (0.0, 0.0)
     c = crossfit_peak(X, Y[:, :, ::-1].copy(), k=10, n_splits=4, n_boot=20, seed=1)  # columns permuted: equal
     np.testing.assert_allclose(a.heldout_reps, c.heldout_reps)
     with pytest.raises(ValueError, match="one length"):
@@ -136,3 +136,74 @@ def test_models_needed_for_the_papers_correlation():
     assert fisher_n_for_r(0.3) == 85  # Cohen's table: 84-85 for r = .30 at 80 % power
     with pytest.raises(ValueError):
         fisher_n_for_r(0)
+
+
+def _shifted_bootstrap(rng, *, theta=0.3, bias=0.017, sigma=0.017, n_sim=2000, n_boot=400):
+    """Estimates with a known bias and replicates that reproduce it (as the peaks' replicates do).
+
+    ``θ̂ ~ N(θ − b, σ)`` and, given ``θ̂``, ``θ* ~ N(θ̂ − b, σ)``: the replicates sit ``b`` below the estimate,
+    and the estimate ``b`` below the truth (b = σ = 0.017, the shift measured on the 3.1 peaks).
+    """
+    est = theta - bias + sigma * rng.normal(size=n_sim)
+    reps = est[:, None] - bias + sigma * rng.normal(size=(n_sim, n_boot))
+    return est, reps
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_bias_aware_intervals_cover_the_truth_where_percentiles_miss_it(seed):
+    rng = np.random.default_rng(seed)
+    theta = 0.3
+    est, reps = _shifted_bootstrap(rng, theta=theta)
+
+    def coverage(method):
+        iv = np.array([bootstrap_interval(e, r, method=method) for e, r in zip(est, reps)])
+        return np.mean((iv[:, 0] <= theta) & (theta <= iv[:, 1])), iv
+
+    cov_basic, basic = coverage("basic")
+    cov_pct, pct = coverage("percentile")
+    # normal theory: the basic interval covers 95 %; the percentile interval, centred 2b below the truth,
+    # covers P(|Z - 2| < 1.96) = 0.48
+    assert abs(cov_basic - 0.95) < 0.02
+    assert cov_pct < 0.6
+    # centring: the bias-aware midpoint sits b above the estimate (the bias undone), the percentile one b below
+    assert np.median(basic.mean(1) - est) == pytest.approx(0.017, abs=0.002)
+    assert np.median(pct.mean(1) - est) == pytest.approx(-0.017, abs=0.002)
+
+
+def test_bc_interval_covers_at_a_small_shift_and_needs_extreme_quantiles_at_a_large_one():
+    rng = np.random.default_rng(4)
+    theta = 0.3
+    for bias, expect in ((0.017 / 4, 0.95), (0.017, None)):
+        est, reps = _shifted_bootstrap(rng, theta=theta, bias=bias, n_sim=1500, n_boot=400)
+        iv = np.array([bootstrap_interval(e, r, method="bc") for e, r in zip(est, reps)])
+        cov = np.mean((iv[:, 0] <= theta) & (theta <= iv[:, 1]))
+        if expect:
+            assert abs(cov - expect) < 0.025
+        else:  # z0 = 1: the upper level is Φ(3.96), beyond 400 replicates (why "basic" is the default)
+            assert cov < 0.9
+
+
+def test_basic_interval_reference_values_and_refusals():
+    reps = np.arange(101.0)  # 2.5 % and 97.5 % quantiles: 2.5 and 97.5
+    assert bootstrap_interval(60.0, reps) == pytest.approx((2 * 60 - 97.5, 2 * 60 - 2.5))
+    assert bootstrap_interval(50.0, reps, method="percentile") == pytest.approx((2.5, 97.5))
+    assert bootstrap_interval(50.0, reps, method="bc") == pytest.approx((2.5, 97.5))  # z0 = 0: the percentiles
+    assert all(math.isnan(v) for v in bootstrap_interval(math.nan, reps))
+    with pytest.raises(ValueError, match="unknown interval method"):
+        bootstrap_interval(1.0, reps, method="bca")
+    # paired: the difference's estimate comes from the point estimates, not from the replicates
+    a, b = np.arange(101.0), np.zeros(101)
+    assert paired_interval(a, b, estimates=(60.0, 0.0)) == pytest.approx((22.5, 117.5))
+    assert paired_interval(a + 1, a, estimates=(3.0, 1.0), ratio=False) == pytest.approx((3.0, 3.0))
+    with pytest.raises(ValueError, match="point estimates"):
+        paired_interval(a, b)
+
+
+def test_a_ratio_is_reflected_on_the_log_scale_and_stays_positive():
+    rng = np.random.default_rng(0)
+    b = 0.05 + 0.04 * rng.random(200)  # a denominator near chance: a long upper tail of the ratio
+    a = 0.4 + 0.02 * rng.normal(size=200)
+    lo, hi = paired_interval(a, b, ratio=True, estimates=(0.4, 0.07))
+    q_lo, q_hi = np.quantile(np.log(a / b), [0.025, 0.975])
+    assert (lo, hi) == pytest.approx((np.exp(2 * np.log(0.4 / 0.07) - q_hi), np.exp(2 * np.log(0.4 / 0.07) - q_lo)))
+    assert 0 < lo < 0.4 / 0.07 < hi

@@ -133,12 +133,14 @@ RULES = {
     "G/k-order": "raw scores at the fixed layer pair rise from the smallest to the largest k for every pair, and at "
                  "least three regimes rank in the same order at every k by their mean chance-corrected score "
                  "(s − c)/(1 − c), c = k/(N − 1), over the k up to the paper's largest k/(N − 1) = 100/1023 (raw scores rise "
-                 "with chance, so they are not used for the order)",
+                 "with chance, so they are not used for the order); each step of that order resolved at every k by a "
+                 "paired 95 % interval over images above 0",
     "G/fixed-ratio": "along the N sweep at fixed k/N, every pair's mean raw score varies by at most 25 % of its mean",
 }
 
 
-def findings(agg: pd.DataFrame, table: pd.DataFrame, *, dataset: str, stable: float = 0.25) -> list[dict]:
+def findings(agg: pd.DataFrame, table: pd.DataFrame, *, dataset: str, stable: float = 0.25,
+             intervals: pd.DataFrame | None = None) -> list[dict]:
     """Rows of "The paper and this build" for ``G/*``, computed from :func:`aggregate_sweeps` on ``dataset``.
 
     - ``G/k-order``: at the fixed layer pair, the mean raw score at the largest k exceeds that at the
@@ -148,7 +150,11 @@ def findings(agg: pd.DataFrame, table: pd.DataFrame, *, dataset: str, stable: fl
     - ``G/fixed-ratio``: along the N sweep at fixed k/N, every pair's mean raw score varies by at most
       ``stable`` of its mean (max - min ≤ ``stable`` × mean).
 
-    Values are means over caption draws (each averaging its random subsets); no interval over images here.
+    Values are means over caption draws (each averaging its random subsets). With ``intervals``
+    (:func:`prh_lib.analysis.ablation_intervals.k_sweep_intervals` of one draw of ``dataset``), the order is also
+    tested over images: at every k, each regime against the next in the order at the smallest k, by the paired
+    interval of their mean chance-corrected scores (:func:`~prh_lib.analysis.ablation_intervals.
+    regime_order_tests`); an interval that holds 0 leaves the claim inconclusive.
     """
     a = agg[(agg["dataset"] == dataset) & (agg["quantity"] == "k-sweep:fixed")]
     t = table[table["dataset"] == dataset]
@@ -174,9 +180,19 @@ def findings(agg: pd.DataFrame, table: pd.DataFrame, *, dataset: str, stable: fl
             order_txt = (f"changes over {span}: {' > '.join(first)} at k = {ks_in[0]}, "
                          + "; ".join(f"{' > '.join(orders[kk])} at k = {kk}" for kk in changed[:3]))
         few = n_regimes < 3
+        tests = []
+        if intervals is not None and len(intervals):
+            from .ablation_intervals import regime_order_tests
+
+            iv = intervals[intervals["k"] <= max(PAPER_MAX_K_FRACTION * (intervals["n"].max() - 1), intervals["k"].min())]
+            tests, _ = regime_order_tests(iv)
+        t_holds, t_conclusive, t_why = claims.combine(tests) if tests else (True, True, "")
+        holds = rises and same and t_holds
         rows.append(claims.finding(
-            "G/k-order", holds=rises and same, conclusive=not few or not (rises and same), rule=RULES["G/k-order"],
-            note=(f"only {n_regimes} regimes: their order is a single comparison" if few else ""),
+            "G/k-order", holds=holds, conclusive=(not few and t_conclusive) if holds else True,
+            rule=RULES["G/k-order"],
+            note="; ".join(t for t in ((f"only {n_regimes} regimes: their order is a single comparison" if few else ""),
+                                       t_why.replace("cannot decide: ", "over images, cannot decide: ")) if t),
             this_build=(f"raw rises with k for {int((ks['raw_to'] > ks['raw_from']).sum())} of {len(ks)} pairs; "
                         f"order of the {n_regimes} regimes by chance-corrected score {order_txt}")))
     fr = t[t["sweep"] == "N at fixed k/N"]

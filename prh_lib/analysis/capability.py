@@ -42,13 +42,15 @@ from .capability_study import (  # noqa: F401
     BENCHMARK_DIRECTION, OFFLINE_CAPABILITY, QUANTITIES, DegenerateLayers, StudySets, alignment_table, bpb_table,
     capability_columns, capability_rows, correlation_table, heldout_texts, join_capabilities, ladder_is_monotone,
     paper_setting, study_alignment, study_sets, vision_features)
+from .capability_intervals import image_correlations, image_display  # noqa: F401
 
 __all__ = ["join_capabilities", "capability_columns", "bpb_table", "ladder_is_monotone", "describe_ladder",
            "alignment_table", "CorrelationResult", "correlate", "correlation_table", "correlation_note",
            "describe_correlations", "to_record", "QUANTITIES", "StudySets", "study_sets", "heldout_texts", "DegenerateLayers", "paper_setting",
            "vision_features",
            "study_alignment", "capability_rows", "summary_table", "summary_display", "study_correlations", "format_correlation",
-           "correlation_display", "findings", "describe_study", "study_record", "near_constant"]
+           "correlation_display", "findings", "describe_study", "study_record", "near_constant",
+           "image_correlations", "image_display"]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -302,23 +304,25 @@ RULES = {
     "3.2/datasets": "Pearson r with MMLU falls from DOCCI to its 10 % summaries, WIT and CC3M",
     "3.2/capability-trend": "every vision model's Pearson and Spearman r of the peak with capability has the sign "
                             "of 'alignment grows with capability' (offline: capability = lower bits per byte on "
-                            "held-out captions), with exact permutation p < 0.05 (else inconclusive)",
+                            "held-out captions), with exact permutation p < 0.05 over models and, offline, the 95 % "
+                            "interval over images of r (held-out peaks) above 0 (else inconclusive)",
     "3.2/final-less": "the final-layer pair's correlation with capability is below the peak's for every vision "
                       "model, each correlation significant (else inconclusive)",
 }
 
 
 def findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False,
-             missing_models: Sequence[str] = ()) -> list[dict]:
+             missing_models: Sequence[str] = (), image_corr: pd.DataFrame | None = None) -> list[dict]:
     """:func:`_findings` with each row's test (:data:`RULES`)."""
-    rows = _findings(corr, main_dataset=main_dataset, comparable=comparable, missing_models=missing_models)
+    rows = _findings(corr, main_dataset=main_dataset, comparable=comparable, missing_models=missing_models,
+                     image_corr=image_corr)
     for r in rows:
         r["rule"] = r.get("rule") or RULES.get(r["id"], "")
     return rows
 
 
 def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False,
-              missing_models: Sequence[str] = ()) -> list[dict]:
+              missing_models: Sequence[str] = (), image_corr: pd.DataFrame | None = None) -> list[dict]:
     """Rows of "The paper and this build" for the claims ``3.2/*``, computed from :func:`study_correlations`.
 
     With benchmark correlations (the paper profile) the paper's claims are tested as stated: MMLU and ARC
@@ -339,6 +343,12 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
         Whether the run is in the paper's setting (its 21 models, N = 1024, its datasets).
     missing_models : sequence of str
         Language models that were asked for but are not available (named in the note).
+    image_corr : DataFrame, optional
+        :func:`prh_lib.analysis.capability_intervals.image_correlations` (bits per byte): each vision model's
+        correlation of held-out peaks with capability and its 95 % interval over images. Offline, the
+        capability trend then also needs every such interval (signed: > 0 is "alignment grows with
+        capability") above 0; an interval that holds 0 makes it inconclusive, one whose estimate has the
+        other sign makes it differ. The caption-draw spread is shown beside it, never used as a margin.
 
     Returns
     -------
@@ -397,14 +407,27 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
                       for _, r in g.iterrows())
     n_models = int(peak["n"].min())
     significant = bool((peak["p"] < 0.05).all())
+    img = (image_corr[(image_corr["dataset"] == main_dataset) & (image_corr["capability"] == "bpb")]
+           if image_corr is not None and len(image_corr) else pd.DataFrame())
+    tests = [claims.Test(f"{r['vision']}: {r['method']} r (held-out peaks) with capability, interval over images",
+                         float(r["r (capability)"]), float(r["low (capability)"]), float(r["high (capability)"]), 0.0)
+             for _, r in img.iterrows()]
+    img_holds, img_conclusive, img_why = claims.combine(tests) if tests else (True, True, "")
+    over_images = ("; over images (held-out peaks, 95 % CI): " + "; ".join(
+        f"{r['vision']} {r['method']} {r['r']:+.2f} [{r['ci low']:+.2f}, {r['ci high']:+.2f}]"
+        for _, r in img.iterrows())) if len(img) else ""
+    note_models = "" if significant else (
+        f"the sign is the paper's, but {n_models} independent models cannot tell it "
+        f"from chance (the smallest exact p at n = {n_models} is "
+        f"{2 / math.factorial(n_models):.3g}); detecting the paper's r = 0.66 at 80 % "
+        f"power (two-sided, alpha 0.05) takes {fisher_n_for_r(0.66)} independent "
+        "language models")
     rows.append(claims.finding(
-        "3.2/capability-trend", this_build=f"peak vs bits per byte, {main_dataset}: {shown}",
-        holds=bool((peak["r (capability)"] > 0).all()), comparable=False, conclusive=significant,
-        note="" if significant else (f"the sign is the paper's, but {n_models} independent models cannot tell it "
-                                     f"from chance (the smallest exact p at n = {n_models} is "
-                                     f"{2 / math.factorial(n_models):.3g}); detecting the paper's r = 0.66 at 80 % "
-                                     f"power (two-sided, alpha 0.05) takes {fisher_n_for_r(0.66)} independent "
-                                     "language models")))
+        "3.2/capability-trend", this_build=f"peak vs bits per byte, {main_dataset}: {shown}{over_images}",
+        holds=bool((peak["r (capability)"] > 0).all()) and img_holds, comparable=False,
+        conclusive=significant and img_conclusive,
+        note="; ".join(t for t in (note_models, img_why.replace("cannot decide: ", "over images, cannot decide: "))
+                       if t)))
     final = _pick(main, alignment="final", method="pearson").set_index("vision")["r (capability)"]
     pk = _pick(peak, method="pearson").set_index("vision")["r (capability)"]
     both = pd.concat({"final": final, "peak": pk}, axis=1).dropna()

@@ -26,11 +26,12 @@ from ..lm import target_words, word_count
 
 # the variants and their scores, re-exported: this module stays the chapter's one namespace
 from .captions_study import (  # noqa: F401
-    detail_alignment, detail_variants, study_alignment, study_variants)
+    detail_alignment, detail_variants, study_alignment, study_variants, variant_features)
+from .captions_intervals import order_display, order_intervals  # noqa: F401
 
 __all__ = ["detail_variants", "detail_alignment", "summary_report", "detail_summary", "describe", "example_texts",
            "to_record", "study_variants", "study_alignment", "study_summary", "findings", "describe_study",
-           "study_record"]
+           "study_record", "control_of", "order_intervals", "order_display", "variant_features"]
 
 
 def summary_report(summaries: dict, sources: Sequence[str]) -> pd.DataFrame:
@@ -154,10 +155,19 @@ def study_summary(df: pd.DataFrame) -> pd.DataFrame:
 #: F/detail's test, in one sentence (shown on the page and the front page)
 RULE = ("every (vision, language) pair's mean peak is lower at the shortest text than at the full text, and the "
         "language models' order is kept: Kendall τ between their peaks at the full text and at each shorter level "
-        "is positive at every level, read over at least three language models (two give a single comparison)")
+        "is positive at every level, read over at least three language models (two give a single comparison), and "
+        "where computed its 95 % interval over images (held-out peaks, one draw) lies above 0")
 
 
-def findings(summary: pd.DataFrame, *, paper_setting: bool = False) -> list[dict]:
+def control_of(summary: pd.DataFrame) -> str:
+    """The shortening the verdict reads: ``"summary"`` when it ran on at least two draws, else ``"truncation"``."""
+    sel = summary[summary["control"] == "summary"] if len(summary) else summary
+    n = int(sel["n_draws"].min()) if len(sel) and "n_draws" in sel else 0
+    return "summary" if n >= 2 else "truncation"
+
+
+def findings(summary: pd.DataFrame, *, paper_setting: bool = False,
+             order_intervals: pd.DataFrame | None = None) -> list[dict]:
     """The row of "The paper and this build" for ``F/detail``, computed from :func:`study_summary`.
 
     The claim (App. F): shorter captions lower alignment but keep the order of the models. Tested on the
@@ -166,18 +176,17 @@ def findings(summary: pd.DataFrame, *, paper_setting: bool = False) -> list[dict
     text's. *Keeps the order*: Kendall τ (:func:`scipy.stats.kendalltau`, τ-b) between the language models'
     peaks at the full text and at each shorter level, per (dataset, vision model), is positive at every level.
     With fewer than three language models the order is one comparison, so the claim is at best inconclusive.
-    The caption-draw std is shown, never used as a margin; no interval over images is computed here (stated in
-    the note). Comparable only in the paper's setting (DOCCI, Qwen3-8B).
+    The caption-draw std is shown, never used as a margin. With ``order_intervals``
+    (:func:`prh_lib.analysis.captions_intervals.order_intervals` of the same control), every Kendall τ over
+    images (held-out peaks, one draw) must have its 95 % interval above 0; one that holds 0 leaves the claim
+    inconclusive, one at or below 0 makes it differ. Without it the note says that no interval over images was
+    computed. Comparable only in the paper's setting (DOCCI, Qwen3-8B).
     """
     from scipy.stats import kendalltau
 
     from .. import claims
 
-    def n_draws(c):
-        sel = summary[summary["control"] == c]
-        return int(sel["n_draws"].min()) if len(sel) and "n_draws" in sel else 0
-
-    control = "summary" if n_draws("summary") >= 2 else "truncation"
+    control = control_of(summary)
     sub = summary[summary["control"] == control]
     if sub.empty:
         return [claims.finding("F/detail", this_build=None, holds=None, note="no shortening control ran", rule=RULE)]
@@ -202,14 +211,23 @@ def findings(summary: pd.DataFrame, *, paper_setting: bool = False) -> list[dict
     few = n_lms < 3
     # a drop that fails decides the claim; with fewer than three models the order cannot (one comparison, no
     # interval over images): the claim is then inconclusive whichever way the two models fall
-    holds = all(lower) and (order_ok or few)
+    iv = (order_intervals[order_intervals["control"] == control] if order_intervals is not None
+          and len(order_intervals) else pd.DataFrame())
+    tests = [claims.Test(f"{r['vision model']}: Kendall τ full vs {r['level']:g} (held-out peaks, interval over "
+                         f"images)", float(r["tau"]), float(r["low"]), float(r["high"]), 0.0) for _, r in iv.iterrows()]
+    t_holds, t_conclusive, t_why = claims.combine(tests) if tests else (True, True, "")
+    holds = all(lower) and (order_ok or few) and t_holds
     why = "" if control == "summary" else "summaries ran on fewer than 2 draws, so truncation (every draw) is used"
-    notes = [why, "no interval over images for these means (mean over draws only)",
+    notes = [why, ("no interval over images for these means (mean over draws only)" if not tests else
+                   t_why.replace("cannot decide: ", "over images, cannot decide: ")),
              (f"{n_lms} language model(s): the order is a single comparison, so it cannot be decided" if few else "")]
+    over = ("; over images (held-out peaks, draw " + f"{int(iv['draw'].iloc[0])}): " + ", ".join(
+        f"τ {r['tau']:+.2f} [{r['low']:+.2f}, {r['high']:+.2f}] at {r['level']:g}" for _, r in iv.iterrows())
+        if tests else "")
     order = ("; Kendall τ (full vs shorter) " + ", ".join(f"{t:+.2f} at {lv:g}" for _, _, lv, t, _ in taus)
              + f" over {n_lms} language models") if taus else "; one language model: no order to compare"
-    return [claims.finding("F/detail", this_build=f"{control}: " + "; ".join(parts) + order, holds=holds,
-                           conclusive=not (few and holds), comparable=paper_setting, rule=RULE,
+    return [claims.finding("F/detail", this_build=f"{control}: " + "; ".join(parts) + order + over, holds=holds,
+                           conclusive=not (few and holds) and t_conclusive, comparable=paper_setting, rule=RULE,
                            note="; ".join(x for x in notes if x))]
 
 

@@ -130,6 +130,37 @@ def _tokenizer(name: str):
         return lm.load_tokenizer(name)
 
 
+def variant_features(model: str, variants: dict, *, num_threads: int | None = None, **feature_options) -> dict:
+    """Features of one language model on every variant's texts: ``{variant name: LayerFeatures}``.
+
+    Features are computed text by text, so a variant whose (sample, text) pairs all occur in a variant extracted
+    before takes that variant's rows; the others are extracted (or read from the cache), loading the model at
+    most once and only if some variant is not cached. ``feature_options`` as in
+    :func:`prh_lib.extract.features_for_pairs`.
+    """
+    def covers(source, pairs) -> bool:
+        text_of = dict(zip(source.sample_ids, source.texts))
+        return all(text_of.get(sid) == t for sid, t in zip(pairs.sample_ids, pairs.texts))
+
+    source_of, todo = {}, []
+    for name, v in variants.items():
+        source_of[name] = next((t for t in todo if covers(variants[t]["pairs"], v["pairs"])), None)
+        if source_of[name] is None:
+            todo.append(name)
+    with lm.quiet(not feature_options.get("progress", False)):
+        got = dict(zip(todo, extract.features_for_pairs(model, [variants[t]["pairs"] for t in todo],
+                                                         num_threads=num_threads, **feature_options)))
+    out = {}
+    for name, v in variants.items():
+        if source_of[name] is None:
+            out[name] = got[name]
+        else:
+            feats = got[source_of[name]]
+            row_of = {sid: i for i, sid in enumerate(feats.sample_ids)}
+            out[name] = feats.rows([row_of[sid] for sid in v["pairs"].sample_ids])
+    return out
+
+
 def detail_alignment(vision: dict, variants: dict, language_models: Sequence[str], *, k: int = 10,
                      clip_q: float | None = 0.95, tokenizers: dict | None = None, num_threads: int | None = None,
                      skip: Sequence[str] = (), **feature_options) -> pd.DataFrame:
@@ -179,31 +210,8 @@ def detail_alignment(vision: dict, variants: dict, language_models: Sequence[str
     """
     tokenizers = dict(tokenizers or {})
 
-    def covers(source, pairs) -> bool:
-        text_of = dict(zip(source.sample_ids, source.texts))
-        return all(text_of.get(sid) == t for sid, t in zip(pairs.sample_ids, pairs.texts))
-
     def language_features(model) -> dict:
-        # Features are computed text by text, so a variant whose (sample, text) pairs all occur in a variant
-        # extracted before takes that variant's rows; the others are extracted (or read from the cache),
-        # loading the model at most once and only if some variant is not cached.
-        source_of, todo = {}, []
-        for name, v in variants.items():
-            source_of[name] = next((t for t in todo if covers(variants[t]["pairs"], v["pairs"])), None)
-            if source_of[name] is None:
-                todo.append(name)
-        with lm.quiet(not feature_options.get("progress", False)):
-            got = dict(zip(todo, extract.features_for_pairs(model, [variants[t]["pairs"] for t in todo],
-                                                             num_threads=num_threads, **feature_options)))
-        out = {}
-        for name, v in variants.items():
-            if source_of[name] is None:
-                out[name] = got[name]
-            else:
-                feats = got[source_of[name]]
-                row_of = {sid: i for i, sid in enumerate(feats.sample_ids)}
-                out[name] = feats.rows([row_of[sid] for sid in v["pairs"].sample_ids])
-        return out
+        return variant_features(model, variants, num_threads=num_threads, **feature_options)
 
     rows = []
     skip = set(skip)

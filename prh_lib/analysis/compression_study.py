@@ -280,8 +280,8 @@ def relative_intervals(X, Y, *, compress: str = "x", dims: dict | None = None, k
     """Relative scores (compressed / uncompressed) at a few numbers of components, with paired intervals over images.
 
     The compressed and the uncompressed score are bootstrapped on the *same* image resamples
-    (:func:`prh_lib.metrics.bootstrap_ci` with one ``seed``), and the interval is the percentile interval of their
-    ratio over the replicates (:func:`prh_lib.metrics.selection.paired_interval`). The PCA is fitted once on all
+    (:func:`prh_lib.metrics.bootstrap_ci` with one ``seed``), and the interval is the bias-aware ("basic") interval
+    of their ratio over the replicates (:func:`prh_lib.metrics.selection.paired_interval`). The PCA is fitted once on all
     images (the compression is the analysis' choice; what varies is which images are scored).
 
     Parameters
@@ -324,7 +324,7 @@ def relative_intervals(X, Y, *, compress: str = "x", dims: dict | None = None, k
     out = []
     for (name, _), mm, Z in zip(dims.items(), m, side.projected(m, space)):
         c = bootstrap_ci(Z, B, k=k, n_boot=n_boot, seed=seed)
-        lo, hi = paired_interval(c.replicates, ref.replicates, ci=ci, ratio=True)
+        lo, hi = paired_interval(c.replicates, ref.replicates, ci=ci, ratio=True, estimates=(c.estimate, ref.estimate))
         out.append({"probe": name, "n_components": mm, "relative": c.estimate / ref.estimate, "low": lo, "high": hi,
                     "n_boot": int(n_boot)})
     return out

@@ -276,8 +276,8 @@ def margin(summary: pd.DataFrame, a: str, b: str, *, column: str = "reps", ratio
     Returns
     -------
     dict
-        ``estimate`` (difference or ratio of the point estimates), ``low``, ``high`` (paired percentile
-        interval over the shared image resamples), ``detectable`` (smallest difference this build detects at 80 %
+        ``estimate`` (difference or ratio of the point estimates), ``low``, ``high`` (paired, bias-aware "basic"
+        interval over the shared image resamples, :func:`prh_lib.metrics.selection.bootstrap_interval`), ``detectable`` (smallest difference this build detects at 80 %
         power, :func:`prh_lib.metrics.selection.detectable_difference`; NaN for a ratio).
 
     Raises
@@ -292,7 +292,7 @@ def margin(summary: pd.DataFrame, a: str, b: str, *, column: str = "reps", ratio
     if int(ra["n"]) != int(rb["n"]) or int(ra["n_boot"]) != int(rb["n_boot"]):
         raise ValueError(f"{a!r} and {b!r} were resampled differently (n {ra['n']} vs {rb['n']}, "
                          f"n_boot {ra['n_boot']} vs {rb['n_boot']}); their replicates cannot be paired")
-    lo, hi = paired_interval(ra[column], rb[column], ci=ci, ratio=ratio)
+    lo, hi = paired_interval(ra[column], rb[column], ci=ci, ratio=ratio, estimates=(ra[point], rb[point]))
     est = ra[point] / rb[point] if ratio else ra[point] - rb[point]
     return {"estimate": float(est), "low": lo, "high": hi,
             "detectable": float("nan") if ratio else detectable_difference(lo, hi, ci=ci)}

@@ -54,7 +54,8 @@ from .regimes_study import (  # noqa: F401
 
 __all__ = ["regime_floor_marks", "REGIMES", "REGIME_LABELS", "Comparison", "regime_comparisons", "regime_table", "projection_table",
            "comparison_table", "regime_rows", "control_pairs", "run_study", "study_summary", "floor_summary",
-           "with_floors", "regime_means", "floor_bands", "regime_groups_over_draws", "page_table", "floor_table",
+           "with_floors", "held_out_floor_count", "regime_means", "floor_bands", "regime_groups_over_draws",
+           "page_table", "floor_table",
            "regime_claims", "describe_study", "offline_scope", "study_record"]
 
 
@@ -435,7 +436,7 @@ def regime_claims(summary: pd.DataFrame, projection: pd.DataFrame | None = None,
 
 
 def describe_study(summary: pd.DataFrame, bands: dict, *, missing_note: str = "not run with these parameters",
-                   word_floor: float = 1.5) -> str:
+                   word_floor: float = 1.5, heldout: pd.DataFrame | None = None) -> str:
     """Markdown reading each dataset's regimes against chance and the control floors, in figures.
 
     Parameters
@@ -449,12 +450,16 @@ def describe_study(summary: pd.DataFrame, bands: dict, *, missing_note: str = "n
     word_floor : float
         A floor is said to come partly from the words when trained vision × random-init language reaches
         this multiple of chance.
+    heldout : DataFrame, optional
+        :func:`prh_lib.analysis.heldout.heldout_summary` (one dataset). For its dataset, the comparisons that
+        beat their floors are counted from the held-out paired margins, the numbers the verdicts use
+        (:func:`held_out_floor_count`); for any other dataset the count is of in-sample means, labelled so.
 
     Returns
     -------
     str
         Per dataset: one list item per regime (mean of the comparisons' means over draws, × chance, range),
-        the floors (× chance), how many trained comparisons clear their highest floor, and the order.
+        the floors (× chance), how many trained comparisons clear every floor, and the order.
     """
     from .controls import CONTROL_LABELS
 
@@ -495,8 +500,11 @@ def describe_study(summary: pd.DataFrame, bands: dict, *, missing_note: str = "n
                            "is what choosing the best of many layer pairs gives, not evidence of shared structure.")
             elif rl:
                 out.append(f"- The trained-vision × random-LM floor is {rl[0] / chance:.1f}× chance, close to chance.")
+        held_line = held_out_floor_count(heldout, dataset) if heldout is not None else ""
         trained = part[part["above floors"].notna()] if "above floors" in part else part.iloc[:0]
-        if len(trained):
+        if held_line:
+            out.append(held_line)
+        elif len(trained):
             clear = trained[trained["above floors"].astype(bool)]
             missing = ", ".join(f"{r['comparison']} ({r['score_mean']:.3f} against {r['floor']:.3f}, {r['floor kind']})"
                                 for _, r in trained[~trained["above floors"].astype(bool)].iterrows())
@@ -509,6 +517,36 @@ def describe_study(summary: pd.DataFrame, bands: dict, *, missing_note: str = "n
             out.append(f"- Order of the regime means: {order}.")
         out.append("")
     return "\n".join(out)
+
+
+def held_out_floor_count(heldout: pd.DataFrame, dataset: str) -> str:
+    """One Markdown item: how many trained comparisons beat *every* floor by a paired interval above 0.
+
+    Counted from :func:`prh_lib.analysis.heldout.floor_margins` of each trained comparison with floors (the
+    tests :func:`prh_lib.analysis.verdicts.above_floors` gives the verdicts): a comparison clears its floors
+    when every paired 95 % interval of ``pair − floor`` over images lies above 0. Returns ``""`` when
+    ``heldout`` has no rows of ``dataset`` or no comparison has floors.
+    """
+    from . import verdicts as V
+
+    if heldout is None or heldout.empty or "dataset" not in heldout or dataset not in set(heldout["dataset"]):
+        return ""
+    h = heldout[heldout["dataset"] == dataset]
+    clear, not_clear = [], []
+    for _, r in V.comparisons_of(h).iterrows():
+        fm = floor_margins(h, r["pair"])
+        if fm.empty:
+            continue
+        worst = fm.loc[fm["low"].idxmin()] if fm["low"].notna().any() else fm.iloc[0]
+        (clear if bool((fm["low"] > 0).all()) else not_clear).append(
+            f"{r['pair']} − {worst['floor']} ({worst['kind']}): {format_interval(worst['margin'], worst['low'], worst['high'])}")
+    if not clear and not not_clear:
+        return ""
+    n = len(clear) + len(not_clear)
+    return (f"- Held out (the verdicts' numbers): {len(clear)} of {n} trained comparisons beat every one of their "
+            "floors, each paired 95 % interval over images above 0"
+            + (f"; not: {'; '.join(not_clear)}" if not_clear else "")
+            + ". Margins are held-out peak minus the floor's held-out peak, on the same image resamples.")
 
 
 def offline_scope(summary: pd.DataFrame, bands: dict, *, aligned_measured: bool) -> str:

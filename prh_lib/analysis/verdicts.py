@@ -66,7 +66,7 @@ def depth_tests(r: pd.Series, threshold: float, side: str) -> list[claims.Test]:
 
 def peak_above_final(r: pd.Series) -> claims.Test:
     """Held-out peak minus the final-layer pair's score on the same halves (paired), above 0."""
-    lo, hi = paired_interval(r["reps"], r["final_reps"])
+    lo, hi = paired_interval(r["reps"], r["final_reps"], estimates=(r["score"], r["final_half"]))
     return claims.Test(f"{r['pair']} held-out peak − final layers", float(r["score"]) - float(r["final_half"]),
                        lo, hi, 0.0)
 

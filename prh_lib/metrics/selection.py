@@ -23,14 +23,17 @@ Image-level bootstrap, paired
     :mod:`prh_lib.metrics.bootstrap`). The resampled positions depend only on ``(N, n_splits, n_boot,
     seed)``, so two comparisons on the same images scored in separate calls get the *same* replicates:
     the difference of their replicate vectors is the paired bootstrap of their difference
-    (:func:`paired_interval`).
+    (:func:`paired_interval`). Intervals are bias-aware ("basic", :func:`bootstrap_interval`): the
+    replicates of a peak sit below its estimate, and a percentile interval would be off-centre.
 
 References
 ----------
-Efron & Tibshirani (1993), "An Introduction to the Bootstrap", Ch. 13 (percentile interval) and Sec. 8.4
-(stratified resampling); Chernozhukov et al. (2018), "Double/debiased machine learning", Econometrics
-Journal 21 (cross-fitting); Kriegeskorte et al. (2009), "Circular analysis in systems neuroscience", Nature
-Neuroscience 12 (selection and reporting on the same data); Herbst et al. (arXiv 2611.12869), App. G.
+Efron & Tibshirani (1993), "An Introduction to the Bootstrap", Sec. 8.4 (stratified resampling), 10.6
+(bias) and 14.3 (bias-corrected interval); Davison & Hinkley (1997), Sec. 5.2 (the basic interval, the
+default of :func:`bootstrap_interval`: the replicates of a peak sit below its estimate); Chernozhukov et al.
+(2018), "Double/debiased machine learning", Econometrics Journal 21 (cross-fitting); Kriegeskorte et al.
+(2009), "Circular analysis in systems neuroscience", Nature Neuroscience 12 (selection and reporting on the
+same data); Herbst et al. (arXiv 2611.12869), App. G.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from ._engines import get_engine
 from ._parallel import ignoring
 
 __all__ = ["CrossFitPeak", "crossfit_peak", "half_k", "split_halves", "resampled_halves", "paired_interval",
-           "percentile_interval", "detectable_difference"]
+           "percentile_interval", "bootstrap_interval", "INTERVAL_METHODS", "detectable_difference"]
 
 
 _KNN = ("mutual_knn", "jaccard_knn", "cycle_knn", "cknna")
@@ -144,9 +147,19 @@ class CrossFitPeak:
         """``insample_half - heldout``: what selecting and reporting on the same images adds."""
         return self.insample_half - self.heldout
 
-    def interval(self, quantity: str = "heldout", ci: float = 0.95) -> tuple[float, float]:
-        """Percentile interval of a quantity's replicates (``"heldout"``, ``"insample"``, ``"final"``, ...)."""
-        return percentile_interval(getattr(self, f"{quantity}_reps"), ci=ci)
+    def interval(self, quantity: str = "heldout", ci: float = 0.95, *, method: str | None = None) -> tuple[float, float]:
+        """Interval of a quantity from its point estimate and replicates (:func:`bootstrap_interval`).
+
+        ``quantity`` is ``"heldout"``, ``"insample"``, ``"final"``, ``"late_minus_early"``, ``"depth_x"`` or
+        ``"depth_y"``. By default the scores (held-out, in-sample, final) get the bias-aware "basic" interval
+        (their replicates sit below the estimate, see :func:`bootstrap_interval`), and the selection shares and
+        depths, which are bounded (in [0, 1], resp. [-1, 1]) and where a reflection can leave the range, the
+        percentile interval.
+        """
+        point = {"heldout": "heldout", "insample": "insample_half"}.get(quantity, quantity)
+        if method is None:
+            method = "basic" if quantity in ("heldout", "insample", "final") else "percentile"
+        return bootstrap_interval(getattr(self, point), getattr(self, f"{quantity}_reps"), ci=ci, method=method)
 
 
 def _first_argmax(M: np.ndarray) -> tuple[int, int]:
@@ -309,9 +322,13 @@ def _is_stack(a) -> bool:
     return isinstance(a, (np.ndarray, torch.Tensor)) and a.ndim == 3
 
 
+#: Interval methods of :func:`bootstrap_interval`.
+INTERVAL_METHODS = ("basic", "bc", "percentile")
+
+
 def percentile_interval(reps, ci: float = 0.95) -> tuple[float, float]:
     """Percentile interval ``(low, high)`` of bootstrap replicates, NaN replicates left out
-    (``(nan, nan)`` when none is finite)."""
+    (``(nan, nan)`` when none is finite). Not bias-aware: see :func:`bootstrap_interval`."""
     reps = np.asarray(reps, dtype=np.float64)
     ok = reps[np.isfinite(reps)]
     if ok.size == 0:
@@ -320,19 +337,119 @@ def percentile_interval(reps, ci: float = 0.95) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def paired_interval(a_reps, b_reps, ci: float = 0.95, *, ratio: bool = False) -> tuple[float, float]:
-    """Percentile interval of ``a - b`` (or ``a / b``) over *paired* replicates (the same resamples).
+def bootstrap_interval(estimate: float, reps, ci: float = 0.95, *, method: str = "basic") -> tuple[float, float]:
+    """Bias-aware bootstrap interval ``(low, high)`` of a statistic from its point estimate and replicates.
+
+    The replicates of a held-out peak sit below its point estimate (a median 0.017 on the 3.1 comparisons;
+    a resampled half holds only about 63 % distinct images, which thins the neighbourhoods), so the percentile
+    interval is centred on the replicates, not on the estimate, and can even exclude it. Both corrections below read the bootstrap's shift ``median(θ*) − θ̂`` as the
+    estimator's own bias and undo it:
+
+    ``"basic"`` (default; the "reverse percentile" interval)
+        ``(2 θ̂ − q_{(1+ci)/2}, 2 θ̂ − q_{(1-ci)/2})``, ``q`` the replicates' quantiles: the distribution of
+        ``θ* − θ̂`` stands in for that of ``θ̂ − θ`` (Davison & Hinkley 1997, Sec. 5.2, eq. 5.6). It uses the
+        same two quantiles as the percentile interval, so it is as stable at a few hundred replicates, which
+        is why it is the default here (the peaks have 100 to 200).
+    ``"bc"`` (bias-corrected percentile)
+        The percentile interval at the levels ``Φ(2 z0 ± z_{(1+ci)/2})`` with ``z0 = Φ⁻¹(share of
+        replicates below θ̂)`` (Efron & Tibshirani 1993, Sec. 14.3 with acceleration 0). It respects the
+        statistic's range, but with a shift of one standard error (``z0 ≈ 1``, as here) its upper level is
+        0.99996: the largest of a few hundred replicates, not a stable quantile.
+    ``"percentile"``
+        :func:`percentile_interval`, for comparison only (Efron & Tibshirani 1993, Sec. 13.3).
+
+    For a normal replicate distribution shifted by ``-b`` from the estimate, "basic" and "bc" give the same
+    interval, ``θ̂ + b ± z σ``.
+
+    Parameters
+    ----------
+    estimate : float
+        The point estimate on the original sample (the same quantity the replicates estimate).
+    reps : array-like of shape (n_boot,)
+        Bootstrap replicates; NaN replicates are left out.
+    ci : float, default=0.95
+        Coverage, in (0, 1).
+    method : {"basic", "bc", "percentile"}
+
+    Returns
+    -------
+    (float, float)
+        ``(nan, nan)`` when no replicate or the estimate is not finite (for "percentile": no replicate).
 
     Raises
     ------
     ValueError
-        If the two replicate vectors differ in length (they cannot be paired).
+        For an unknown ``method`` (the message lists the valid ones) or ``ci`` outside (0, 1).
+
+    References
+    ----------
+    Davison & Hinkley (1997), "Bootstrap Methods and their Application", Sec. 5.2 (basic interval) and
+    5.3.2; Efron & Tibshirani (1993), "An Introduction to the Bootstrap", Sec. 10.6 (bias), 13.3 and 14.3.
+    """
+    if method not in INTERVAL_METHODS:
+        raise ValueError(f"unknown interval method {method!r}; valid: {INTERVAL_METHODS}")
+    if not 0 < ci < 1:
+        raise ValueError(f"ci must be in (0, 1); got {ci}")
+    if method == "percentile":
+        return percentile_interval(reps, ci=ci)
+    reps = np.asarray(reps, dtype=np.float64)
+    ok = reps[np.isfinite(reps)]
+    if ok.size == 0 or estimate is None or not np.isfinite(estimate):
+        return float("nan"), float("nan")
+    if method == "basic":
+        q_lo, q_hi = np.quantile(ok, [(1 - ci) / 2, (1 + ci) / 2])
+        return float(2 * estimate - q_hi), float(2 * estimate - q_lo)
+    from scipy.stats import norm
+
+    below = (np.sum(ok < estimate) + 0.5 * np.sum(ok == estimate)) / ok.size
+    below = np.clip(below, 0.5 / ok.size, 1 - 0.5 / ok.size)  # all replicates on one side: z0 stays finite
+    z0, z = norm.ppf(below), norm.ppf((1 + ci) / 2)
+    lo, hi = np.quantile(ok, norm.cdf([2 * z0 - z, 2 * z0 + z]))
+    return float(lo), float(hi)
+
+
+def paired_interval(a_reps, b_reps, ci: float = 0.95, *, ratio: bool = False, estimates=None,
+                    method: str = "basic") -> tuple[float, float]:
+    """Bias-aware interval of ``a - b`` (or ``a / b``) over *paired* replicates (the same resamples).
+
+    Parameters
+    ----------
+    a_reps, b_reps : array-like of shape (n_boot,)
+        Replicates of ``a`` and ``b`` on the same resamples.
+    ci : float, default=0.95
+    ratio : bool, default=False
+        The ratio ``a / b`` instead of the difference. With ``method="basic"`` and a positive estimate, the basic
+        interval of ``log(a / b)``, exponentiated (replicates that are not positive are left out).
+    estimates : (float, float)
+        The point estimates of ``a`` and ``b``: the difference (ratio) of the two is the statistic's estimate,
+        which the bias-aware methods need. Required unless ``method="percentile"``.
+    method : {"basic", "bc", "percentile"}, default="basic"
+        As in :func:`bootstrap_interval`.
+
+    Raises
+    ------
+    ValueError
+        If the two replicate vectors differ in length (they cannot be paired), or ``estimates`` is missing for
+        a bias-aware method.
     """
     a, b = np.asarray(a_reps, dtype=np.float64), np.asarray(b_reps, dtype=np.float64)
     if a.shape != b.shape:
         raise ValueError(f"paired replicates must have one length; got {a.shape} and {b.shape}")
+    if estimates is None and method != "percentile":
+        raise ValueError(f"the {method!r} interval needs the point estimates of a and b (estimates=(a, b))")
     with np.errstate(divide="ignore", invalid="ignore"):
-        return percentile_interval(a / b if ratio else a - b, ci=ci)
+        reps = a / b if ratio else a - b
+        est = np.nan if estimates is None else (
+            float(np.float64(estimates[0]) / np.float64(estimates[1])) if ratio
+            else float(estimates[0]) - float(estimates[1]))
+        if ratio and method == "basic" and np.isfinite(est) and est > 0:
+            # a ratio is reflected on the log scale (Davison & Hinkley 1997, Sec. 5.2.1: the basic interval on a
+            # scale where the statistic's spread does not depend on its value), so it stays positive and the long
+            # upper tail of a ratio of scores is not mirrored below 0
+            lo, hi = bootstrap_interval(np.log(est), np.where(reps > 0, np.log(np.where(reps > 0, reps, 1.0)),
+                                                              np.nan), ci=ci, method="basic")
+            return float(np.exp(lo)), float(np.exp(hi))
+    return bootstrap_interval(est, reps, ci=ci, method=method)
 
 
 def detectable_difference(low: float, high: float, *, ci: float = 0.95, power: float = 0.8) -> float:

@@ -1,0 +1,160 @@
+"""App. G with intervals over images: chance-corrected scores along the k sweep, and the regimes' order tested.
+
+The claim "larger k raises scores but keeps the order of the regimes" is read on chance-corrected scores
+``(s − c)/(1 − c)``, ``c = k/(N − 1)`` (raw scores rise with chance). Here every point of the k sweep at a
+pair's fixed layer pair gets a bootstrap over images (:func:`prh_lib.metrics.bootstrap_ci`; copies of one image
+are never each other's neighbours). Every pair and every k is resampled with the *same* image resamples (same
+``N``, ``n_boot`` and ``seed``), so a difference between two regimes' mean corrected scores at one k has a paired
+interval: the order of two regimes is resolved at that k when that interval excludes 0.
+
+References
+----------
+Herbst et al. (arXiv 2611.12869), App. G; Davison & Hinkley (1997), Sec. 5.2 (basic interval).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .. import score_cache
+from ..metrics import bootstrap_ci
+from ..metrics.selection import bootstrap_interval, paired_interval
+from .ablation_study import chance_corrected
+
+__all__ = ["k_sweep_intervals", "draw_intervals", "regime_order_tests", "intervals_display"]
+
+
+def _corrected_bootstrap(x, y, *, k: int, n_boot: int, seed: int):
+    def compute():
+        b = bootstrap_ci(x, y, k=k, n_boot=n_boot, seed=seed)
+        return float(b.estimate), np.asarray(b.replicates, dtype=np.float64)
+
+    key = {"x": score_cache._values_digest(x), "y": score_cache._values_digest(y), "k": int(k),
+           "n_boot": int(n_boot), "seed": int(seed)}
+    return score_cache.cached("k_sweep_bootstrap", key, compute)
+
+
+def k_sweep_intervals(features: Mapping, fixed: Mapping[str, tuple[int, int]], regimes: Mapping[str, str], *,
+                      ks: Sequence[int], n_boot: int = 100, seed: int = 0) -> pd.DataFrame:
+    """Chance-corrected mutual k-NN at each pair's fixed layer pair for each k, with an interval over images.
+
+    Parameters
+    ----------
+    features : mapping of str to LayerFeatures
+        Features of every model on the same images (clipped as the sweep's).
+    fixed : mapping of str to (int, int)
+        ``"x × y"`` -> the fixed layer pair (indices) of its k sweep.
+    regimes : mapping of str to str
+        ``"x × y"`` -> regime.
+    ks : sequence of int
+        Values of k (each below ``N - 1``).
+    n_boot, seed : int
+        Bootstrap replicates and their seed (the same for every pair and k: paired).
+
+    Returns
+    -------
+    DataFrame
+        One row per (pair, k): ``pair``, ``regime``, ``k``, ``n``, ``chance``, ``raw``, ``corrected``, ``low``,
+        ``high`` (bias-aware basic 95 % interval of the corrected score) and ``reps`` (corrected replicates,
+        ndarray of shape (n_boot,)).
+
+    Raises
+    ------
+    ValueError
+        A k out of range (from :func:`prh_lib.metrics.bootstrap_ci`); KeyError for a pair without features.
+    """
+    rows = []
+    for label, (i, j) in fixed.items():
+        xname, yname = label.split(" × ")
+        fx, fy = features[xname], features[yname]
+        n = len(fx.sample_ids)
+        X, Y = fx.values[i], fy.values[j]
+        for k in ks:
+            est, reps = _corrected_bootstrap(X, Y, k=int(k), n_boot=n_boot, seed=seed)
+            c_est, c_reps = chance_corrected(est, n, int(k)), chance_corrected(reps, n, int(k))
+            lo, hi = bootstrap_interval(c_est, c_reps)
+            rows.append({"pair": label, "regime": regimes.get(label, ""), "k": int(k), "n": n,
+                         "chance": int(k) / (n - 1), "raw": est, "corrected": float(c_est), "low": lo, "high": hi,
+                         "reps": np.asarray(c_reps, dtype=np.float64)})
+    return pd.DataFrame(rows)
+
+
+def draw_intervals(draw, comparisons, run: dict, *, n_boot: int = 100, seed: int = 0, clip_q: float | None = 0.95,
+                   clip: str | None = "stack", device: str = "cpu", dtype: str = "float32",
+                   batch_size: int = 32) -> pd.DataFrame:
+    """:func:`k_sweep_intervals` on one draw of the study, at the fixed layer pairs and ks of its k sweep.
+
+    Parameters
+    ----------
+    draw : prh_lib.data.study.Draw
+    comparisons : sequence of (str, str)
+    run : dict
+        :func:`prh_lib.analysis.ablation.run_ablation` output of that draw (its ``"k"`` sweeps give the fixed
+        layer pairs and the ks).
+    n_boot, seed
+        As in :func:`k_sweep_intervals`.
+    clip_q, clip, device, dtype, batch_size
+        Features as the study prepared them (:func:`prh_lib.analysis.prepare_features`; cached).
+    """
+    from .core import prepare_features
+    from .layerwise import regime_of
+
+    feats = prepare_features(comparisons, draw.pairs, clip_q=clip_q, clip=clip, device=device, dtype=dtype,
+                             batch_size=batch_size)
+    fixed, regimes, ks = {}, {}, set()
+    for x, y in comparisons:
+        label = f"{x} × {y}"
+        sweep = run["k"][label]
+        fixed[label] = tuple(int(v) for v in sweep.attrs["layer_pair"]["index"])
+        regimes[label] = regime_of(feats[x].meta.get("modality", ""), feats[y].meta.get("modality", ""))
+        ks |= set(int(v) for v in sweep["k"])
+    return k_sweep_intervals(feats, fixed, regimes, ks=sorted(ks), n_boot=n_boot, seed=seed)
+
+
+def regime_order_tests(intervals: pd.DataFrame):
+    """The paired tests of "the regimes keep their order at every k".
+
+    The order is that of the regimes' mean corrected scores at the smallest k; at every k, each regime is tested
+    against the next one in that order: the difference of their mean corrected scores (mean over the regime's
+    pairs, replicate by replicate) with its paired, bias-aware interval, against 0.
+
+    Returns
+    -------
+    (list of prh_lib.claims.Test, tuple of str)
+        The tests and the order tested (highest first); no tests with fewer than two regimes.
+    """
+    from .. import claims
+
+    if intervals.empty:
+        return [], ()
+    means = {}
+    for (k, regime), g in intervals.groupby(["k", "regime"]):
+        means[(k, regime)] = (float(g["corrected"].mean()), np.mean(np.stack(g["reps"].to_list()), axis=0))
+    ks = sorted({k for k, _ in means})
+    first = sorted({r for kk, r in means if kk == ks[0]}, key=lambda r: -means[(ks[0], r)][0])
+    tests = []
+    for k in ks:
+        for a, b in zip(first, first[1:]):
+            if (k, a) not in means or (k, b) not in means:
+                continue
+            (ea, ra), (eb, rb) = means[(k, a)], means[(k, b)]
+            lo, hi = paired_interval(ra, rb, estimates=(ea, eb))
+            tests.append(claims.Test(f"k = {k}: {a} − {b} (mean chance-corrected, interval over images)",
+                                     ea - eb, lo, hi, 0.0))
+    return tests, tuple(first)
+
+
+def intervals_display(intervals: pd.DataFrame) -> pd.DataFrame:
+    """The page's table: chance-corrected score [95 % CI over images] per pair (rows) and k (columns)."""
+    from .heldout import format_interval
+
+    if intervals.empty:
+        return pd.DataFrame()
+    cell = [format_interval(c, lo, hi) for c, lo, hi in zip(intervals["corrected"], intervals["low"], intervals["high"])]
+    shown = intervals.assign(cell=cell)
+    out = shown.pivot_table(index=["regime", "pair"], columns="k", values="cell", aggfunc="first")
+    out.columns = [f"k = {k}" for k in out.columns]
+    return out

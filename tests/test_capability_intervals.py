@@ -1,0 +1,93 @@
+"""Image-level intervals of the capability correlation, and the verdict that reads them."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from prh_lib.analysis import capability
+from prh_lib.analysis.capability_intervals import image_correlations, replicate_correlations
+
+
+def test_replicate_correlations_equal_scipy_column_by_column():
+    rng = np.random.default_rng(0)
+    A, c = rng.normal(size=(5, 7)), rng.normal(size=5)
+    for method, ref in (("pearson", stats.pearsonr), ("spearman", stats.spearmanr)):
+        got = replicate_correlations(A, c, method=method)
+        np.testing.assert_allclose(got, [ref(A[:, b], c)[0] for b in range(7)], atol=1e-12)
+    A[1, 3] = np.nan
+    assert np.isnan(replicate_correlations(A, c)[3])
+    with pytest.raises(ValueError, match="n_models"):
+        replicate_correlations(A, c[:3])
+
+
+def _corr(p, r=-0.9):
+    """study_correlations-shaped rows: one vision model, peak and final against bits per byte, three models."""
+    rows = []
+    for a, rr in (("peak", r), ("final", r / 2)):
+        for m in ("pearson", "spearman"):
+            rows.append({"dataset": "toy", "vision": "v", "alignment": a, "capability": "bpb", "method": m, "r": rr,
+                         "ci low": np.nan, "ci high": np.nan, "p": p, "p method": "exact", "n": 3, "direction": -1,
+                         "r (capability)": -rr})
+    return pd.DataFrame(rows)
+
+
+def _img(lo_cap, hi_cap, r_cap=0.8):
+    return pd.DataFrame([{"dataset": "toy", "vision": "v", "capability": "bpb", "method": m, "r": -r_cap,
+                          "ci low": -hi_cap, "ci high": -lo_cap, "r draws mean": -r_cap, "r draws std": 0.01,
+                          "n draws": 5, "n": 3, "n_boot": 50, "direction": -1, "r (capability)": r_cap,
+                          "low (capability)": lo_cap, "high (capability)": hi_cap} for m in ("pearson", "spearman")])
+
+
+@pytest.mark.parametrize("p", [0.01, 0.5])
+def test_the_capability_verdict_uses_the_interval_over_images(p):
+    def verdict(img):
+        rows = {r["id"]: r for r in capability.findings(_corr(p), main_dataset="toy", image_corr=img)}
+        return rows["3.2/capability-trend"]
+
+    significant = p < 0.05
+    # an interval over images above 0: only the models' p decides
+    assert verdict(_img(0.3, 0.95))["verdict"] == ("reproduces in kind" if significant else "inconclusive")
+    # an interval holding 0: never a reproduction, even at a significant p over models (the draws' std is tiny)
+    row = verdict(_img(-0.2, 0.95))
+    assert row["verdict"] == "inconclusive" and "over images" in row["note"] and "[-0.200, 0.950]" in row["note"]
+    # the estimate over images has the other sign: the trend differs
+    assert verdict(_img(-0.9, 0.2, r_cap=-0.5))["verdict"] == "differs"
+    assert "interval over images" in capability.RULES["3.2/capability-trend"]
+
+
+class _Feats:
+    """A LayerFeatures stand-in with what clip_features and the cache read."""
+
+    def __init__(self, values, name):
+        import torch
+
+        from prh_lib.features import LayerFeatures
+
+        self.f = LayerFeatures(torch.as_tensor(values, dtype=torch.float32), [f"l{i}" for i in range(len(values))],
+                               list(range(values.shape[1])), name)
+
+
+def test_image_correlations_recover_a_planted_capability_order(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(0)
+    n = 64
+    Z = rng.normal(size=(n, 4))
+    V = np.stack([Z @ rng.normal(size=(4, 8)) + 0.3 * rng.normal(size=(n, 8)) for _ in range(2)])
+    lms = []
+    for i, noise in enumerate((0.3, 1.0, 3.0)):  # model 0 aligns most: lowest bits per byte
+        L = np.stack([Z @ rng.normal(size=(4, 8)) + noise * rng.normal(size=(n, 8)) for _ in range(2)])
+        lms.append(SimpleNamespace(label=f"lm{i}", features=(_Feats(L, f"lm{i}").f,)))
+    sets = SimpleNamespace(parent_ids=lambda ds: [0])
+    bpb = {"lm0": 1.0, "lm1": 1.5, "lm2": 2.0}
+    out = image_correlations(sets, {"v": (_Feats(V, "v").f,)}, lms, bpb, dataset="toy", k=5, clip_q=None,
+                             n_splits=2, n_boot=12)
+    assert list(out["method"]) == ["pearson", "spearman"]
+    sp = out[out["method"] == "spearman"].iloc[0]
+    assert sp["r"] == pytest.approx(-1.0) and sp["r (capability)"] == pytest.approx(1.0)
+    assert -1 <= sp["ci low"] <= sp["ci high"] <= -0.4  # every resample keeps the order (or nearly)
+    assert (out["low (capability)"] <= out["high (capability)"]).all()
+    two = image_correlations(sets, {"v": (_Feats(V, "v").f,)}, lms[:2], bpb, dataset="toy", k=5, clip_q=None)
+    assert two.empty  # fewer than three models: no correlation
