@@ -34,6 +34,11 @@
 # each model's mean added back after rotation, predecessor pairs). Every value is a mean over `n_seeds`
 # splits of the concepts; intervals are the spread over splits (2.5 and 97.5 percentiles; with few splits,
 # the range). The shuffled-pairing control matches the second model's rows to the wrong concepts.
+#
+# **What the `paper` profile changes, and what it cannot.** It embeds the lemmas with two of the paper's
+# language models (Mistral-7B, Qwen3-8B) on the GPU. Its vision encoders (DINOv2, DINOv3, MAE) have no
+# ImageNet-1k classifier, so the vision concept vectors stay the EfficientNet classifier rows, and the
+# paper's own concept set (ImageNet-22k ∩ CommonWords79k, 44 models) is not available to any profile here.
 
 # %% tags=["parameters"]
 concept_vision_models = ["efficientnet-lite0", "efficientnet-lite2"]  # classifier rows (ImageNet-1k heads)
@@ -48,6 +53,7 @@ ablation_student = "efficientnet-lite0"  # the student's input features
 ablation_teacher = "smollm2-135m"  # the teacher of both distillations
 ablation_seeds = [0, 1, 2]
 ablation_steps = 200
+wordnet_path = None  # WordNet 3.0 data.noun; None: Debian's wordnet-base (/usr/share/wordnet)
 category_depth = 6  # WordNet depth of the category labels (fine-tuning task, linear probes)
 n_shared = 8  # consensus subspaces
 n_private = 8
@@ -100,7 +106,7 @@ vectors |= cp.lemma_vectors(concept_language_models, concepts, template=prompt, 
 rows = cc.subsample(len(concepts), n_concepts, seed=0)
 concepts, vectors = concepts.iloc[rows].reset_index(drop=True), {m: V[rows] for m, V in vectors.items()}
 try:
-    hypernyms = H.read_hypernyms()
+    hypernyms = H.read_hypernyms(wordnet_path)
     wordnet_note = "WordNet 3.0 read from Debian's `wordnet-base`."
 except FileNotFoundError:
     hypernyms = None
@@ -194,7 +200,7 @@ plt.close(fig)
 verdicts
 
 # %% tags=["hide-input"]
-Markdown(cp.describe_ablation(verdicts))
+Markdown(cp.describe_ablation(verdicts, ablation_table))
 
 # %% [markdown]
 # ## Shared and private consensus subspaces of the concepts
