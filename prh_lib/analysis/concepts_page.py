@@ -124,6 +124,19 @@ def display_measures(summary: pd.DataFrame) -> pd.DataFrame:
                          for _, r in summary.iterrows()]).set_index(["pair", "procedure"])
 
 
+_SHORT = {"efficientnet-lite0": "Lite0", "efficientnet-lite2": "Lite2", "minilm-l6": "MiniLM", "smollm2-135m": "SmolLM2"}
+
+
+def short_name(model: str) -> str:
+    """A model's short label for figure ticks (``"efficientnet-lite0"`` -> ``"Lite0"``, ``"Qwen/Qwen3-8B"`` -> ``"Qwen3-8B"``)."""
+    return _SHORT.get(model, model.split("/")[-1][:12])
+
+
+def _pair_tick(pair: str) -> str:
+    kind, _, models = pair.partition(":")
+    return kind.strip() + "\n" + "\n×".join(short_name(m.strip()) for m in models.split(" x "))
+
+
 def measures_figure(summary: pd.DataFrame):
     """Bars: Pointwise and Cross-Model per pair and procedure, with intervals, shuffled control and the paper."""
     import matplotlib.pyplot as plt
@@ -139,12 +152,12 @@ def measures_figure(summary: pd.DataFrame):
         ax.scatter(x - 0.2, s["paper_pointwise"], marker="_", s=200, color="k", zorder=3, label="paper")
         ax.scatter(x + 0.2, s["paper_cross_model"], marker="_", s=200, color="k", zorder=3)
         ax.scatter(x + 0.2, s["cross_model_shuffled"], marker="x", color="grey", zorder=3, label="shuffled")
-        ax.set_xticks(x, [p.split(":")[0] + "\n" + p.split(":")[-1].strip().replace(" x ", "×\n") for p in s["pair"]],
-                      fontsize=7)
+        ax.set_xticks(x, [_pair_tick(p) for p in s["pair"]], fontsize=9)
+        ax.tick_params(axis="y", labelsize=9)
         ax.set_title(proc, fontsize=10)
         ax.axhline(0, color="k", lw=0.5)
     axes[0][0].set_ylabel("mean cosine", fontsize=10)
-    axes[0][0].legend(fontsize=8, loc="upper right")
+    axes[0][0].legend(fontsize=9, loc="upper right")
     fig.tight_layout()
     return fig
 
@@ -220,7 +233,7 @@ def hierarchy_figure(table: pd.DataFrame):
     stats = (("child_parent", "child–parent", 0.72), ("variation_parent", "variation–parent", 0.0),
              ("sibling", "siblings' variations", -0.30))
     models = list(dict.fromkeys(table["model"]))
-    fig, axes = plt.subplots(1, 3, figsize=(7, 2.8), squeeze=False)
+    fig, axes = plt.subplots(1, 3, figsize=(7, 3.3), squeeze=False)
     for ax, (k, title, paper) in zip(axes[0], stats):
         for off, tree, col in ((-0.18, "WordNet", "tab:green"), (0.18, "shuffled", "tab:grey")):
             s = table[table["tree"] == tree].set_index("model").loc[models]
@@ -230,12 +243,12 @@ def hierarchy_figure(table: pd.DataFrame):
         if k == "sibling":
             ax.axhline(float(table["centroid_artefact"].iloc[0]), color="tab:red", ls=":", lw=1.2,
                        label="−1/(k−1)")
-        ax.set_xticks(np.arange(len(models)), [m.replace("efficientnet-", "").replace("-", "-\n", 1) for m in models],
-                      fontsize=8)
+        ax.set_xticks(np.arange(len(models)), [short_name(m) for m in models], fontsize=9, rotation=30)
         ax.set_title(title, fontsize=10)
         ax.tick_params(axis="y", labelsize=9)
-    axes[0][2].legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
+    handles, labels = axes[0][2].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=9, loc="lower center", ncol=4, frameon=False)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     return fig
 
 
@@ -385,7 +398,7 @@ def ablation_figure(summary: pd.DataFrame):
     """Change of Pointwise (x) and Cross-Model (y) per method and procedure, seed ranges as error bars."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    fig, ax = plt.subplots(figsize=(7, 3.8))
     marks = {"finetune": "o", "mse": "s", "relation": "^"}
     cols = {OURS: "tab:blue", REFERENCE: "tab:orange"}
     for _, r in summary.iterrows():
@@ -403,7 +416,8 @@ def ablation_figure(summary: pd.DataFrame):
     ax.axvline(0, color="k", lw=0.5)
     ax.set_xlabel("Δ Pointwise (after − before)", fontsize=10)
     ax.set_ylabel("Δ Cross-Model", fontsize=10)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    ax.legend(fontsize=9, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    ax.tick_params(labelsize=9)
     fig.tight_layout()
     return fig
 
