@@ -181,6 +181,11 @@ Markdown(cp.describe_hierarchy(hier))
 # "Before" is the student's input against the teacher; "after" the trained student's output. Both
 # procedures are measured on the *held-out* concepts; every seed draws its own split and initialisation. A
 # paper's row holds when both of its changes do on every seed (a change "stays" when `|Δ| < stay_tolerance`).
+#
+# A limit of this offline proxy, to read the numbers with: the paper trains whole networks, here a head on
+# fixed features. Whitening and an orthogonal rotation absorb any invertible *linear* map of the student's
+# features (up to which `r` principal components are kept), so under our procedure only the MLP's
+# nonlinearity can move the measures, and it is fitted on a few hundred concepts.
 
 # %% tags=["hide-input"]
 if hypernyms is not None:
