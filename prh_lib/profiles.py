@@ -46,6 +46,10 @@ PROFILES: dict[str, dict[str, object]] = {
              "caption_policy": "concat", "n_captions": 5},
         ],
         "n_draws": None,
+        # ch_concepts: a subset of the concepts (features are still extracted for all 1000), one ablation seed
+        "n_concepts": 300,
+        "ablation_seeds": [0],
+        "ablation_steps": 100,
     },
     # The paper's study (Herbst et al., Section 2); models and datasets are listed in prh_lib.paper.
     # Notebooks receive the keys their parameters cell declares (every notebook takes the study's `datasets`
@@ -86,6 +90,10 @@ PROFILES: dict[str, dict[str, object]] = {
                              "Qwen/Qwen3-8B"],
         "n_shared": 10,
         "n_private": 10,
+        # ch_concepts: the paper's vision models have no ImageNet-1k head, so the concept-level vision vectors stay
+        # the EfficientNet classifier rows; the lemmas are embedded by two of the paper's language models
+        "concept_language_models": ["mistralai/Mistral-7B-v0.1", "Qwen/Qwen3-8B"],
+        "ablation_teacher": "Qwen/Qwen3-8B",
         "ladder_fractions": [],
         # four regimes (Section 3.3): representative pairs; aligned VLMs by tower
         "aligned_models": ["openai/clip-vit-large-patch14", "google/siglip2-so400m-patch14-384"],

@@ -57,7 +57,8 @@ def _seconds_file() -> Path:
 #: Cold wall times (s) of the offline profile's notebooks on the 2-core reference machine (CI, commit
 #: 1ce87d6): the order when no run has been timed here yet (a fresh clone). Only the order depends on them.
 TYPICAL_SECONDS = {"sec3_3_regimes": 274, "appf_caption_detail": 202, "sec3_2_capability": 183,
-                   "appg_k_n_ablation": 99, "sec3_1_layerwise": 88, "ch_displacement": 50, "sec3_1b_pca": 23}
+                   "appg_k_n_ablation": 99, "sec3_1_layerwise": 88, "ch_displacement": 50, "ch_concepts": 55,
+                   "sec3_1b_pca": 23}
 
 
 def remembered_seconds() -> dict[str, float]:
