@@ -182,18 +182,16 @@ def test_killed_rerun_keeps_the_previous_complete_run(caches, killed_then_rerun,
 
 def test_two_runs_at_once_take_turns_and_agree(caches, killed_then_rerun, tmp_path):
     cache = caches["faulty"]
-    first = Run(cache, tmp_path / "a")
-    first.wait_for_line(f"executing {CHAPTER}")  # it takes the chapter now; its kernel runs for seconds
-    second = Run(cache, tmp_path / "b")
-    assert first.finish() == 0, first.output
-    assert second.finish() == 0, second.output
+    both = [Run(cache, tmp_path / "a"), Run(cache, tmp_path / "b")]  # started together: one finds the other
+    for run in both:
+        assert run.finish() == 0, run.output
     lock = cache / "locks" / f"{CHAPTER}.lock"
-    waited = [line for line in second.lines if "waiting" in line]
-    assert len(waited) == 1 and CHAPTER in waited[0] and str(lock) in waited[0], second.output
-    assert not any("waiting" in line for line in first.lines)
+    waited = [line for run in both for line in run.lines if "waiting" in line]
+    assert len(waited) == 1, "\n\n".join(run.output for run in both)  # one waited, once
+    assert CHAPTER in waited[0] and str(lock) in waited[0]
     raw = results.load(root=cache / "results", chapter=CHAPTER, include_superseded=True)
     runs = raw.groupby("run_id")["created"].agg(["min", "max"]).sort_values("min").tail(2)
-    assert runs["min"].iloc[1] >= runs["max"].iloc[0]  # never interleaved: the second wrote after the first
+    assert runs["min"].iloc[1] >= runs["max"].iloc[0]  # never interleaved: one wrote after the other
     table = _table(cache)
     assert table["run_id"].nunique() == 1 and table["run_id"].iloc[0] == runs.index[1]
     for run_id in runs.index:  # each run complete, equal to the clean run
