@@ -177,11 +177,23 @@ def chapter_lock(name: str, *, log=None):
     ------
     Path
         The lock file.
+
+    Raises
+    ------
+    prh_lib.disk_errors.CacheWriteError
+        If the lock file cannot be created because the cache is read-only or its disk is full (naming it).
     """
     import fcntl
 
-    path = paths.cache_dir("locks") / f"{name}.lock"
-    with open(path, "a") as handle:
+    from .disk_errors import disk_error
+
+    path = paths.cache_root() / "locks" / f"{name}.lock"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a")
+    except OSError as err:
+        raise (disk_error(err, path) or err) from err
+    with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -141,3 +141,21 @@ def test_chapter_lock_waits_with_one_line_and_a_killed_holder_leaves_no_stale_lo
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_chapter_lock_in_a_read_only_cache_names_the_lock_file(tmp_path, monkeypatch):
+    from prh_lib import runner
+    from prh_lib.disk_errors import CacheWriteError
+
+    cache = tmp_path / "ro"
+    cache.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(cache)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a read-only tmpfs here (needs root and CAP_SYS_ADMIN)")
+    monkeypatch.setenv("PRH_CACHE_DIR", str(cache))
+    try:
+        with pytest.raises(CacheWriteError, match=rf"{cache / 'locks' / 'ch.lock'}.*read-only"):
+            with runner.chapter_lock("ch"):
+                pass
+    finally:
+        subprocess.run(["umount", "-l", str(cache)], check=False)
