@@ -19,6 +19,19 @@ files that vanish while it reads (:func:`compact` deletes superseded ones), and 
 rule that depends only on the table's content: for each ``(chapter, params_hash, dataset, draw)`` the run
 whose first row there was created last wins (ties broken by run id).
 
+Runs of ``prh-run``: all or nothing. A notebook calls :func:`write` once per part as it goes, so a run killed
+(``kill -9``, out of memory, a failing cell) between two parts would leave its first parts looking like a
+complete rerun. ``prh-run`` (:func:`prh_lib.runner.run_notebook`) therefore brackets every notebook with a
+marker in the table's :data:`RUNS` folder: :func:`start_run` before the kernel starts (``<run_id>.started``),
+:func:`complete_run` once the notebook finished (the marker renamed to ``<run_id>.complete``, one atomic
+step). The rule, in this one place: **a run that has a ``.started`` marker is invisible** to :func:`load`
+and :func:`compact` (its parts are neither returned nor allowed to supersede anything), so the previous
+complete run of that configuration stays the latest; rerunning the same command replaces it as usual. The
+run itself still reads its own rows while it runs (the kernel's ``PRH_RUN_ID``), and
+``load(include_superseded=True)`` shows every part on disk, those of unfinished runs included. Runs that
+have no marker (a notebook executed by plain papermill or in Jupyter, a script calling :func:`write`) are
+visible from their first part, as before.
+
 Columns (``COLUMNS``; types after :func:`load`):
 
 ============== ========= ===================================================================================
@@ -239,6 +252,81 @@ def _write_atomic(df: pd.DataFrame, final: Path) -> None:
         raise
 
 
+# --------------------------------------------------------------------------------------------- runs of prh-run
+
+#: Folder of the table that holds one marker per run started by ``prh-run``: ``<run_id>.started`` while the
+#: run has not finished (running, or killed), ``<run_id>.complete`` once it has (see the module docstring).
+RUNS = ".runs"
+
+
+def _marker(run_id: str, state: str, root) -> Path:
+    folder = (Path(root) if root is not None else paths.cache_dir("results")) / RUNS
+    return folder / f"{_check_safe('run_id', run_id)}.{state}"
+
+
+def start_run(run_id: str, *, root: str | Path | None = None) -> Path:
+    """Mark ``run_id`` as started: its parts stay out of :func:`load` until :func:`complete_run`.
+
+    Called by ``prh-run`` before a notebook's kernel starts. Starting a run id again (a rerun that reuses
+    ``PRH_RUN_ID``) hides its parts again until it completes again.
+
+    Returns
+    -------
+    Path
+        The marker file ``<root>/.runs/<run_id>.started``.
+
+    Raises
+    ------
+    ValueError
+        If ``run_id`` is not safe in a file name.
+    prh_lib.disk_errors.CacheWriteError
+        If the marker cannot be written because the disk is full or read-only (naming it).
+    """
+    started = _marker(run_id, "started", root)
+    try:
+        started.parent.mkdir(parents=True, exist_ok=True)
+        started.touch()
+        _marker(run_id, "complete", root).unlink(missing_ok=True)
+    except OSError as err:
+        raise (disk_error(err, started) or err) from err
+    return started
+
+
+def complete_run(run_id: str, *, root: str | Path | None = None) -> Path:
+    """Mark ``run_id`` as complete (its ``.started`` marker renamed, atomically): its parts become visible.
+
+    Returns
+    -------
+    Path
+        The marker file ``<root>/.runs/<run_id>.complete``.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the run was never started with :func:`start_run` (naming the marker).
+    """
+    started, complete = _marker(run_id, "started", root), _marker(run_id, "complete", root)
+    try:
+        os.replace(started, complete)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"run {run_id} was never started: no marker {started}") from None
+    return complete
+
+
+def unfinished_runs(*, root: str | Path | None = None) -> set[str]:
+    """Run ids that ``prh-run`` started and that have not completed (still running, killed or failed)."""
+    folder = (Path(root) if root is not None else paths.cache_dir("results")) / RUNS
+    if not folder.is_dir():
+        return set()
+    return {f.name[: -len(".started")] for f in folder.glob("*.started")}
+
+
+def _hidden_runs(root: Path) -> set[str]:
+    """Runs whose parts :func:`load` and :func:`compact` leave out: the unfinished ones, except this process's
+    own run (a notebook reads the rows it has written so far)."""
+    return unfinished_runs(root=root) - {os.environ.get("PRH_RUN_ID")}
+
+
 # --------------------------------------------------------------------------------------------- reading
 
 
@@ -263,13 +351,22 @@ def _files(root: Path, chapter=None, *, superseded: bool = False) -> list[Path]:
     return sorted(found)
 
 
-def _name_hash(f: Path) -> str | None:
-    """The params hash in a part's file name (``<chapter>__<params hash>__<run id>__<part>.parquet``, as
-    :func:`write` names it), or None for a name of another form (then the file is read and filtered)."""
+def _name_fields(f: Path) -> tuple[str, str] | tuple[None, None]:
+    """The params hash and run id in a part's file name (``<chapter>__<params hash>__<run id>__<part>.parquet``,
+    as :func:`write` names it), or Nones for a name of another form (then the file is read and filtered)."""
     fields = f.name[: -len(".parquet")].rsplit("__", 3)  # from the right: a chapter may end in "_"
     if len(fields) == 4 and re.fullmatch(r"[0-9a-f]{16}", fields[1]):
-        return fields[1]
-    return None
+        return fields[1], fields[2]
+    return None, None
+
+
+def _name_hash(f: Path) -> str | None:
+    return _name_fields(f)[0]
+
+
+def _without_runs(files: list[Path], runs: set[str]) -> list[Path]:
+    """``files`` less the parts whose file name says they belong to one of ``runs``."""
+    return [f for f in files if _name_fields(f)[1] not in runs] if runs else files
 
 
 def _read(files: Iterable[Path]) -> pd.DataFrame:
@@ -306,7 +403,8 @@ def load(*, root: str | Path | None = None, include_superseded: bool = False, ex
     root : path, optional
         Folder of the table (default ``paths.cache_dir("results")``).
     include_superseded : bool, default False
-        Keep the rows of runs that a rerun with the same parameters replaced.
+        Keep the rows of runs that a rerun with the same parameters replaced, and those of runs that
+        ``prh-run`` started and that never completed (every part on disk).
     expand_extra : bool, default False
         Unpack the ``extra`` JSON column into one column per key (missing keys: NaN).
     **filters
@@ -336,12 +434,13 @@ def load(*, root: str | Path | None = None, include_superseded: bool = False, ex
     if unknown:
         raise ValueError(f"unknown filter column(s) {unknown}; columns: {list(COLUMNS)}")
     root = Path(root) if root is not None else paths.cache_dir("results")
-    files = _files(root, filters.get("chapter"), superseded=include_superseded)
+    hidden = set() if include_superseded else _hidden_runs(root)  # read before the parts are listed
+    files = _without_runs(_files(root, filters.get("chapter"), superseded=include_superseded), hidden)
     if isinstance(filters.get("params_hash"), str):  # every file holds one run's rows of one params hash
         files = [f for f in files if _name_hash(f) in (None, filters["params_hash"])]
     df = _read(files)
     if not include_superseded:
-        df = _latest_only(df)
+        df = _latest_only(df[~df["run_id"].isin(hidden)] if hidden else df)
     for col, value in filters.items():
         if isinstance(value, (list, tuple, set, frozenset)):
             df = df[df[col].isin(list(value))]
@@ -387,13 +486,15 @@ def compact(*, root: str | Path | None = None, archive: bool = False) -> list[Pa
     each configuration and :func:`load` reads only those, however many runs came before, while
     ``load(include_superseded=True)`` still sees every run. Safe while others write or read: a
     superseded file's rows are never returned by :func:`load`, and :func:`load` skips files that vanish
-    while it reads.
+    while it reads. Parts of unfinished runs (:func:`unfinished_runs`) are left where they are: they supersede
+    nothing, and a run still in progress (another ``prh-run``) must find them when it completes.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     root = Path(root) if root is not None else paths.cache_dir("results")
-    files = _files(root)
+    hidden = _hidden_runs(root)  # an unfinished run's parts neither win nor move: it may be running still
+    files = _without_runs(_files(root), hidden)
     if not files:
         return []
     # Each part reduced, in Arrow, to one row per (run key, run id): its first write. A run's first write over
@@ -411,6 +512,7 @@ def compact(*, root: str | Path | None = None, archive: bool = False) -> list[Pa
     if not parts:
         return []
     df = pa.concat_tables(parts).to_pandas()
+    df = df[~df["run_id"].isin(hidden)]
     kept = set(_latest_only(df)["_file"])
     gone = [Path(f) for f in df["_file"].unique() if f not in kept]
     for f in gone:

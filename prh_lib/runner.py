@@ -106,18 +106,37 @@ def run_notebook(name: str, params: dict[str, object], *, output_dir: Path | Non
     Unless ``quiet``, the kernel's progress lines are copied to stderr (each starting with ``prefix``, and
     bars collapsed to lines, when one is given: notebooks run side by side).
 
+    Killed and concurrent runs. The notebook runs as one run of the results table (``PRH_RUN_ID``: the one
+    set by the caller, e.g. a sweep, else a fresh one), marked started before the kernel starts and complete
+    only once the executed notebook is in place (:func:`prh_lib.results.start_run`,
+    :func:`~prh_lib.results.complete_run`): a run killed or failed half-way leaves no rows that
+    :func:`prh_lib.results.load` returns. Runs of the same notebook on one cache take turns
+    (:func:`chapter_lock`); a second one prints one line saying that it waits.
+
     Raises
     ------
     ValueError
         If the notebook does not have exactly one ``parameters`` cell (it would silently ignore every
         parameter).
     """
-    import papermill
-    from traitlets.config import Config
+    from . import results
 
     declared = declared_parameters(name)
     output_dir = paths.book_dir() if output_dir is None else Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    run_id = os.environ.get("PRH_RUN_ID") or results.new_run_id()
+    with chapter_lock(name), _env("PRH_RUN_ID", run_id):  # the kernel inherits the run id
+        results.start_run(run_id)
+        out = _execute_notebook(name, params, declared, output_dir, quiet=quiet, prefix=prefix)
+        results.complete_run(run_id)
+    return out
+
+
+def _execute_notebook(name: str, params: dict[str, object], declared, output_dir: Path, *, quiet: bool,
+                      prefix: str) -> Path:
+    import papermill
+    from traitlets.config import Config
+
     with tempfile.TemporaryDirectory() as tmp:
         src = notebook_to_ipynb(name, Path(tmp) / f"{name}.ipynb")
         used = {k: v for k, v in params.items() if k in declared}
@@ -142,6 +161,46 @@ def run_notebook(name: str, params: dict[str, object], *, output_dir: Path | Non
             )
             fold_parameters(tmp_out, source=f"notebooks/{name}.py")
     return out
+
+
+@contextmanager
+def chapter_lock(name: str, *, log=None):
+    """Hold the lock of notebook ``name`` on this cache while the body runs; wait for it when another has it.
+
+    The lock is ``fcntl.flock`` on ``PRH_CACHE_DIR/locks/<name>.lock``. The operating system releases it when
+    the holder's file is closed, also when the process is killed (``kill -9``), so no lock is ever left stale
+    and there is nothing to clean up. Two ``prh-run`` of one chapter on one cache thus run one after the
+    other, each a complete run (the second finds the first's features cached). Before waiting, one line is
+    written to ``log`` (default stderr) naming the chapter and the lock file.
+
+    Yields
+    ------
+    Path
+        The lock file.
+
+    Raises
+    ------
+    prh_lib.disk_errors.CacheWriteError
+        If the lock file cannot be created because the cache is read-only or its disk is full (naming it).
+    """
+    import fcntl
+
+    from .disk_errors import disk_error
+
+    path = paths.cache_root() / "locks" / f"{name}.lock"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a")
+    except OSError as err:
+        raise (disk_error(err, path) or err) from err
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"[prh-run] {name}: another prh-run of this notebook is running on this cache; waiting for it "
+                  f"to finish (lock {path})", file=log or sys.stderr, flush=True)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield path  # closing the file releases the lock
 
 
 # The kernel talks to papermill over IPC sockets, not unencrypted TCP on localhost (which ipykernel warns
