@@ -67,7 +67,6 @@ blas_threads = 1
 import warnings
 
 import matplotlib
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import threadpoolctl
@@ -90,6 +89,7 @@ blas_limits = threadpoolctl.threadpool_limits(blas_threads)
 torch.set_num_threads(max(1, blas_threads or 1))
 pd.set_option("display.float_format", "{:.3f}".format)
 pd.set_option("display.max_colwidth", None)
+report.use_page_tables()  # one header row per table: the index as named columns
 matplotlib.rcParams["figure.dpi"] = 150
 matplotlib.rcParams["font.size"] = 9
 CHAPTER = "ch_concepts"
@@ -133,9 +133,7 @@ concept_pairs = {f"V-V: {v0} x {v1}": (vectors[v0], vectors[v1]),
 measures = cp.measures_with_controls(concept_pairs, n_components=n_components, seeds=seeds)
 summary = cp.summarise_measures(measures)
 fig = cp.measures_figure(summary)
-report.caption(fig, CHAPTER, params)
-display(fig)
-plt.close(fig)
+report.show_figure(fig, CHAPTER, params)
 cp.display_measures(summary)
 
 # %% tags=["hide-input"]
@@ -154,18 +152,9 @@ Markdown(cp.describe_measures(summary))
 # %% tags=["hide-input"]
 if hypernyms is not None:
     hier = H.hierarchy_table(vectors, list(concepts.synset), hypernyms, n_boot=n_boot, seed=0)
-    fig = cp.hierarchy_figure(hier)
-    report.caption(fig, CHAPTER, params)
-    display(fig)
-    plt.close(fig)
+    report.show_figure(cp.hierarchy_figure(hier), CHAPTER, params)
 else:
     hier = None
-    fig, ax = plt.subplots(figsize=(5, 1))
-    ax.axis("off")
-    ax.text(0.5, 0.5, "WordNet not installed: no hierarchy statistics", ha="center", fontsize=10)
-    report.caption(fig, CHAPTER, params)
-    display(fig)
-    plt.close(fig)
 hier if hier is not None else Markdown("Not computed: WordNet (Debian's `wordnet-base`) is not installed.")
 
 # %% tags=["hide-input"]
@@ -199,9 +188,7 @@ ablation = cs.ablation(vectors[ablation_student], vectors[ablation_teacher], lab
 ablation_table = cp.ablation_summary(ablation)
 verdicts = cp.ablation_verdicts(ablation_table, stay=stay_tolerance)
 fig = cp.ablation_figure(ablation_table)
-report.caption(fig, CHAPTER, params)
-display(fig)
-plt.close(fig)
+report.show_figure(fig, CHAPTER, params)
 verdicts
 
 # %% tags=["hide-input"]
