@@ -155,7 +155,7 @@ if hypernyms is not None:
     report.show_figure(cp.hierarchy_figure(hier), CHAPTER, params)
 else:
     hier = None
-hier if hier is not None else Markdown("Not computed: WordNet (Debian's `wordnet-base`) is not installed.")
+cp.display_hierarchy(hier) if hier is not None else Markdown("Not computed: WordNet (Debian's `wordnet-base`) is not installed.")
 
 # %% tags=["hide-input"]
 Markdown(cp.describe_hierarchy(hier))

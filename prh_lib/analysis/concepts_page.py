@@ -28,7 +28,7 @@ from .displacement_reference import OURS, REFERENCE, reference_procedure
 
 __all__ = ["KINDS", "lemma_vectors", "measures_with_controls", "summarise_measures", "display_measures",
            "measures_figure", "describe_measures", "describe_hierarchy", "ablation_figure", "describe_ablation",
-           "ablation_summary", "PAPER_ROWS", "ablation_verdicts", "hierarchy_figure", "claim_rows"]
+           "ablation_summary", "PAPER_ROWS", "ablation_verdicts", "hierarchy_figure", "claim_rows", "display_hierarchy"]
 
 #: Pair label prefix -> the paper's kind.
 KINDS = {"V-V": "vision-vision", "L-L": "language-language", "V-L": "vision-language"}
@@ -447,3 +447,28 @@ def describe_ablation(verdicts: pd.DataFrame, summary: pd.DataFrame | None = Non
               "whitened, aligned features both measures estimate the mean canonical correlation (displacement "
               "chapter), so a row in which one measure moves and the other stays can only hold where means are "
               "added back, i.e. under the reference code's procedure, if at all.")
+
+
+def display_hierarchy(table: pd.DataFrame) -> pd.DataFrame:
+    """:func:`prh_lib.analysis.hierarchy.hierarchy_table` as the page shows it: one row per (model, tree), each
+    statistic as ``estimate [low, high]`` (95 % bootstrap interval over families), columns named in words.
+
+    Raises
+    ------
+    ValueError
+        If a statistic's column or its ``_low`` / ``_high`` bounds are missing.
+    """
+    names = {"child_parent": "cos(child, parent)", "variation_parent": "cos(child − parent, parent)",
+             "sibling": "cos between siblings' variations"}
+    missing = [f"{c}{s}" for c in names for s in ("", "_low", "_high") if f"{c}{s}" not in table.columns]
+    if missing:
+        raise ValueError(f"hierarchy table lacks columns {missing}; have {list(table.columns)}")
+    out = pd.DataFrame({"model": table["model"].map(short_name), "tree": table["tree"]})
+    for col, label in names.items():
+        out[label] = [f"{e:.3f} [{lo:.3f}, {hi:.3f}]" for e, lo, hi in
+                      zip(table[col], table[f"{col}_low"], table[f"{col}_high"])]
+    if "centroid_artefact" in table.columns:
+        out["siblings if parents were centroids, −1/(k−1)"] = [f"{v:.3f}" for v in table["centroid_artefact"]]
+    if "n_families" in table.columns:
+        out["families"] = table["n_families"].astype(int).to_numpy()
+    return out
