@@ -72,7 +72,7 @@ test_fraction = 0.5
 n_displacement_pairs = 10000  # sampled (i, j) pairs for Cross-Model and Cross-Object
 n_splits = 5  # fresh train/test splits of the heatmaps' draw on which its best layer pair is re-scored
 heldout_splits = 5  # random halvings of the heatmaps' draw: best layer pair chosen on one half, read on the other
-heldout_boot = 20  # stratified image resamples of the held-out values (their 95 % intervals); 0: none
+heldout_boot = 20  # image subsamples of the held-out values (their 95 % intervals); 0: none
 displacement_comparisons = [  # one row of heatmaps per pair (a list of its own, not the comparisons of 3.1)
     ["dinov2-small", "smollm2-135m"],
     ["dinov2-small", "minilm-l6"],
@@ -237,9 +237,11 @@ best.T
 # measure is read there on the same images, so Cross-Model (and its gap over Pointwise) carries the optimism of
 # choosing the best of many layer pairs. Below, the layer pair is chosen on one random half of the draw's images
 # and the measures are read on the other half (`heldout_splits` halvings, both directions; each half is
-# whitened and split by the measures on its own). The 95 % intervals come from a stratified bootstrap over
-# images (`heldout_boot` resamples within each half, the choice among the half's best layer pairs redone in
-# each; bias-aware "basic" intervals), and the Cross-Model − Pointwise gap has a paired interval.
+# whitened and split by the measures on its own). The 95 % intervals come from subsampling the images
+# (`heldout_boot` replicates, each on half of each half's images, without replacement, the choice among the
+# half's best layer pairs redone in each; the spread rescaled to the full halves). A bootstrap with replacement
+# would put copies of one image into both the whitening and the scoring rows of a measure. The
+# Cross-Model − Pointwise gap has a paired interval (the same subsamples).
 
 # %% tags=["hide-input"]
 held_best = dh.heldout_best_pairs([tuple(c) for c in displacement_comparisons], features, n_splits=heldout_splits,
