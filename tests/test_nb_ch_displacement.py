@@ -51,9 +51,21 @@ def test_every_figure_carries_its_provenance(executed):
     drawing = [c for c in nb.cells if c.cell_type == "code"
                and any("image/png" in o.get("data", {}) for o in c.get("outputs", []))]
     assert len(drawing) == 5
-    for cell in drawing:  # the caption is drawn into the figure before it is shown
-        assert "report.caption(fig, CHAPTER, params)" in cell.source, cell.source[:80]
-        assert cell.source.index("report.caption(") < cell.source.index("display(fig)")
+    import base64
+    import io
+    import json
+
+    from PIL import Image
+
+    from prh_lib import report
+
+    for cell in drawing:  # shown by report.show_figure: provenance drawn in, text sizes measured into the PNG
+        assert "report.show_figure(" in cell.source, cell.source[:80]
+        for out in cell.get("outputs", []):
+            if "image/png" in out.get("data", {}):
+                png = Image.open(io.BytesIO(base64.b64decode(out["data"]["image/png"])))
+                fit = json.loads(png.text[report.FIGURE_METADATA_KEY])
+                assert fit["min_rendered_pt"] >= 9.0 - 0.05
 
 
 def test_page_has_the_new_sections(executed):
