@@ -27,6 +27,10 @@ STAND_IN = "~rehearsal"
 #: Parameters that name a model loaded only when another parameter is non-empty (sec3_2_capability: the
 #: interpolation ladder's model with no ladder fractions is never loaded).
 USED_ONLY_WITH = {"ladder_model": "ladder_fractions"}
+#: Parameters naming models whose weights are read, never run (ch_concepts: the ImageNet classifier rows,
+#: ``extract.classifier_rows``, which has no dtype), and the parameter that picks among their rows.
+WEIGHTS_ONLY = "concept_vision_models"
+PICKS_FROM_WEIGHTS = ("ablation_student", "ablation_teacher")
 
 
 def _names(value) -> set[str]:
@@ -67,6 +71,10 @@ def cpu_bf16_uses(notebooks: dict[str, str], profiles: dict[str, dict]) -> list[
             if device != "cpu" or dtype != "bfloat16":
                 continue
             used = {k: v for k, v in params.items() if k not in USED_ONLY_WITH or params.get(USED_ONLY_WITH[k])}
+            rows = set(_names(used.pop(WEIGHTS_ONLY, [])))
+            for k in PICKS_FROM_WEIGHTS:  # a model picked among the weight rows is not run either
+                if used.get(k) in rows:
+                    used.pop(k)
             named = {m for m in _names(used) if m.split("@")[0] in ZOO and STAND_IN not in m}
             out += [(nb, profile, m) for m in sorted(named)]
     return out
@@ -110,6 +118,10 @@ def test_checker_fails_on_a_notebook_asking_for_bf16(table):
     fp32 = {"fake.py": 'dtype = "float32"\ndevice = "cpu"\nmodels = ["minilm-l6@random-init:0"]\n'}
     assert _violations(fp32, {"cpu-bf16": {"dtype": "bfloat16"}}, table)
     assert not _violations(fp32, {"gpu": {"dtype": "bfloat16", "device": "cuda"}}, table)
+    # weight rows are read, not run: no dtype applies; a language model of the same page is still checked
+    concepts = {"c.py": 'dtype = "bfloat16"\ndevice = "cpu"\nconcept_vision_models = ["efficientnet-lite0"]\n'
+                        'ablation_student = "efficientnet-lite0"\nconcept_language_models = ["minilm-l6"]\n'}
+    assert cpu_bf16_uses(concepts, {"offline": {}}) == [("c.py", "offline", "minilm-l6")]
     allowed = {"minilm-l6": dict(table["minilm-l6"], allowed=True, speed_ratio=2.8, max_rel_error=0.02,
                                  max_score_change=0.001, threshold=0.004, benchmark="test")}
     assert not _violations(fp32, {"cpu-bf16": {"dtype": "bfloat16"}}, allowed)
