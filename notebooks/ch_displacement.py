@@ -485,7 +485,8 @@ record = report.record("ch_displacement", {
     "heldout_best": {label: {"heldout": r.heldout, "insample_half": r.insample_half,
                              "reps": {m: v.tolist() for m, v in r.reps.items()}, "selected": r.selected.tolist(),
                              "n_splits": r.n_splits, "n_boot": r.n_boot, "interval": list(r.interval()),
-                             "gap_interval": list(r.gap_interval())} for label, r in held_best.items()},
+                             "gap_interval": list(r.gap_interval())} for label, r in held_best.items()
+                    if isinstance(r, dh.HeldoutBestPair)},
     "study": {"params_hash": results.params_hash(params), "run_id": results.current_run_id(),
               "draws": [{"dataset": d.dataset, "draw": d.draw, "seed": d.seed, "n": len(d.pairs),
                          "repeatable": d.repeatable} for d in draws],

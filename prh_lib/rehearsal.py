@@ -45,6 +45,9 @@ SMALL = {
     "n_components": 8, "profile_components": [4, 8], "n_displacement_pairs": 500, "n_splits": 2, "n_shared": 3,
     "n_private": 3, "n_random": 5, "n_seeds": 2, "summary_pairs": 8, "max_captions": 3, "n_heldout": 8,
     "random_init_seeds": [0], "num_threads": 1, "n_draws": N_DRAWS,
+    # the verdicts' held-out peaks and image resamples (3.1, 3.2, 3.3, App. F/G, displacement): every code path
+    # runs, at a twentieth of the cost (the book's defaults are 10 splits and 50-100 resamples)
+    "heldout_splits": 2, "heldout_boot": 5, "image_splits": 2, "image_boot": 5,
 }
 
 

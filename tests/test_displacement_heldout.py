@@ -79,6 +79,29 @@ def test_table_labels_the_in_sample_value_and_shows_the_held_out_one(tmp_path):
     assert t.loc["x × y", "held-out layer pair (share)"] == "layer.2 × layer.2 (100%)"
 
 
+def test_a_draw_too_small_for_a_held_out_pair_says_so_in_words_not_an_error():
+    """A draw below MIN_SAMPLES (the rehearsal's 20 images) gets a row that says why, next to estimated rows."""
+    from prh_lib.analysis.displacement_heldout import MIN_SAMPLES, heldout_best_pairs
+
+    class Feat:
+        def __init__(self, values):
+            self.values, self.layer_labels = values, ["embed", "layer.1", "layer.2"]
+
+    rng = np.random.default_rng(0)
+    small = {"a": Feat(rng.normal(size=(3, MIN_SAMPLES - 12, 4))), "b": Feat(rng.normal(size=(3, MIN_SAMPLES - 12, 4)))}
+    out = heldout_best_pairs([("a", "b")], small, n_splits=1, n_boot=2, n_candidates=2, **OPTS)
+    assert out == {"a × b": MIN_SAMPLES - 12}
+    X, Y = _stacks(rng)
+    full = heldout_best_pair(X, Y, n_splits=1, n_boot=4, n_candidates=2, **OPTS)
+    t = heldout_table({"x × y": full, "a × b": out["a × b"]}, {"x": Feat(X), "y": Feat(Y), **small})
+    assert not t.isna().any().any()
+    assert "held out" not in t.columns
+    assert t.loc["a × b"].str.contains(f"has {MIN_SAMPLES - 12} images.*at least {MIN_SAMPLES}").all()
+    assert t.loc["x × y", "Cross-Model, held out [95 % CI]"].startswith(f"{full.heldout['cross_model']:.3f} [")
+    only = heldout_table({"a × b": out["a × b"]}, small)
+    assert list(only.columns) == ["held out"]
+
+
 def test_bad_input_is_refused():
     X = np.zeros((2, 20, 3))
     with pytest.raises(ValueError, match="at least 32"):

@@ -39,7 +39,11 @@ from .. import score_cache
 from ..metrics import displacement as D
 from ..metrics.selection import split_halves
 
-__all__ = ["HeldoutBestPair", "heldout_best_pair", "heldout_best_pairs", "heldout_table", "subsample_interval"]
+__all__ = ["MIN_SAMPLES", "HeldoutBestPair", "heldout_best_pair", "heldout_best_pairs", "heldout_table",
+           "subsample_interval"]
+
+#: Fewest samples of a held-out best layer pair: halves of 16, subsamples of 8 (each split again by the measures).
+MIN_SAMPLES = 32
 
 _MEASURES = ("cross_model", "pointwise", "cross_object")
 
@@ -152,8 +156,8 @@ def heldout_best_pair(X, Y, *, n_splits: int = 5, n_boot: int = 20, n_candidates
     if X.ndim != 3 or Y.ndim != 3 or X.shape[1] != Y.shape[1]:
         raise ValueError(f"X and Y must be (n_layers, n_samples, d) stacks of the same samples; got {X.shape}, {Y.shape}")
     n = X.shape[1]
-    if n < 32:
-        raise ValueError(f"a held-out best layer pair needs at least 32 samples (subsamples of 8); got {n}")
+    if n < MIN_SAMPLES:
+        raise ValueError(f"a held-out best layer pair needs at least {MIN_SAMPLES} samples (subsamples of 8); got {n}")
     if n_splits < 1 or n_boot < 0 or n_candidates < 1:
         raise ValueError(f"need n_splits >= 1, n_boot >= 0, n_candidates >= 1; got {n_splits}, {n_boot}, {n_candidates}")
     opts = {"n_components": n_components, "test_fraction": test_fraction, "n_pairs": n_pairs, "seed": seed}
@@ -210,11 +214,17 @@ def heldout_best_pairs(pairs, features: dict, **options) -> dict:
     Returns
     -------
     dict
-        ``"x × y" -> HeldoutBestPair``.
+        ``"x × y" -> HeldoutBestPair``, or ``-> int`` (the sample count) for a pair with fewer than
+        :data:`MIN_SAMPLES` samples: no held-out estimate exists there, and :func:`heldout_table` says so in
+        words (a small draw, such as the rehearsal's, is not an error of the chapter).
     """
     out = {}
     for x, y in pairs:
         fx, fy = features[x], features[y]
+        n = np.shape(fx.values)[1]
+        if n < MIN_SAMPLES:
+            out[f"{x} × {y}"] = int(n)
+            continue
         key = {"x": score_cache.features_key(fx), "y": score_cache.features_key(fy), **options}
         out[f"{x} × {y}"] = score_cache.cached(
             "displacement_heldout", key, lambda fx=fx, fy=fy: heldout_best_pair(
@@ -240,13 +250,18 @@ def heldout_table(heldout: dict, features: dict, insample: pd.DataFrame | None =
     DataFrame
         Indexed by pair: in-sample Cross-Model and Pointwise (when given), held-out Cross-Model, Pointwise,
         Cross-Model − Pointwise (each with its 95 % interval over images), Cross-Model maximum on the selecting
-        half (in-sample, same halves), held-out layer pair (share of selections), splits and resamples.
+        half (in-sample, same halves), held-out layer pair (share of selections), splits and resamples. A pair
+        with too few samples (an ``int`` in ``heldout``) says so in words in each of its cells.
     """
     from .heldout import format_interval
 
     rows = []
     for label, r in heldout.items():
         x, y = label.split(" × ")
+        if not isinstance(r, HeldoutBestPair):  # too few samples (heldout_best_pairs)
+            rows.append({"pair": label, "held out": f"not estimated: the draw has {r} images, a held-out best "
+                                                    f"layer pair needs at least {MIN_SAMPLES}"})
+            continue
         i, j = np.unravel_index(int(np.argmax(r.selected)), r.selected.shape)
         share = r.selected[i, j] / max(r.selected.sum(), 1)
         gap = r.heldout["cross_model"] - r.heldout["pointwise"]
@@ -264,4 +279,10 @@ def heldout_table(heldout: dict, features: dict, insample: pd.DataFrame | None =
             "splits / resamples": f"{r.n_splits} / {r.n_boot}",
         }
         rows.append(row)
-    return pd.DataFrame(rows).set_index("pair") if rows else pd.DataFrame()
+    if not rows:
+        return pd.DataFrame()
+    table = pd.DataFrame(rows).set_index("pair")
+    if "held out" in table.columns and len(table.columns) > 1:  # too-few rows say why in every column
+        reason = table.pop("held out")
+        table = table.apply(lambda col: col.fillna(reason))
+    return table
