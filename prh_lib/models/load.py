@@ -6,6 +6,7 @@ that keys the feature cache, gives the loaded model its name, revision, modality
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import pickle
 import re
@@ -25,6 +26,25 @@ __all__ = ["load_model", "load_spec", "load_tokenizer", "describe", "UnsafeWeigh
 
 #: Pickle weight files (``torch.save``); they are only ever read with ``torch.load(weights_only=True)``.
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+
+
+@contextlib.contextmanager
+def _no_weight_loading_bars():
+    """``transformers``' progress bars off for one load ("Loading weights: 100%|...", shown by transformers 5 on
+    every ``from_pretrained``), restored afterwards. Its log messages stay on: a missing or unexpected weight
+    is still reported."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        yield
+        return
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
 
 
 class UnsafeWeightsError(ValueError):
@@ -96,7 +116,8 @@ def load_model(
         raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
     spec = parse_model_name(name_or_path)
     try:
-        return load_spec(spec, device=torch.device(device), dtype=dtype, modality=modality, revision=revision)
+        with _no_weight_loading_bars():  # a page or a log shows no "Loading weights" bar
+            return load_spec(spec, device=torch.device(device), dtype=dtype, modality=modality, revision=revision)
     except (pickle.UnpicklingError, RuntimeError) as err:
         # torch.load(weights_only=True) met a global it does not allow (timm re-raises it as a RuntimeError)
         if isinstance(err, RuntimeError) and "weights_only=True blocked" not in str(err):
