@@ -322,3 +322,44 @@ def test_checklist_rows_carry_our_procedures_verdict_and_the_reference_reading_a
     assert rows[0]["verdict"] == "differs" and "reference code: 0.53" in rows[0]["this build"]
     assert "reproduces in kind" in rows[0]["note"]
     assert claims.checklist({"ch_displacement": rows}).loc["D/vision-vision", "verdict"] == "differs"
+
+
+def test_checklist_verdicts_read_the_held_out_gap_and_its_interval_over_images():
+    """With held-out estimates the front-page verdict is a test on the paired gap interval, not the split spread."""
+    import pandas as pd
+
+    from prh_lib.analysis.displacement_heldout import HeldoutBestPair
+
+    def held(cm, pw, gap_sd):
+        rng = np.random.default_rng(0)
+        noise = rng.normal(size=40)
+        reps = {"cross_model": cm + gap_sd * noise, "pointwise": np.full(40, pw), "cross_object": np.zeros(40)}
+        return HeldoutBestPair({"cross_model": cm, "pointwise": pw, "cross_object": 0.0}, cm + 0.02, reps,
+                               np.ones((2, 2)), n=64, n_splits=5, n_boot=40, n_candidates=4, subsample_ratio=0.5)
+
+    table = pd.DataFrame({
+        "reference code": ["0.53 ± 0.02 vs 0.11 ± 0.01"] * 3, "reference code verdict": ["reproduces in kind"] * 3,
+        # the in-sample reading over splits says the opposite of the held-out one, so the test can tell them apart
+        "our procedure": ["0.56 ± 0.01 vs 0.56 ± 0.01"] * 3, "our procedure verdict": ["differs"] * 3,
+    }, index=[f"Cross-Model > Pointwise, {k}, sample level (Flickr30k)"
+              for k in ("vision-vision", "language-language", "vision-language")])
+    heldout = {"a × b": held(0.60, 0.40, 0.01),  # gap 0.20, interval far above 0
+               "c × d": held(0.45, 0.46, 0.01),  # gap below 0
+               "a × c": held(0.30, 0.28, 0.03),  # gap 0.02 with an interval reaching below 0
+               "b × d": held(0.50, 0.30, 0.01)}
+    kinds = {"a × b": "vision-vision", "c × d": "language-language", "a × c": "vision-language",
+             "b × d": "vision-language"}
+    with pytest.raises(ValueError, match="kinds"):
+        da.checklist_rows(table, heldout=heldout)
+    rows = {r["id"]: r for r in da.checklist_rows(table, heldout=heldout, kinds=kinds)}
+    assert rows["D/vision-vision"]["verdict"] == "reproduces in kind"
+    assert rows["D/language-language"]["verdict"] == "differs"
+    assert "c × d: held-out Cross-Model − Pointwise: needs > 0, got -0.010" in rows["D/language-language"]["note"]
+    # one of the two vision-language pairs cannot decide: the claim is inconclusive, and says which
+    assert rows["D/cross-modal"]["verdict"] == "inconclusive"
+    assert "cannot decide: a × c" in rows["D/cross-modal"]["note"] and "b × d" not in rows["D/cross-modal"]["note"]
+    assert all("reference code's procedure: reproduces in kind" in r["note"] for r in rows.values())
+    assert "held out (our procedure): a × b: 0.600 [" in rows["D/vision-vision"]["this build"]
+    # a kind with no held-out estimate (too few images) keeps the split reading and says so
+    rows = {r["id"]: r for r in da.checklist_rows(table, heldout={"a × b": 20}, kinds=kinds)}
+    assert rows["D/vision-vision"]["verdict"] == "differs" and "too few images" in rows["D/vision-vision"]["note"]

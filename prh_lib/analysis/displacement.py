@@ -245,7 +245,8 @@ _CHECKLIST_IDS = {"vision-vision": "D/vision-vision", "language-language": "D/la
                   "vision-language": "D/cross-modal"}
 
 
-def checklist_rows(table: pd.DataFrame, *, step: str = "our procedure", other: str = "reference code") -> list[dict]:
+def checklist_rows(table: pd.DataFrame, *, step: str = "our procedure", other: str = "reference code",
+                   heldout: dict | None = None, kinds: dict | None = None) -> list[dict]:
     """The sample-level rows of :func:`paper_table` in the form of :func:`prh_lib.claims.finding`.
 
     The front page's checklist (:func:`prh_lib.claims.checklist`) shows them. The verdict is that of ``step``,
@@ -253,24 +254,71 @@ def checklist_rows(table: pd.DataFrame, *, step: str = "our procedure", other: s
     paper's measures are defined to measure; the reference code's reading (``other``), whose Cross-Model >
     Pointwise gap comes from adding each model's mean back after whitening, stays beside it as a note.
 
+    With ``heldout`` the verdict is a test on selection-free estimates over images (issue 24): for every pair
+    of the claim's kind, the held-out Cross-Model − Pointwise at the best layer pair chosen on the other half
+    of the images, with its paired 95 % subsampling interval
+    (:func:`prh_lib.analysis.displacement_heldout.heldout_best_pair`), must exceed 0
+    (:class:`prh_lib.claims.Test`; "inconclusive" when an interval reaches 0, "differs" when an estimate is
+    not above it). A kind without a held-out estimate (a draw below
+    :data:`~prh_lib.analysis.displacement_heldout.MIN_SAMPLES` images) keeps :func:`claim_verdict`'s reading
+    of ``table`` (the spread over splits), and its note says so.
+
+    Parameters
+    ----------
+    table : DataFrame
+        :func:`paper_table`.
+    step, other : str
+        The procedure whose verdict the row carries, and the one shown as a note.
+    heldout : dict, optional
+        :func:`prh_lib.analysis.displacement_heldout.heldout_best_pairs` (``"x × y"`` -> result, or an ``int``
+        sample count where none was estimated).
+    kinds : dict, optional
+        ``"x × y"`` -> ``"vision-vision"``, ``"language-language"`` or ``"vision-language"`` (the ``kind``
+        column of :func:`best_pair_table`); required with ``heldout``.
+
     Raises
     ------
     KeyError
         If ``table`` lacks the columns of ``step`` or of ``other``.
+    ValueError
+        If ``heldout`` is given without ``kinds``.
     """
     from .. import claims as _claims
+    from .displacement_heldout import HeldoutBestPair
 
+    if heldout is not None and kinds is None:
+        raise ValueError("checklist_rows: heldout needs kinds (the 'kind' column of best_pair_table)")
     rows = []
     for name, r in table.iterrows():
         kind = next((k for k in _CHECKLIST_IDS if f", {k}, sample level" in str(name)), None)
         if kind is None:
             continue
-        row = _claims.finding(_CHECKLIST_IDS[kind], this_build=None, holds=None)
-        row.update({"this build": f"{r[step]} ({step}); {other}: {r[other]}",
-                    "verdict": r[f"{step} verdict"],
-                    "note": f"read with the {other}'s procedure: {r[f'{other} verdict']}; its gap comes from adding "
-                            "each model's mean back after whitening (see the chapter)",
-                    "rule": "Cross-Model and Pointwise of our procedure, ordered as the paper orders them and "
-                            "resolved beyond the spread over draws"})
+        ref_note = (f"read with the {other}'s procedure: {r[f'{other} verdict']}; its gap comes from adding "
+                    "each model's mean back after whitening (see the chapter)")
+        held = {label: h for label, h in (heldout or {}).items()
+                if kinds.get(label) == kind and isinstance(h, HeldoutBestPair)}
+        if held:
+            tests = [_claims.Test(f"{label}: held-out Cross-Model − Pointwise",
+                                  h.heldout["cross_model"] - h.heldout["pointwise"], *h.gap_interval())
+                     for label, h in held.items()]
+            shown = "; ".join(
+                f"{label}: {h.heldout['cross_model']:.3f} [{'%.3f' % h.interval('cross_model')[0]}, "
+                f"{'%.3f' % h.interval('cross_model')[1]}] vs {h.heldout['pointwise']:.3f} "
+                f"[{'%.3f' % h.interval('pointwise')[0]}, {'%.3f' % h.interval('pointwise')[1]}]"
+                for label, h in held.items())
+            row = _claims.finding(
+                _CHECKLIST_IDS[kind], this_build=f"held out ({step}): {shown}; in-sample over splits: {r[step]}; "
+                                                 f"{other}: {r[other]}",
+                tests=tests, note=ref_note,
+                rule="for every pair of this kind, Cross-Model − Pointwise of our procedure at the best layer pair "
+                     "chosen on the other half of the images, with its paired 95 % interval over images, above 0")
+        else:
+            row = _claims.finding(_CHECKLIST_IDS[kind], this_build=None, holds=None)
+            row.update({"this build": f"{r[step]} ({step}); {other}: {r[other]}",
+                        "verdict": r[f"{step} verdict"],
+                        "note": ref_note + ("; no held-out estimate of this kind (too few images), so the verdict "
+                                            "reads the spread over splits" if heldout is not None else ""),
+                        "rule": "Cross-Model and Pointwise of our procedure, ordered as the paper orders them and "
+                                "resolved beyond the spread over draws"})
         rows.append(row)
     return rows
