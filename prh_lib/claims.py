@@ -252,7 +252,9 @@ def combine(tests) -> tuple[bool, bool, str]:
     """``(holds, conclusive, note)`` of a claim made of ``tests`` (for :func:`finding`).
 
     ``holds`` is False when any test differs; ``conclusive`` is False when none differs but some test cannot
-    decide; ``note`` names the failing or undecided tests with their numbers ("" when all hold).
+    decide; ``note`` names the failing or undecided tests with their numbers ("" when all hold), and for each
+    undecided one the smallest difference from its threshold this build detects at 80 % power (two-sided 95 %,
+    normal approximation from its interval's width: :func:`prh_lib.metrics.selection.detectable_difference`).
     """
     tests = list(tests)
     if not tests:
@@ -262,8 +264,17 @@ def combine(tests) -> tuple[bool, bool, str]:
     if bad:
         return False, True, "fails: " + "; ".join(t.describe() for t in bad)
     if open_:
-        return True, False, "cannot decide: " + "; ".join(t.describe() for t in open_)
+        return True, False, "cannot decide: " + "; ".join(t.describe() + _power(t) for t in open_)
     return True, True, ""
+
+
+def _power(test: Test) -> str:
+    """``" (detects a difference from 0 of 0.070 at 80 % power)"``: what an undecided test could have resolved
+    (:func:`prh_lib.metrics.selection.detectable_difference` of its interval); "" without a finite interval."""
+    from .metrics.selection import detectable_difference
+
+    d = detectable_difference(test.low, test.high)
+    return f" (detects a difference from {test.threshold:g} of {d:.3f} at 80 % power)" if math.isfinite(d) else ""
 
 
 def verdict(claim: Claim | str, *, holds: bool | None, value: float | None = None,

@@ -136,3 +136,20 @@ def test_a_result_that_points_the_papers_way_but_cannot_be_told_from_chance_is_i
                          conclusive=False)
     assert row["verdict"] == "inconclusive"
     assert claims.verdict_counts([row])["inconclusive"] == 1
+
+
+def test_an_undecided_test_says_what_difference_this_build_could_detect():
+    # interval [-0.1, 0.1]: SE = 0.1 / 1.95996; detectable at 95 % / 80 % = (1.95996 + 0.84162) SE = 0.1429
+    holds, conclusive, note = claims.combine([claims.Test("a × b − floor", 0.05, -0.1, 0.1),
+                                              claims.Test("c × d − floor", 0.2, 0.1, 0.3)])
+    assert (holds, conclusive) == (True, False)
+    assert "a × b − floor: needs > 0, got 0.050 [-0.100, 0.100] (detects a difference from 0 of 0.143 at 80 % power)" in note
+    assert "c × d" not in note  # a test that holds is not listed
+    # a wider interval detects only larger differences; no interval, no power statement
+    _, _, wide = claims.combine([claims.Test("x", 0.05, -0.2, 0.2)])
+    assert "of 0.286 at 80 % power" in wide
+    _, _, none = claims.combine([claims.Test("x", 0.05, math.nan, math.nan)])
+    assert "power" not in none and "(no interval)" in none
+    # a failing test says how it fails, with no power statement (it was decided)
+    _, _, fails = claims.combine([claims.Test("x", -0.05, -0.2, 0.1)])
+    assert fails.startswith("fails: ") and "power" not in fails
