@@ -32,8 +32,11 @@
 # displacement chapter run on every pair: *ours* (whitening and alignment fitted on training concepts,
 # measured on held-out concepts, random pairs `(i, j)`) and the *reference code's* (whitening on all rows,
 # each model's mean added back after rotation, predecessor pairs). Every value is a mean over `n_seeds`
-# splits of the concepts; intervals are the spread over splits (2.5 and 97.5 percentiles; with few splits,
-# the range). The shuffled-pairing control matches the second model's rows to the wrong concepts.
+# splits of the concepts. Its 95 % interval is over *concepts*: every measure is recomputed on `n_sub` random
+# halves of the concepts (drawn without replacement, so no concept sits on both sides of a whitening split), and
+# the halves' spread around their median is the standard error at the full set (`concept_subsamples`). The
+# shuffled-pairing control matches the second model's rows to the wrong concepts; Cross-Model's margin over it
+# is paired (both on the same halves). The ablation's intervals are over its seeds.
 #
 # **What the `paper` profile changes, and what it cannot.** It embeds the lemmas with two of the paper's
 # language models (Mistral-7B, Qwen3-8B) on the GPU. Its vision encoders (DINOv2, DINOv3, MAE) have no
@@ -48,6 +51,7 @@ lm_depth = 0.75  # relative depth of the language models' layer (0: embedding ou
 n_concepts = None  # None: all 1000 classes; fewer: a seeded subset (features are extracted for all)
 n_components = 32  # whitened dimension r of both procedures
 n_seeds = 3  # splits of the concepts (train / held-out halves)
+n_sub = 24  # random halves of the concepts (without replacement) for the measures' intervals over concepts; 0: spread over splits
 n_boot = 1000  # bootstrap resamples of the WordNet families (hierarchy intervals)
 ablation_student = "efficientnet-lite0"  # the student's input features
 ablation_teacher = "smollm2-135m"  # the teacher of both distillations
@@ -131,7 +135,8 @@ concept_pairs = {f"V-V: {v0} x {v1}": (vectors[v0], vectors[v1]),
                  f"V-L: {v0} x {l0}": (vectors[v0], vectors[l0]),
                  f"V-L: {v1} x {l1}": (vectors[v1], vectors[l1])}
 measures = cp.measures_with_controls(concept_pairs, n_components=n_components, seeds=seeds)
-summary = cp.summarise_measures(measures)
+subsamples = cp.concept_subsamples(concept_pairs, n_components=n_components, seeds=seeds, n_sub=n_sub)
+summary = cp.summarise_measures(measures, subsamples)
 fig = cp.measures_figure(summary)
 report.show_figure(fig, CHAPTER, params)
 cp.display_measures(summary)

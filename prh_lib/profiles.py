@@ -48,6 +48,7 @@ PROFILES: dict[str, dict[str, object]] = {
         "n_draws": None,
         # ch_concepts: a subset of the concepts (features are still extracted for all 1000), one ablation seed
         "n_concepts": 300,
+        "n_sub": 8,
         "ablation_seeds": [0],
         "ablation_steps": 100,
     },

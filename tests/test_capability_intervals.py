@@ -91,3 +91,52 @@ def test_image_correlations_recover_a_planted_capability_order(tmp_path, monkeyp
     assert (out["low (capability)"] <= out["high (capability)"]).all()
     two = image_correlations(sets, {"v": (_Feats(V, "v").f,)}, lms[:2], bpb, dataset="toy", k=5, clip_q=None)
     assert two.empty  # fewer than three models: no correlation
+
+
+@pytest.mark.parametrize("p", [0.01, 0.5])
+def test_final_less_reads_the_paired_interval_of_peak_minus_final_over_images(p):
+    def verdict(lo, hi, est):
+        img = _img(0.3, 0.95).assign(**{"peak − final (capability)": est, "peak − final low": lo,
+                                        "peak − final high": hi})
+        rows = {r["id"]: r for r in capability.findings(_corr(p), main_dataset="toy", image_corr=img)}
+        return rows["3.2/final-less"]
+
+    significant = p < 0.05
+    # _corr: peak r = -0.9, final r = -0.45 against bits per byte, so the peak predicts better over draws
+    assert verdict(0.1, 0.6, 0.4)["verdict"] == ("reproduces in kind" if significant else "inconclusive")
+    row = verdict(-0.1, 0.6, 0.4)  # over images the difference holds 0: never a reproduction
+    assert row["verdict"] == "inconclusive" and "held-out peak − final layers" in row["note"]
+    assert "[-0.100, 0.600]" in row["note"] and "+0.40 [+0.10" not in row["this build"]
+    assert "v +0.40 [-0.10, +0.60]" in row["this build"]
+    assert verdict(-0.6, 0.1, -0.2)["verdict"] == "differs"  # the final layers predict better over images
+    assert "interval over images of (peak − final)" in capability.RULES["3.2/final-less"]
+
+
+def test_image_correlations_give_final_layer_correlations_and_their_paired_difference(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(0)
+    n = 64
+    Z = rng.normal(size=(n, 4))
+    V = np.stack([Z @ rng.normal(size=(4, 8)) + 0.3 * rng.normal(size=(n, 8)) for _ in range(2)])
+    lms = []
+    for i, (noise, final_noise) in enumerate(((0.3, 3.0), (1.0, 2.5), (3.0, 2.0))):
+        # the peak's shared signal falls with bits per byte (first layers: 0.3, 1.0; lm2's final, 2.0), while the
+        # final layers' rises: the final layers order the models the wrong way round
+        L = np.stack([Z @ rng.normal(size=(4, 8)) + noise * rng.normal(size=(n, 8)),
+                      Z @ rng.normal(size=(4, 8)) + final_noise * rng.normal(size=(n, 8))])
+        lms.append(SimpleNamespace(label=f"lm{i}", features=(_Feats(L, f"lm{i}").f,)))
+    sets = SimpleNamespace(parent_ids=lambda ds: [0])
+    bpb = {"lm0": 1.0, "lm1": 1.5, "lm2": 2.0}
+    out = image_correlations(sets, {"v": (_Feats(V, "v").f,)}, lms, bpb, dataset="toy", k=5, clip_q=None,
+                             n_splits=2, n_boot=12)
+    for _, r in out.iterrows():
+        assert r["final ci low"] <= r["final ci high"] and r["peak − final low"] <= r["peak − final high"]
+        # signed so that > 0 means "the peak predicts capability better"; direction -1 for bits per byte
+        assert r["peak − final (capability)"] == pytest.approx(-(r["r"] - r["r final"]))
+    pe = out[out["method"] == "pearson"].iloc[0]
+    assert pe["r"] < -0.9 and pe["r final"] > 0.5  # peak: lower bits per byte aligns more; final: the reverse
+    assert pe["peak − final (capability)"] > 1 and pe["peak − final low"] > 0
+    shown = capability.image_display(out)
+    assert any(c.startswith("r, final layers") for c in shown.columns) and not shown.isna().any().any()

@@ -50,3 +50,49 @@ def test_two_procedures_on_planted_pair(offset):
         assert m["pointwise"] == pytest.approx(m["cross_model"], abs=0.04)
     else:  # means added back: the reference's Cross-Object departs from 0
         assert m["cross_object"] > 0.1
+
+
+def test_half_sample_spread_is_the_standard_error_at_the_full_set():
+    # the mean of n = 400 standard normals: SE 0.05, so the 95 % interval is +-1.96 * 0.05 = +-0.098. Halves drawn
+    # without replacement vary by sqrt(1/200 - 1/400) = 0.05 around the full mean: the finite-population factor
+    # sqrt(f / (1 - f)) = 1 at f = 1/2 (sqrt(f) alone would give +-0.069, too narrow)
+    from prh_lib.analysis.concepts_page import _subsample_interval
+
+    x = np.random.default_rng(0).normal(size=400)
+    rng = np.random.default_rng(1)
+    reps = [x[rng.choice(400, 200, replace=False)].mean() for _ in range(4000)]
+    lo, hi = _subsample_interval(float(x.mean()), reps, 0.5)
+    assert (hi - lo) / 2 == pytest.approx(1.96 * np.sqrt(1 / 200 - 1 / 400), rel=0.05)
+    assert (hi - lo) / 2 == pytest.approx(1.96 * x.std() / 20, rel=0.06)
+    assert lo < x.mean() < hi
+
+
+def test_concept_subsamples_give_intervals_over_concepts_with_a_paired_control():
+    from prh_lib.analysis import concepts_page as cp
+
+    r, n = 16, 400
+    X, Y, rho = synthetic_pair(n, r=r, n_shared=8, correlation=0.9, seed=0)
+    pairs = {"V-V: a x b": (X, Y)}
+    table = cp.measures_with_controls(pairs, n_components=r, seeds=(0, 1))
+    sub = cp.concept_subsamples(pairs, n_components=r, seeds=(0, 1), n_sub=12)
+    assert len(sub) == 12 * 2 and set(sub["rep"]) == set(range(12)) and sub.attrs["fraction"] == 0.5
+    s = cp.summarise_measures(table, sub)
+    assert set(s["interval"]) == {"concepts"}
+    splits = cp.summarise_measures(table)
+    assert set(splits["interval"]) == {"splits"}
+    for _, row in s.iterrows():
+        for m in ("pointwise", "cross_model", "gap", "control_margin"):
+            assert row[m + "_low"] <= row[m] <= row[m + "_high"], (row["procedure"], m)
+        # the paired margin over the shuffled control is the measure minus the control, and clearly above 0
+        assert row["control_margin"] == pytest.approx(row["cross_model"] - row["cross_model_shuffled"])
+        assert row["control_margin_low"] > 0.2
+    ours = s[s["procedure"] == cp.OURS].iloc[0]
+    assert ours["pointwise_low"] < rho < ours["pointwise_high"]
+    # the claim reads the interval over concepts and says so
+    rows = cp.claim_rows(s, None, None, min_gap=0.05)
+    vv = next(r for r in rows if r["id"] == "C/vision-vision")
+    assert "interval over concepts" in vv["rule"] and vv["verdict"] == "differs"  # gap ~ 0 < 0.05
+    with pytest.raises(ValueError, match="same concepts"):
+        cp.concept_subsamples({"a": (X, Y), "b": (X[:10], Y[:10])}, n_sub=2)
+    with pytest.raises(ValueError, match="fraction"):
+        cp.concept_subsamples(pairs, fraction=1.0)

@@ -307,7 +307,8 @@ RULES = {
                             "held-out captions), with exact permutation p < 0.05 over models and, offline, the 95 % "
                             "interval over images of r (held-out peaks) above 0 (else inconclusive)",
     "3.2/final-less": "the final-layer pair's correlation with capability is below the peak's for every vision "
-                      "model, each correlation significant (else inconclusive)",
+                      "model, each correlation significant (else inconclusive), and, offline, the paired 95 % "
+                      "interval over images of (peak − final) correlation above 0",
 }
 
 
@@ -435,12 +436,24 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
         rows.append(claims.finding("3.2/final-less", this_build=None, holds=None, note="no finite correlation"))
     else:
         shown = "; ".join(f"{v}: final {r['final']:+.2f} vs peak {r['peak']:+.2f}" for v, r in both.iterrows())
+        pear = img[img["method"] == "pearson"] if len(img) and "peak − final (capability)" in img else pd.DataFrame()
+        d_tests = [claims.Test(f"{r['vision']}: Pearson r with capability, held-out peak − final layers, paired "
+                               "interval over images", float(r["peak − final (capability)"]),
+                               float(r["peak − final low"]), float(r["peak − final high"]), 0.0)
+                   for _, r in pear.iterrows()]
+        d_holds, d_conclusive, d_why = claims.combine(d_tests) if d_tests else (True, True, "")
+        d_shown = ("; over images (held-out peak − final, paired 95 % CI): " + "; ".join(
+            f"{r['vision']} {r['peak − final (capability)']:+.2f} [{r['peak − final low']:+.2f}, "
+            f"{r['peak − final high']:+.2f}]" for _, r in pear.iterrows())) if len(pear) else ""
+        note_final = "" if significant else (f"with {n_models} independent models neither correlation can be told "
+                                             "from chance, so neither can their difference (the paper's r = 0.66 "
+                                             f"needs {fisher_n_for_r(0.66)} models for 80 % power)")
         rows.append(claims.finding(
-            "3.2/final-less", this_build=f"Pearson r with capability (−bits per byte), {main_dataset}: {shown}",
-            holds=bool((both["final"] < both["peak"]).all()), comparable=False, conclusive=significant,
-            note="" if significant else (f"with {n_models} independent models neither correlation can be told "
-                                         "from chance, so neither can their difference (the paper's r = 0.66 needs "
-                                         f"{fisher_n_for_r(0.66)} models for 80 % power)")))
+            "3.2/final-less", this_build=f"Pearson r with capability (−bits per byte), {main_dataset}: {shown}{d_shown}",
+            holds=bool((both["final"] < both["peak"]).all()) and d_holds, comparable=False,
+            conclusive=significant and d_conclusive,
+            note="; ".join(t for t in (note_final, d_why.replace("cannot decide: ", "over images, cannot decide: "))
+                           if t)))
     return rows
 
 

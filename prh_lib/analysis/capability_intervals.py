@@ -39,7 +39,9 @@ from .core import clip_features
 __all__ = ["image_correlations", "replicate_correlations", "draw_spread", "image_display"]
 
 COLUMNS = ["dataset", "vision", "capability", "method", "r", "ci low", "ci high", "r draws mean", "r draws std",
-           "n draws", "n", "n_boot", "direction", "r (capability)", "low (capability)", "high (capability)"]
+           "n draws", "n", "n_boot", "direction", "r (capability)", "low (capability)", "high (capability)",
+           "r final", "final ci low", "final ci high", "peak − final (capability)", "peak − final low",
+           "peak − final high"]
 
 
 def replicate_correlations(alignment: np.ndarray, capability: np.ndarray, *, method: str = "pearson") -> np.ndarray:
@@ -130,7 +132,10 @@ def image_correlations(sets, vision: dict, independent: Sequence, capability: Ma
     DataFrame
         One row per (vision, method) with :data:`COLUMNS`: ``r`` of the held-out peaks on all images, ``ci low``,
         ``ci high`` (images), the draws' mean and std of r, ``n`` models, and the same signed by ``direction``
-        (``r (capability)`` > 0: alignment grows with capability). Empty when fewer than 3 models.
+        (``r (capability)`` > 0: alignment grows with capability). ``r final`` and its interval: the same for the
+        final-layer pair's scores (no selection) on the same image resamples; ``peak − final (capability)`` and its
+        paired interval: the held-out peak's signed correlation minus the final layers', replicate by replicate
+        (> 0: the peak predicts capability better, Sec. 3.2). Empty when fewer than 3 models.
 
     Raises
     ------
@@ -154,16 +159,28 @@ def image_correlations(sets, vision: dict, independent: Sequence, capability: Ma
                                  n_boot=n_boot, seed=seed, label=f"{v_name} × {r.label}") for r in models]
         point = np.array([f.heldout for f in fits])[:, None]
         reps = np.stack([f.heldout_reps for f in fits])
+        final_point = np.array([f.final for f in fits])[:, None]
+        final_reps = np.stack([f.final_reps for f in fits])
         for method in ("pearson", "spearman"):
             r_hat = float(replicate_correlations(point, c, method=method)[0])
-            lo, hi = bootstrap_interval(r_hat, replicate_correlations(reps, c, method=method), method="percentile")
+            r_reps = replicate_correlations(reps, c, method=method)
+            lo, hi = bootstrap_interval(r_hat, r_reps, method="percentile")
+            f_hat = float(replicate_correlations(final_point, c, method=method)[0])
+            f_reps = replicate_correlations(final_reps, c, method=method)
+            f_lo, f_hi = bootstrap_interval(f_hat, f_reps, method="percentile")
+            # paired: replicate b's peak and final correlations come from the same resampled images
+            d_lo, d_hi = bootstrap_interval(direction * (r_hat - f_hat), direction * (r_reps - f_reps),
+                                            method="percentile")
             mean, std, nd = (draw_spread(table, capability, dataset=dataset, vision=v_name, method=method)
                              if table is not None else (np.nan, np.nan, 0))
             s_lo, s_hi = sorted((direction * lo, direction * hi))
             rows.append({"dataset": dataset, "vision": v_name, "capability": capability_name, "method": method,
                          "r": r_hat, "ci low": lo, "ci high": hi, "r draws mean": mean, "r draws std": std,
                          "n draws": nd, "n": len(models), "n_boot": int(n_boot), "direction": direction,
-                         "r (capability)": direction * r_hat, "low (capability)": s_lo, "high (capability)": s_hi})
+                         "r (capability)": direction * r_hat, "low (capability)": s_lo, "high (capability)": s_hi,
+                         "r final": f_hat, "final ci low": f_lo, "final ci high": f_hi,
+                         "peak − final (capability)": direction * (r_hat - f_hat), "peak − final low": d_lo,
+                         "peak − final high": d_hi})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -181,4 +198,12 @@ def image_display(image_corr: pd.DataFrame) -> pd.DataFrame:
             "–" if not np.isfinite(m) else f"{m:.2f} ± {s:.2f} ({int(n)} draws)" if np.isfinite(s) else f"{m:.2f}"
             for m, s, n in zip(image_corr["r draws mean"], image_corr["r draws std"], image_corr["n draws"])],
         "models": image_corr["n"], "image resamples": image_corr["n_boot"]})
+    if "r final" in image_corr:
+        out.insert(4, "r, final layers [95 % CI over images]",
+                   [format_interval(r, lo, hi, 2) for r, lo, hi in
+                    zip(image_corr["r final"], image_corr["final ci low"], image_corr["final ci high"])])
+        out.insert(5, "peak − final, signed (> 0: the peak predicts capability better) [95 % CI, paired]",
+                   [format_interval(r, lo, hi, 2) for r, lo, hi in
+                    zip(image_corr["peak − final (capability)"], image_corr["peak − final low"],
+                        image_corr["peak − final high"])])
     return out.set_index(["dataset", "vision", "method"])
