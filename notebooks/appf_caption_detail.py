@@ -145,14 +145,14 @@ if left_out:  # which pairs the figures leave to the tables; nothing when every 
 
 # %% tags=["hide-input"]
 fig_raw = figures.plot_detail(summary_drawn, score="peak")
-report.show_figure(fig_raw, CHAPTER, params)
+_ = report.show_figure(fig_raw, CHAPTER, params)
 
 # %% [markdown]
 # Chance-corrected, (score - c) / (1 - c) with c = k/(N-1): 0 is chance for every control, on one shared scale.
 
 # %% tags=["hide-input"]
 fig_corrected = figures.plot_detail(summary_drawn, score="corrected peak")
-report.show_figure(fig_corrected, CHAPTER, params)
+_ = report.show_figure(fig_corrected, CHAPTER, params)
 
 # %% [markdown]
 # ## Measured on this build

@@ -138,7 +138,7 @@ measures = cp.measures_with_controls(concept_pairs, n_components=n_components, s
 subsamples = cp.concept_subsamples(concept_pairs, n_components=n_components, seeds=seeds, n_sub=n_sub)
 summary = cp.summarise_measures(measures, subsamples)
 fig = cp.measures_figure(summary)
-report.show_figure(fig, CHAPTER, params)
+_ = report.show_figure(fig, CHAPTER, params)
 cp.display_measures(summary)
 
 # %% tags=["hide-input"]
@@ -193,7 +193,7 @@ ablation = cs.ablation(vectors[ablation_student], vectors[ablation_teacher], lab
 ablation_table = cp.ablation_summary(ablation)
 verdicts = cp.ablation_verdicts(ablation_table, stay=stay_tolerance)
 fig = cp.ablation_figure(ablation_table)
-report.show_figure(fig, CHAPTER, params)
+_ = report.show_figure(fig, CHAPTER, params)
 verdicts
 
 # %% tags=["hide-input"]

@@ -198,7 +198,7 @@ Markdown(f"{len(draws)} draws of {len(set(d.dataset for d in draws))} dataset(s)
 
 # %% tags=["hide-input"]
 fig = da.heatmaps_side_by_side(shown, chance=chance)
-report.show_figure(fig, CHAPTER, params)
+_ = report.show_figure(fig, CHAPTER, params)
 
 # %% [markdown]
 # ## The three measures over datasets and draws
@@ -269,7 +269,7 @@ views.T
 # %% tags=["hide-input"]
 sweep = da.n_components_sweep(shown, features, n_components=n_components_sweep)
 fig = da.sweep_figure(sweep)
-report.show_figure(fig, CHAPTER, params)
+_ = report.show_figure(fig, CHAPTER, params)
 sweep.pivot(index="pair", columns="n_components", values="cross_model")
 
 # %% [markdown]
@@ -280,7 +280,7 @@ sweep.pivot(index="pair", columns="n_components", values="cross_model")
 # %% tags=["hide-input"]
 profiles = da.depth_profiles(shown, features, n_components=profile_components)
 fig = da.depth_profile_figure(profiles)
-report.show_figure(fig, CHAPTER, params)
+_ = report.show_figure(fig, CHAPTER, params)
 
 # %% [markdown]
 # ## Shared and private subspaces
@@ -302,7 +302,7 @@ consensus = dc.consensus_summary(features, layers, n_components=n_components, n_
                                  n_private=n_private, k=k, test_fraction=test_fraction,
                                  n_pairs=n_displacement_pairs, seed=split_seed, n_random=n_random)
 fig = dc.consensus_figure(consensus)
-report.show_figure(fig, CHAPTER, params)
+_ = report.show_figure(fig, CHAPTER, params)
 consensus.table
 
 # %% [markdown]
@@ -437,7 +437,7 @@ dr.formula_check(procedures)
 synthetic = dr.synthetic_sweep(synthetic_offsets, n=synthetic_n, r=32, n_shared=16, correlation=0.9,
                                n_seeds=synthetic_seeds, n_pairs=n_displacement_pairs)
 fig = dr.procedure_figure(synthetic, procedures)
-report.show_figure(fig, CHAPTER, params)
+_ = report.show_figure(fig, CHAPTER, params)
 
 # %% [markdown]
 # ### The smaller differences

@@ -156,7 +156,7 @@ if left_out:  # which pairs the figures leave to the tables; nothing when every 
 
 # %% tags=["hide-input"]
 fig = figures.heatmap_grid(shown, chance=chance, ncols=2, other_peaks=others)
-report.show_figure(fig, CHAPTER, params)
+_ = report.show_figure(fig, CHAPTER, params)
 
 # %% tags=["hide-input"]
 layerwise.peak_locations(table, dataset=heatmap_dataset)
@@ -170,7 +170,7 @@ layerwise.peak_locations(table, dataset=heatmap_dataset)
 regime = dict(zip(agg["pair"], agg["regime"]))
 cross = {label: m for label, m in shown.items() if regime[label] == "cross-modal"}
 fig_cross = figures.heatmap_grid(cross, chance=chance, ncols=2, other_peaks=others)
-report.show_figure(fig_cross, CHAPTER, params)
+_ = report.show_figure(fig_cross, CHAPTER, params)
 
 # %% [markdown]
 # ## Peak versus final layer, against chance and a shuffled-pairs control

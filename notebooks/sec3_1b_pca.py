@@ -131,7 +131,7 @@ if left_out:  # which pairs the figures leave to the tables; nothing when every 
 n_main = int(agg.loc[agg["dataset"] == main_dataset, "n"].iloc[0])
 fig_variance = figures.plot_sweep_bands(agg_drawn, sweep="variance", role="peak",
                                         thresholds=compression.claim_marks("variance", n=n_main))
-report.show_figure(fig_variance, CHAPTER, params)
+_ = report.show_figure(fig_variance, CHAPTER, params)
 
 # %% [markdown]
 # ## Alignment against the number of components
@@ -140,7 +140,7 @@ report.show_figure(fig_variance, CHAPTER, params)
 # %% tags=["hide-input"]
 fig_dims = figures.plot_sweep_bands(agg_drawn, sweep="dims", role="peak",
                                     thresholds=compression.claim_marks("dims", n=n_main))
-report.show_figure(fig_dims, CHAPTER, params)
+_ = report.show_figure(fig_dims, CHAPTER, params)
 
 # %% [markdown]
 # ## Measured on this build

@@ -191,7 +191,7 @@ regimes.floor_table(floors, chance=chance, n_permutations=n_permutations).set_in
 # %% tags=["hide-input"]
 fig = figures.regime_figure(regimes.regime_groups_over_draws(summary), chance=chance, floors=bands,
                             regime_floors=regimes.regime_floor_marks(summary), missing_note=MISSING)
-report.show_figure(fig, CHAPTER, params)
+_ = report.show_figure(fig, CHAPTER, params)
 
 # %% tags=["remove-cell"]
 # the verdicts' held-out estimates (shown and explained under "Selection-free estimates" below); computed here so

@@ -62,6 +62,10 @@ def test_pages_show_no_stderr_and_the_parameters_once_folded(built_book):
         assert "Kernel is running over TCP" not in page
         reprs = re.findall(r"&lt;[\w.]+ object(?: at 0x[0-9a-f]+)?&gt;", page)  # e.g. an empty Markdown()'s repr
         assert not reprs, f"{name}.html shows Python object reprs {reprs}"
+        # a bare return value printed as text (e.g. the dict report.show_figure returns, shown on 5 pages until
+        # stop 32): what a reader sees is a figure, a table or prose, never a plain-text repr
+        plain = [_text(m)[:80] for m in re.findall(r'class="output text_plain.*?</pre>', page, flags=re.S)]
+        assert not plain, f"{name}.html shows {len(plain)} plain-text outputs, e.g. {plain[:2]}"
         folded = re.findall(r'<details class="[^"]*hide above-input">(.*?)</details>', page, flags=re.S)
         boxes = [b for b in folded if runner.PARAMETERS_PROMPT in b]
         assert len(boxes) == 1, f"{name}.html has {len(boxes)} parameter boxes, expected one"

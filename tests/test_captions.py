@@ -365,3 +365,19 @@ def test_quiet_silences_library_logs_and_restores_them(capsys):
             print("why it failed", file=__import__("sys").stderr)
             raise RuntimeError("boom")
     assert "why it failed" in capsys.readouterr().err
+
+
+def test_two_language_models_leave_the_order_undecided_over_images_too():
+    # with two language models Kendall τ is +1 or -1 in every image resample: a reversed order over images is one
+    # comparison, so the claim is inconclusive (the front page's rule), never "differs" on the order alone
+    rows = [{"dataset": "d", "vision model": "v", "language model": lm, "control": "summary", "level": level,
+             "peak": base * (0.5 + level / 2), "peak std": 0.001, "n_draws": 5}
+            for lm, base in (("a", 0.3), ("b", 0.2)) for level in (0.1, 1.0)]
+    iv = pd.DataFrame([{"dataset": "d", "draw": 0, "vision model": "v", "control": "summary", "level": 0.1,
+                        "tau": -1.0, "low": -1.0, "high": 1.0, "n_lms": 2, "n": 40, "n_boot": 50}])
+    row = captions.findings(pd.DataFrame(rows), order_intervals=iv)[0]
+    assert row["verdict"] == "inconclusive", row["note"]
+    assert "single comparison" in row["note"] and "fails" not in row["note"]
+    # a drop that fails still decides it: shorter texts that align more make the claim differ
+    rising = pd.DataFrame(rows).assign(peak=lambda t: 1 - t["peak"])
+    assert captions.findings(rising, order_intervals=iv)[0]["verdict"] == "differs"

@@ -216,6 +216,9 @@ def findings(summary: pd.DataFrame, *, paper_setting: bool = False,
     tests = [claims.Test(f"{r['vision model']}: Kendall τ full vs {r['level']:g} (held-out peaks, interval over "
                          f"images)", float(r["tau"]), float(r["low"]), float(r["high"]), 0.0) for _, r in iv.iterrows()]
     t_holds, t_conclusive, t_why = claims.combine(tests) if tests else (True, True, "")
+    if few and tests:  # τ of two models is ±1 in every resample too: one comparison over images, not a test
+        t_holds, t_conclusive = True, False
+        t_why = t_why.replace("fails: ", "cannot decide (two models, τ is ±1): ")
     holds = all(lower) and (order_ok or few) and t_holds
     why = "" if control == "summary" else "summaries ran on fewer than 2 draws, so truncation (every draw) is used"
     notes = [why, ("no interval over images for these means (mean over draws only)" if not tests else
