@@ -120,3 +120,45 @@ def test_ablation_verdict_reading():
     v = cp.ablation_verdicts(s)
     assert v.loc[("relation", OURS), "paper's row"] == "holds"
     assert v.loc[("mse", OURS), "paper's row"] == "inconclusive"  # Pointwise must rise: its interval reaches 0
+
+
+def _hier(vp_wordnet, vp_shuffled, half=0.01):
+    """A hierarchy table of one model: child-parent clearly above the shuffled tree's, the given variation-parent."""
+    rows = []
+    for tree, vp, cp_ in (("WordNet", vp_wordnet, 0.70), ("shuffled", vp_shuffled, 0.55)):
+        rows.append({"model": "m", "tree": tree, "child_parent": cp_, "child_parent_low": cp_ - 0.02,
+                     "child_parent_high": cp_ + 0.02, "variation_parent": vp, "variation_parent_low": vp - half,
+                     "variation_parent_high": vp + half, "sibling": -0.7, "sibling_low": -0.72,
+                     "sibling_high": -0.68, "centroid_artefact": -0.74})
+    return pd.DataFrame(rows)
+
+
+def test_hierarchy_orthogonality_needs_a_shuffled_tree_that_is_not_orthogonal_too():
+    """Centroid parents give variation-parent ~0 on any tree: near 0 on both trees cannot decide the claim."""
+    both = {r["id"]: r for r in cp.claim_rows(_summary(0.3), _hier(-0.005, -0.03), None)}
+    assert both["C/hierarchy"]["verdict"] == "inconclusive"
+    assert "shuffled tree's |variation–parent| is within 0.05" in both["C/hierarchy"]["note"]
+    only = {r["id"]: r for r in cp.claim_rows(_summary(0.3), _hier(-0.005, -0.20), None)}
+    assert only["C/hierarchy"]["verdict"] == "reproduces in kind"
+    far = {r["id"]: r for r in cp.claim_rows(_summary(0.3), _hier(-0.20, -0.03), None)}
+    assert far["C/hierarchy"]["verdict"] == "differs"
+
+
+def _ablation(mse_d_pointwise):
+    def row(method, dp, dc):
+        return {"method": method, "procedure": OURS, "n_seeds": 3, "pointwise_before": 0.3,
+                "pointwise_after": 0.3 + dp, "d_pointwise": dp, "d_pointwise_low": dp - 0.01,
+                "d_pointwise_high": dp + 0.01, "cross_model_before": 0.3, "cross_model_after": 0.3 + dc,
+                "d_cross_model": dc, "d_cross_model_low": dc - 0.01, "d_cross_model_high": dc + 0.01}
+    return cp.ablation_verdicts(pd.DataFrame([row("relation", -0.04, -0.04),
+                                              row("mse", mse_d_pointwise, mse_d_pointwise)]))
+
+
+def test_relation_distillation_is_inconclusive_when_the_mse_positive_control_fails():
+    """The relation row differs (Cross-Model falls), but MSE distillation must raise both measures: when it
+    does not either, the student carries nothing to held-out concepts and the claim cannot be tested."""
+    failed = {r["id"]: r for r in cp.claim_rows(_summary(0.3), None, _ablation(-0.02))}
+    assert failed["C/relation-distillation"]["verdict"] == "inconclusive"
+    assert "positive control fails" in failed["C/relation-distillation"]["note"]
+    working = {r["id"]: r for r in cp.claim_rows(_summary(0.3), None, _ablation(+0.2))}
+    assert working["C/relation-distillation"]["verdict"] == "differs"
