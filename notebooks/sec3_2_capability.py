@@ -29,9 +29,10 @@
 # are installed). They have no comparable published benchmark scores, so capability is measured here, on
 # text none of the alignment draws uses: **bits per byte on held-out captions** (lower = more capable), and
 # next-token accuracy on the same tokens as a second, tokenizer-dependent measure. The default install has
-# three of them (`prh-zoo install --all` adds the 1.5B model). With three or four models a correlation is a
-# direction, not a test: the exact permutation p-value over all n! orderings cannot fall below 2/3! = 0.33
-# or 2/4! = 0.083. An *interpolation ladder* between a random initialisation and SmolLM2-135M stays as a control,
+# three of them (`prh-zoo install --all` adds the 1.5B model). With three models a correlation is a
+# direction, not a test: the exact permutation p-value over all n! orderings cannot fall below 1/3! = 0.17
+# for Pearson's r and 2/3! = 0.33 for Spearman's ρ (reversing the ranks gives −ρ); with four, 1/4! = 0.042 and
+# 2/4! = 0.083, so only a perfect Pearson ordering could pass 0.05. An *interpolation ladder* between a random initialisation and SmolLM2-135M stays as a control,
 # presented as what it is: dependent points on one path in weight space, with a Spearman ρ and no p-value.
 # With `prh-run --params paper` (GPU, Hugging Face access) the same code runs the paper's 21 models on its
 # datasets and joins the published benchmark scores.
@@ -163,8 +164,8 @@ shown
 #
 # Across the independent models, per dataset and vision model: Pearson r and Spearman ρ, each with a 95 %
 # Fisher-z interval and the exact two-sided permutation p-value over all n! orderings of the models (SciPy's
-# for n > 8). Bits per byte *falls* as capability rises, so a **negative** r against `bpb` means alignment
-# grows with capability.
+# for n > 8). Bits per byte *falls* as capability rises, so a **negative** r against bits per byte means
+# alignment grows with capability.
 
 # %% tags=["hide-input"]
 caps = [c for c in ["bpb", "next_token_accuracy", *benchmarks.BENCHMARKS] if c in summary.columns]
@@ -177,16 +178,22 @@ ladder_corr = capability.study_correlations(summary, capability=["bpb"], alignme
 # %% [markdown]
 # **Over images.** The draws' spread mixes caption choice with which images a draw took. To see how much the
 # images alone move r, each model's alignment is also measured as its held-out peak on all images of the first
-# dataset (layer pair chosen on one half of the images, scored on the other, `image_splits` halvings), and the
+# dataset (DOCCI, against MMLU, in the paper profile; layer pair chosen on one half of the images, scored on the
+# other, `image_splits` halvings), and the
 # images are resampled (`image_boot` stratified resamples, the same for every model; the layer pair chosen
 # again in each): each resample gives one r across the models, and their 2.5 and 97.5 % points are the
 # interval. The spread of r over the draws (in-sample peaks) stands beside it. The verdict below uses the
 # interval over images.
 
 # %% tags=["hide-input"]
-image_corr = (capability.image_correlations(sets, vision, language, dict(zip(summary["language"], summary["bpb"])),
-                                            dataset=draws[0].dataset, direction=-1, k=k, clip_q=clip_q,
-                                            n_splits=image_splits, n_boot=image_boot, table=table)
+# the capability axis of the verdicts: MMLU where the benchmark table has it for >= 3 models (the paper
+# profile, on DOCCI when it runs), else bits per byte on held-out captions (lower = more capable)
+img_axis, img_sign = ("mmlu_5shot", +1) if summary["mmlu_5shot"].notna().sum() >= 3 else ("bpb", -1)
+img_dataset = "docci" if img_axis == "mmlu_5shot" and "docci" in [d.dataset for d in draws] else draws[0].dataset
+image_corr = (capability.image_correlations(sets, vision, language, dict(zip(summary["language"], summary[img_axis])),
+                                            dataset=img_dataset, direction=img_sign, k=k, clip_q=clip_q,
+                                            n_splits=image_splits, n_boot=image_boot, table=table,
+                                            capability_name=img_axis)
               if image_boot else pd.DataFrame())
 (capability.image_display(image_corr) if len(image_corr)
  else Markdown("No interval over images: fewer than 3 independent language models ran, or `image_boot` is 0."))

@@ -165,9 +165,11 @@ def test_missing_column_is_named(tmp_path):
 
 def test_describe_missing_counts_models_outside_the_table(tmp_path):
     table = benchmarks.load_capability_table(_csv(tmp_path, "m1,50,card,,,,,\nm2,,,30,paper,,,\n"))
-    assert "mmlu_5shot 1 of 2, arc_challenge 1 of 2, gsm8k_5shot 2 of 2" in benchmarks.describe_missing(table)
+    assert ("MMLU (5-shot) 1 of 2, ARC-Challenge 1 of 2, GSM8K (5-shot) 2 of 2"
+            in benchmarks.describe_missing(table))
     text = benchmarks.describe_missing(table, ["m1", "other/model"])
-    assert "mmlu_5shot 1 of 2" in text and "gsm8k_5shot 2 of 2" in text and "other/model" in text
+    assert "MMLU (5-shot) 1 of 2" in text and "GSM8K (5-shot) 2 of 2" in text and "other/model" in text
+    assert "mmlu_5shot" not in text  # pages name benchmarks in words
 
 
 def test_unknown_model_is_named():
@@ -595,7 +597,7 @@ def test_study_correlations_are_exact_for_four_models_and_spearman_only_for_the_
 def test_findings_follow_the_numbers():
     grows = C.study_correlations(_summary([0.20, 0.22, 0.25, 0.30], [1.4, 1.2, 1.1, 0.9]), capability=["bpb"])
     rows = {r["id"]: r for r in C.findings(grows, main_dataset="d")}
-    # the paper's sign, but four models cannot tell it from chance (smallest exact p = 1/12)
+    # the paper's sign, but four models cannot tell it from chance (Spearman's smallest exact p = 2/4! = 1/12)
     assert rows["3.2/capability-trend"]["verdict"] == "inconclusive"
     six = C.study_correlations(_summary([0.20, 0.22, 0.25, 0.30, 0.31, 0.35], [1.4, 1.2, 1.1, 0.9, 0.8, 0.7]),
                                capability=["bpb"])
@@ -687,3 +689,46 @@ def test_the_benchmark_table_says_missing_values_in_words():
                                                      else f"{row['mmlu_5shot']:.1f}")
         if np.isfinite(row["arc_challenge"]) and np.isfinite(row["arc_shots"]):
             assert shown.loc[model, "ARC shots"] == str(int(row["arc_shots"]))  # 25, not 25.0
+
+
+@pytest.mark.parametrize("n", [3, 4, 5])
+@pytest.mark.parametrize("method", ["pearson", "spearman"])
+def test_exact_p_floor_is_the_smallest_exact_p_and_is_reached(n, method):
+    """Pearson's exact p reaches 1/n! (x against itself: no other ordering reaches r = 1 for uneven spacing);
+    Spearman's reaches only 2/n! (reversed ranks give -rho). No random data goes below the floor."""
+    from prh_lib.analysis.correlation import exact_p_floor, exact_permutation_p
+
+    floor = exact_p_floor(n, method)
+    x = np.cumsum(np.arange(1, n + 1) ** 2, dtype=float)  # uneven spacing
+    assert exact_permutation_p(x, x, method=method) == pytest.approx(floor)
+    rng = np.random.default_rng(n)
+    assert min(exact_permutation_p(rng.normal(size=n), rng.normal(size=n), method=method)
+               for _ in range(100)) >= floor - 1e-12
+
+
+def test_paper_profile_trend_reads_the_interval_over_images_of_the_mmlu_correlation():
+    """Paper path: a significant r over the 21 models' draw means still needs its interval over images above 0;
+    an interval that holds 0 makes 3.2/capability-trend (and final-less) inconclusive."""
+    rng = np.random.default_rng(0)
+    mmlu = rng.uniform(25, 75, 21)
+    paper_s = _summary(0.1 + 0.002 * mmlu + rng.normal(0, 0.01, 21), rng.uniform(0.8, 1.2, 21), dataset="docci",
+                       vision="facebook/dinov3-vitl16").assign(mmlu_5shot=mmlu, arc_challenge=mmlu,
+                                                              gsm8k_5shot=rng.uniform(0, 80, 21))
+    corr = C.study_correlations(paper_s, capability=["mmlu_5shot", "arc_challenge", "gsm8k_5shot"])
+
+    def img(low):
+        return pd.DataFrame([{"dataset": "docci", "vision": "facebook/dinov3-vitl16", "capability": "mmlu_5shot",
+                              "method": "pearson", "r": 0.6, "ci low": low, "ci high": 0.8,
+                              "r (capability)": 0.6, "low (capability)": low, "high (capability)": 0.8,
+                              "peak − final (capability)": 0.2, "peak − final low": low - 0.4,
+                              "peak − final high": 0.5}])
+
+    wide = {r["id"]: r for r in C.findings(corr, main_dataset="docci", comparable=True, image_corr=img(-0.1))}
+    assert wide["3.2/capability-trend"]["verdict"] == "inconclusive"
+    assert "interval over images" in wide["3.2/capability-trend"]["note"]
+    assert wide["3.2/final-less"]["verdict"] in ("inconclusive", "differs")
+    tight = {r["id"]: r for r in C.findings(corr, main_dataset="docci", comparable=True, image_corr=img(0.4))}
+    assert tight["3.2/capability-trend"]["verdict"] in ("reproduces", "reproduces in kind")
+    assert "over images (held-out peak): +0.60 [+0.40, +0.80]" in tight["3.2/capability-trend"]["this build"]
+    none = {r["id"]: r for r in C.findings(corr, main_dataset="docci", comparable=True)}
+    assert "no interval over images" in none["3.2/capability-trend"]["note"]

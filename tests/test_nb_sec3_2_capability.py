@@ -96,7 +96,7 @@ def test_verdicts_match_the_numbers(rec):
         assert trend.startswith("not testable offline")
         return
     grows = all(-c["r"] > 0 for c in peak)
-    significant = all(c["p"] < 0.05 for c in peak)  # 3-4 models: never (smallest exact p 1/3 or 1/12)
+    significant = all(c["p"] < 0.05 for c in peak)  # 3-4 models: never (Spearman's smallest exact p is 2/n!: 1/3 or 1/12)
     assert trend == (("reproduces in kind" if significant else "inconclusive") if grows else "differs")
     final = {c["vision"]: -c["r"] for c in rec["correlations"] if c["dataset"] == main and c["alignment"] == "final"
              and c["capability"] == "bpb" and c["method"] == "pearson" and c["r"] is not None}
@@ -131,3 +131,22 @@ def test_the_page_is_clean_and_has_its_sections(nb):
         assert "Spearman ρ(peak, bits per byte)" in shown
     for name in rec["missing"]:  # a missing model is named with how to install it
         assert f"prh-zoo install {name}" in shown
+
+
+def _shown_text(nb) -> str:
+    """Everything the page shows a reader: Markdown cells and the HTML / Markdown of cell outputs."""
+    nb = nbformat.read(nb, as_version=4)
+    parts = [c.source for c in nb.cells if c.cell_type == "markdown"]
+    for c in nb.cells:
+        for o in c.get("outputs", []):
+            data = o.get("data", {})
+            parts += [data.get("text/html", ""), data.get("text/markdown", "")]
+    return "\n".join(p if isinstance(p, str) else "".join(p) for p in parts)
+
+
+def test_page_names_capability_measures_in_words_and_states_both_p_floors(nb):
+    text = _shown_text(nb)
+    for ident in ("next_token_accuracy", "mmlu_5shot", "gsm8k_5shot", ">bpb<", " bpb,", "against bpb"):
+        assert ident not in text, ident
+    # the exact p floor differs by method: 1/n! for Pearson, 2/n! for Spearman (reversed ranks give -rho)
+    assert "1/3! = 0.167 for Pearson" in text and "2/3! = 0.333 for Spearman" in text

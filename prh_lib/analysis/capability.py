@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from ..data.benchmarks import BENCHMARKS, missing_counts
-from .correlation import CorrelationResult, correlate, near_constant
+from .correlation import CorrelationResult, correlate, exact_p_floor, near_constant
 
 # the computation (single-run tables, the study over draws), re-exported: this module stays the chapter's one
 # namespace
@@ -276,7 +276,9 @@ def correlation_display(corr: pd.DataFrame) -> pd.DataFrame:
     wide = cell.pivot_table(index=["dataset", "vision", "alignment", "capability"], columns="method",
                             values="shown", aggfunc="first", sort=False)
     wide.columns = [str(c) for c in wide.columns]
-    return wide.reset_index()
+    wide = wide.reset_index()
+    wide["capability"] = [DISPLAY_NAMES.get(c, c) for c in wide["capability"]]
+    return wide
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -389,14 +391,39 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
             rows.append(claims.finding("3.2/datasets", this_build="; ".join(f"{d}: r = {r['r']:.2f}" for d, r in got),
                                        holds=bool(np.all(np.diff(rs) <= 0)), comparable=comparable))
         peak, final = one(docci, "mmlu_5shot"), one(docci, "mmlu_5shot", "final")
+        # over images: the held-out peak's correlation with MMLU (and peak − final, paired) on the paper's vision
+        # model, when the page computed it (image_corr on "mmlu_5shot")
+        pimg = (image_corr[(image_corr["capability"] == "mmlu_5shot") & (image_corr["vision"] == vision)
+                           & (image_corr["method"] == "pearson")]
+                if image_corr is not None and len(image_corr) else pd.DataFrame())
         if peak is not None:
-            rows.append(claims.finding("3.2/capability-trend", this_build=f"MMLU, {docci}: {format_correlation(peak)}",
-                                       holds=bool(peak["r"] > 0 and peak["p"] < 0.05), value=float(peak["r"]),
-                                       comparable=comparable))
+            t = [claims.Test(f"{vision}: Pearson r (held-out peaks) with MMLU, interval over images",
+                             float(r["r (capability)"]), float(r["low (capability)"]), float(r["high (capability)"]))
+                 for _, r in pimg.iterrows()]
+            i_holds, i_conc, i_why = claims.combine(t) if t else (True, True, "")
+            shown = "".join(f"; over images (held-out peak): {r['r']:+.2f} [{r['ci low']:+.2f}, {r['ci high']:+.2f}]"
+                            for _, r in pimg.iterrows())
+            rows.append(claims.finding("3.2/capability-trend",
+                                       this_build=f"MMLU, {docci}: {format_correlation(peak)}{shown}",
+                                       holds=bool(peak["r"] > 0 and peak["p"] < 0.05) and i_holds,
+                                       conclusive=i_conc, value=float(peak["r"]), comparable=comparable,
+                                       note=i_why.replace("cannot decide: ", "over images, cannot decide: ")
+                                       or ("" if len(pimg) else "no interval over images was computed")))
         if peak is not None and final is not None:
+            t = [claims.Test(f"{vision}: Pearson r with MMLU, held-out peak − final layers, paired interval over "
+                             "images", float(r["peak − final (capability)"]), float(r["peak − final low"]),
+                             float(r["peak − final high"]))
+                 for _, r in pimg.iterrows() if "peak − final (capability)" in r]
+            d_holds, d_conc, d_why = claims.combine(t) if t else (True, True, "")
+            shown = "".join(f"; over images (held-out peak − final, paired): {r['peak − final (capability)']:+.2f} "
+                            f"[{r['peak − final low']:+.2f}, {r['peak − final high']:+.2f}]"
+                            for _, r in pimg.iterrows() if "peak − final (capability)" in r)
             rows.append(claims.finding("3.2/final-less", this_build=f"final r = {_fmt(final['r'])} vs peak r = "
-                                       f"{_fmt(peak['r'])} (MMLU, {docci})",
-                                       holds=bool(final["r"] < peak["r"]), comparable=comparable))
+                                       f"{_fmt(peak['r'])} (MMLU, {docci}){shown}",
+                                       holds=bool(final["r"] < peak["r"]) and d_holds, conclusive=d_conc,
+                                       comparable=comparable,
+                                       note=d_why.replace("cannot decide: ", "over images, cannot decide: ")
+                                       or ("" if len(pimg) else "no interval over images was computed")))
         return rows
     main = _pick(corr, dataset=main_dataset, capability="bpb")
     peak = _pick(main, alignment="peak")
@@ -419,8 +446,8 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
         for _, r in img.iterrows())) if len(img) else ""
     note_models = "" if significant else (
         f"the sign is the paper's, but {n_models} independent models cannot tell it "
-        f"from chance (the smallest exact p at n = {n_models} is "
-        f"{2 / math.factorial(n_models):.3g}); detecting the paper's r = 0.66 at 80 % "
+        f"from chance (the smallest exact p at n = {n_models} is {exact_p_floor(n_models, 'pearson'):.3g} for "
+        f"Pearson's r and {exact_p_floor(n_models, 'spearman'):.3g} for Spearman's ρ); detecting the paper's r = 0.66 at 80 % "
         f"power (two-sided, alpha 0.05) takes {fisher_n_for_r(0.66)} independent "
         "language models")
     rows.append(claims.finding(
@@ -486,20 +513,28 @@ def describe_study(corr: pd.DataFrame, ladder: pd.DataFrame, summary: pd.DataFra
                    "computed (at least 3 are needed).")
     else:
         n = int(main["n"].max())
-        floor = 2 / math.factorial(n) if n <= 8 else float("nan")
+        f_pe, f_sp = exact_p_floor(n, "pearson"), exact_p_floor(n, "spearman")
         for vision, g in main.groupby("vision", sort=False):
             pe = g[g["method"] == "pearson"].iloc[0]
             sp = g[g["method"] == "spearman"].iloc[0]
             grows = pe["r (capability)"] > 0 and sp["r (capability)"] > 0
             falls = pe["r (capability)"] < 0 and sp["r (capability)"] < 0
-            trend = ("grows with capability" if grows else "falls as capability grows" if falls else
-                     "shows no consistent direction (Pearson and Spearman disagree in sign)")
-            out.append(f"- **{vision}**, {main_dataset}: across the {n} independently trained language models, peak "
-                       f"alignment {trend}: against {pe['capability']}, {format_correlation(pe)}; "
-                       f"{format_correlation(sp)}.")
-        if np.isfinite(floor):
+            sig = pe["p"] < 0.05 and sp["p"] < 0.05
+            trend = ("is that of alignment growing with capability" if grows else
+                     "is that of alignment falling as capability grows" if falls else
+                     "is not consistent (Pearson and Spearman disagree in sign)")
+            out.append(f"- **{vision}**, {main_dataset}: across the {n} independently trained language models, the "
+                       f"direction of peak alignment against {DISPLAY_NAMES.get(pe['capability'], pe['capability'])} "
+                       f"{trend}: {format_correlation(pe)}; {format_correlation(sp)}"
+                       + ("." if sig or not (grows or falls) else ", a direction that these p-values cannot tell "
+                                                                  "from chance."))
+        if np.isfinite(f_pe):
+            reach = ("so no result here can be significant at 0.05" if f_pe >= 0.05 else
+                     "so only a perfectly ordered Pearson r could be significant at 0.05" if f_sp >= 0.05 else
+                     "so significance at 0.05 needs a near-perfect ordering")
             out.append(f"With n = {n} models the exact two-sided permutation p-value cannot fall below "
-                       f"2/{n}! = {floor:.3f}, so no result here can be significant at 0.05, and the Fisher "
+                       f"1/{n}! = {f_pe:.3f} for Pearson's r (the observed ordering is one of the {math.factorial(n)}) "
+                       f"and 2/{n}! = {f_sp:.3f} for Spearman's ρ (reversed ranks give −ρ), {reach}; the Fisher "
                        "intervals span most of [-1, 1]: the page reports a direction, not evidence of a trend.")
         others = _pick(cap_rows, alignment="peak", method="pearson")
         others = others[others["dataset"] != main_dataset]

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["NEAR_CONSTANT_RTOL", "near_constant", "CorrelationResult", "correlate", "exact_permutation_p",
+__all__ = ["NEAR_CONSTANT_RTOL", "near_constant", "CorrelationResult", "correlate", "exact_permutation_p", "exact_p_floor",
            "fisher_interval", "METHODS", "P_VALUES", "INTERVALS", "EXACT_MAX_N"]
 
 #: Relative tolerance of :func:`near_constant` (``scipy.stats.pearsonr``'s threshold, eps ** 0.75).
@@ -115,6 +115,27 @@ def exact_permutation_p(x, y, *, method: str = "pearson") -> float:
     perms = np.array(list(itertools.permutations(range(n))))
     null = _r_rows(np.broadcast_to(x, perms.shape).copy(), y[perms], method)
     return float(np.mean(np.abs(null) >= abs(obs) - 1e-12))
+
+
+def exact_p_floor(n: int, method: str = "pearson") -> float:
+    """The smallest value :func:`exact_permutation_p` can take for ``n`` distinct values.
+
+    Pearson: 1/n! (the observed ordering always counts; for some data no other ordering reaches ``|r_obs|``).
+    Spearman: 2/n! (reversing the ranks gives exactly ``-rho``, so two orderings always reach ``|rho_obs|``).
+    NaN for n > :data:`EXACT_MAX_N`, where SciPy's p is used instead.
+
+    Raises
+    ------
+    ValueError
+        If n < 2 or ``method`` is unknown.
+    """
+    if n < 2:
+        raise ValueError(f"a correlation needs n >= 2, got n = {n}")
+    if method not in ("pearson", "spearman"):
+        raise ValueError(f"method must be 'pearson' or 'spearman'; got {method!r}")
+    if n > EXACT_MAX_N:
+        return float("nan")
+    return (1.0 if method == "pearson" else 2.0) / math.factorial(n)
 
 
 def fisher_interval(r: float, n: int, *, ci: float = 0.95, method: str = "pearson") -> tuple[float, float]:

@@ -41,6 +41,8 @@ __all__ = ["BENCHMARKS", "SOURCE_COLUMNS", "capability_table_path", "load_capabi
 
 #: Benchmark columns of the capability table (percent, 0-100) and the column naming each value's source.
 BENCHMARKS = ("mmlu_5shot", "arc_challenge", "gsm8k_5shot")
+#: The benchmarks as pages name them (prose and table headers).
+BENCHMARK_LABELS = {"mmlu_5shot": "MMLU (5-shot)", "arc_challenge": "ARC-Challenge", "gsm8k_5shot": "GSM8K (5-shot)"}
 SOURCE_COLUMNS = {"mmlu_5shot": "mmlu_source", "arc_challenge": "arc_source", "gsm8k_5shot": "gsm8k_source"}
 _REQUIRED = ("model",) + tuple(c for b in BENCHMARKS for c in (b, SOURCE_COLUMNS[b]))
 
@@ -177,7 +179,7 @@ def describe_missing(table: pd.DataFrame, models: Sequence[str] | None = None) -
     known = [m for m in models if m in table.index]
     unknown = [m for m in models if m not in table.index]
     counts = missing_counts(table, known)
-    parts = ", ".join(f"{b} {m + len(unknown)} of {len(models)}" for b, m in counts.items())
+    parts = ", ".join(f"{BENCHMARK_LABELS[b]} {m + len(unknown)} of {len(models)}" for b, m in counts.items())
     scope = "in the table" if models == list(table.index) else "among the models of this run"
     extra = f" Not in the table: {', '.join(unknown)}." if unknown else ""
     return f"Missing values {scope} (no citable source with a matching protocol): {parts}.{extra}"
