@@ -459,12 +459,13 @@ Markdown(dr.procedure_verdict(procedures, synthetic, tol=claim_tol))
 # %% [markdown]
 # ## The paper and this build
 #
-# One row per claim of arXiv:2609.24209's main results table (numbers quoted from its text as summarised
-# for this project). This build's values are the mean ± sd over the `n_splits` splits (of the heatmaps' draw) of the mean over its
+# One row per sample-level claim of arXiv:2609.24209's main results table (numbers quoted from its text as
+# summarised for this project); its concept-level rows are tested in the concept chapter, on ImageNet-1k
+# classes. This build's values are the mean ± sd over the `n_splits` splits (of the heatmaps' draw) of the mean over its
 # pairs of that kind (two vision-language pairs, one of each same-modality kind), at each pair's best
 # Cross-Model layer pair and `r` as above, on COCO pairs rather than Flickr30k, and with small offline
-# models rather than the paper's 44. The verdicts of this first table (`da.claim_verdict`, tolerance
-# `claim_tol`) read both procedures in-sample: "reproduces" when both values are within the tolerance (or two
+# models rather than the paper's 44. The verdicts of this first table (tolerance `claim_tol`, a parameter of
+# this page) read both procedures in-sample: "reproduces" when both values are within the tolerance (or two
 # standard deviations over splits) of the paper's, "reproduces in kind" when Cross-Model exceeds Pointwise by
 # more than both, "differs" otherwise. The spread over splits is not an interval over images, and the layer
 # pair was chosen on the same images, so the verdicts the front page carries are those of the second table:

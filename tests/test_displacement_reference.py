@@ -280,3 +280,13 @@ def test_procedure_figure_is_readable(table):
               *(ax.get_legend().get_texts() if ax.get_legend() else [])]]
     assert min(sizes) >= 8
     plt.close(fig)
+
+
+def test_procedure_verdict_names_each_pair_without_a_gap_by_its_gap_and_prediction():
+    """A pair whose reference gap is negative is not one where 'the means are too small': the page says its gap
+    and what the derivation predicts for it."""
+    t1, sweep = _verdict_inputs(gap_ref=0.3, err=0.01)
+    t2, _ = _verdict_inputs(gap_ref=-0.06, err=0.01)
+    text = dr.procedure_verdict(pd.concat([t1, t2.assign(pair="c × d")]), sweep, tol=0.05)
+    assert "in 1 of the 2 pairs (a × b; in c × d its gap is -0.060 (the derivation predicts -0.070)" in text
+    assert "too small" not in text

@@ -132,6 +132,10 @@ def test_the_summary_counts_floors_beaten_from_the_held_out_margins(nb, table):
     text = "".join(o["data"].get("text/markdown", "") for c in cells if c.cell_type == "code"
                    for o in c.get("outputs", []) if "data" in o)
     assert f"Held out (the verdicts' numbers): {len(clear)} of {len(with_floors)} trained comparisons" in text
+    # a vision pair that does not beat its random-init twin is explained on the page, and only then
+    rv = [r["pair"] for r in with_floors for _, f in floors.iterrows()
+          if r["pair"] in f["bounds"] and f["kind"] == "random-vision" and not paired(r, f)[0] > 0]
+    assert ("random feature map of the pixels" in text) == bool(rv), rv
 
 
 @pytest.mark.filterwarnings("ignore:.*degenerate")  # the ViT embedding-output CLS token (see Section 3.1)

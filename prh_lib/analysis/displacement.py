@@ -196,7 +196,11 @@ def _mean_sd(x: np.ndarray) -> str:
     return f"{x.mean():.2f} ± {x.std(ddof=1):.2f}" if len(x) > 1 else f"{x.mean():.2f} (one draw, not repeated)"
 
 
-def paper_table(table: pd.DataFrame, *, steps=("reference code", "our procedure"), claims=PAPER_CLAIMS,
+#: The sample-level claims, the ones this chapter tests (the concept-level ones: the concept chapter, ``C/*``).
+SAMPLE_CLAIMS = tuple(c for c in PAPER_CLAIMS if c["level"] == "sample")
+
+
+def paper_table(table: pd.DataFrame, *, steps=("reference code", "our procedure"), claims=SAMPLE_CLAIMS,
                 tol: float = 0.05, n_sd: float = 2.0) -> pd.DataFrame:
     """"The paper and this build": one row per claim, the paper's values, this build's and the verdicts.
 
@@ -208,8 +212,9 @@ def paper_table(table: pd.DataFrame, *, steps=("reference code", "our procedure"
     steps : sequence of str
         Procedures reported, each with its own value and verdict columns.
     claims : sequence of dict
-        :data:`PAPER_CLAIMS`; sample-level claims are tested on this build's pairs of their kind
-        (per split, the mean over those pairs), concept-level ones are not testable offline.
+        Default :data:`SAMPLE_CLAIMS` (the concept-level claims of :data:`PAPER_CLAIMS` are tested by the concept
+        chapter, :mod:`prh_lib.analysis.concepts_page`); sample-level claims are tested on this build's pairs of
+        their kind (per split, the mean over those pairs); a concept-level claim passed here is not testable.
     tol, n_sd
         As in :func:`claim_verdict`.
 

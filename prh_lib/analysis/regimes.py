@@ -532,7 +532,7 @@ def held_out_floor_count(heldout: pd.DataFrame, dataset: str) -> str:
     if heldout is None or heldout.empty or "dataset" not in heldout or dataset not in set(heldout["dataset"]):
         return ""
     h = heldout[heldout["dataset"] == dataset]
-    clear, not_clear = [], []
+    clear, not_clear, random_vision = [], [], []
     for _, r in V.comparisons_of(h).iterrows():
         fm = floor_margins(h, r["pair"])
         if fm.empty:
@@ -540,13 +540,28 @@ def held_out_floor_count(heldout: pd.DataFrame, dataset: str) -> str:
         worst = fm.loc[fm["low"].idxmin()] if fm["low"].notna().any() else fm.iloc[0]
         (clear if bool((fm["low"] > 0).all()) else not_clear).append(
             f"{r['pair']} − {worst['floor']} ({worst['kind']}): {format_interval(worst['margin'], worst['low'], worst['high'])}")
+        rv = fm[(fm["kind"] == "random-vision") & ~(fm["low"] > 0)]
+        if len(rv):
+            random_vision.append((r["pair"], float(rv["margin"].min())))
     if not clear and not not_clear:
         return ""
     n = len(clear) + len(not_clear)
+    why = ""
+    if random_vision:
+        below = [p for p, m in random_vision if m <= 0]
+        why = (f" A randomly initialised vision model is not beaten by its trained twin in {len(random_vision)} "
+               f"vision-vision comparison(s) ({', '.join(p for p, _ in random_vision)}"
+               + (f"; in {len(below)} of them the random-init pair scores higher" if below else "") + "). This is "
+               "not chance: a network with random weights is a random feature map of the pixels, so it keeps much of "
+               "the images' pixel-space neighbourhoods (colour, layout, texture), and a trained vision model ranks "
+               "images partly by the same statistics. Mutual k-NN between two vision models on a few hundred "
+               "images therefore rewards shared low-level structure, and a vision-vision score says little about "
+               "learned semantics unless it beats this floor; the verdicts that need it (3.1/vision-vision, "
+               "3.3/same-modality) require the margin's interval above 0.")
     return (f"- Held out (the verdicts' numbers): {len(clear)} of {n} trained comparisons beat every one of their "
             "floors, each paired 95 % interval over images above 0"
             + (f"; not: {'; '.join(not_clear)}" if not_clear else "")
-            + ". Margins are held-out peak minus the floor's held-out peak, on the same image resamples.")
+            + ". Margins are held-out peak minus the floor's held-out peak, on the same image resamples." + why)
 
 
 def offline_scope(summary: pd.DataFrame, bands: dict, *, aligned_measured: bool) -> str:
