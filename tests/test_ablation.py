@@ -1,6 +1,7 @@
 """k and N sweeps (prh_lib.analysis.ablation): full-N equals the plain score, chance correction, validation."""
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -226,3 +227,57 @@ def test_k_sweep_intervals_are_paired_over_pairs_and_ks():
     assert ab["corrected"] > ac["corrected"] and ab["low"] > 0.1
     again = k_sweep_intervals(feats, {"a × b": (1, 1)}, {}, ks=[5], n_boot=30, seed=1)
     np.testing.assert_array_equal(again.iloc[0]["reps"], ab["reps"])  # the same seed: the same resamples
+
+
+
+def _ratio_rows(means_by_n, noise=0.0, units=6, seed=0):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for n, m in means_by_n.items():
+        for u in range(units):
+            rows.append({"dataset": "d", "model_x": "a", "model_y": "b", "quantity": "n-sweep:fixed-ratio:fixed",
+                         "n": n, "draw": u % 2, "subset_seed": u, "score": m + noise * rng.standard_normal()})
+    return pd.DataFrame(rows)
+
+
+def test_fixed_ratio_intervals_estimate_and_interval():
+    from prh_lib.analysis import ablation_intervals as AI
+
+    exact = AI.fixed_ratio_intervals(_ratio_rows({50: 0.30, 100: 0.33, 200: 0.36}), dataset="d")
+    (r,) = exact.to_dict(orient="records")
+    assert r["pair"] == "a × b" and r["n_sizes"] == 3 and r["units_min"] == 6
+    assert r["relative"] == pytest.approx(0.06 / 0.33) and r["low"] == pytest.approx(r["high"])  # no noise
+    raw = _ratio_rows({50: 0.30, 100: 0.33, 200: 0.36}, noise=0.03)
+    (noisy,) = AI.fixed_ratio_intervals(raw, dataset="d").to_dict(orient="records")
+    assert noisy["low"] < noisy["relative"] < noisy["high"]
+    # recomputed: Bonferroni-simultaneous normal intervals of the three means (z for 0.05 / (2 * 3))
+    from scipy.stats import norm
+
+    g = raw.groupby("n")["score"]
+    m, se = g.mean().to_numpy(), (g.std(ddof=1) / np.sqrt(g.count())).to_numpy()
+    z = norm.ppf(1 - 0.05 / 6)
+    assert noisy["high"] == pytest.approx(((m + z * se).max() - (m - z * se).min()) / m.mean())
+    assert noisy["low"] == pytest.approx(max(0, (m - z * se).max() - (m + z * se).min()) / m.mean())
+    with pytest.raises(ValueError, match="ci"):
+        AI.fixed_ratio_intervals(_ratio_rows({50: 0.3, 100: 0.3}), dataset="d", ci=1.5)
+    with pytest.raises(ValueError, match="lack columns"):
+        AI.fixed_ratio_intervals(_ratio_rows({50: 0.3, 100: 0.3}).drop(columns="draw"), dataset="d")
+
+
+def test_fixed_ratio_verdict_reads_the_interval_over_image_subsets():
+    """A spread below 25 % whose interval reaches 25 % cannot decide; one clearly below holds; above differs."""
+    from prh_lib.analysis import ablation_intervals as AI
+
+    def verdict(means, noise):
+        raw = _ratio_rows(means, noise=noise)
+        iv = AI.fixed_ratio_intervals(raw, dataset="d")
+        agg = pd.DataFrame(columns=["dataset", "quantity"])
+        table = pd.DataFrame({"dataset": ["d"], "sweep": ["N at fixed k/N"], "spread": iv["spread"],
+                              "mean": iv["mean"], "from": [50], "to": [200]})
+        (row,) = [r for r in ablation.findings(agg, table, dataset="d", ratio_intervals=iv) if r["id"] == "G/fixed-ratio"]
+        return row
+
+    assert verdict({50: 0.30, 100: 0.31, 200: 0.32}, 0.001)["verdict"] == "reproduces in kind"
+    wide = verdict({50: 0.28, 100: 0.31, 200: 0.34}, 0.08)
+    assert wide["verdict"] == "inconclusive" and "interval over image subsets" in wide["note"]
+    assert verdict({50: 0.20, 100: 0.30, 200: 0.40}, 0.001)["verdict"] == "differs"

@@ -60,8 +60,19 @@ def test_verdicts_follow_the_numbers(rec):
     rows = {r["id"]: r for r in rec["claims"]}
     t = [r for r in rec["study"] if r["dataset"] == "coco-mini"]
     fr = [r for r in t if r["sweep"] == "N at fixed k/N"]
-    stable = all(r["spread"] <= 0.25 * r["mean"] for r in fr)
-    assert rows["G/fixed-ratio"]["verdict"] == ("reproduces in kind" if stable else "differs")
+    ri = {r["pair"]: r for r in rec["ratio_intervals"]}
+    assert set(ri) == {r["pair"] for r in fr}
+    for r in fr:  # the interval's estimate is the table's relative spread
+        assert ri[r["pair"]]["relative"] == pytest.approx(r["spread"] / r["mean"])
+        assert ri[r["pair"]]["low"] <= ri[r["pair"]]["relative"] <= ri[r["pair"]]["high"]
+    if any(r["relative"] >= 0.25 for r in ri.values()):
+        expected = "differs"
+    elif all(r["high"] < 0.25 for r in ri.values()):
+        expected = "reproduces in kind"
+    else:
+        expected = "inconclusive"
+    assert rows["G/fixed-ratio"]["verdict"] == expected
+    assert "interval over the image subsets" in rows["G/fixed-ratio"]["rule"]
     rises = all(r["raw_to"] > r["raw_from"] for r in t if r["sweep"] == "k")
     if not rises:
         assert rows["G/k-order"]["verdict"] == "differs"

@@ -135,12 +135,13 @@ RULES = {
                  "(s − c)/(1 − c), c = k/(N − 1), over the k up to the paper's largest k/(N − 1) = 100/1023 (raw scores rise "
                  "with chance, so they are not used for the order); each step of that order resolved at every k by a "
                  "paired 95 % interval over images above 0",
-    "G/fixed-ratio": "along the N sweep at fixed k/N, every pair's mean raw score varies by at most 25 % of its mean",
+    "G/fixed-ratio": "along the N sweep at fixed k/N, every pair's mean raw score varies by at most 25 % of its mean "
+                     "(max − min), the 95 % interval over the image subsets of that relative spread below 25 %",
 }
 
 
 def findings(agg: pd.DataFrame, table: pd.DataFrame, *, dataset: str, stable: float = 0.25,
-             intervals: pd.DataFrame | None = None) -> list[dict]:
+             intervals: pd.DataFrame | None = None, ratio_intervals: pd.DataFrame | None = None) -> list[dict]:
     """Rows of "The paper and this build" for ``G/*``, computed from :func:`aggregate_sweeps` on ``dataset``.
 
     - ``G/k-order``: at the fixed layer pair, the mean raw score at the largest k exceeds that at the
@@ -154,7 +155,9 @@ def findings(agg: pd.DataFrame, table: pd.DataFrame, *, dataset: str, stable: fl
     (:func:`prh_lib.analysis.ablation_intervals.k_sweep_intervals` of one draw of ``dataset``), the order is also
     tested over images: at every k, each regime against the next in the order at the smallest k, by the paired
     interval of their mean chance-corrected scores (:func:`~prh_lib.analysis.ablation_intervals.
-    regime_order_tests`); an interval that holds 0 leaves the claim inconclusive.
+    regime_order_tests`); an interval that holds 0 leaves the claim inconclusive. With ``ratio_intervals``
+    (:func:`prh_lib.analysis.ablation_intervals.fixed_ratio_intervals`), ``G/fixed-ratio`` is a test per pair of
+    the relative spread against ``stable`` (side "<"): an interval reaching ``stable`` leaves it inconclusive.
     """
     a = agg[(agg["dataset"] == dataset) & (agg["quantity"] == "k-sweep:fixed")]
     t = table[table["dataset"] == dataset]
@@ -198,10 +201,19 @@ def findings(agg: pd.DataFrame, table: pd.DataFrame, *, dataset: str, stable: fl
     fr = t[t["sweep"] == "N at fixed k/N"]
     if len(fr):
         rel = fr["spread"] / fr["mean"]
-        rows.append(claims.finding(
-            "G/fixed-ratio", holds=bool((rel <= stable).all()), rule=RULES["G/fixed-ratio"].replace("25 %", f"{stable:.0%}"),
-            this_build=f"spread over N (max − min of the mean) {fr['spread'].min():.3f}-{fr['spread'].max():.3f}, "
-                       f"{rel.min():.0%}-{rel.max():.0%} of the mean (N {int(fr['from'].min())}-{int(fr['to'].max())})"))
+        rule = RULES["G/fixed-ratio"].replace("25 %", f"{stable:.0%}")
+        this = (f"spread over N (max − min of the mean) {fr['spread'].min():.3f}-{fr['spread'].max():.3f}, "
+                f"{rel.min():.0%}-{rel.max():.0%} of the mean (N {int(fr['from'].min())}-{int(fr['to'].max())})")
+        if ratio_intervals is not None and len(ratio_intervals):
+            tests = [claims.Test(f"relative spread over N ({r['pair']}), interval over image subsets", r["relative"],
+                                 r["low"], r["high"], stable, side="<") for _, r in ratio_intervals.iterrows()]
+            this += "; per pair [95 % CI over image subsets]: " + "; ".join(
+                f"{r['pair']} {r['relative']:.0%} [{r['low']:.0%}, {r['high']:.0%}]" for _, r in ratio_intervals.iterrows())
+            rows.append(claims.finding("G/fixed-ratio", tests=tests, rule=rule, this_build=this))
+        else:
+            rows.append(claims.finding("G/fixed-ratio", holds=bool((rel <= stable).all()), conclusive=False,
+                                       rule=rule, this_build=this,
+                                       note="no interval over images (the page computed none), so it cannot decide"))
     return rows
 
 

@@ -24,7 +24,7 @@ from ..metrics import bootstrap_ci
 from ..metrics.selection import bootstrap_interval, paired_interval
 from .ablation_study import chance_corrected
 
-__all__ = ["k_sweep_intervals", "draw_intervals", "regime_order_tests", "intervals_display"]
+__all__ = ["k_sweep_intervals", "draw_intervals", "regime_order_tests", "intervals_display", "fixed_ratio_intervals"]
 
 
 def _corrected_bootstrap(x, y, *, k: int, n_boot: int, seed: int):
@@ -158,3 +158,66 @@ def intervals_display(intervals: pd.DataFrame) -> pd.DataFrame:
     out = shown.pivot_table(index=["regime", "pair"], columns="k", values="cell", aggfunc="first")
     out.columns = [f"k = {k}" for k in out.columns]
     return out
+
+
+def fixed_ratio_intervals(rows: pd.DataFrame, *, dataset: str, quantity: str = "n-sweep:fixed-ratio:fixed",
+                          ci: float = 0.95) -> pd.DataFrame:
+    """Relative spread of the N sweep at fixed k/N per pair, with a 95 % interval over the image subsets.
+
+    The statistic is that of ``G/fixed-ratio``: the mean raw score at each N (over caption draws and the random
+    image subsets of size N within each draw), then ``(max − min) / mean`` over the N grid. Each subset is a
+    random sample of N images, so the scores' spread at one N is the image-sampling variation of that mean (at
+    the full N every subset is the whole set and only the caption draws vary). A max − min of noisy means is
+    biased upward, and a bootstrap of it is biased further (its replicates sit above the estimate), so the
+    interval is built from *simultaneous* intervals of the means instead: normal intervals ``mean ± z se`` at
+    every N with Bonferroni's ``z = Φ⁻¹(1 − (1 − ci)/(2 m))`` over the ``m`` sizes. With probability at least
+    ``ci`` every true mean lies in its interval, so the true spread lies in
+    ``[max(0, max L − min U), max U − min L]`` (divided by the mean of the means): a conservative upper end for a
+    claim of stability (the side ``G/fixed-ratio`` reads), and an interval that always holds the estimate.
+
+    Parameters
+    ----------
+    rows : DataFrame
+        Results-table rows of the chapter (:func:`prh_lib.results.load` with ``expand_extra=True``): columns
+        ``dataset``, ``model_x``, ``model_y``, ``quantity``, ``n``, ``draw``, ``score`` (``subset_seed`` optional).
+    dataset, quantity : str
+    ci : float in (0, 1)
+
+    Returns
+    -------
+    DataFrame
+        One row per pair: ``pair``, ``n_sizes``, ``units_min`` (fewest scores at one N), ``spread`` (max − min of
+        the means), ``mean``, ``relative`` (spread / mean), ``low``, ``high``. Empty when ``rows`` has none.
+
+    Raises
+    ------
+    ValueError
+        If ``ci`` is outside (0, 1) or a column is missing.
+    """
+    from scipy.stats import norm
+
+    if not 0 < ci < 1:
+        raise ValueError(f"ci must lie in (0, 1); got {ci}")
+    need = {"dataset", "model_x", "model_y", "quantity", "n", "draw", "score"}
+    if not need <= set(rows.columns):
+        raise ValueError(f"rows lack columns {sorted(need - set(rows.columns))}")
+    cols = ["pair", "n_sizes", "units_min", "spread", "mean", "relative", "low", "high"]
+    sel = rows[(rows["dataset"] == dataset) & (rows["quantity"] == quantity)]
+    out = []
+    for (x, y), g in sel.groupby(["model_x", "model_y"], sort=False):
+        groups = [np.asarray(gn["score"], dtype=np.float64) for _, gn in g.groupby("n", sort=True)]
+        groups = [v[np.isfinite(v)] for v in groups]
+        groups = [v for v in groups if len(v)]
+        if len(groups) < 2:
+            continue
+        means = np.array([v.mean() for v in groups])
+        se = np.array([v.std(ddof=1) / np.sqrt(len(v)) if len(v) > 1 else 0.0 for v in groups])
+        z = float(norm.ppf(1 - (1 - ci) / (2 * len(groups))))
+        upper, lower = means + z * se, means - z * se
+        scale = float(means.mean())
+        out.append({"pair": f"{x} × {y}", "n_sizes": len(groups), "units_min": min(len(v) for v in groups),
+                    "spread": float(means.max() - means.min()), "mean": scale,
+                    "relative": float((means.max() - means.min()) / scale),
+                    "low": float(max(0.0, lower.max() - upper.min()) / scale),
+                    "high": float((upper.max() - lower.min()) / scale)})
+    return pd.DataFrame(out, columns=cols)
