@@ -168,8 +168,9 @@ Markdown(cp.describe_hierarchy(hier))
 # %% [markdown]
 # ## The controllability ablation
 #
-# A student (2-layer MLP, on `ablation_student`'s concept vectors reduced to 64 principal components) is
-# trained on half of the concepts three ways: **fine-tuning** (cross-entropy on WordNet categories),
+# A student (a 2-layer MLP on one model's concept vectors reduced to 64 principal components: EfficientNet-Lite0
+# by default, the parameter `ablation_student`) is trained toward a teacher (SmolLM2-135M by default,
+# `ablation_teacher`) on half of the concepts three ways: **fine-tuning** (cross-entropy on WordNet categories),
 # **feature distillation** (MSE to the teacher's standardised features) and **relation distillation** (KL
 # between the teacher's and the student's softmax distributions of cosines of batch-whitened features).
 # "Before" is the student's input against the teacher; "after" the trained student's output. Both
