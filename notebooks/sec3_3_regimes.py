@@ -183,9 +183,11 @@ regimes.floor_table(floors, chance=chance, n_permutations=n_permutations).set_in
 #
 # One row of panels per dataset. Bars are regime means; points are single comparisons at their mean over
 # draws, with ± one std over draws as error bars (none where the dataset has one draw). The dashed red
-# line is chance k/(N-1); dotted lines and shaded bands are the control floors of the vision × language
-# pairs (mean, and lowest to highest pair); a black dashed segment over a regime is the highest floor of that
-# regime's own pairs (for same-modality pairs, their random-init twins), labelled with its kind. Calibrated scores are 0 for every score up to the null's
+# line is chance k/(N-1); the coloured lines (one dash style per kind, named in the legend) and shaded bands
+# are the control floors of the vision × language pairs (mean, and lowest to highest pair); a black dashed
+# segment over a regime is the highest floor of that regime's own pairs (for same-modality pairs, their
+# random-init twins), its kind named under the figure. Each point's number is beside it, in the order of the
+# values, and the key under the figure names it. Calibrated scores are 0 for every score up to the null's
 # (1 - alpha) quantile tau, not only at chance.
 
 # %% tags=["hide-input"]

@@ -420,7 +420,7 @@ def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | No
 
     raw_top = top_of(0, list(chance.values()) + [b[2] for d in datasets for b in floors.get(d, {}).values()])
     cal_top = top_of(1, [b[2] for d in datasets for b in floors.get((d, "calibrated"), {}).values()])
-    handles = {}
+    handles, own_floors = {}, {}
     for row, dataset in enumerate(datasets):
         raw, cal = groups[dataset]
         for col, (pts, key, top, ylabel, what) in enumerate((
@@ -429,7 +429,8 @@ def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | No
             ax = axes[row, col]
             labels = {textwrap.fill(r, 9): {number.get(n, n): v for n, v in p.items()} for r, p in pts.items()}
             plots.regime_bars(labels, ax=ax, ylabel=ylabel, title=f"{dataset}: {what}",
-                              missing_note=missing_note, ylim=(-0.02 * top, top), point_label=str, label_size=9)
+                              missing_note=missing_note, ylim=(-0.02 * top, top), point_label=str, label_size=9,
+                              defer_labels=True)
             for kind, (mean, low, high) in floors.get(key, {}).items():
                 color, label = _FLOOR_STYLE.get(kind, ("grey", kind))
                 ax.axhspan(low, high, color=color, alpha=0.12, linewidth=0)
@@ -442,8 +443,7 @@ def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | No
                     x = slots.index(label)
                     handles["highest floor of the regime's own pairs"] = ax.hlines(
                         value, x - 0.42, x + 0.42, colors="black", linestyles="--", linewidth=1.3)
-                    ax.annotate(kind, (x + 0.42, value), xytext=(2, 2), textcoords="offset points", fontsize=9,
-                                ha="right", va="bottom")
+                    own_floors.setdefault(dataset, {})[label.replace("\n", " ")] = kind
             if col == 0 and dataset in chance:
                 handles["chance k/(N-1)"] = ax.axhline(chance[dataset], color="red", linestyle="--", linewidth=1.2)
             ax.tick_params(labelsize=9)
@@ -455,6 +455,13 @@ def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | No
                    ncol=2, fontsize=9, frameon=False,
                    title="floors (line: mean over vision × language pairs;\nband: lowest to highest pair)",
                    title_fontsize=9)
+    footer = []
     if names:
-        plots.add_footer(fig, "Points: " + "; ".join(f"{number[n]} {n}" for n in names))
+        footer.append("Points: " + "; ".join(f"{number[n]} {n}" for n in names))
+    if own_floors:  # which floor each black segment is (named here, not over the points)
+        footer.append("Highest floor of a regime's own pairs: " + "; ".join(
+            f"{d}, {r}: {k}" for d, kinds in own_floors.items() for r, k in kinds.items()))
+    for text in footer:
+        plots.add_footer(fig, text)
+    plots.place_point_labels(fig)
     return fig

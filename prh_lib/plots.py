@@ -342,7 +342,7 @@ def _short_pair(name: str) -> str:
 
 def regime_bars(groups: dict, *, ax=None, chance: float | None = None, ylabel: str = "", title: str | None = None,
                 missing_note: str = "not run", ylim: tuple[float, float] | None = None, label_points: bool = True,
-                point_label=_short_pair, label_size: float = 7):
+                point_label=_short_pair, label_size: float = 7, defer_labels: bool = False):
     """Regimes side by side: a bar at each regime's mean and every comparison as a point with its interval.
 
     Parameters
@@ -359,7 +359,11 @@ def regime_bars(groups: dict, *, ax=None, chance: float | None = None, ylabel: s
     ylim : (float, float), optional
         Default: from just below 0 to just above the highest value, interval end or chance level.
     label_points : bool, default True
-        Write each comparison's label beside its point (``point_label(name)``, ``label_size`` pt).
+        Write each comparison's label beside its point (``point_label(name)``, ``label_size`` pt): per slot, a
+        column right of the points in the order of their values, one line apart, with a thin line to a point
+        whose label had to move.
+    defer_labels : bool, default False
+        Leave the labels for :func:`place_point_labels` (for figures whose layout changes after this call).
 
     Returns
     -------
@@ -370,6 +374,7 @@ def regime_bars(groups: dict, *, ax=None, chance: float | None = None, ylabel: s
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     top = max([hi for pts in groups.values() for _, _, hi in pts.values() if np.isfinite(hi)] +
               [v for pts in groups.values() for v, _, _ in pts.values() if np.isfinite(v)] + [chance or 0, 0.05])
+    labelled = []
     for slot, (label, points) in enumerate(groups.items()):
         color = colors[slot % len(colors)]
         if not points:  # a hatched band over the whole height: no value, not a bar
@@ -383,9 +388,8 @@ def regime_bars(groups: dict, *, ax=None, chance: float | None = None, ylabel: s
         for dx, (name, (v, lo, hi)) in zip(offsets, points.items()):
             err = [[max(v - lo, 0.0)], [max(hi - v, 0.0)]] if np.isfinite(lo) and np.isfinite(hi) else None
             ax.errorbar(slot + dx, v, yerr=err, fmt="o", color=color, markersize=4, capsize=2, linewidth=1)
-            if label_points and np.isfinite(v):  # each point names its comparison
-                ax.annotate(point_label(name), (slot + dx, v), xytext=(4, 0), textcoords="offset points",
-                            fontsize=label_size, va="center", ha="left", color="0.2")
+            if label_points and np.isfinite(v):  # each point names its comparison (placed below, once y is fixed)
+                labelled.append((slot, slot + dx, v, point_label(name)))
     if chance is not None:
         ax.axhline(chance, color="red", linestyle="--", linewidth=1, label=f"chance {chance:.3f}")
         ax.legend(fontsize=9, loc="upper left")
@@ -395,7 +399,51 @@ def regime_bars(groups: dict, *, ax=None, chance: float | None = None, ylabel: s
     if title:
         ax.set_title(title, fontsize=10)
     ax.grid(axis="y", alpha=0.3)
+    if defer_labels:  # the caller lays the figure out first (:func:`place_point_labels`)
+        ax._prh_point_labels = (labelled, label_size)
+    else:
+        _label_column(ax, labelled, label_size)
     return ax
+
+
+def place_point_labels(fig) -> None:
+    """Place the point labels that :func:`regime_bars` deferred (``defer_labels=True``) on every axes of ``fig``,
+    after laying the figure out, so that "one line apart" is measured on the axes' final height."""
+    fig.draw_without_rendering()
+    for ax in _axes(fig):
+        deferred = getattr(ax, "_prh_point_labels", None)
+        if deferred:
+            _label_column(ax, *deferred)
+            ax._prh_point_labels = None
+
+
+def _label_column(ax, labelled, size: float) -> None:
+    """Each slot's point labels in a column just right of its points, in the order of their values, at least one
+    line apart (so no two labels overlap however close the points are), joined to their points by thin lines
+    where a label had to move."""
+    if not labelled:
+        return
+    fig = ax.figure
+    y0, y1 = ax.get_ylim()
+    # data units per point along y, from the axes' height as laid out now
+    height_pt = (ax.get_window_extent().height / fig.dpi) * 72
+    per_pt = (y1 - y0) / max(height_pt, 1.0)
+    gap = size * 1.3 * per_pt
+    for slot in dict.fromkeys(s for s, *_ in labelled):
+        items = sorted((t for t in labelled if t[0] == slot), key=lambda t: t[2])
+        ys = [t[2] for t in items]
+        for i in range(1, len(ys)):  # push up until one line apart
+            ys[i] = max(ys[i], ys[i - 1] + gap)
+        over = ys[-1] - (y1 - gap / 2)  # a stack that runs off the top moves down as a whole
+        if over > 0:
+            ys = [y - over for y in ys]
+        x_text = slot + 0.30
+        for (_, x, v, text), y in zip(items, ys):
+            moved = abs(y - v) > gap / 4 or x_text - x > 0.12
+            ax.annotate(text, (x, v), xytext=(x_text, y), textcoords="data", fontsize=size, va="center",
+                        ha="left", color="0.2",
+                        arrowprops={"arrowstyle": "-", "color": "0.6", "linewidth": 0.5,
+                                    "shrinkA": 0, "shrinkB": 2} if moved else None)
 
 
 def scatter_with_labels(x, y, labels: Sequence[str], *, ax=None, xlabel: str = "", ylabel: str = "",

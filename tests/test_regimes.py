@@ -223,7 +223,10 @@ def test_floors_decide_whether_a_score_is_read_as_alignment(study, floor, above)
     slot = list(regimes.regime_groups_over_draws(s)["toy"][0]).index(regimes.REGIME_LABELS["same-modality"])
     segs = [seg for c in fig.axes[0].collections if hasattr(c, "get_segments") for seg in c.get_segments()]
     assert any(np.allclose(seg[:, 1], 0.42) and seg[0, 0] < slot < seg[1, 0] for seg in segs)
-    assert "random-vision" in [t.get_text() for t in fig.axes[0].texts]
+    # the floor's kind is named under the figure, not written over the points
+    assert "random-vision" not in [t.get_text() for t in fig.axes[0].texts]
+    assert any("Highest floor of a regime's own pairs" in t.get_text() and "random-vision" in t.get_text()
+               for t in fig.texts)
     # every point is numbered and the key under the figure names its comparison
     n_points = sum(len(p) for p in regimes.regime_groups_over_draws(s)["toy"][0].values())
     assert {str(i) for i in range(1, n_points + 1)} <= {t.get_text() for t in fig.axes[0].texts}
@@ -363,3 +366,26 @@ def test_random_init_is_reproducible_from_its_seed(tiny, kind):
         extract.features_path(f"{folder}@random-init:8", pairs)
     va, vn = (extract.extract_features(m, pairs, batch_size=2, progress=False).values for m in (a, named))
     assert torch.equal(va, vn)
+
+
+def test_figure_5_point_labels_never_overlap_however_close_the_points():
+    """Four points at nearly the same value in one slot (the random-init regime) and two pairs of near-equal
+    same-modality scores: every label's box is disjoint from every other label's in the same panel."""
+    import matplotlib
+    from matplotlib.text import Text
+
+    matplotlib.use("Agg")
+    g = {"random init": {f"r{i} (seed 0)": (0.05 + 0.001 * i, 0.04, 0.06) for i in range(4)},
+         "unimodal": {"a × b": (0.163, 0.15, 0.17), "c × d": (0.165, 0.15, 0.18), "e × f": (0.34, 0.33, 0.35)},
+         "same modality": {"v1": (0.423, 0.41, 0.43), "v2": (0.426, 0.41, 0.44), "l1": (0.56, 0.55, 0.57),
+                           "l2": (0.567, 0.56, 0.58), "l3": (0.70, 0.69, 0.71)}}
+    fig = figures.regime_figure({"toy": (g, g)}, chance={"toy": 0.042})
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        # the text's own box (an Annotation's extent would include its leader line)
+        boxes = [Text.get_window_extent(t, renderer) for t in ax.texts if t.get_text().isdigit()]
+        assert len(boxes) == 12
+        for i in range(len(boxes)):
+            for j in range(i + 1, len(boxes)):
+                assert not boxes[i].overlaps(boxes[j]), (ax.get_title(), i, j)
