@@ -273,7 +273,9 @@ views.T
 sweep = da.n_components_sweep(shown, features, n_components=n_components_sweep)
 fig = da.sweep_figure(sweep)
 _ = report.show_figure(fig, CHAPTER, params)
-sweep.pivot(index="pair", columns="n_components", values="cross_model")
+r_table = sweep.pivot(index="pair", columns="n_components", values="cross_model")
+r_table.columns = [f"Cross-Model, r = {c}" for c in r_table.columns]
+r_table
 
 # %% [markdown]
 # `r` also changes *where* Cross-Model is high. Below, both views along the second model's depth, with the

@@ -311,7 +311,7 @@ def hierarchy_figure(table: pd.DataFrame):
     stats = (("child_parent", "child–parent", 0.72), ("variation_parent", "variation–parent", 0.0),
              ("sibling", "siblings' variations", -0.30))
     models = list(dict.fromkeys(table["model"]))
-    fig, axes = plt.subplots(1, 3, figsize=(7, 3.3), squeeze=False)
+    fig, axes = plt.subplots(1, 3, figsize=(7, 3.6), squeeze=False, layout="constrained")
     for ax, (k, title, paper) in zip(axes[0], stats):
         for off, tree, col in ((-0.18, "WordNet", "tab:green"), (0.18, "shuffled", "tab:grey")):
             s = table[table["tree"] == tree].set_index("model").loc[models]
@@ -325,8 +325,8 @@ def hierarchy_figure(table: pd.DataFrame):
         ax.set_title(title, fontsize=10)
         ax.tick_params(axis="y", labelsize=9)
     handles, labels = axes[0][2].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=9, loc="lower center", ncol=4, frameon=False)
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    # outside the axes, placed by the layout engine (a footer added later goes under it, never over it)
+    fig.legend(handles, labels, fontsize=9, loc="outside lower center", ncol=4, frameon=False)
     return fig
 
 

@@ -49,14 +49,25 @@ def heatmaps_side_by_side(results: list[ViewComparison], *, chance: float | None
 
     from ..plots import alignment_heatmap
 
-    fig, axes = plt.subplots(len(results), 2, figsize=(2 * panel_size[0], panel_size[1] * len(results)),
+    from matplotlib.lines import Line2D
+
+    fig, axes = plt.subplots(len(results), 2, figsize=(2 * panel_size[0], panel_size[1] * len(results) + 0.4),
                              squeeze=False, layout="constrained")
     for row, comp in zip(axes, results):
         panels = ((row[0], comp.knn, "mutual k-NN", chance, "chance"),
                   (row[1], comp.cross_model, "Cross-Model", 0.0, "reference line at"))
         for ax, m, title, ch, ch_label in panels:
-            alignment_heatmap(m.scores, m.x_labels, m.y_labels, ax=ax, title=f"{comp.label}: {title}",
+            s = np.asarray(m.scores, dtype=float)
+            i, j = np.unravel_index(int(np.nanargmax(s)), s.shape)
+            # the markers' values go in the title (a legend under each panel ran into its axis label)
+            alignment_heatmap(s, m.x_labels, m.y_labels, ax=ax, legend=False,
+                              title=f"{comp.label}: {title}\nmax {s[i, j]:.3f} (★) · final {s[-1, -1]:.3f} (□)",
                               x_name=m.x_name, y_name=m.y_name, chance=ch, value_label=title, chance_label=ch_label)
+    handles = [Line2D([], [], marker="*", color="white", markeredgecolor="black", markersize=13, linestyle="none",
+                      label="maximum over layer pairs (★)"),
+               Line2D([], [], marker="s", markerfacecolor="none", markeredgecolor="red", markeredgewidth=2,
+                      markersize=9, linestyle="none", label="final-layer pair (□)")]
+    fig.legend(handles=handles, loc="outside lower center", ncol=2, fontsize=9, frameon=False)
     return fig
 
 

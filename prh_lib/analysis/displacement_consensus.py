@@ -451,12 +451,16 @@ def consensus_figure(summary: ConsensusSummary):
         if col == "mutual k-NN":
             ax.axhline(summary.chance, color="grey", linestyle="--", linewidth=1, label="chance")
         ax.axhline(0.0, color="black", linewidth=0.6)
-        ax.set_xticks(np.arange(len(pairs)), [p.replace(" × ", "\n× ") for p in pairs], fontsize=9, rotation=30,
-                      ha="right")
+        # one tick per model pair, numbered; the key under the figure names them (full names overlapped)
+        ax.set_xticks(np.arange(len(pairs)), [str(k + 1) for k in range(len(pairs))], fontsize=9)
+        ax.set_xlabel("model pair (key below)", fontsize=9)
         ax.set_ylabel(col)
         ax.set_title(f"{col} by subspace (held-out rows)", fontsize=10)
         ax.legend(fontsize=9)
         ax.grid(alpha=0.3, axis="y")
+    from ..plots import add_footer
+
+    add_footer(fig, "Model pairs: " + "; ".join(f"{k + 1} {p}" for k, p in enumerate(pairs)))
     return fig
 
 
