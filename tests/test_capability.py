@@ -650,6 +650,8 @@ def test_summary_table_aggregates_the_results_rows(tmp_path):
     assert list(shown["GSM8K (5-shot)"]) == ["0.310", "not measured"]
     assert "bits per byte" in shown and "next-token accuracy" in shown and "bpb" not in shown
     assert not shown.isna().any().any()
+    # every row has 3 draws: said once in the header, not in every cell
+    assert "peak (mean ± std, 3 draws)" in shown and "(3 draws)" not in " ".join(shown.astype(str).values.ravel())
 
 
 def test_degenerate_layers_are_collected_into_one_sentence_and_other_warnings_pass():

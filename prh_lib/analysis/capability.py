@@ -182,8 +182,13 @@ def summary_display(summary: pd.DataFrame, *, n_permutations: int | None = None,
     from .. import report, results
 
     sub = summary[summary["family"] == family].copy()
+    counts = sorted({int(n) for n in sub["n_draws"]})
+    same = len(counts) == 1  # one draw count for every row: said once, in the header, not in every cell
     for q in ("peak", "final"):
-        sub[q] = [results.format_mean_std(m, s, int(n)) for m, s, n in zip(sub[q], sub[f"{q} std"], sub["n_draws"])]
+        sub[q] = [results.format_mean_std(m, s, int(n), count=not same)
+                  for m, s, n in zip(sub[q], sub[f"{q} std"], sub["n_draws"])]
+    if same and counts[0] > 1:
+        sub = sub.rename(columns={q: f"{q} (mean ± std, {counts[0]} draws)" for q in ("peak", "final")})
         sub[f"p {q} (max)"] = [report.format_p(p, n_permutations) for p in sub[f"p {q} (max)"]]
     sub = sub.drop(columns=["peak std", "final std", "n_draws", "family", "fraction"], errors="ignore")
     sub = sub.dropna(axis=1, how="all")

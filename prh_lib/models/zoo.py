@@ -436,7 +436,9 @@ def describe(names: Sequence[str] | None = None):
             installed = installed_version(name) is not None
             source = (f"PyPI {entry.packages_summary}, sha256 {entry.sha256[:16]}" if installed
                       else f"not installed (prh-zoo install {name})")
-            rows[name] = {"modality": entry.modality, "source": source, "licence": entry.licence,
+            # a zero-width space after "/" and "_" lets a page wrap long package paths in a narrow column
+            rows[name] = {"modality": entry.modality, "source": source,
+                          "licence": entry.licence.replace("/", "/\u200b").replace("_", "_\u200b"),
                           "description": entry.description}
         else:
             rows[name] = {"modality": "resolved when loaded", "source": "Hugging Face id, folder or timm",
