@@ -162,9 +162,9 @@ shown
 # %% [markdown]
 # ## Correlation with capability
 #
-# Across the independent models, per dataset and vision model: Pearson r and Spearman ρ, each with a 95 %
-# Fisher-z interval and the exact two-sided permutation p-value over all n! orderings of the models (SciPy's
-# for n > 8). Bits per byte *falls* as capability rises, so a **negative** r against bits per byte means
+# Across the independent models, per dataset and vision model: Pearson r and Spearman ρ, each with the exact
+# two-sided permutation p-value over all n! orderings of the models (SciPy's for n > 8) and, from four models
+# on, a 95 % Fisher-z interval (with three its standard error 1/√(n − 3) is infinite, so none is shown). Bits per byte *falls* as capability rises, so a **negative** r against bits per byte means
 # alignment grows with capability.
 
 # %% tags=["hide-input"]

@@ -442,11 +442,12 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
     significant = bool((peak["p"] < 0.05).all())
     img = (image_corr[(image_corr["dataset"] == main_dataset) & (image_corr["capability"] == "bpb")]
            if image_corr is not None and len(image_corr) else pd.DataFrame())
-    tests = [claims.Test(f"{r['vision']}: {r['method']} r (held-out peaks) with capability, interval over images",
+    tests = [claims.Test(f"{r['vision']}: {r['method']} r (held-out peaks) with capability (= −r with bits per "
+                         "byte), interval over images",
                          float(r["r (capability)"]), float(r["low (capability)"]), float(r["high (capability)"]), 0.0)
              for _, r in img.iterrows()]
     img_holds, img_conclusive, img_why = claims.combine(tests) if tests else (True, True, "")
-    over_images = ("; over images (held-out peaks, 95 % CI): " + "; ".join(
+    over_images = ("; over images (held-out peaks, r with bits per byte, 95 % CI): " + "; ".join(
         f"{r['vision']} {r['method']} {r['r']:+.2f} [{r['ci low']:+.2f}, {r['ci high']:+.2f}]"
         for _, r in img.iterrows())) if len(img) else ""
     note_models = "" if significant else (
@@ -539,8 +540,9 @@ def describe_study(corr: pd.DataFrame, ladder: pd.DataFrame, summary: pd.DataFra
                      "so significance at 0.05 needs a near-perfect ordering")
             out.append(f"With n = {n} models the exact two-sided permutation p-value cannot fall below "
                        f"1/{n}! = {f_pe:.3f} for Pearson's r (the observed ordering is one of the {math.factorial(n)}) "
-                       f"and 2/{n}! = {f_sp:.3f} for Spearman's ρ (reversed ranks give −ρ), {reach}; the Fisher "
-                       "intervals span most of [-1, 1]: the page reports a direction, not evidence of a trend.")
+                       f"and 2/{n}! = {f_sp:.3f} for Spearman's ρ (reversed ranks give −ρ), {reach}"
+                       + ("; a Fisher interval needs n > 3" if n <= 3 else "; the Fisher intervals span most of [-1, 1]")
+                       + ": the page reports a direction, not evidence of a trend.")
         others = _pick(cap_rows, alignment="peak", method="pearson")
         others = others[others["dataset"] != main_dataset]
         if not others.empty:
