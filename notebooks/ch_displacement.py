@@ -422,8 +422,8 @@ dr.side_by_side(procedures)
 # its spread along its leading axes, and $m_a \cdot m_b$ is a dot product of vectors in two unrelated PCA
 # bases, small and of arbitrary sign. Pointwise falls towards 0 and Cross-Object rises towards 1 while
 # Cross-Model stays put. The check below uses the measured $\rho$ and mean squared norms $s_a, s_b$ of the
-# evaluation rows in place of $r$ (the formulas of `dr.predicted_measures`; with whitening fitted on all
-# rows $s \approx r$), and the measured $m_a$, $m_b$; `offset2 / r` is $|m|^2 / r$.
+# evaluation rows in place of $r$ (the formulas above; with whitening fitted on all rows $s \approx r$), and
+# the measured $m_a$, $m_b$; the table's column `offset2 / r` is $|m|^2 / r$.
 
 # %% tags=["hide-input"]
 dr.formula_check(procedures)
