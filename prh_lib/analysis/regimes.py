@@ -548,15 +548,15 @@ def held_out_floor_count(heldout: pd.DataFrame, dataset: str) -> str:
     n = len(clear) + len(not_clear)
     why = ""
     if random_vision:
-        below = [p for p, m in random_vision if m <= 0]
+        below = [(p, m) for p, m in random_vision if m < 0]
         why = (f" A randomly initialised vision model is not beaten by its trained twin in {len(random_vision)} "
                f"vision-vision comparison(s) ({', '.join(p for p, _ in random_vision)}"
-               + (f"; in {len(below)} of them the random-init pair scores higher" if below else "") + "). This is "
-               "not chance: a network with random weights is a random feature map of the pixels, so it keeps much of "
-               "the images' pixel-space neighbourhoods (colour, layout, texture), and a trained vision model ranks "
-               "images partly by the same statistics. Mutual k-NN between two vision models on a few hundred "
-               "images therefore rewards shared low-level structure, and a vision-vision score says little about "
-               "learned semantics unless it beats this floor; the verdicts that need it (3.1/vision-vision, "
+               + (f"; the random-init pair's held-out estimate is the higher one in {len(below)} of them, by "
+                  + " and ".join(f"{-m:.3f}" for _, m in below) + ", within the interval" if below else "")
+               + "). A likely reason, not tested here: a network with random weights is a random feature map of the "
+               "pixels and keeps much of the images' pixel-space neighbourhoods (colour, layout, texture), which a "
+               "trained vision model also ranks images by. Whatever the cause, a vision-vision score says little "
+               "about learned semantics unless it beats this floor; the verdicts that need it (3.1/vision-vision, "
                "3.3/same-modality) require the margin's interval above 0.")
     return (f"- Held out (the verdicts' numbers): {len(clear)} of {n} trained comparisons beat every one of their "
             "floors, each paired 95 % interval over images above 0"
