@@ -385,12 +385,13 @@ def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | No
         0 for every score up to the null's (1 - alpha) quantile tau, chance included).
     floors : dict, optional
         Control floors as bands (:func:`prh_lib.analysis.regimes.floor_bands`): ``{dataset: {kind: (mean,
-        low, high)}}`` and ``{(dataset, "calibrated"): {...}}``; each kind is a dotted line at its mean over
-        a band from its lowest to its highest control.
+        low, high)}}`` and ``{(dataset, "calibrated"): {...}}``; each kind is a coloured line at its mean (one
+        dash pattern per kind, named in the legend) over a band from its lowest to its highest control.
     regime_floors : dict, optional
         Each regime's own highest floor (:func:`prh_lib.analysis.regimes.regime_floor_marks`):
         ``{dataset: {regime label: (value, kind)}}``, drawn on the raw panel as a black dashed segment across
-        that regime's slot, labelled with its kind (the same-modality pairs' random-init twins, for example).
+        that regime's slot; its kind (the same-modality pairs' random-init twins, for example) is named in a
+        line under the figure, not over the points.
     missing_note : str
         Said in the slot of a regime without comparisons.
     panel_size : (float, float)

@@ -417,10 +417,25 @@ def place_point_labels(fig) -> None:
             ax._prh_point_labels = None
 
 
+def _spread(values, gap: float, low: float, high: float) -> list[float]:
+    """Heights for labels of ``values`` (ascending), at least ``gap`` apart, each as near its value as that allows:
+    labels that would collide form a group centred on the mean of its values (kept within ``low``..``high``), and
+    groups that then collide merge, until none do."""
+    groups = []  # [values of the group, height of its lowest label]
+    for v in values:
+        groups.append([[v], min(max(v, low), high)])
+        while len(groups) > 1 and groups[-1][1] - (groups[-2][1] + (len(groups[-2][0]) - 1) * gap) < gap - 1e-12:
+            merged = groups[-2][0] + groups[-1][0]
+            start = float(np.mean(merged)) - (len(merged) - 1) * gap / 2
+            groups[-2:] = [[merged, max(min(start, high - (len(merged) - 1) * gap), low)]]
+    return [start + i * gap for members, start in groups for i in range(len(members))]
+
+
 def _label_column(ax, labelled, size: float) -> None:
     """Each slot's point labels in a column just right of its points, in the order of their values, at least one
-    line apart (so no two labels overlap however close the points are), joined to their points by thin lines
-    where a label had to move."""
+    line apart (so no two labels overlap however close the points are) and each as near its point's height as
+    that allows, joined to their points by thin lines where a label had to move. Each label has a white backing
+    so that lines drawn across the slot (floors, chance) do not run through it."""
     if not labelled:
         return
     fig = ax.figure
@@ -431,17 +446,15 @@ def _label_column(ax, labelled, size: float) -> None:
     gap = size * 1.3 * per_pt
     for slot in dict.fromkeys(s for s, *_ in labelled):
         items = sorted((t for t in labelled if t[0] == slot), key=lambda t: t[2])
-        ys = [t[2] for t in items]
-        for i in range(1, len(ys)):  # push up until one line apart
-            ys[i] = max(ys[i], ys[i - 1] + gap)
-        over = ys[-1] - (y1 - gap / 2)  # a stack that runs off the top moves down as a whole
-        if over > 0:
-            ys = [y - over for y in ys]
-        x_text = slot + 0.30
+        ys = _spread([t[2] for t in items], gap, y0 + gap / 2, y1 - gap / 2)
+        # clear of the rightmost point (points sit at most 0.25 right of the slot's centre), so that a label
+        # beside a point that is not its own is not read as that point's
+        x_text = slot + 0.36
         for (_, x, v, text), y in zip(items, ys):
-            moved = abs(y - v) > gap / 4 or x_text - x > 0.12
+            moved = abs(y - v) > gap / 4 or x_text - x > 0.14
             ax.annotate(text, (x, v), xytext=(x_text, y), textcoords="data", fontsize=size, va="center",
                         ha="left", color="0.2",
+                        bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},
                         arrowprops={"arrowstyle": "-", "color": "0.6", "linewidth": 0.5,
                                     "shrinkA": 0, "shrinkB": 2} if moved else None)
 

@@ -251,9 +251,13 @@ def test_page_table_says_a_p_value_at_the_permutation_floor_once():
 
 
 def test_table_headers_are_words_not_code_names(built_book):
-    """No snake_case column name (``n_eval``, ``score_mean``) in any table header: columns are named in words."""
+    """No snake_case column name (``n_eval``, ``score_mean``) and no bare number (a sweep's ``8``) in any table
+    header: columns are named in words."""
     for name in ["intro"] + runner.available_notebooks():
         page = (built_book / f"{name}.html").read_text()
         heads = {h for rows in _header_rows(page) for row in rows for h in row}
         raw = sorted(h for h in heads if re.fullmatch(r"[a-z0-9]+(_[a-z0-9]+)+", h))
         assert not raw, f"{name}.html: raw column names {raw}"
+        # a bare number says nothing of what it is (a sweep's columns read "r = 8", not "8")
+        bare = sorted(h for h in heads if re.fullmatch(r"[-+]?\d+(\.\d+)?", h))
+        assert not bare, f"{name}.html: bare numbers as column headers {bare}; name the parameter"

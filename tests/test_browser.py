@@ -151,6 +151,15 @@ Promise.all([mathjax, ...imgs.map(i => i.decode().catch(() => null))]).then(([mj
       src: i.getAttribute("src"), naturalWidth: i.naturalWidth, clientWidth: i.getBoundingClientRect().width})),
     column: (document.querySelector(".cell_output") || document.querySelector("main") || document.body)
       .getBoundingClientRect().width,
+    // tables wider than the page column must scroll inside their own box, never the page
+    tablesOffPage: Array.from(document.querySelectorAll("article table")).filter(t => {
+      let box = t.parentElement;
+      while (box && box !== document.body && !["auto", "scroll"].includes(getComputedStyle(box).overflowX))
+        box = box.parentElement;
+      const article = document.querySelector("article") || document.body;
+      return (!box || box === document.body) && t.getBoundingClientRect().right > article.getBoundingClientRect().right + 1;
+    }).map(t => (t.rows[0] ? t.rows[0].innerText : "").replace(/\s+/g, " ").slice(0, 80)),
+    pageScrollsSideways: document.documentElement.scrollWidth > document.documentElement.clientWidth + 1,
     stderrBlocks: document.querySelectorAll(".output.stderr, .stderr").length,
     outputText: Array.from(document.querySelectorAll(".cell_output")).map(o => o.innerText).join("\n"),
     sidebar: sidebar,
@@ -214,6 +223,10 @@ def test_page_reads_cleanly_in_chromium(page, book_html, server, driver, screens
     if raw:
         at = info["text"].find(raw[0])
         problems.append(f"raw TeX {raw} in the visible text: ...{info['text'][max(at - 60, 0):at + 60]!r}...")
+    if info["tablesOffPage"]:
+        problems.append(f"tables wider than the page column, not in a scrolling box: {info['tablesOffPage']}")
+    if info["pageScrollsSideways"]:
+        problems.append("the page scrolls sideways (something is wider than the window)")
     if info["stderrBlocks"]:
         problems.append(f"{info['stderrBlocks']} stderr blocks on the page")
     noise = [w for w in WARNING_WORDS if w in info["outputText"]]
