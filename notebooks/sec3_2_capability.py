@@ -199,7 +199,7 @@ image_corr = (capability.image_correlations(sets, vision, language, dict(zip(sum
  else Markdown("No interval over images: fewer than 3 independent language models ran, or `image_boot` is 0."))
 
 # %% tags=["hide-input"]
-main_x = "mmlu_5shot" if summary["mmlu_5shot"].notna().sum() >= 3 else "bpb"  # the paper's Fig. 3 axis when known
+main_x = img_axis  # the paper's Fig. 3 axis (MMLU) when known, as the verdicts use
 if (summary["family"] == "independent").any():
     fig = figures.capability_panels(summary, x=main_x, y="peak", correlations=correlations[
         correlations["method"] == "pearson"])

@@ -594,6 +594,16 @@ def test_study_correlations_are_exact_for_four_models_and_spearman_only_for_the_
     assert {"pearson", "spearman"} <= set(disp.columns) and "exact p = 0.0833" in disp.iloc[0]["spearman"]
 
 
+def _paper_correlations(mmlu_low, mmlu_high):
+    """The paper path's benchmark correlations on DOCCI: 21 models whose peaks rise with MMLU (seeded)."""
+    rng = np.random.default_rng(0)
+    mmlu = rng.uniform(mmlu_low, mmlu_high, 21)
+    paper_s = _summary(0.1 + 0.002 * mmlu + rng.normal(0, 0.01, 21), rng.uniform(0.8, 1.2, 21), dataset="docci",
+                       vision="facebook/dinov3-vitl16").assign(mmlu_5shot=mmlu, arc_challenge=mmlu,
+                                                              gsm8k_5shot=rng.uniform(0, 80, 21))
+    return C.study_correlations(paper_s, capability=["mmlu_5shot", "arc_challenge", "gsm8k_5shot"])
+
+
 def test_findings_follow_the_numbers():
     grows = C.study_correlations(_summary([0.20, 0.22, 0.25, 0.30], [1.4, 1.2, 1.1, 0.9]), capability=["bpb"])
     rows = {r["id"]: r for r in C.findings(grows, main_dataset="d")}
@@ -611,12 +621,7 @@ def test_findings_follow_the_numbers():
     rows = C.findings(few, main_dataset="d", missing_models=["gemma3-270m"])
     assert all(r["verdict"].startswith("not testable offline") and "gemma3-270m" in r["verdict"] for r in rows)
     # paper path: benchmark correlations on DOCCI
-    rng = np.random.default_rng(0)
-    mmlu = rng.uniform(30, 80, 21)
-    paper_s = _summary(0.1 + 0.002 * mmlu + rng.normal(0, 0.01, 21), rng.uniform(0.8, 1.2, 21), dataset="docci",
-                       vision="facebook/dinov3-vitl16").assign(mmlu_5shot=mmlu, arc_challenge=mmlu,
-                                                              gsm8k_5shot=rng.uniform(0, 80, 21))
-    corr = C.study_correlations(paper_s, capability=["mmlu_5shot", "arc_challenge", "gsm8k_5shot"])
+    corr = _paper_correlations(30, 80)
     assert set(corr["p method"]) == {"scipy"}
     rows = {r["id"]: r for r in C.findings(corr, main_dataset="docci", comparable=True)}
     assert rows["3.2/mmlu-docci"]["verdict"] in ("reproduces", "reproduces in kind")
@@ -711,12 +716,7 @@ def test_exact_p_floor_is_the_smallest_exact_p_and_is_reached(n, method):
 def test_paper_profile_trend_reads_the_interval_over_images_of_the_mmlu_correlation():
     """Paper path: a significant r over the 21 models' draw means still needs its interval over images above 0;
     an interval that holds 0 makes 3.2/capability-trend (and final-less) inconclusive."""
-    rng = np.random.default_rng(0)
-    mmlu = rng.uniform(25, 75, 21)
-    paper_s = _summary(0.1 + 0.002 * mmlu + rng.normal(0, 0.01, 21), rng.uniform(0.8, 1.2, 21), dataset="docci",
-                       vision="facebook/dinov3-vitl16").assign(mmlu_5shot=mmlu, arc_challenge=mmlu,
-                                                              gsm8k_5shot=rng.uniform(0, 80, 21))
-    corr = C.study_correlations(paper_s, capability=["mmlu_5shot", "arc_challenge", "gsm8k_5shot"])
+    corr = _paper_correlations(25, 75)
 
     def img(low):
         return pd.DataFrame([{"dataset": "docci", "vision": "facebook/dinov3-vitl16", "capability": "mmlu_5shot",

@@ -68,18 +68,26 @@ class _Feats:
                                list(range(values.shape[1])), name)
 
 
+def _planted(layer_noises, n=64, seed=0):
+    """A two-layer vision stack and one two-layer language model per entry of ``layer_noises`` (the noise of
+    each layer around a shared 4-d latent), seeded: ``(V, models)``."""
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(seed)
+    Z = rng.normal(size=(n, 4))
+    V = np.stack([Z @ rng.normal(size=(4, 8)) + 0.3 * rng.normal(size=(n, 8)) for _ in range(2)])
+    lms = []
+    for i, noises in enumerate(layer_noises):
+        L = np.stack([Z @ rng.normal(size=(4, 8)) + noise * rng.normal(size=(n, 8)) for noise in noises])
+        lms.append(SimpleNamespace(label=f"lm{i}", features=(_Feats(L, f"lm{i}").f,)))
+    return V, lms
+
+
 def test_image_correlations_recover_a_planted_capability_order(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
     monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path))
-    rng = np.random.default_rng(0)
-    n = 64
-    Z = rng.normal(size=(n, 4))
-    V = np.stack([Z @ rng.normal(size=(4, 8)) + 0.3 * rng.normal(size=(n, 8)) for _ in range(2)])
-    lms = []
-    for i, noise in enumerate((0.3, 1.0, 3.0)):  # model 0 aligns most: lowest bits per byte
-        L = np.stack([Z @ rng.normal(size=(4, 8)) + noise * rng.normal(size=(n, 8)) for _ in range(2)])
-        lms.append(SimpleNamespace(label=f"lm{i}", features=(_Feats(L, f"lm{i}").f,)))
+    V, lms = _planted(((0.3, 0.3), (1.0, 1.0), (3.0, 3.0)))  # model 0 aligns most: lowest bits per byte
     sets = SimpleNamespace(parent_ids=lambda ds: [0])
     bpb = {"lm0": 1.0, "lm1": 1.5, "lm2": 2.0}
     out = image_correlations(sets, {"v": (_Feats(V, "v").f,)}, lms, bpb, dataset="toy", k=5, clip_q=None,
@@ -116,17 +124,9 @@ def test_image_correlations_give_final_layer_correlations_and_their_paired_diffe
     from types import SimpleNamespace
 
     monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path))
-    rng = np.random.default_rng(0)
-    n = 64
-    Z = rng.normal(size=(n, 4))
-    V = np.stack([Z @ rng.normal(size=(4, 8)) + 0.3 * rng.normal(size=(n, 8)) for _ in range(2)])
-    lms = []
-    for i, (noise, final_noise) in enumerate(((0.3, 3.0), (1.0, 2.5), (3.0, 2.0))):
-        # the peak's shared signal falls with bits per byte (first layers: 0.3, 1.0; lm2's final, 2.0), while the
-        # final layers' rises: the final layers order the models the wrong way round
-        L = np.stack([Z @ rng.normal(size=(4, 8)) + noise * rng.normal(size=(n, 8)),
-                      Z @ rng.normal(size=(4, 8)) + final_noise * rng.normal(size=(n, 8))])
-        lms.append(SimpleNamespace(label=f"lm{i}", features=(_Feats(L, f"lm{i}").f,)))
+    # the peak's shared signal falls with bits per byte (first layers: 0.3, 1.0; lm2's final, 2.0), while the
+    # final layers' rises: the final layers order the models the wrong way round
+    V, lms = _planted(((0.3, 3.0), (1.0, 2.5), (3.0, 2.0)))
     sets = SimpleNamespace(parent_ids=lambda ds: [0])
     bpb = {"lm0": 1.0, "lm1": 1.5, "lm2": 2.0}
     out = image_correlations(sets, {"v": (_Feats(V, "v").f,)}, lms, bpb, dataset="toy", k=5, clip_q=None,
