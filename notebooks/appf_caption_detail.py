@@ -55,7 +55,7 @@ summary_seed = 0  # seeds the choice of the summarised images
 summary_batch_size = 16  # texts per generation batch (x 4 target lengths)
 num_threads = 1  # torch threads while generating and extracting (scoped); 1 is fastest on a busy CPU; None: default
 image_splits = 4  # the order's interval over images: random halvings of one draw's images (held-out peaks)
-image_boot = 50  # ... and stratified image resamples, the same for every model and level (0: none)
+image_boot = 50  # ... and half-samples of the images, the same for every model and level (0: none)
 device = "cpu"
 dtype = "float32"
 batch_size = 32
@@ -167,7 +167,7 @@ Markdown(captions.describe_study(summary))
 # **The order over images.** The means over draws give one Kendall τ per level. To see how much the images move
 # it, on the first draw of the shortening the verdict reads, each language model's alignment is its held-out peak
 # (layer pair chosen on one half of the images, scored on the other, `image_splits` halvings), and the images are
-# resampled (`image_boot` stratified resamples, the same for every model and level): each resample gives one τ
+# half-sampled (`image_boot` replicates on half of the images, the same for every model and level): each resample gives one τ
 # per level, and their 2.5 and 97.5 % points are the interval.
 
 # %% tags=["hide-input"]

@@ -61,7 +61,7 @@ device = "cpu"
 dtype = "float32"
 batch_size = 32
 num_threads = 1  # torch threads while scoring (one is fastest on a busy shared CPU); None: unchanged
-image_boot = 100  # image resamples of the chance-corrected k sweep on the first draw (paired intervals); 0: none
+image_boot = 100  # image half-samples of the chance-corrected k sweep on the first draw (paired intervals); 0: none
 
 # %% tags=["remove-cell"]
 import logging
@@ -157,8 +157,8 @@ table[shown].set_index(["dataset", "pair", "sweep"])
 # %% [markdown]
 # ## Chance-corrected scores with intervals over images
 # The k sweep of the first draw at each pair's fixed layer pair, chance-corrected, (s − c)/(1 − c) with
-# c = k/(N − 1), each with a 95 % interval from `image_boot` resamples of the images (the same resamples for
-# every pair and k, so the difference of two regimes at one k has a paired interval; that is how the verdict
+# c = k/(N − 1), each with a 95 % interval from `image_boot` half-samples of the images (the same half-samples
+# for every pair and k; a k above N/2 − 2 is too large for half the images and gets no interval, so the difference of two regimes at one k has a paired interval; that is how the verdict
 # reads the order). The std over caption draws above is caption choice only.
 
 # %% tags=["hide-input"]

@@ -175,7 +175,7 @@ Markdown(cp.describe_hierarchy(hier))
 # between the teacher's and the student's softmax distributions of cosines of batch-whitened features).
 # "Before" is the student's input against the teacher; "after" the trained student's output. Both
 # procedures are measured on the *held-out* concepts; every seed draws its own split and initialisation. A
-# paper's row holds when both of its changes do on every seed (a change "stays" when `|Δ| < stay_tolerance`).
+# paper's row holds when both of its changes do on every seed (a change "stays" when `|Δ|` is below `stay_tolerance`, 0.05 unless the page was run with another value).
 #
 # A limit of this offline proxy, to read the numbers with: the paper trains whole networks, here a head on
 # fixed features. Whitening and an orthogonal rotation absorb any invertible *linear* map of the student's

@@ -50,7 +50,7 @@ n_permutations = 200  # selection-aware permutation null for calibrated scores (
 alpha = 0.05
 n_boot = 0  # bootstrap replicates at each draw's (in-sample) peak, as ci_low/ci_high in the results table (0: none)
 # the verdicts' estimates: the peak selected on one half of the images, scored on the other (heldout_splits
-# random splits), with a 95 % interval over images from heldout_boot stratified resamples (0: no verdicts)
+# random splits), with a 95 % interval over images from heldout_boot half-samples (0: no verdicts)
 heldout_splits = 10
 heldout_boot = 100
 # one model pair per line: [x, y]
@@ -197,9 +197,10 @@ layerwise.headline_table(agg, n_permutations=n_permutations)
 #   draw. A half is scored with half the neighbours (`k on a half`), which keeps chance k/(N-1) where it is on
 #   all N. `in-sample on the halves` is the maximum on the same halves: the difference is what choosing and
 #   reporting on the same images adds;
-# - a **95 % interval over images**: `heldout_boot` bootstrap replicates resample the images within each half,
-#   redo the whole selection, and score again. Every comparison and floor uses the same resamples, so the
-#   margin of a pair over a floor has its own (paired) interval.
+# - a **95 % interval over images**: each of `heldout_boot` replicates takes half of the images (without
+#   replacement), redoes the whole held-out procedure on them, selection included, and the interval is the
+#   replicates' spread placed around the estimate (the front page gives the formula). Every comparison and
+#   floor uses the same half-samples, so the margin of a pair over a floor has its own (paired) interval.
 #
 # The floors are the bag of words (TF-IDF of the caption, and its truncated SVD) in place of each language
 # model, and, for pairs within one modality, each model replaced by its random-init twin.

@@ -60,7 +60,7 @@ heldout_per_image = 1  # held-out captions per image for bits per byte
 n_heldout = 120  # at most this many bits-per-byte texts (bounds the cost); None: all
 capability_csv = None  # None: the packaged table prh_lib/resources/capability_scores.csv
 image_splits = 4  # image-level interval of r: random halvings of the first dataset's images (held-out peaks)
-image_boot = 50  # ... and stratified image resamples, the same for every model (0: no image interval)
+image_boot = 50  # ... and half-samples of the images, the same for every model (0: no image interval)
 device = "cpu"
 dtype = "float32"
 batch_size = 32
@@ -180,8 +180,8 @@ ladder_corr = capability.study_correlations(summary, capability=["bpb"], alignme
 # images alone move r, each model's alignment is also measured as its held-out peak on all images of the first
 # dataset (DOCCI, against MMLU, in the paper profile; layer pair chosen on one half of the images, scored on the
 # other, `image_splits` halvings), and the
-# images are resampled (`image_boot` stratified resamples, the same for every model; the layer pair chosen
-# again in each): each resample gives one r across the models, and their 2.5 and 97.5 % points are the
+# images are half-sampled (`image_boot` replicates on half of the images without replacement, the same for
+# every model; the layer pair chosen again in each): each resample gives one r across the models, and their 2.5 and 97.5 % points are the
 # interval. The spread of r over the draws (in-sample peaks) stands beside it. The verdict below uses the
 # interval over images.
 

@@ -66,7 +66,7 @@ n_permutations = 200  # permutation null for calibrated scores (the paper's runs
 alpha = 0.05
 n_boot = 100  # bootstrap replicates for the interval of each peak score (per draw, in the results table)
 # the verdicts' estimates (as in Section 3.1): held-out peaks over heldout_splits random halvings of the images,
-# 95 % intervals over images from heldout_boot stratified resamples, floors compared pairwise (0: no verdicts)
+# 95 % intervals over images from heldout_boot half-samples, floors compared pairwise (0: no verdicts)
 heldout_splits = 10
 heldout_boot = 100
 unimodal_pairs = [
@@ -239,9 +239,10 @@ projection = regimes.study_summary(table, quantity="projection")
 # As in Section 3.1, the verdicts do not use the in-sample maxima above (chosen and reported on the same images,
 # with a ± over caption draws of the same images). For the headline dataset, each comparison's peak layer pair
 # is chosen on one random half of the images and scored on the other (`heldout_splits` splits, both directions,
-# every caption draw; a half is scored with half the neighbours, so chance stays k/(N-1)), and a stratified
-# bootstrap over images (`heldout_boot` resamples, the selection redone in each) gives its 95 % interval. Each
-# pair is compared with each of its floors on the same resamples, so every margin has a paired interval.
+# every caption draw; a half is scored with half the neighbours, so chance stays k/(N-1)), and half-samples of
+# the images (`heldout_boot` replicates on half of the images without replacement, the selection redone in each)
+# give its 95 % interval. Each pair is compared with each of its floors on the same half-samples, so every margin
+# has a paired interval.
 
 # %% tags=["hide-input"]
 heldout.heldout_table(held)

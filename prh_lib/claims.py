@@ -28,7 +28,7 @@ A claim's qualitative statement is a conjunction of :class:`Test` s, each a stat
 interval over images against a threshold: it *holds* when the whole interval is on the claim's side, is
 *inconclusive* when only the estimate is, and *differs* when the estimate is not (:func:`outcome`). A claim
 holds when every test holds, differs when any test differs, and is inconclusive otherwise
-(:func:`combine`). Margins against floors are paired intervals (the same image resamples for the pair and
+(:func:`combine`). Margins against floors are paired intervals (the same image half-samples for the pair and
 its floor), so a floor whose paired interval overlaps the pair's never lets a claim pass.
 ``"differs"``
     The qualitative claim does not hold on this build's numbers.

@@ -137,8 +137,9 @@ def test_bad_inputs():
         ablation.k_sweep(x, shuffled)
 
 
-def _k_order_inputs(flip_at, regimes=("cross-modal", "vision-vision", "language-language")):
-    """Hand-made sweep aggregates on N = 239: regime means ordered by their position, reversed at k = flip_at."""
+def _k_order_inputs(flip_at, regimes=("cross-modal", "vision-vision", "language-language"), raw_drop_at=None):
+    """Hand-made sweep aggregates on N = 239: regime means ordered by their position, reversed at k = flip_at;
+    the first pair's raw score drops to 0 at k = raw_drop_at."""
     import pandas as pd
 
     rows = []
@@ -146,8 +147,9 @@ def _k_order_inputs(flip_at, regimes=("cross-modal", "vision-vision", "language-
         for i, regime in enumerate(regimes):
             c = k / 238
             corrected = (0.1 * (i + 1)) if k != flip_at else (0.1 * (len(regimes) - i))
+            raw = 0.0 if (k == raw_drop_at and i == 0) else c + corrected * (1 - c)
             rows.append({"dataset": "d", "quantity": "k-sweep:fixed", "k": k, "n": 239, "regime": regime,
-                         "corrected_mean": corrected, "score_mean": c + corrected * (1 - c)})
+                         "model_x": f"x{i}", "model_y": f"y{i}", "corrected_mean": corrected, "score_mean": raw})
     table = pd.DataFrame({"dataset": "d", "sweep": ["k"] * len(regimes), "raw_from": 0.1, "raw_to": 0.5,
                           "spread": 0.0, "mean": 0.3, "from": 1, "to": 200})
     return pd.DataFrame(rows), table
@@ -167,6 +169,19 @@ def test_k_order_is_read_on_chance_corrected_scores_within_the_papers_k_range(fl
     assert row["verdict"] == verdict, row
     assert "k = 1-10" in row["this build"]  # 200 / 238 is beyond 100 / 1023: not read
     assert "(s − c)/(1 − c)" in row["rule"]
+
+
+@pytest.mark.parametrize("drop_at, verdict", [(200, "reproduces in kind"), (10, "differs")])
+def test_k_order_reads_the_raw_rise_over_the_papers_k_range_only(drop_at, verdict):
+    # raw mutual k-NN tends to 1 as k nears N for any features, so a rise up to k = 200 of 238 cannot fail;
+    # the rise is read up to the paper's largest k/(N - 1) (k = 10 here)
+    from prh_lib.analysis import ablation
+
+    agg, table = _k_order_inputs(None, raw_drop_at=drop_at)
+    (row,) = [r for r in ablation.findings(agg, table, dataset="d") if r["id"] == "G/k-order"]
+    assert row["verdict"] == verdict, row
+    assert ("for 3 of 3 pairs" if verdict != "differs" else "for 2 of 3 pairs") in row["this build"]
+    assert "pair kinds" in row["this build"] and "same-modality regime split" in row["this build"]
 
 
 def _intervals(spread, regimes=("cross-modal", "vision-vision", "language-language"), n_boot=200, seed=0):

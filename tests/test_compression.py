@@ -198,7 +198,7 @@ def test_layer_pairs_and_tables():
 
 def test_relative_intervals_pair_the_compressed_and_uncompressed_resamples():
     """Full rank reproduces the uncompressed score on every resample: relative 1 with a zero-width interval; the
-    interval equals the basic (bias-aware) interval of the log ratio of two bootstrap_ci runs with one seed."""
+    interval equals the centred interval of the log ratio of two half-sampling bootstrap_ci runs with one seed."""
     from prh_lib.analysis.compression_study import probe_dims, relative_intervals
     from prh_lib.metrics import bootstrap_ci
 
@@ -212,11 +212,12 @@ def test_relative_intervals_pair_the_compressed_and_uncompressed_resamples():
     from prh_lib.analysis.compression_study import _Side
 
     Yc = _Side(Y, "Y").projected([2], "original")[0]
-    a, b = bootstrap_ci(X, Yc, k=5, n_boot=30, seed=1), bootstrap_ci(X, Y, k=5, n_boot=30, seed=1)
+    a = bootstrap_ci(X, Yc, k=5, n_boot=30, seed=1, method="subsample", fraction=0.5)
+    b = bootstrap_ci(X, Y, k=5, n_boot=30, seed=1, method="subsample", fraction=0.5)
     ratio = a.replicates / b.replicates
-    q_lo, q_hi = np.quantile(np.log(ratio[np.isfinite(ratio) & (ratio > 0)]), [0.025, 0.975])
-    est = np.log(a.estimate / b.estimate)  # basic interval of the log ratio: quantiles reflected about the estimate
-    assert (two["low"], two["high"]) == pytest.approx((np.exp(2 * est - q_hi), np.exp(2 * est - q_lo)))
+    q_lo, q_med, q_hi = np.quantile(np.log(ratio[np.isfinite(ratio) & (ratio > 0)]), [0.025, 0.5, 0.975])
+    est = np.log(a.estimate / b.estimate)  # centred interval of the log ratio: the spread placed on the estimate
+    assert (two["low"], two["high"]) == pytest.approx((np.exp(est + q_lo - q_med), np.exp(est + q_hi - q_med)))
     assert two["relative"] == pytest.approx(a.estimate / b.estimate)
     dims = probe_dims(X)
     assert dims["share of rank"] == max(1, round(100 / 1023 * 12)) and dims["8 dims"] == 8

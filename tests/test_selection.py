@@ -1,4 +1,4 @@
-"""Selection-free layer-pair estimates: cross-fitted peaks, the stratified image bootstrap, paired margins."""
+"""Selection-free layer-pair estimates: cross-fitted peaks, half-sampling intervals over images, paired margins."""
 
 import math
 
@@ -31,11 +31,25 @@ def test_splits_are_balanced_disjoint_and_resamples_stay_in_their_half():
     assert all((a == c).all() and (b == e).all() for (a, b), (c, e) in zip(splits, split_halves(21, n_splits=4, seed=3)))
     for A, B in splits:
         assert len(A) == 10 and len(B) == 11 and not set(A) & set(B) and set(A) | set(B) == set(range(21))
-    reps = resampled_halves(splits, n_boot=9, seed=3)
-    for b, (s, A, B) in enumerate(reps):
-        assert s == b % 4
+    reps = resampled_halves(splits, n_boot=9, seed=3)  # half-sampling: the procedure on 10 of the 21 images
+    assert len(reps) == 9
+    for b, (i, pairs) in enumerate(reps):
+        assert i == b and len(pairs) == 3
+        S = set(pairs[0][0]) | set(pairs[0][1])
+        assert len(S) == 10  # drawn without replacement
+        for A, B in pairs:
+            assert not set(A) & set(B) and set(A) | set(B) == S and len(A) == 5 and len(B) == 5
+            assert (np.diff(A) > 0).all() and (np.diff(B) > 0).all()
+    assert len({tuple(sorted(set(p[0][0]) | set(p[0][1]))) for _, p in reps}) > 1  # replicates differ
+    again = resampled_halves(splits, n_boot=9, seed=3)
+    assert all((a == c).all() for (_, p), (_, q) in zip(reps, again) for (a, _), (c, _) in zip(p, q))
+    boot = resampled_halves(splits, n_boot=9, seed=3, resampling="bootstrap")  # the old scheme, for comparison
+    for b, (i, [(A, B)]) in enumerate(boot):
+        s = b % 4
         assert set(A) <= set(splits[s][0]) and set(B) <= set(splits[s][1])  # no image crosses its split
         assert len(A) == 10 and len(B) == 11 and (np.diff(A) >= 0).all()
+    with pytest.raises(ValueError, match="unknown resampling"):
+        resampled_halves(splits, n_boot=2, resampling="jackknife")
 
 
 def test_point_estimate_equals_a_plain_loop_over_splits_and_draws():
@@ -98,6 +112,35 @@ def test_comparisons_on_the_same_images_get_the_same_resamples_so_margins_are_pa
         paired_interval(a.heldout_reps, a.heldout_reps[:5])
 
 
+def _population(rng, n, L=4):
+    """A sample of ``n`` rows from a fixed population: a heavy-tailed latent seen through ``L`` noisy layers per
+    side, least noisy at 60 % depth (an interior peak, so selection matters)."""
+    pop = np.random.default_rng(123)
+    W = [[pop.normal(size=(8, 24)) for _ in range(L)] for _ in range(2)]
+    noise = 1.5 + 12 * (np.linspace(0, 1, L) - 0.6) ** 2
+    Z = rng.standard_t(df=4, size=(n, 8))
+    return [np.stack([Z @ W[s][l] + noise[l] * rng.normal(size=(n, 24)) for l in range(L)]).astype(np.float32)
+            for s in (0, 1)]
+
+
+def test_half_sampling_intervals_match_the_sampling_spread_and_sit_on_the_estimate():
+    # the spread of the half-sampling replicates (the interval's width) against the true spread of the estimate
+    # over independent samples of one population; the with-replacement bootstrap is about 2x too wide here and
+    # its reflected interval sits about one standard error above the estimate (benchmarks/crossfit_interval_coverage.py)
+    rng = np.random.default_rng(7)
+    est, half, mid = [], [], []
+    for i in range(30):
+        X, Y = _population(rng, 120)
+        r = crossfit_peak(X, Y, k=10, n_splits=6, n_boot=30, seed=i)
+        lo, hi = r.interval("heldout")
+        est.append(r.heldout), half.append((hi - lo) / 2), mid.append((lo + hi) / 2 - r.heldout)
+        f_lo, f_hi = r.interval("final")
+        assert f_lo <= r.final <= f_hi
+    ratio = np.mean(half) / 1.96 / np.std(est, ddof=1)
+    assert 0.8 < ratio < 1.6, ratio
+    assert abs(np.mean(mid)) < 0.25 * np.std(est, ddof=1)
+
+
 def test_bad_input_is_refused_with_the_problem_named():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(2, 40, 4)).astype(np.float32)
@@ -111,6 +154,10 @@ def test_bad_input_is_refused_with_the_problem_named():
         crossfit_peak(X, X, metric="cka_linear")
     with pytest.raises(ValueError, match="too large"):
         crossfit_peak(X, X, k=60)
+    with pytest.raises(ValueError, match="half-sampling"):  # halves of 10 in the replicates: k_half 9 is too many
+        crossfit_peak(X, X, k=18, n_boot=2)
+    with pytest.raises(ValueError, match="unknown resampling"):
+        crossfit_peak(X, X, k=4, n_boot=2, resampling="jackknife")
     with pytest.raises(ValueError, match="one shape"):
         crossfit_peak([X, X[:1]], [X, X])
     bad = X.copy()
@@ -183,9 +230,13 @@ def test_bc_interval_covers_at_a_small_shift_and_needs_extreme_quantiles_at_a_la
             assert cov < 0.9
 
 
-def test_basic_interval_reference_values_and_refusals():
-    reps = np.arange(101.0)  # 2.5 % and 97.5 % quantiles: 2.5 and 97.5
-    assert bootstrap_interval(60.0, reps) == pytest.approx((2 * 60 - 97.5, 2 * 60 - 2.5))
+def test_interval_reference_values_and_refusals():
+    reps = np.arange(101.0)  # 2.5 %, 50 % and 97.5 % quantiles: 2.5, 50 and 97.5
+    assert bootstrap_interval(60.0, reps) == pytest.approx((60 + 2.5 - 50, 60 + 97.5 - 50))  # centred (default)
+    skew = np.r_[np.zeros(50), np.linspace(0, 10, 51)]  # the spread is placed around the estimate as it is
+    assert bootstrap_interval(1.0, skew) == pytest.approx((1.0 + np.quantile(skew, 0.025) - np.median(skew),
+                                                           1.0 + np.quantile(skew, 0.975) - np.median(skew)))
+    assert bootstrap_interval(60.0, reps, method="basic") == pytest.approx((2 * 60 - 97.5, 2 * 60 - 2.5))
     assert bootstrap_interval(50.0, reps, method="percentile") == pytest.approx((2.5, 97.5))
     assert bootstrap_interval(50.0, reps, method="bc") == pytest.approx((2.5, 97.5))  # z0 = 0: the percentiles
     assert all(math.isnan(v) for v in bootstrap_interval(math.nan, reps))
@@ -193,8 +244,9 @@ def test_basic_interval_reference_values_and_refusals():
         bootstrap_interval(1.0, reps, method="bca")
     # paired: the difference's estimate comes from the point estimates, not from the replicates
     a, b = np.arange(101.0), np.zeros(101)
-    assert paired_interval(a, b, estimates=(60.0, 0.0)) == pytest.approx((22.5, 117.5))
-    assert paired_interval(a + 1, a, estimates=(3.0, 1.0), ratio=False) == pytest.approx((3.0, 3.0))
+    assert paired_interval(a, b, estimates=(60.0, 0.0)) == pytest.approx((12.5, 107.5))
+    assert paired_interval(a, b, estimates=(60.0, 0.0), method="basic") == pytest.approx((22.5, 117.5))
+    assert paired_interval(a + 1, a, estimates=(3.0, 1.0), ratio=False) == pytest.approx((2.0, 2.0))
     with pytest.raises(ValueError, match="point estimates"):
         paired_interval(a, b)
 
@@ -203,7 +255,10 @@ def test_a_ratio_is_reflected_on_the_log_scale_and_stays_positive():
     rng = np.random.default_rng(0)
     b = 0.05 + 0.04 * rng.random(200)  # a denominator near chance: a long upper tail of the ratio
     a = 0.4 + 0.02 * rng.normal(size=200)
-    lo, hi = paired_interval(a, b, ratio=True, estimates=(0.4, 0.07))
-    q_lo, q_hi = np.quantile(np.log(a / b), [0.025, 0.975])
+    lo, hi = paired_interval(a, b, ratio=True, estimates=(0.4, 0.07), method="basic")
+    q_lo, q_med, q_hi = np.quantile(np.log(a / b), [0.025, 0.5, 0.975])
     assert (lo, hi) == pytest.approx((np.exp(2 * np.log(0.4 / 0.07) - q_hi), np.exp(2 * np.log(0.4 / 0.07) - q_lo)))
+    assert 0 < lo < 0.4 / 0.07 < hi
+    lo, hi = paired_interval(a, b, ratio=True, estimates=(0.4, 0.07))  # centred, on the log scale too
+    assert (lo, hi) == pytest.approx((0.4 / 0.07 * np.exp(q_lo - q_med), 0.4 / 0.07 * np.exp(q_hi - q_med)))
     assert 0 < lo < 0.4 / 0.07 < hi

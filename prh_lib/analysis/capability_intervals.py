@@ -7,14 +7,14 @@ measures the image part directly:
 
 1. each language model's alignment with a vision model is its *held-out* peak on all images of the headline
    dataset (:func:`prh_lib.metrics.selection.crossfit_peak`: the layer pair chosen on one half of the images,
-   scored on the other), and its replicates come from the stratified image bootstrap there. Every model is
-   resampled with the *same* image resamples (same ``n``, ``n_splits``, ``n_boot``, ``seed``), so replicate
-   ``b`` is one resampled image set seen by every model;
+   scored on the other), and its replicates come from the half-samples of the images there. Every model
+   is scored on the *same* half-samples (same ``n``, ``n_splits``, ``n_boot``, ``seed``), so replicate
+   ``b`` is one image subset seen by every model;
 2. replicate ``b``'s correlation is the correlation, across the models, of their replicate-``b`` alignments
    with their (fixed) capability; the 95 % interval is the percentile interval of those correlations. A
-   correlation is bounded in [-1, 1], where a reflected ("basic") interval can leave the range, and it does not
-   move under the common downward shift of every model's replicates (:func:`~prh_lib.metrics.selection.
-   bootstrap_interval`), so the percentile interval is the one used here.
+   correlation is bounded in [-1, 1], where a shifted interval can leave the range, so the percentile interval
+   is the one used here (it is centred on correlations among half the images, which are noisier: it errs
+   wide).
 
 The verdict of ``3.2/capability-trend`` reads this interval (:func:`prh_lib.analysis.capability.findings`):
 the trend holds over images only when the interval of r (signed so that > 0 means "alignment grows with

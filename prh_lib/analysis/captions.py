@@ -220,15 +220,17 @@ def findings(summary: pd.DataFrame, *, paper_setting: bool = False,
         t_holds, t_conclusive = True, False
         t_why = t_why.replace("fails: ", "cannot decide (two models, τ is ±1): ")
     holds = all(lower) and (order_ok or few) and t_holds
-    why = "" if control == "summary" else "summaries ran on fewer than 2 draws, so truncation (every draw) is used"
+    why = "" if control == "summary" else "summaries exist for one draw only, so the verdict reads truncation"
     notes = [why, ("no interval over images for these means (mean over draws only)" if not tests else
                    t_why.replace("cannot decide: ", "over images, cannot decide: ")),
              (f"{n_lms} language model(s): the order is a single comparison, so it cannot be decided" if few else "")]
-    over = ("; over images (held-out peaks, draw " + f"{int(iv['draw'].iloc[0])}): " + ", ".join(
+    over = ("; over images (the held-out peaks of draw " + f"{int(iv['draw'].iloc[0])} alone, so it can differ "
+            "from the τ of the means above): " + ", ".join(
         f"τ {r['tau']:+.2f} [{r['low']:+.2f}, {r['high']:+.2f}] at {r['level']:g}" for _, r in iv.iterrows())
         if tests else "")
-    order = ("; Kendall τ (full vs shorter) " + ", ".join(f"{t:+.2f} at {lv:g}" for _, _, lv, t, _ in taus)
-             + f" over {n_lms} language models") if taus else "; one language model: no order to compare"
+    order = ("; Kendall τ (full vs shorter) of the in-sample peaks' means over draws " + ", ".join(
+        f"{t:+.2f} at {lv:g}" for _, _, lv, t, _ in taus) + f" over {n_lms} language models") if taus else \
+        "; one language model: no order to compare"
     return [claims.finding("F/detail", this_build=f"{control}: " + "; ".join(parts) + order + over, holds=holds,
                            conclusive=not (few and holds) and t_conclusive, comparable=paper_setting, rule=RULE,
                            note="; ".join(x for x in notes if x))]

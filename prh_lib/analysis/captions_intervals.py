@@ -4,7 +4,7 @@ The order claim of App. F ("less detail lowers alignment but keeps the order of 
 τ between the language models' alignment at the full text and at each shorter level. The means over draws give
 one τ per level; here each model's alignment on one draw is its *held-out* peak
 (:func:`prh_lib.metrics.selection.crossfit_peak`: layer pair chosen on one half of the images, scored on the
-other), every (model, level) is resampled with the *same* stratified image resamples (the variants of a draw
+other), every (model, level) is scored on the *same* half-samples of the images (the variants of a draw
 share their images), and each resample gives one τ per level. The percentile interval of those τ is the
 interval over images (τ is bounded and, with a few models, takes a few values only, so it is not reflected).
 

@@ -279,9 +279,10 @@ def relative_intervals(X, Y, *, compress: str = "x", dims: dict | None = None, k
                        seed: int = 0, space: str = "original", ci: float = 0.95) -> list[dict]:
     """Relative scores (compressed / uncompressed) at a few numbers of components, with paired intervals over images.
 
-    The compressed and the uncompressed score are bootstrapped on the *same* image resamples
-    (:func:`prh_lib.metrics.bootstrap_ci` with one ``seed``), and the interval is the bias-aware ("basic") interval
-    of their ratio over the replicates (:func:`prh_lib.metrics.selection.paired_interval`). The PCA is fitted once on all
+    The compressed and the uncompressed score are scored on the *same* half-samples of the images
+    (:func:`prh_lib.metrics.bootstrap_ci` with ``method="subsample"``, ``fraction=0.5`` and one ``seed``), and the
+    interval is the centred interval of their ratio over the replicates, on the log scale
+    (:func:`prh_lib.metrics.selection.paired_interval`; :mod:`prh_lib.metrics.selection` says why half-sampling). The PCA is fitted once on all
     images (the compression is the analysis' choice; what varies is which images are scored).
 
     Parameters
@@ -320,10 +321,10 @@ def relative_intervals(X, Y, *, compress: str = "x", dims: dict | None = None, k
     dims = probe_dims(A) if dims is None else dims
     m = [int(v) for v in _check_dims(list(dims.values()), side.top, side.name)]
     ref_a = A - A.mean(0) if space == "pca" else A
-    ref = bootstrap_ci(ref_a, B, k=k, n_boot=n_boot, seed=seed)
+    ref = bootstrap_ci(ref_a, B, k=k, n_boot=n_boot, seed=seed, method="subsample", fraction=0.5)
     out = []
     for (name, _), mm, Z in zip(dims.items(), m, side.projected(m, space)):
-        c = bootstrap_ci(Z, B, k=k, n_boot=n_boot, seed=seed)
+        c = bootstrap_ci(Z, B, k=k, n_boot=n_boot, seed=seed, method="subsample", fraction=0.5)
         lo, hi = paired_interval(c.replicates, ref.replicates, ci=ci, ratio=True, estimates=(c.estimate, ref.estimate))
         out.append({"probe": name, "n_components": mm, "relative": c.estimate / ref.estimate, "low": lo, "high": hi,
                     "n_boot": int(n_boot)})

@@ -353,7 +353,8 @@ def describe_measures(summary: pd.DataFrame) -> str:
     out.append(
         "Where this build agrees with the paper: every pair's Cross-Model is "
         + ("above" if above else "not everywhere above") + " its shuffled control, so the concept vectors of "
-        "different models share displacement structure. Where it does not: under our procedure Cross-Model "
+        "different models share an aligned structure (descriptive; Cross-Model and Pointwise alike, as the next "
+        "sentences show). Where it does not: under our procedure Cross-Model "
         + ("exceeds Pointwise in every pair" if agree else "does not exceed Pointwise (the two nearly coincide, as "
            "the displacement chapter derives for centred, whitened, aligned features)")
         + "; under the reference code's procedure Cross-Model " + ref_text

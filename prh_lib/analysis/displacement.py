@@ -268,7 +268,8 @@ def checklist_rows(table: pd.DataFrame, *, step: str = "our procedure", other: s
     The front page's checklist (:func:`prh_lib.claims.checklist`) shows them. The verdict is that of ``step``,
     *our* procedure (centred, whitened and aligned features), the one this chapter shows to measure what the
     paper's measures are defined to measure; the reference code's reading (``other``), whose Cross-Model >
-    Pointwise gap comes from adding each model's mean back after whitening, stays beside it as a note.
+    Pointwise gap comes, on this build's features, from adding each model's mean back after whitening, stays
+    beside it as a note (for the paper's own table that is a hypothesis).
 
     With ``heldout`` the verdict is a test on selection-free estimates over images (issue 24): for every pair
     of the claim's kind, the held-out Cross-Model − Pointwise at the best layer pair chosen on the other half
@@ -309,8 +310,9 @@ def checklist_rows(table: pd.DataFrame, *, step: str = "our procedure", other: s
         kind = next((k for k in _CHECKLIST_IDS if f", {k}, sample level" in str(name)), None)
         if kind is None:
             continue
-        ref_note = (f"read with the {other}'s procedure: {r[f'{other} verdict']}; its gap comes from adding "
-                    "each model's mean back after whitening (see the chapter)")
+        ref_note = (f"read with the {other}'s procedure: {r[f'{other} verdict']}; on this build's features its gap "
+                    "comes from adding each model's mean back after whitening (see the chapter); that the same "
+                    "explains the paper's table is a hypothesis the paper profile would test")
         held = {label: h for label, h in (heldout or {}).items()
                 if kinds.get(label) == kind and isinstance(h, HeldoutBestPair)}
         if held:

@@ -3,7 +3,8 @@
 The verdicts of Sections 3.1 and 3.3 are tests on estimates that were not selected on the data they report
 (:func:`prh_lib.metrics.selection.crossfit_peak`): for each comparison the peak layer pair is chosen on one
 half of the images and scored on the other (10 random splits, both directions, every caption draw), and its
-95 % interval comes from a stratified bootstrap over *images* that re-selects the peak in every replicate.
+95 % interval comes from half-samples of the *images* (without replacement) that re-select the peak in every
+replicate.
 The caption draws keep the images fixed, so their spread (the ± on the pages) measures caption choice only;
 the image-level interval is the one the verdicts use.
 
@@ -88,10 +89,11 @@ def verdict_controls(pairs_of_models: Sequence[Sequence[str]], modality: Mapping
 
 def _crossfit_cached(xs: list, ys: list, *, k: int, n_splits: int, n_boot: int, seed: int, label: str):
     key = {"x": [score_cache.features_key(f) for f in xs], "y": [score_cache.features_key(f) for f in ys],
-           "metric": "mutual_knn", "k": k, "n_splits": n_splits, "n_boot": n_boot, "seed": seed}
+           "metric": "mutual_knn", "k": k, "n_splits": n_splits, "n_boot": n_boot, "seed": seed,
+           "resampling": "subsample"}
 
     def compute():
-        note(f"held-out peak of {label}: {n_splits} splits, {n_boot} image resamples, {len(xs)} draws")
+        note(f"held-out peak of {label}: {n_splits} splits, {n_boot} image subsamples, {len(xs)} draws")
         return crossfit_peak([f.values for f in xs], [f.values for f in ys], k=k, n_splits=n_splits,
                              n_boot=n_boot, seed=seed)
 
@@ -276,8 +278,8 @@ def margin(summary: pd.DataFrame, a: str, b: str, *, column: str = "reps", ratio
     Returns
     -------
     dict
-        ``estimate`` (difference or ratio of the point estimates), ``low``, ``high`` (paired, bias-aware "basic"
-        interval over the shared image resamples, :func:`prh_lib.metrics.selection.bootstrap_interval`), ``detectable`` (smallest difference this build detects at 80 %
+        ``estimate`` (difference or ratio of the point estimates), ``low``, ``high`` (paired, centred
+        interval over the shared image half-samples, :func:`prh_lib.metrics.selection.bootstrap_interval`), ``detectable`` (smallest difference this build detects at 80 %
         power, :func:`prh_lib.metrics.selection.detectable_difference`; NaN for a ratio).
 
     Raises

@@ -141,7 +141,7 @@ def held_out_floor_count(heldout: pd.DataFrame, dataset: str) -> str:
     return (f"- Held out (the verdicts' numbers): {len(clear)} of {n} trained comparisons beat every one of their "
             "floors, each paired 95 % interval over images above 0"
             + (f"; not: {'; '.join(not_clear)}" if not_clear else "")
-            + ". Margins are held-out peak minus the floor's held-out peak, on the same image resamples." + why)
+            + ". Margins are held-out peak minus the floor's held-out peak, on the same image half-samples." + why)
 
 
 def offline_scope(summary: pd.DataFrame, bands: dict, *, aligned_measured: bool) -> str:

@@ -1,10 +1,10 @@
 """The tests behind the verdicts, built from held-out estimates and their image-level intervals.
 
 Every test here reads :func:`prh_lib.analysis.heldout.heldout_summary` (held-out peaks, selected on one
-half of the images and scored on the other; 95 % intervals from a stratified image bootstrap that re-selects
+half of the images and scored on the other; 95 % intervals from half-samples of the images that re-select
 the peak in each replicate) and returns :class:`prh_lib.claims.Test` objects, which
 :func:`prh_lib.claims.combine` turns into a verdict. A comparison is read against its floors with *paired*
-intervals (the same image resamples), so a floor whose paired interval overlaps the comparison's never lets a
+intervals (the same image half-samples), so a floor whose paired interval overlaps the comparison's never lets a
 claim pass. The caption-draw spread is shown on the pages, but it is not a margin anywhere.
 """
 
