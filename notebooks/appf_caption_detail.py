@@ -167,7 +167,7 @@ Markdown(captions.describe_study(summary))
 # **The order over images.** The means over draws give one Kendall τ per level. To see how much the images move
 # it, on the first draw of the shortening the verdict reads, each language model's alignment is its held-out peak
 # (layer pair chosen on one half of the images, scored on the other, `image_splits` halvings), and the images are
-# half-sampled (`image_boot` replicates on half of the images, the same for every model and level): each resample gives one τ
+# half-sampled (`image_boot` replicates on half of the images, the same for every model and level): each half-sample gives one τ
 # per level, and their 2.5 and 97.5 % points are the interval.
 
 # %% tags=["hide-input"]

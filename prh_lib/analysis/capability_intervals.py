@@ -197,7 +197,7 @@ def image_display(image_corr: pd.DataFrame) -> pd.DataFrame:
         "r over draws (in-sample peaks), mean ± std": [
             "–" if not np.isfinite(m) else f"{m:.2f} ± {s:.2f} ({int(n)} draws)" if np.isfinite(s) else f"{m:.2f}"
             for m, s, n in zip(image_corr["r draws mean"], image_corr["r draws std"], image_corr["n draws"])],
-        "models": image_corr["n"], "image resamples": image_corr["n_boot"]})
+        "models": image_corr["n"], "image half-samples": image_corr["n_boot"]})
     if "r final" in image_corr:
         out.insert(4, "r, final layers [95 % CI over images]",
                    [format_interval(r, lo, hi, 2) for r, lo, hi in

@@ -5,7 +5,7 @@ The order claim of App. F ("less detail lowers alignment but keeps the order of 
 one τ per level; here each model's alignment on one draw is its *held-out* peak
 (:func:`prh_lib.metrics.selection.crossfit_peak`: layer pair chosen on one half of the images, scored on the
 other), every (model, level) is scored on the *same* half-samples of the images (the variants of a draw
-share their images), and each resample gives one τ per level. The percentile interval of those τ is the
+share their images), and each half-sample gives one τ per level. The percentile interval of those τ is the
 interval over images (τ is bounded and, with a few models, takes a few values only, so it is not reflected).
 
 References
@@ -115,6 +115,6 @@ def order_display(intervals: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     out = intervals.assign(**{"Kendall τ [95 % CI over images]": [
         format_interval(t, lo, hi, 2) for t, lo, hi in zip(intervals["tau"], intervals["low"], intervals["high"])]})
-    return out.rename(columns={"n_lms": "language models", "n": "images", "n_boot": "image resamples"}).set_index(
+    return out.rename(columns={"n_lms": "language models", "n": "images", "n_boot": "image half-samples"}).set_index(
         ["dataset", "draw", "vision model", "control", "level"])[
-        ["Kendall τ [95 % CI over images]", "language models", "images", "image resamples"]]
+        ["Kendall τ [95 % CI over images]", "language models", "images", "image half-samples"]]

@@ -274,8 +274,8 @@ def findings(table: pd.DataFrame, *, dataset: str, role: str = "peak", dims_prob
         return out
 
     has_ci = any(isinstance(v, (tuple, list)) and np.isfinite(v[1]) for v in lang.get("ci_var", []))
-    note = ("relative scores on the first draw with paired 95 % intervals over images (bootstrap of the compressed "
-            "and the uncompressed score on the same resamples)" if has_ci else
+    note = ("relative scores on the first draw with paired 95 % intervals over images (the compressed and the "
+            "uncompressed score on the same half-samples of the images)" if has_ci else
             "means over caption draws; no interval over images in this run")
 
     def text(vals):
