@@ -103,7 +103,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
     Claim("3.1/vision-vision", "sec3_1_layerwise", "Vision-vision pairs align far more, in later layers",
           "up to 0.538; three blocks above 0.3", "Sec. 3.1, Fig. 1b", value=0.538, tolerance=0.05),
     Claim("3.1/language-language", "sec3_1_layerwise",
-          "Language-language (generative × embedding) reaches about 0.5 at early-middle layers",
+          "Language-language (generative × embedding) aligns more than cross-modal, at early-middle layers",
           "about 0.5 at early-middle layer pairs", "Sec. 3.1, Fig. 1c", value=0.5, tolerance=0.05),
     # PCA (Fig. 2, App. C)
     Claim("3.1/pca-40", "sec3_1b_pca", "Keeping 40 % of the variance keeps (or slightly raises) alignment for most models",
@@ -139,7 +139,8 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           value=0.445, offline=_NO_VLM),
     Claim("3.3/same-modality", "sec3_3_regimes", "Same-modality pairs align at about 0.5, far above cross-modal",
           "about 0.5", "Sec. 3.3, Fig. 5", value=0.5, tolerance=0.05),
-    Claim("3.3/random-init", "sec3_3_regimes", "Randomly initialised models score near chance",
+    Claim("3.3/random-init", "sec3_3_regimes",
+          "Randomly initialised models score near chance (both models random-init, vision × language)",
           "near chance (k/(N-1) = 0.0098 at N = 1024)", "Sec. 3.3, Fig. 5"),
     Claim("3.3/projection", "sec3_3_regimes", "A VLM's projection layer scores within 0.016 of its best layer pair",
           "≤ 0.016 (SigLIP 2, COCO); others ≤ 0.006", "App. E, Table 1", value=0.016, offline=_NO_VLM),
@@ -205,6 +206,9 @@ class Test:
     threshold : float
         The value the claim says the statistic exceeds (``side=">"``) or stays below (``side="<"``).
     side : {">", "<"}
+    bounds : (float, float) or None
+        The range the statistic can take (``(-1, 1)`` for a correlation, ``(-2, 2)`` for a difference of two),
+        when it has one: a detectable difference that reaches beyond it is reported as none (:meth:`power`).
     """
 
     name: str
@@ -213,10 +217,38 @@ class Test:
     high: float
     threshold: float = 0.0
     side: str = ">"
+    bounds: tuple[float, float] | None = None
 
     def __post_init__(self):
         if self.side not in (">", "<"):
             raise ValueError(f"side must be '>' or '<'; got {self.side!r}")
+        if self.bounds is not None and not self.bounds[0] < self.bounds[1]:
+            raise ValueError(f"bounds must be (low, high) with low < high; got {self.bounds!r}")
+
+    def detectable(self) -> float:
+        """Smallest difference from the threshold this test's interval detects at 80 % power (NaN without a
+        finite interval; inf when that difference lies beyond the statistic's ``bounds`` on the claim's side).
+
+        :func:`prh_lib.metrics.selection.detectable_difference` of the interval.
+        """
+        from .metrics.selection import detectable_difference
+
+        d = detectable_difference(self.low, self.high)
+        if self.bounds is not None and math.isfinite(d):
+            reach = self.bounds[1] - self.threshold if self.side == ">" else self.threshold - self.bounds[0]
+            if d > reach:
+                return math.inf
+        return d
+
+    def power(self) -> str:
+        """``"detects a difference from 0 of 0.070 at 80 % power"``, or ``"detects at 80 % power no difference
+        from 0 within the range of the statistic [-1, 1]"`` when :meth:`detectable` is beyond its ``bounds``;
+        "" without a finite interval."""
+        d = self.detectable()
+        if math.isinf(d):
+            return (f"detects at 80 % power no difference from {self.threshold:g} within the range of the "
+                    f"statistic [{self.bounds[0]:g}, {self.bounds[1]:g}]")
+        return f"detects a difference from {self.threshold:g} of {d:.3f} at 80 % power" if math.isfinite(d) else ""
 
     @property
     def outcome(self) -> str:
@@ -270,11 +302,9 @@ def combine(tests) -> tuple[bool, bool, str]:
 
 def _power(test: Test) -> str:
     """``" (detects a difference from 0 of 0.070 at 80 % power)"``: what an undecided test could have resolved
-    (:func:`prh_lib.metrics.selection.detectable_difference` of its interval); "" without a finite interval."""
-    from .metrics.selection import detectable_difference
-
-    d = detectable_difference(test.low, test.high)
-    return f" (detects a difference from {test.threshold:g} of {d:.3f} at 80 % power)" if math.isfinite(d) else ""
+    (:meth:`Test.power`); "" without a finite interval."""
+    p = test.power()
+    return f" ({p})" if p else ""
 
 
 def verdict(claim: Claim | str, *, holds: bool | None, value: float | None = None,
@@ -326,13 +356,14 @@ def verdict(claim: Claim | str, *, holds: bool | None, value: float | None = Non
 
 def finding(claim: Claim | str, *, this_build: str | None, holds: bool | None = None, value: float | None = None,
             interval: tuple[float, float] | None = None, comparable: bool = False, note: str = "",
-            conclusive: bool = True, tests=None, rule: str = "") -> dict:
+            conclusive: bool = True, tests=None, rule: str = "", reason: str = "") -> dict:
     """One row of a chapter's "The paper and this build" table.
 
-    ``this_build`` is the displayed value; with ``holds=None`` and no ``this_build`` the row says why the claim
-    is not testable offline. With ``tests`` (a list of :class:`Test`), ``holds`` and ``conclusive`` come from
-    :func:`combine` and the failing or undecided tests are added to the note. ``rule`` is the claim's test in one
-    sentence (shown in the chapter's table and on the front page).
+    ``this_build`` is the displayed value; with ``holds=None`` the verdict says why the claim is not testable
+    offline: ``reason`` when given (then ``note`` stays a note, e.g. the direction of numbers that cannot
+    decide), else ``note``, else the claim's ``offline`` reason. With ``tests`` (a list of :class:`Test`),
+    ``holds`` and ``conclusive`` come from :func:`combine` and the failing or undecided tests are added to the
+    note. ``rule`` is the claim's test in one sentence (shown in the chapter's table and on the front page).
     """
     claim = CLAIMS[claim] if isinstance(claim, str) else claim
     if tests is not None:
@@ -340,9 +371,9 @@ def finding(claim: Claim | str, *, this_build: str | None, holds: bool | None = 
         note = "; ".join(t for t in (note, why) if t)
     v = verdict(claim, holds=holds, value=value, interval=interval, comparable=comparable, conclusive=conclusive)
     if v == "not testable offline":
-        reason = note or claim.offline or "this build has no numbers for it"
-        v = f"not testable offline ({reason})"
-        note = ""
+        why = reason or note or claim.offline or "this build has no numbers for it"
+        v = f"not testable offline ({why})"
+        note = note if reason else ""
     return {"id": claim.id, "chapter": claim.chapter, "claim": claim.text, "paper": claim.paper,
             "source": f"{claim.source}, arXiv {claim.arxiv}", "this build": this_build or "–", "verdict": v,
             "note": note, "rule": rule}

@@ -607,15 +607,20 @@ def _paper_correlations(mmlu_low, mmlu_high):
 def test_findings_follow_the_numbers():
     grows = C.study_correlations(_summary([0.20, 0.22, 0.25, 0.30], [1.4, 1.2, 1.1, 0.9]), capability=["bpb"])
     rows = {r["id"]: r for r in C.findings(grows, main_dataset="d")}
-    # the paper's sign, but four models cannot tell it from chance (Spearman's smallest exact p = 2/4! = 1/12)
-    assert rows["3.2/capability-trend"]["verdict"] == "inconclusive"
+    # the paper's sign, but no exact p over four models can be below 0.05 (Spearman's smallest = 2/4! = 1/12):
+    # not testable with these models, the direction kept as a note
+    assert rows["3.2/capability-trend"]["verdict"].startswith("not testable offline (n = 4")
+    assert "direction: the paper's" in rows["3.2/capability-trend"]["note"]
     six = C.study_correlations(_summary([0.20, 0.22, 0.25, 0.30, 0.31, 0.35], [1.4, 1.2, 1.1, 0.9, 0.8, 0.7]),
                                capability=["bpb"])
-    assert {r["id"]: r for r in C.findings(six, main_dataset="d")}["3.2/capability-trend"]["verdict"] == \
-        "reproduces in kind"  # six models in order: exact p = 2/720
-    # final = 0.5 * peak + c correlates exactly as the peak does: not "less predictive"
-    assert rows["3.2/final-less"]["verdict"] == "differs"
-    falls = C.study_correlations(_summary([0.30, 0.25, 0.22, 0.20], [1.4, 1.2, 1.1, 0.9]), capability=["bpb"])
+    rows6 = {r["id"]: r for r in C.findings(six, main_dataset="d")}
+    assert rows6["3.2/capability-trend"]["verdict"] == "reproduces in kind"  # six models in order: exact p = 2/720
+    # final = peak correlates exactly as the peak does: not "less predictive"
+    same = C.study_correlations(_summary([0.20, 0.22, 0.25, 0.30, 0.31, 0.35], [1.4, 1.2, 1.1, 0.9, 0.8, 0.7])
+                                .assign(final=lambda d: d["peak"]), capability=["bpb"])
+    assert {r["id"]: r for r in C.findings(same, main_dataset="d")}["3.2/final-less"]["verdict"] == "differs"
+    falls = C.study_correlations(_summary([0.30, 0.25, 0.22, 0.20, 0.18], [1.4, 1.2, 1.1, 0.9, 0.8]),
+                                 capability=["bpb"])
     assert {r["id"]: r for r in C.findings(falls, main_dataset="d")}["3.2/capability-trend"]["verdict"] == "differs"
     few = C.study_correlations(_summary([0.2, 0.3], [1.4, 1.2]), capability=["bpb"])
     rows = C.findings(few, main_dataset="d", missing_models=["gemma3-270m"])
@@ -734,3 +739,13 @@ def test_paper_profile_trend_reads_the_interval_over_images_of_the_mmlu_correlat
     assert "over images (held-out peak): +0.60 [+0.40, +0.80]" in tight["3.2/capability-trend"]["this build"]
     none = {r["id"]: r for r in C.findings(corr, main_dataset="docci", comparable=True)}
     assert "no interval over images" in none["3.2/capability-trend"]["note"]
+
+
+def test_the_study_prose_says_when_the_capability_claims_cannot_be_tested():
+    s = _summary([0.20, 0.22, 0.25], [1.4, 1.2, 1.1])
+    corr = C.study_correlations(s, capability=["bpb"])
+    text = C.describe_study(corr, pd.DataFrame(), s, main_dataset="d")
+    assert "3.2/capability-trend and 3.2/final-less needs both p below 0.05" in text and "takes 16 models" in text
+    six = _summary([0.20, 0.22, 0.25, 0.30, 0.31, 0.35], [1.4, 1.2, 1.1, 0.9, 0.8, 0.7])
+    assert "not testable" not in C.describe_study(C.study_correlations(six, capability=["bpb"]), pd.DataFrame(), six,
+                                                  main_dataset="d")

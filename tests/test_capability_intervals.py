@@ -21,13 +21,15 @@ def test_replicate_correlations_equal_scipy_column_by_column():
         replicate_correlations(A, c[:3])
 
 
-def _corr(p, r=-0.9):
-    """study_correlations-shaped rows: one vision model, peak and final against bits per byte, three models."""
+def _corr(p, r=-0.9, n=6):
+    """study_correlations-shaped rows: one vision model, peak and final against bits per byte, ``n`` models
+    (six by default: enough for an exact p below 0.05; with three or four no exact p can be, and the claims
+    are not testable, whatever ``p`` says)."""
     rows = []
     for a, rr in (("peak", r), ("final", r / 2)):
         for m in ("pearson", "spearman"):
             rows.append({"dataset": "toy", "vision": "v", "alignment": a, "capability": "bpb", "method": m, "r": rr,
-                         "ci low": np.nan, "ci high": np.nan, "p": p, "p method": "exact", "n": 3, "direction": -1,
+                         "ci low": np.nan, "ci high": np.nan, "p": p, "p method": "exact", "n": n, "direction": -1,
                          "r (capability)": -rr})
     return pd.DataFrame(rows)
 
@@ -118,6 +120,41 @@ def test_final_less_reads_the_paired_interval_of_peak_minus_final_over_images(p)
     assert "v +0.40 [-0.10, +0.60]" in row["this build"]
     assert verdict(-0.6, 0.1, -0.2)["verdict"] == "differs"  # the final layers predict better over images
     assert "interval over images of (peak − final)" in capability.RULES["3.2/final-less"]
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_three_or_four_models_make_the_capability_claims_not_testable_with_the_reason_in_numbers(n):
+    """No exact p over n ≤ 4 models is below 0.05 (Spearman's floor 2/n!): the rule "p < 0.05" cannot pass, so
+    the verdict is "not testable offline" with n, the floors and the models needed, never "inconclusive"."""
+    from prh_lib.analysis.correlation import exact_p_floor
+
+    img = _img(0.3, 0.95).assign(**{"peak − final (capability)": 0.4, "peak − final low": 0.1,
+                                    "peak − final high": 0.6})
+    rows = {r["id"]: r for r in capability.findings(_corr(0.5, n=n), main_dataset="toy", image_corr=img)}
+    for cid in ("3.2/capability-trend", "3.2/final-less"):
+        v = rows[cid]["verdict"]
+        assert v.startswith("not testable offline (") and f"n = {n} independent language models" in v, v
+        assert f"{exact_p_floor(n, 'spearman'):.3g} for Spearman" in v and "takes 16 models" in v
+        assert rows[cid]["note"].startswith("direction: ")  # the direction stays, as a note
+        assert rows[cid]["this build"] != "–"
+    assert "the paper's (alignment grows with capability)" in rows["3.2/capability-trend"]["note"]
+    assert "final below peak for every vision model" in rows["3.2/final-less"]["note"]
+    falls = {r["id"]: r for r in capability.findings(_corr(0.5, r=0.9, n=n), main_dataset="toy")}
+    assert "not the paper's for v" in falls["3.2/capability-trend"]["note"]
+    # five models: Spearman's floor 2/120 < 0.05, so the rule can pass and the verdict follows p
+    five = {r["id"]: r for r in capability.findings(_corr(0.5, n=5), main_dataset="toy", image_corr=img)}
+    assert five["3.2/capability-trend"]["verdict"] == "inconclusive"
+    assert capability.too_few_models(5) == ""
+
+
+def test_a_detectable_difference_beyond_the_range_of_r_is_said_to_be_none():
+    """Over few models r's interval over images can span most of [-1, 1]; the difference it "detects" at 80 %
+    power is then beyond r's range, and the note says so instead of printing a figure above 1."""
+    row = {r["id"]: r for r in capability.findings(_corr(0.01), main_dataset="toy",
+                                                   image_corr=_img(-0.9, 0.95))}["3.2/capability-trend"]
+    assert row["verdict"] == "inconclusive"
+    assert "no difference from 0 within the range of the statistic [-1, 1]" in row["note"], row["note"]
+    assert "detects a difference from 0 of" not in row["note"]
 
 
 def test_image_correlations_give_final_layer_correlations_and_their_paired_difference(tmp_path, monkeypatch):

@@ -153,3 +153,44 @@ def test_an_undecided_test_says_what_difference_this_build_could_detect():
     # a failing test says how it fails, with no power statement (it was decided)
     _, _, fails = claims.combine([claims.Test("x", -0.05, -0.2, 0.1)])
     assert fails.startswith("fails: ") and "power" not in fails
+
+
+def test_a_detectable_difference_beyond_the_statistics_range_is_reported_as_none():
+    # interval [-0.9, 0.95] of a correlation: (1.95996 + 0.84162) * 1.85 / (2 * 1.95996) = 1.322 > 1 = the most
+    # r can exceed 0 by, so no difference within r's range is detectable
+    r = claims.Test("r with capability", 0.2, -0.9, 0.95, bounds=(-1.0, 1.0))
+    assert math.isinf(r.detectable())
+    _, _, note = claims.combine([r])
+    assert "no difference from 0 within the range of the statistic [-1, 1]" in note and "1.322" not in note
+    # the same interval without bounds (a score difference): the figure is printed
+    assert "of 1.322 at 80 % power" in claims.combine([claims.Test("x", 0.2, -0.9, 0.95)])[2]
+    # a narrow interval on a correlation: a figure within the range
+    assert claims.Test("r", 0.2, -0.05, 0.45, bounds=(-1.0, 1.0)).detectable() == pytest.approx(0.357, abs=1e-3)
+    with pytest.raises(ValueError, match="bounds"):
+        claims.Test("r", 0.2, 0.1, 0.3, bounds=(1.0, -1.0))
+
+
+def test_a_reason_makes_a_row_not_testable_and_keeps_its_note():
+    row = claims.finding("3.2/capability-trend", this_build="r = 0.6 (n = 3)", holds=None,
+                         reason="n = 3 models: the smallest exact p is 0.167", note="direction: the paper's")
+    assert row["verdict"] == "not testable offline (n = 3 models: the smallest exact p is 0.167)"
+    assert row["note"] == "direction: the paper's" and row["this build"] == "r = 0.6 (n = 3)"
+    # without a reason the note is the reason, as before
+    row = claims.finding("3.2/capability-trend", this_build=None, holds=None, note="too few models")
+    assert row["verdict"] == "not testable offline (too few models)" and row["note"] == ""
+
+
+def test_the_power_note_names_the_test_its_figure_belongs_to():
+    from prh_lib.analysis import verdicts as V
+
+    wide = claims.Test("a × b − floor", 0.3, 0.1, 0.5)  # holds; the widest interval
+    narrow = claims.Test("a × b − c × d", 0.3, 0.25, 0.35)
+    depth = claims.Test("a × b depth", 0.3, 0.0, 0.9, 0.6, "<")  # other units: never the generic figure
+    note = V.power_note([narrow, wide, depth])
+    assert note == ("smallest difference from 0 this build detects at 80 % power, on its widest interval "
+                    "(a × b − floor): 0.286")
+    # the widest is undecided: combine's note already gives its figure next to its name, so no second one
+    undecided = claims.Test("a × b − floor", 0.1, -0.1, 0.3)
+    assert V.power_note([narrow, undecided]) == ""
+    assert "(detects a difference from 0 of 0.286 at 80 % power)" in claims.combine([narrow, undecided])[2]
+    assert V.power_note([depth]) == ""

@@ -109,9 +109,84 @@ def test_vision_vision_verdict_needs_its_random_init_floor_beaten_by_a_paired_in
         assert r["verdict"] == "reproduces in kind", r["note"]
     else:  # the floor's paired margin is ~0: the claim cannot pass, and the note names the floor
         assert r["verdict"] in ("inconclusive", "differs") and "vis2@random-init" in r["note"]
-    assert "smallest difference this build detects" in r["note"]
+    # every detectable-difference figure is attached to the test it belongs to: the widest interval's, named
+    # (when that test is decided), or an undecided test's own, right after its name; never a bare, generic one
+    assert ("smallest difference from 0 this build detects at 80 % power, on its widest interval (" in r["note"]
+            or "(detects a difference from 0 of" in r["note"])
+    assert "smallest difference this build detects at 80 % power:" not in r["note"]
     # the cross-modal peak is tested against its bag-of-words floor, with the margin named
     c = rows["3.1/cross-modal-peak"]
     assert "vis × tfidf" in c["this build"] or "tfidf" in c["note"] or "tfidf" in c["this build"]
     later = rows["3.1/later-layers"]
     assert "modal held-out pair" in later["this build"]
+
+
+def _peak_at(i, j, shape=(2, 3)):
+    """A score matrix whose single maximum is at (i, j)."""
+    s = np.full(shape, 0.3)
+    s[i, j] = 0.6
+    return s
+
+
+def test_modal_peak_layers_are_each_models_most_frequent_and_name_every_tie(tmp_path):
+    # five draws peak at l1 × m2, l1 × m2, l0 × m1, l0 × m1, l1 × m1: the language model's modal layer is m1
+    # (3 of 5), the vision model's l1 (3 of 5), and two layer pairs tie at 2 of 5
+    cross = ("vis", "lang", "vision", "language")
+    cells = [(1, 2), (1, 2), (0, 1), (0, 1), (1, 1)]
+    df = _write(tmp_path, [[(cross, _peak_at(i, j))] for i, j in cells])
+    r = layerwise.aggregate_peaks(df).iloc[0]
+    assert (r["peak_layer_y"], r["peak_layer_y_draws"]) == ("m1", 3)
+    assert (r["peak_layer_x"], r["peak_layer_x_draws"]) == ("l1", 3)
+    assert (r["peak_layers"], r["peak_layers_draws"], r["peak_layers_ties"]) == ("l1 × m2 and l0 × m1", 2, 2)
+    text = layerwise.describe_findings(layerwise.aggregate_peaks(df), [], dataset="toy")
+    assert "lang peaks at m1 (3 of 5 draws; mean depth" in text
+    assert "with vis at l1 (3 of 5 draws; mean depth" in text
+    assert "modal layer pairs l1 × m2 and l0 × m1, 2/5 each" in text
+    assert "m2 in 2 of 5" not in text  # never one side of a tie
+    table = layerwise.headline_table(layerwise.aggregate_peaks(df))
+    assert table.loc[("toy", "vis × lang"), "peak layers"] == "l1 × m2 and l0 × m1 (2/5 each)"
+    # one peak in every draw: its layers, no counts
+    same = layerwise.aggregate_peaks(_write(tmp_path / "same", [[(cross, _peak_at(0, 1))]] * 2))
+    assert "lang peaks at m1 (depth 0.50) with vis at its input embedding (l0)" in \
+        layerwise.describe_findings(same, [], dataset="toy")
+    assert layerwise.headline_table(same).iloc[0]["peak layers"] == "l0 × m1 (2/2)"
+
+
+def test_depth_claims_read_and_print_the_depth_intervals(tmp_path):
+    """3.1/language-language passes only when the upper end of the held-out peak's depth interval is below 0.6
+    on both sides (the point estimate alone never decides), and the row prints both intervals."""
+    from prh_lib.analysis.heldout import format_interval
+
+    rng = np.random.default_rng(1)
+    n = 120
+    Z = rng.normal(size=(n, 6))
+    vis = _stack(rng, Z, [0, .3, .6])
+    lang = _stack(rng, Z, [0, .2, .4])
+    gen = _stack(rng, Z, [2, 4, 1, .5, .2])  # generative model: signal early
+    emb = _stack(rng, Z, [2, 4, 1, .5, .2])
+    summary = summary_from_stacks(tmp_path, [
+        ("vis", "lang", vis, lang, "heldout", {"regime": "cross-modal"}, []),
+        ("gen", "emb", gen, emb, "heldout", {"regime": "language-language"}, []),
+    ])
+    df = _write(tmp_path, [[(("vis", "lang", "vision", "language"), [[0.1, 0.2], [0.2, 0.3]]),
+                            (("gen", "emb", "language", "language"), [[0.5, 0.6], [0.6, 0.4]])]])
+    agg = layerwise.aggregate_peaks(df)
+
+    def row(s):
+        return {r["id"]: r for r in layerwise.findings(agg, s, dataset="toy")}["3.1/language-language"]
+
+    ll = summary["pair"] == "gen × emb"
+    # point estimates below 0.6 on both sides, intervals too: passes, with the intervals printed
+    early = summary.copy()
+    early.loc[ll, ["depth_x", "depth_x_low", "depth_x_high", "depth_y", "depth_y_low", "depth_y_high"]] = \
+        [0.25, 0.1, 0.4, 0.3, 0.2, 0.45]
+    r = row(early)
+    assert "depth 0.25 [0.10, 0.40] × 0.30 [0.20, 0.45]" in r["this build"]
+    assert "upper end below 0.6" in r["rule"] and "depth of" not in r["note"]
+    # the same point estimates, but one interval reaches past 0.6: never a pass on the point estimate
+    late = early.copy()
+    late.loc[ll, "depth_y_high"] = 0.75
+    r = row(late)
+    assert r["verdict"] in ("inconclusive", "differs") and "gen × emb depth of emb" in r["note"]
+    assert "0.30 [0.20, 0.75]" in r["this build"]
+    assert "about 0.5" not in r["claim"]  # the claim text says only what the rule tests

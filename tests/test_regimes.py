@@ -277,7 +277,7 @@ def test_claims_are_computed_from_held_out_numbers_and_floors(study, feats, tmp_
     same = rows["3.3/same-modality"]
     assert "random-init" in same["rule"]
     if rand_init_floor == "noise":  # the floor is beaten (its test passes); the pair-vs-unimodal test decides alone
-        assert "vis2@random-init:0" not in same["note"]
+        assert "vis × vis2@random-init:0 (random-init floor): needs" not in same["note"]  # not listed as undecided
         diff = regimes.margin(h, "vis × vis2", "vis × lang")
         assert same["verdict"] == ("reproduces in kind" if diff["low"] > 0 else
                                    "inconclusive" if diff["estimate"] > 0 else "differs"), same["note"]
@@ -288,6 +288,14 @@ def test_claims_are_computed_from_held_out_numbers_and_floors(study, feats, tmp_
     rnd = h[h["pair"].str.contains("@random-init")].iloc[0]
     assert rows["3.3/random-init"]["verdict"] == ("reproduces in kind" if rnd["ci_high"] < 2 * chance else
                                                   "inconclusive" if rnd["score"] < 2 * chance else "differs")
+    # its scope is named (both models random-init, vision × language), and the row points to the other random-init
+    # comparisons, a random-init vision model against a trained one, with the highest such floor and its score
+    r = rows["3.3/random-init"]
+    assert "both models random-init, vision × language" in r["claim"]
+    assert "both models random-init, vision × language" in r["rule"]
+    fl = regimes.floor_margins(h, "vis × vis2").iloc[0]
+    assert f"highest here: vis × vis2@random-init:0 {fl['floor_score']:.3f}" in r["note"], r["note"]
+    assert "tested in 3.1/vision-vision and 3.3/same-modality" in r["note"]
     assert "3.3/clip" not in rows  # the fixture's "clip" is no CLIP ViT-L/14 on COCO
     table = claims.claims_table(list(rows.values()), chapter="sec3_3_regimes")
     assert table.loc["3.3/siglip", "verdict"].startswith("not testable offline")
@@ -389,3 +397,10 @@ def test_figure_5_point_labels_never_overlap_however_close_the_points():
         for i in range(len(boxes)):
             for j in range(i + 1, len(boxes)):
                 assert not boxes[i].overlaps(boxes[j]), (ax.get_title(), i, j)
+
+
+def test_the_random_init_scope_sentence_stands_without_floors():
+    """Without held-out random-init vision floors the pointer still names the scope and where those are tested."""
+    text = regimes.random_vision_pointer(pd.DataFrame(), pd.DataFrame(), 0.1)
+    assert "both models random-init only" in text and "3.1/vision-vision and 3.3/same-modality" in text
+    assert "highest here" not in text

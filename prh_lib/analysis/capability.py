@@ -49,7 +49,7 @@ __all__ = ["join_capabilities", "capability_columns", "bpb_table", "ladder_is_mo
            "describe_correlations", "to_record", "QUANTITIES", "StudySets", "study_sets", "heldout_texts", "DegenerateLayers", "paper_setting",
            "vision_features",
            "study_alignment", "capability_rows", "summary_table", "summary_display", "study_correlations", "format_correlation",
-           "correlation_display", "findings", "describe_study", "study_record", "near_constant",
+           "correlation_display", "too_few_models", "findings", "describe_study", "study_record", "near_constant",
            "image_correlations", "image_display"]
 
 
@@ -312,11 +312,39 @@ RULES = {
     "3.2/capability-trend": "every vision model's Pearson and Spearman r of the peak with capability has the sign "
                             "of 'alignment grows with capability' (offline: capability = lower bits per byte on "
                             "held-out captions), with exact permutation p < 0.05 over models and, offline, the 95 % "
-                            "interval over images of r (held-out peaks) above 0 (else inconclusive)",
+                            "interval over images of r (held-out peaks) above 0 (else inconclusive); not testable "
+                            "when the exact p cannot be below 0.05 (n ≤ 4 models)",
     "3.2/final-less": "the final-layer pair's correlation with capability is below the peak's for every vision "
                       "model, each correlation significant (else inconclusive), and, offline, the paired 95 % "
-                      "interval over images of (peak − final) correlation above 0",
+                      "interval over images of (peak − final) correlation above 0; not testable when the exact p "
+                      "cannot be below 0.05 (n ≤ 4 models)",
 }
+
+
+def too_few_models(n: int, *, methods=("pearson", "spearman"), alpha: float = 0.05, r: float = 0.66) -> str:
+    """Why a rule "exact permutation p < ``alpha`` over ``n`` models" cannot pass, in numbers ("" when it can).
+
+    The exact two-sided permutation p of ``n`` models is never below :func:`exact_p_floor` (1/n! for
+    Pearson's r, 2/n! for Spearman's ρ); when that floor is at least ``alpha`` for one of ``methods``, no data
+    can pass the rule, so the claim is not testable with these models rather than inconclusive. The reason
+    names ``n``, the floors and the number of models that detects the paper's ``r`` at 80 % power
+    (:func:`prh_lib.analysis.verdicts.fisher_n_for_r`).
+
+    >>> too_few_models(3)[:33]
+    'n = 3 independent language models'
+    >>> too_few_models(6)
+    ''
+    """
+    from .verdicts import fisher_n_for_r
+
+    floors = {m: exact_p_floor(n, m) for m in methods}
+    if not any(np.isfinite(f) and f >= alpha for f in floors.values()):
+        return ""
+    names = {"pearson": "Pearson's r", "spearman": "Spearman's ρ"}
+    shown = " and ".join(f"{f:.3g} for {names.get(m, m)}" for m, f in floors.items())
+    return (f"n = {n} independent language models: the smallest exact two-sided p is {shown}, so p < {alpha:g} "
+            f"cannot be reached; detecting the paper's r = {r:g} at 80 % power (two-sided, alpha {alpha:g}) takes "
+            f"{fisher_n_for_r(r, alpha=alpha)} models")
 
 
 def findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False,
@@ -339,7 +367,9 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
     ``3.2/final-less`` are testable, in kind: capability is bits per byte on held-out captions of the
     independently trained models, on ``main_dataset``, and the claim holds when every vision model's
     Pearson and Spearman correlation has the sign of "alignment grows with capability", and the verdict is
-    "inconclusive" unless every exact p is below 0.05 (with n = 4 the exact two-sided p is at least 1/12).
+    "inconclusive" unless every exact p is below 0.05. When no exact p can be below 0.05 (n ≤ 4: the floor is
+    1/n! for Pearson, 2/n! for Spearman, :func:`too_few_models`) both claims are "not testable offline" with
+    that reason in numbers, and the direction of the numbers is kept as a note.
 
     Parameters
     ----------
@@ -403,7 +433,8 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
                 if image_corr is not None and len(image_corr) else pd.DataFrame())
         if peak is not None:
             t = [claims.Test(f"{vision}: Pearson r (held-out peaks) with MMLU, interval over images",
-                             float(r["r (capability)"]), float(r["low (capability)"]), float(r["high (capability)"]))
+                             float(r["r (capability)"]), float(r["low (capability)"]), float(r["high (capability)"]),
+                             bounds=(-1.0, 1.0))
                  for _, r in pimg.iterrows()]
             i_holds, i_conc, i_why = claims.combine(t) if t else (True, True, "")
             shown = "".join(f"; over images (held-out peak): {r['r']:+.2f} [{r['ci low']:+.2f}, {r['ci high']:+.2f}]"
@@ -417,7 +448,7 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
         if peak is not None and final is not None:
             t = [claims.Test(f"{vision}: Pearson r with MMLU, held-out peak − final layers, paired interval over "
                              "images", float(r["peak − final (capability)"]), float(r["peak − final low"]),
-                             float(r["peak − final high"]))
+                             float(r["peak − final high"]), bounds=(-2.0, 2.0))
                  for _, r in pimg.iterrows() if "peak − final (capability)" in r]
             d_holds, d_conc, d_why = claims.combine(t) if t else (True, True, "")
             shown = "".join(f"; over images (held-out peak − final, paired): {r['peak − final (capability)']:+.2f} "
@@ -440,11 +471,13 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
                       for _, r in g.iterrows())
     n_models = int(peak["n"].min())
     significant = bool((peak["p"] < 0.05).all())
+    untestable = too_few_models(n_models, methods=list(dict.fromkeys(peak["method"])))
     img = (image_corr[(image_corr["dataset"] == main_dataset) & (image_corr["capability"] == "bpb")]
            if image_corr is not None and len(image_corr) else pd.DataFrame())
     tests = [claims.Test(f"{r['vision']}: {r['method']} r (held-out peaks) with capability (= −r with bits per "
                          "byte), interval over images",
-                         float(r["r (capability)"]), float(r["low (capability)"]), float(r["high (capability)"]), 0.0)
+                         float(r["r (capability)"]), float(r["low (capability)"]), float(r["high (capability)"]), 0.0,
+                         bounds=(-1.0, 1.0))
              for _, r in img.iterrows()]
     img_holds, img_conclusive, img_why = claims.combine(tests) if tests else (True, True, "")
     over_images = ("; over images (held-out peaks, r with bits per byte, 95 % CI): " + "; ".join(
@@ -456,12 +489,20 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
         f"Pearson's r and {exact_p_floor(n_models, 'spearman'):.3g} for Spearman's ρ); detecting the paper's r = 0.66 at 80 % "
         f"power (two-sided, alpha 0.05) takes {fisher_n_for_r(0.66)} independent "
         "language models")
-    rows.append(claims.finding(
-        "3.2/capability-trend", this_build=f"peak vs bits per byte, {main_dataset}: {shown}{over_images}",
-        holds=bool((peak["r (capability)"] > 0).all()) and img_holds, comparable=False,
-        conclusive=significant and img_conclusive,
-        note="; ".join(t for t in (note_models, img_why.replace("cannot decide: ", "over images, cannot decide: "))
-                       if t)))
+    grows = bool((peak["r (capability)"] > 0).all())
+    img_note = img_why.replace("cannot decide: ", "over images, cannot decide: ")
+    if untestable:  # no exact p can reach 0.05: the rule cannot pass, whatever the numbers
+        direction = ("direction: " + ("the paper's (alignment grows with capability) for every vision model"
+                                      if grows else "not the paper's for " + ", ".join(
+                                          dict.fromkeys(peak.loc[peak["r (capability)"] <= 0, "vision"]))))
+        rows.append(claims.finding("3.2/capability-trend", this_build=f"peak vs bits per byte, {main_dataset}: "
+                                   f"{shown}{over_images}", holds=None, reason=untestable,
+                                   note="; ".join(t for t in (direction, img_note) if t)))
+    else:
+        rows.append(claims.finding(
+            "3.2/capability-trend", this_build=f"peak vs bits per byte, {main_dataset}: {shown}{over_images}",
+            holds=grows and img_holds, comparable=False, conclusive=significant and img_conclusive,
+            note="; ".join(t for t in (note_models, img_note) if t)))
     final = _pick(main, alignment="final", method="pearson").set_index("vision")["r (capability)"]
     pk = _pick(peak, method="pearson").set_index("vision")["r (capability)"]
     both = pd.concat({"final": final, "peak": pk}, axis=1).dropna()
@@ -472,7 +513,7 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
         pear = img[img["method"] == "pearson"] if len(img) and "peak − final (capability)" in img else pd.DataFrame()
         d_tests = [claims.Test(f"{r['vision']}: Pearson r with capability, held-out peak − final layers, paired "
                                "interval over images", float(r["peak − final (capability)"]),
-                               float(r["peak − final low"]), float(r["peak − final high"]), 0.0)
+                               float(r["peak − final low"]), float(r["peak − final high"]), 0.0, bounds=(-2.0, 2.0))
                    for _, r in pear.iterrows()]
         d_holds, d_conclusive, d_why = claims.combine(d_tests) if d_tests else (True, True, "")
         d_shown = ("; over images (held-out peak − final, paired 95 % CI): " + "; ".join(
@@ -481,12 +522,19 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
         note_final = "" if significant else (f"with {n_models} independent models neither correlation can be told "
                                              "from chance, so neither can their difference (the paper's r = 0.66 "
                                              f"needs {fisher_n_for_r(0.66)} models for 80 % power)")
-        rows.append(claims.finding(
-            "3.2/final-less", this_build=f"Pearson r with capability (−bits per byte), {main_dataset}: {shown}{d_shown}",
-            holds=bool((both["final"] < both["peak"]).all()) and d_holds, comparable=False,
-            conclusive=significant and d_conclusive,
-            note="; ".join(t for t in (note_final, d_why.replace("cannot decide: ", "over images, cannot decide: "))
-                           if t)))
+        less = bool((both["final"] < both["peak"]).all())
+        d_note = d_why.replace("cannot decide: ", "over images, cannot decide: ")
+        this = f"Pearson r with capability (−bits per byte), {main_dataset}: {shown}{d_shown}"
+        if untestable:
+            direction = "direction: " + ("final below peak for every vision model" if less else
+                                         "final not below peak for " + ", ".join(
+                                             v for v, r in both.iterrows() if not r["final"] < r["peak"]))
+            rows.append(claims.finding("3.2/final-less", this_build=this, holds=None, reason=untestable,
+                                       note="; ".join(t for t in (direction, d_note) if t)))
+        else:
+            rows.append(claims.finding(
+                "3.2/final-less", this_build=this, holds=less and d_holds, comparable=False,
+                conclusive=significant and d_conclusive, note="; ".join(t for t in (note_final, d_note) if t)))
     return rows
 
 
@@ -505,6 +553,8 @@ def describe_study(corr: pd.DataFrame, ladder: pd.DataFrame, summary: pd.DataFra
         Models asked for but not available (name -> how to install).
     """
     import math
+
+    from .verdicts import fisher_n_for_r
 
     out = []
     indep = summary[summary["family"] == "independent"]
@@ -542,7 +592,10 @@ def describe_study(corr: pd.DataFrame, ladder: pd.DataFrame, summary: pd.DataFra
                        f"1/{n}! = {f_pe:.3f} for Pearson's r (the observed ordering is one of the {math.factorial(n)}) "
                        f"and 2/{n}! = {f_sp:.3f} for Spearman's ρ (reversed ranks give −ρ), {reach}"
                        + ("; a Fisher interval needs n > 3" if n <= 3 else "; the Fisher intervals span most of [-1, 1]")
-                       + ": the page reports a direction, not evidence of a trend.")
+                       + ": the page reports a direction, not evidence of a trend."
+                       + (" The rule of 3.2/capability-trend and 3.2/final-less needs both p below 0.05, so with "
+                          f"these models they are not testable (detecting the paper's r = 0.66 at 80 % power takes "
+                          f"{fisher_n_for_r(0.66)} models)." if too_few_models(n) else ""))
         others = _pick(cap_rows, alignment="peak", method="pearson")
         others = others[others["dataset"] != main_dataset]
         if not others.empty:

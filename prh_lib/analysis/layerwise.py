@@ -124,10 +124,19 @@ def describe_peaks(table: pd.DataFrame) -> str:
 _ms = partial(format_mean_std, count=False)
 
 
+def _modal_text(r: pd.Series, col: str, sep: str = " of ") -> str:
+    """``"layer.1 (3/5)"``, or for a tie ``"layer.10 × layer.2 and layer.9 × layer.1 (2/5 each)"``: the modal
+    value(s) of an :func:`aggregate_peaks` column and in how many draws (``sep`` "/" or " of ")."""
+    each = " each" if r.get(f"{col}_ties", 1) > 1 else ""
+    draws = "" if sep == "/" else " draws"
+    return f"{r[col]} ({r[f'{col}_draws']}{sep}{r['n_draws']}{draws}{each})"
+
+
 def headline_table(agg: pd.DataFrame, *, n_permutations: int | None = None) -> pd.DataFrame:
     """The page's summary table: one row per (dataset, pair), values as mean ± std over draws.
 
-    Columns: draws, peak, peak layers (most frequent, in how many draws), final layers, chance
+    Columns: draws, peak, peak layers (most frequent, in how many draws; every pair that ties for most
+    frequent, "2/5 each"), final layers, chance
     k/(N-1), shuffled-pairs control (max over layer pairs), calibrated (max), p (the largest over draws,
     :func:`prh_lib.report.format_p`).
     """
@@ -139,7 +148,7 @@ def headline_table(agg: pd.DataFrame, *, n_permutations: int | None = None) -> p
             "dataset": r["dataset"], "pair": r["pair"],
             "draws": f"{r['n_draws']}" + (" (not repeatable)" if r["single_draw"] else ""),
             "peak": _ms(r["peak_mean"], r["peak_std"], r["n_draws"]),
-            "peak layers": f"{r['peak_layers']} ({r['peak_layers_draws']}/{r['n_draws']})",
+            "peak layers": _modal_text(r, "peak_layers", "/"),
             "final": _ms(r["final_mean"], r["final_std"], r["n_draws"]),
             "chance": f"{r['chance']:.3f}",
             "shuffled (max)": f"{r['shuffled_max_mean']:.3f}",
@@ -214,10 +223,12 @@ RULES = {
                          "halves (paired interval above 0)",
     "3.1/vision-vision": f"the best vision-vision held-out peak is at least {FAR_MORE:g}× the best cross-modal one "
                          "(paired ratio's interval above it), beats each random-init floor (paired interval above "
-                         "0), and sits at mean depth above 0.5 on both sides",
+                         "0), and its held-out peak's relative depth is above 0.5 on both sides (the depth "
+                         "interval's lower end above 0.5)",
     "3.1/language-language": "the best language-language held-out peak beats the best cross-modal one and each "
-                             "of its floors (random-init twins, bag of words; paired intervals above 0) and sits "
-                             "at mean depth below 0.6 on both sides (early-middle layers)",
+                             "of its floors (random-init twins, bag of words; paired intervals above 0), and its "
+                             "held-out peak's relative depth is below 0.6 on both sides (the depth interval's upper "
+                             "end below 0.6: early-middle layers)",
 }
 
 
@@ -257,8 +268,7 @@ def findings(agg: pd.DataFrame, heldout: pd.DataFrame, *, dataset: str, alpha: f
     rows = []
 
     def row(cid, tests, this_build, **kw):
-        d = V.detectable(tests)
-        power = f"smallest difference this build detects at 80 % power: {d:.3f}" if np.isfinite(d) else ""
+        power = V.power_note(tests)
         rows.append(claims.finding(cid, this_build=this_build, tests=tests, rule=RULES[cid],
                                    note="; ".join(t for t in (kw.pop("note", ""), power) if t), **kw))
 
@@ -289,8 +299,7 @@ def findings(agg: pd.DataFrame, heldout: pd.DataFrame, *, dataset: str, alpha: f
         tests = [t for _, r in cross.iterrows() for t in V.depth_tests(r, 0.5, ">")]
         row("3.1/later-layers", tests, "; ".join(
             f"{r['pair']}: modal held-out pair {r['modal']} ({r['modal_share']:.0%} of selections), mean depth "
-            f"{format_interval(r['depth_x'], r['depth_x_low'], r['depth_x_high'], 2)} × "
-            f"{format_interval(r['depth_y'], r['depth_y_low'], r['depth_y_high'], 2)}" for _, r in cross.iterrows()))
+            f"{_depths(r)}" for _, r in cross.iterrows()))
         tests = [V.peak_above_final(r) for _, r in cross.iterrows()]
         n_final = int(a.loc[a["regime"] == "cross-modal", "final_is_peak"].sum()) if len(a) else 0
         n_pd = int(a.loc[a["regime"] == "cross-modal", "n_draws"].sum()) if len(a) else 0
@@ -320,9 +329,15 @@ def findings(agg: pd.DataFrame, heldout: pd.DataFrame, *, dataset: str, alpha: f
                      f"{format_interval(fm.iloc[0]['margin'], fm.iloc[0]['low'], fm.iloc[0]['high'])}"
                      if len(fm) else "")
         row(cid, tests,
-            f"{r['pair']}: {V.held_text(r)}{ratio}; mean depth {r['depth_x']:.2f} × {r['depth_y']:.2f}{floor_txt}",
+            f"{r['pair']}: {V.held_text(r)}{ratio}; depth {_depths(r)}{floor_txt}",
             value=float(r["score"]), interval=(float(r["ci_low"]), float(r["ci_high"])), comparable=paper_setting)
     return rows
+
+
+def _depths(r: pd.Series) -> str:
+    """``"0.32 [0.20, 0.45] × 0.22 [0.10, 0.40]"``: a held-out peak's mean relative depth on each side with its
+    95 % interval over images (the intervals the depth tests read, :func:`prh_lib.analysis.verdicts.depth_tests`)."""
+    return " × ".join(format_interval(r[f"depth_{s}"], r[f"depth_{s}_low"], r[f"depth_{s}_high"], 2) for s in "xy")
 
 
 def _layer_phrase(label: str, depth: float) -> str:
@@ -346,16 +361,22 @@ def describe_findings(agg: pd.DataFrame, rows: list[dict], *, dataset: str, n_pe
              f"{a['chance'].iloc[0]:.3f}; in-sample means ± std over {int(a['n_draws'].max())} caption draws, the spread of "
              "caption choice only; the verdicts use the held-out estimates and their intervals over images):", ""]
     for _, r in a.iterrows():
-        lx, ly = r["peak_layers"].split(" × ")
         dxm, dym = r["depth_x_mean"], r["depth_y_mean"]
-        consistent = r["peak_layers_draws"] == r["n_draws"]
+
+        def where(s, depth):  # a model's modal peak layer (every one that ties), never one side of a tie
+            if r[f"peak_layer_{s}_draws"] == r["n_draws"]:
+                return _layer_phrase(r[f"peak_layer_{s}"], depth)
+            return f"{_modal_text(r, f'peak_layer_{s}')[:-1]}; mean depth {depth:.2f})"
+
+        pairs = ("" if r["peak_layers_draws"] == r["n_draws"] else
+                 f" (modal layer pair{'s' if r['peak_layers_ties'] > 1 else ''} "
+                 f"{_modal_text(r, 'peak_layers', '/')[:-1].replace(' (', ', ', 1)})")
         lines.append(
             f"- **{r['pair']}** ({r['regime']}): peak {_ms(r['peak_mean'], r['peak_std'], r['n_draws'])}, "
             f"{r['peak_mean'] / r['chance']:.1f}× chance (chance-corrected (s − c)/(1 − c) "
             f"{(r['peak_mean'] - r['chance']) / (1 - r['chance']):.3f}), calibrated {r['calibrated_mean']:.3f}, "
             f"{format_p(r['p_largest'], n_permutations)} (largest over draws). {r['model_y']} peaks at "
-            f"{_layer_phrase(ly, dym) if consistent else f'{ly} in {r.peak_layers_draws} of {r.n_draws} draws (mean depth {dym:.2f})'}"
-            f" with {r['model_x']} at {_layer_phrase(lx, dxm) if consistent else f'{lx} (mean depth {dxm:.2f})'}; "
+            f"{where('y', dym)} with {r['model_x']} at {where('x', dxm)}{pairs}; "
             f"the final-layer pair scores {r['final_mean']:.3f}."
             + (" Its score is identical in every draw: what varies between the draws (here the captions) does not "
                "enter a pair without a language model." if r["n_draws"] > 1 and r["peak_std"] == 0

@@ -257,6 +257,22 @@ def clip_variants(draws, comparisons, *, chapter: str, params: dict, k: int = 10
                                 n=len(d.pairs), k=k, metric="mutual_knn", preprocessing=label, root=root)
 
 
+def modal(values) -> tuple[list, int]:
+    """The most frequent of ``values`` and how often each occurs: every value that ties for most frequent, in
+    order of first appearance, so a tie is reported as a tie and never resolved by order.
+
+    >>> modal(["layer.2", "layer.2", "layer.1", "layer.1", "layer.1"])
+    (['layer.1'], 3)
+    >>> modal(["a", "b", "b", "a", "c"])
+    (['a', 'b'], 2)
+    """
+    counts = Counter(values)
+    if not counts:
+        return [], 0
+    top = max(counts.values())
+    return [v for v, c in counts.items() if c == top], int(top)
+
+
 def aggregate_peaks(df: pd.DataFrame, *, preprocessing: str | None = None) -> pd.DataFrame:
     """Peak, final and control scores of every (dataset, model pair), as mean ± std over draws.
 
@@ -275,7 +291,10 @@ def aggregate_peaks(df: pd.DataFrame, *, preprocessing: str | None = None) -> pd
         ``k``, ``chance`` (k/(n-1)), ``n_draws``, ``single_draw``; ``peak_mean``, ``peak_std``, ``final_mean``,
         ``final_std``, ``gap_mean`` (peak - final), ``shuffled_max_mean``, ``calibrated_mean``,
         ``calibrated_std``, ``p_largest`` (the largest p over draws), ``depth_x_mean``, ``depth_y_mean``,
-        ``peak_layers`` (the most frequent peak layer pair), ``peak_layers_draws`` (in how many draws),
+        ``peak_layers`` (the most frequent peak layer pair; when several tie, all of them joined by
+        ``" and "``), ``peak_layers_draws`` (in how many draws, each), ``peak_layers_ties`` (how many tie),
+        ``peak_layer_x``, ``peak_layer_x_draws``, ``peak_layer_x_ties`` and the same for ``y`` (each model's
+        most frequent peak layer on its own, ties named the same way: :func:`modal`),
         ``final_is_peak`` (draws whose peak is the final-layer pair).
 
     Raises
@@ -309,7 +328,9 @@ def aggregate_peaks(df: pd.DataFrame, *, preprocessing: str | None = None) -> pd
     rows = []
     for key in order:
         g = by_key[key]
-        loc = Counter(f"{a} × {b}" for a, b in zip(g["layer_x"], g["layer_y"])).most_common(1)[0]
+        pairs, n_pairs = modal(f"{a} × {b}" for a, b in zip(g["layer_x"], g["layer_y"]))
+        lx, n_lx = modal(g["layer_x"])
+        ly, n_ly = modal(g["layer_y"])
         n, kk = int(g["n"].iloc[0]), int(g["k"].iloc[0])
         fp = a_final.loc[key] if a_final is not None else None
         pk = a_peak.loc[key]
@@ -324,7 +345,9 @@ def aggregate_peaks(df: pd.DataFrame, *, preprocessing: str | None = None) -> pd
             "calibrated_mean": float(pk["calibrated_mean"]), "calibrated_std": float(pk["calibrated_std"]),
             "p_largest": float(g["p"].max()) if g["p"].notna().any() else math.nan,
             "depth_x_mean": float(pk["depth_x_mean"]), "depth_y_mean": float(pk["depth_y_mean"]),
-            "peak_layers": loc[0], "peak_layers_draws": int(loc[1]),
+            "peak_layers": " and ".join(pairs), "peak_layers_draws": n_pairs, "peak_layers_ties": len(pairs),
+            "peak_layer_x": " and ".join(lx), "peak_layer_x_draws": n_lx, "peak_layer_x_ties": len(lx),
+            "peak_layer_y": " and ".join(ly), "peak_layer_y_draws": n_ly, "peak_layer_y_ties": len(ly),
             "final_is_peak": int(((g["depth_x"] == 1.0) & (g["depth_y"] == 1.0)).sum()),
         })
     out = pd.DataFrame(rows)

@@ -18,7 +18,7 @@ from ..metrics.selection import detectable_difference, paired_interval
 from .heldout import QUANTITY, floor_margins, format_interval, margin
 
 __all__ = ["comparisons_of", "above_chance", "above_floors", "above_pair", "ratio_above", "depth_tests",
-           "peak_above_final", "detectable", "held_text", "fisher_n_for_r"]
+           "peak_above_final", "detectable", "power_note", "held_text", "fisher_n_for_r"]
 
 
 def comparisons_of(summary: pd.DataFrame, regime: str | None = None) -> pd.DataFrame:
@@ -80,6 +80,24 @@ def detectable(tests) -> float:
     widths = [detectable_difference(t.low, t.high) for t in tests if t.threshold == 0 and t.side == ">"]
     widths = [w for w in widths if np.isfinite(w)]
     return max(widths) if widths else float("nan")
+
+
+def power_note(tests) -> str:
+    """The note on what ``tests`` could detect, the figure attached to the test it belongs to.
+
+    ``"smallest difference from 0 this build detects at 80 % power, on its widest interval (<test name>):
+    0.070"``, for the difference tests against 0 (:func:`detectable`); "" when none has a finite interval or
+    when every such test is undecided (each undecided test already names its own figure in
+    :func:`prh_lib.claims.combine`'s note, so a second, unattached figure would only compete with it).
+    """
+    cand = [(t.detectable(), t) for t in tests if t.threshold == 0 and t.side == ">"]
+    cand = [(d, t) for d, t in cand if np.isfinite(d)]
+    if not cand:
+        return ""
+    d, t = max(cand, key=lambda c: c[0])
+    if t.outcome == "inconclusive":  # combine's note already gives this test's figure, next to its name
+        return ""
+    return f"smallest difference from 0 this build detects at 80 % power, on its widest interval ({t.name}): {d:.3f}"
 
 
 def held_text(r: pd.Series) -> str:
