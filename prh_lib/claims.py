@@ -89,7 +89,8 @@ class Claim:
 
 
 _NO_VLM = "no CLIP-like model installs offline; run the paper profile"
-_NO_BENCH = "the offline language models have no published MMLU/ARC/GSM8K scores; run the paper profile"
+_NO_BENCH = ("the offline language models lack published MMLU/ARC/GSM8K scores (at most one of them has one, too few "
+             "for a correlation); run the paper profile")
 _NO_DATA = "only coco-mini is available offline; run the paper profile"
 
 CLAIMS: dict[str, Claim] = {c.id: c for c in [
@@ -257,11 +258,13 @@ class Test:
 
     def describe(self, digits: int = 3) -> str:
         """``"<name>: needs > 0, got 0.041 [0.012, 0.070]"`` (the threshold, then this build's estimate)."""
-        f = f".{digits}f"
-        need = f"{self.name}: needs {self.side} {self.threshold:g}, got {self.estimate:{f}}"
+        def f(v):  # no negative zero: -0.0004 prints as 0.000
+            return f"{round(float(v), digits) + 0.0:.{digits}f}" if math.isfinite(v) else f"{v}"
+
+        need = f"{self.name}: needs {self.side} {self.threshold:g}, got {f(self.estimate)}"
         if not (math.isfinite(self.low) and math.isfinite(self.high)):
             return f"{need} (no interval)"
-        return f"{need} [{self.low:{f}}, {self.high:{f}}]"
+        return f"{need} [{f(self.low)}, {f(self.high)}]"
 
 
 def outcome(estimate: float, low: float, high: float, threshold: float = 0.0, *, side: str = ">") -> str:

@@ -294,5 +294,5 @@ def test_fixed_ratio_verdict_reads_the_interval_over_image_subsets():
 
     assert verdict({50: 0.30, 100: 0.31, 200: 0.32}, 0.001)["verdict"] == "reproduces in kind"
     wide = verdict({50: 0.28, 100: 0.31, 200: 0.34}, 0.08)
-    assert wide["verdict"] == "inconclusive" and "interval over image subsets" in wide["note"]
+    assert wide["verdict"] == "inconclusive" and "conservative bound over image subsets" in wide["note"]
     assert verdict({50: 0.20, 100: 0.30, 200: 0.40}, 0.001)["verdict"] == "differs"

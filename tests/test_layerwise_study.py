@@ -118,7 +118,8 @@ def test_vision_vision_verdict_needs_its_random_init_floor_beaten_by_a_paired_in
     c = rows["3.1/cross-modal-peak"]
     assert "vis × tfidf" in c["this build"] or "tfidf" in c["note"] or "tfidf" in c["this build"]
     later = rows["3.1/later-layers"]
-    assert "modal held-out pair" in later["this build"]
+    assert "modal held-out pair" in later["this build"] and "late-third minus early-third share" in later["this build"]
+    assert "late third of both models" in later["rule"]
 
 
 def _peak_at(i, j, shape=(2, 3)):

@@ -72,7 +72,7 @@ def test_verdicts_follow_the_numbers(rec):
     else:
         expected = "inconclusive"
     assert rows["G/fixed-ratio"]["verdict"] == expected
-    assert "interval over the image subsets" in rows["G/fixed-ratio"]["rule"]
+    assert "bound over the image subsets" in rows["G/fixed-ratio"]["rule"]
     # the rise is read over the paper's k range only; the order on chance-corrected scores, over three pair kinds
     assert "of the 3 pair kinds" in rows["G/k-order"]["this build"]
     assert "paired differences [95 % CI over images]" in rows["G/k-order"]["this build"]

@@ -119,11 +119,22 @@ def test_verdicts_follow_the_held_out_numbers(rec, table):
     for p in cross["pair"]:  # every pair with a language side has its bag-of-words floors
         assert {"tfidf", "tfidf-svd"} <= {f["kind"] for f in floors_of(p)}
     # 3.1/later-layers and 3.1/final-not-max, recomputed from the rows
+    def centred(d, est):  # the half-sampling interval: the replicates' spread placed on the estimate
+        d = d[np.isfinite(d)]
+        q_lo, q_med, q_hi = np.quantile(d, [0.025, 0.5, 0.975])
+        return est + q_lo - q_med, est + q_hi - q_med
+
     later = [(r[f"depth_{s}"], r[f"depth_{s}_low"], r[f"depth_{s}_high"], 0.5, ">")
              for _, r in cross.iterrows() for s in "xy"]
+    # ... and the late third against the early third (a mean depth can average a late and an early choice)
+    later += [(r["late_minus_early"], *np.clip(centred(r["lme_reps"], r["late_minus_early"]), -1, 1), 0.0, ">")
+              for _, r in cross.iterrows()]
     assert rows["3.1/later-layers"]["verdict"] == VERDICT[three_way(later)]
-    final = [(r["score"] - r["final_half"], *tuple(np.quantile((r["reps"] - r["final_reps"])[
-        np.isfinite(r["reps"] - r["final_reps"])], [0.025, 0.975])), 0.0, ">") for _, r in cross.iterrows()]
+    assert "late-third minus early-third share" in rows["3.1/later-layers"]["this build"]
+
+
+    final = [(r["score"] - r["final_half"], *centred(r["reps"] - r["final_reps"], r["score"] - r["final_half"]), 0.0,
+              ">") for _, r in cross.iterrows()]
     assert rows["3.1/final-not-max"]["verdict"] == VERDICT[three_way(final)]
     # 3.1/vision-vision: ratio to the best cross-modal pair, every random-init floor beaten by a paired interval
     best = cross.loc[cross["score"].idxmax()]

@@ -94,6 +94,9 @@ def test_planted_late_alignment_is_found_late_with_a_positive_interval():
     X, Y = _planted(rng, n=120, L=6)
     r = crossfit_peak(X, Y, k=10, n_splits=6, n_boot=30, seed=0)
     assert r.depth_x > 0.7 and r.depth_y > 0.7 and r.late_minus_early > 0.2  # late-third share minus early-third share
+    for q, (a, b) in (("depth_x", (0, 1)), ("depth_y", (0, 1)), ("late_minus_early", (-1, 1))):
+        lo, hi = r.interval(q)  # centred on the estimate, clipped to the statistic's range
+        assert a <= lo <= getattr(r, q) <= hi <= b, q
     lo, hi = r.interval("heldout")
     assert lo > 10 / 119 + 0.05 and lo <= r.heldout <= hi
     assert np.isfinite(r.heldout_reps).all() and r.heldout_reps.shape == (30,)

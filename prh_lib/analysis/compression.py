@@ -298,7 +298,9 @@ def findings(table: pd.DataFrame, *, dataset: str, role: str = "peak", dims_prob
     rows.append(claims.finding("3.1/pca-100", holds=holds, conclusive=conclusive, rule=RULES["3.1/pca-100"], note=note,
                                this_build=f"{n_est} of {n} language sides keep ≥ 90 % at the paper's share of rank "
                                           f"({dims} dims; {n_clear} with the interval): {text(vshare)}; dims for "
-                                          f"90 % / {top[10:-1] if top else '95%'}: {need}"))
+                                          f"90 % / {top[10:-1] if top else '95%'} on the mean sweep over caption draws "
+                                          f"(the relative scores above are the first draw's, whose curve can reach "
+                                          f"them sooner): {need}"))
     vlow = read("ci_low", "rel_low")
     holds, conclusive, n_est, n_clear = _majority(vlow, 0.8, "<")
     rows.append(claims.finding("3.1/pca-strong", holds=holds, conclusive=conclusive, rule=RULES["3.1/pca-strong"],

@@ -31,6 +31,7 @@ from . import concepts as cc
 from .concepts_study import PAPER, concept_measures
 from .concepts_claims import claim_rows, shuffled_near_zero  # noqa: F401 (re-exported: the chapter's namespace)
 from .displacement_reference import OURS, REFERENCE, reference_procedure
+from .heldout import format_interval
 
 __all__ = ["KINDS", "lemma_vectors", "measures_with_controls", "concept_subsamples", "summarise_measures", "display_measures",
            "measures_figure", "describe_measures", "describe_hierarchy", "ablation_figure", "describe_ablation",
@@ -340,7 +341,7 @@ def describe_measures(summary: pd.DataFrame) -> str:
         for _, r in s.iterrows():
             side = ("above" if r["gap_low"] > 0 else "below" if r["gap_high"] < 0 else "not separable from")
             parts.append(f"{r['pair']}: Cross-Model {r['cross_model']:.3f} {side} Pointwise {r['pointwise']:.3f} "
-                         f"(gap {r['gap']:+.3f} [{r['gap_low']:+.3f}, {r['gap_high']:+.3f}]; paper "
+                         f"(gap {format_interval(r['gap'], r['gap_low'], r['gap_high'], sign=True)}; paper "
                          f"{r['paper_cross_model']:.2f} vs {r['paper_pointwise']:.2f}; shuffled control "
                          f"{r['cross_model_shuffled']:+.3f})")
         out.append(f"**{proc}.** " + "; ".join(parts) + ".")
@@ -381,7 +382,7 @@ def describe_hierarchy(hier: pd.DataFrame | None) -> str:
           f"on the shuffled tree too the interval reaches within 0.05 of 0 for {len(near0)} of {len(sh)} models: with "
           "parents as their children's centroids the variations sum to 0 in every family, so the mean "
           "variation–parent dot product is exactly 0 on any tree and the cosine stays near it; this build cannot "
-          "tell the hierarchy's orthogonality from the construction's, and C/hierarchy stays inconclusive"
+          "tell the hierarchy's orthogonality from the construction's, so C/hierarchy is not testable offline"
           if near0 else "not on the shuffled tree, so the orthogonality belongs to the hierarchy"))
     return ("\n".join(lines) + "\n\n"
             "Agrees with the paper: child–parent is near the paper's 0.72"

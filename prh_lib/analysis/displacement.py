@@ -324,10 +324,17 @@ def checklist_rows(table: pd.DataFrame, *, step: str = "our procedure", other: s
                 f"{'%.3f' % h.interval('cross_model')[1]}] vs {h.heldout['pointwise']:.3f} "
                 f"[{'%.3f' % h.interval('pointwise')[0]}, {'%.3f' % h.interval('pointwise')[1]}]"
                 for label, h in held.items())
+            paper = next((p for p in PAPER_CLAIMS if p["level"] == "sample" and p["kind"] == kind), None)
+            gap_note = ""
+            if paper is not None:
+                pg = paper["cross_model"] - paper["pointwise"]
+                above = sum(t.high < pg for t in tests)
+                gap_note = (f"the paper's gap (+{pg:.2f}) lies above the upper end of {above} of {len(tests)} "
+                            "pairs' intervals")
             row = _claims.finding(
                 _CHECKLIST_IDS[kind], this_build=f"held out ({step}): {shown}; in-sample over splits: {r[step]}; "
                                                  f"{other}: {r[other]}",
-                tests=tests, note=ref_note,
+                tests=tests, note="; ".join(x for x in (gap_note, ref_note) if x),
                 rule="for every pair of this kind, Cross-Model − Pointwise of our procedure at the best layer pair "
                      "chosen on the other half of the images, with its paired 95 % interval over images, above 0")
         else:

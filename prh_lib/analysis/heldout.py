@@ -326,13 +326,22 @@ def floor_margins(summary: pd.DataFrame, pair: str) -> pd.DataFrame:
     return out.sort_values("floor_score", ascending=False).reset_index(drop=True)
 
 
-def format_interval(estimate: float, low: float, high: float, digits: int = 3) -> str:
-    """``"0.162 [0.138, 0.203]"``; ``"–"`` for a missing estimate, the point alone without an interval."""
+def format_number(value: float, digits: int = 3, *, sign: bool = False) -> str:
+    """``value`` with ``digits`` decimals, never a negative zero (``-0.0004`` prints as ``0.000``, or ``+0.000``
+    with ``sign``)."""
+    v = round(float(value), digits) + 0.0  # -0.0 + 0.0 is +0.0
+    return f"{v:+.{digits}f}" if sign else f"{v:.{digits}f}"
+
+
+def format_interval(estimate: float, low: float, high: float, digits: int = 3, *, sign: bool = False) -> str:
+    """``"0.162 [0.138, 0.203]"``; ``"–"`` for a missing estimate, the point alone without an interval; no
+    negative zeros (:func:`format_number`)."""
     if estimate is None or not np.isfinite(estimate):
         return "–"
+    f = lambda v: format_number(v, digits, sign=sign)  # noqa: E731
     if not (np.isfinite(low) and np.isfinite(high)):
-        return f"{estimate:.{digits}f}"
-    return f"{estimate:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+        return f(estimate)
+    return f"{f(estimate)} [{f(low)}, {f(high)}]"
 
 
 def interval_of(values) -> tuple[float, float]:

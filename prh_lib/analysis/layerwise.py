@@ -218,7 +218,8 @@ RULES = {
                             "floors (paired 95 % interval over images above 0), every selection-aware p ≤ alpha, "
                             "and the best held-out peak is below 0.5 (its interval too)",
     "3.1/later-layers": "for every cross-modal pair the held-out peak's mean relative depth is above 0.5 on both "
-                        "sides, interval included",
+                        "sides, interval included, and the share of selections in the late third of both models "
+                        "exceeds the share in the early third of both (interval above 0)",
     "3.1/final-not-max": "for every cross-modal pair the held-out peak exceeds the final-layer pair on the same "
                          "halves (paired interval above 0)",
     "3.1/vision-vision": f"the best vision-vision held-out peak is at least {FAR_MORE:g}× the best cross-modal one "
@@ -296,10 +297,11 @@ def findings(agg: pd.DataFrame, heldout: pd.DataFrame, *, dataset: str, alpha: f
                f"(± over caption draws)" if insample is not None else "") + "; " + "; ".join(fl),
             value=float(best["score"]), interval=(float(best["ci_low"]), float(best["ci_high"])),
             comparable=paper_setting)
-        tests = [t for _, r in cross.iterrows() for t in V.depth_tests(r, 0.5, ">")]
+        tests = [t for _, r in cross.iterrows() for t in (*V.depth_tests(r, 0.5, ">"), V.late_over_early(r))]
         row("3.1/later-layers", tests, "; ".join(
             f"{r['pair']}: modal held-out pair {r['modal']} ({r['modal_share']:.0%} of selections), mean depth "
-            f"{_depths(r)}" for _, r in cross.iterrows()))
+            f"{_depths(r, 3)}, late-third minus early-third share "
+            f"{format_interval(r['late_minus_early'], r['lme_low'], r['lme_high'], 2)}" for _, r in cross.iterrows()))
         tests = [V.peak_above_final(r) for _, r in cross.iterrows()]
         n_final = int(a.loc[a["regime"] == "cross-modal", "final_is_peak"].sum()) if len(a) else 0
         n_pd = int(a.loc[a["regime"] == "cross-modal", "n_draws"].sum()) if len(a) else 0
@@ -334,10 +336,12 @@ def findings(agg: pd.DataFrame, heldout: pd.DataFrame, *, dataset: str, alpha: f
     return rows
 
 
-def _depths(r: pd.Series) -> str:
+def _depths(r: pd.Series, digits: int = 2) -> str:
     """``"0.32 [0.20, 0.45] × 0.22 [0.10, 0.40]"``: a held-out peak's mean relative depth on each side with its
-    95 % interval over images (the intervals the depth tests read, :func:`prh_lib.analysis.verdicts.depth_tests`)."""
-    return " × ".join(format_interval(r[f"depth_{s}"], r[f"depth_{s}_low"], r[f"depth_{s}_high"], 2) for s in "xy")
+    95 % interval over images (the intervals the depth tests read, :func:`prh_lib.analysis.verdicts.depth_tests`;
+    centred half-sampling intervals, clipped to [0, 1])."""
+    return " × ".join(format_interval(r[f"depth_{s}"], r[f"depth_{s}_low"], r[f"depth_{s}_high"], digits)
+                      for s in "xy")
 
 
 def _layer_phrase(label: str, depth: float) -> str:

@@ -158,7 +158,9 @@ def offline_scope(summary: pd.DataFrame, bands: dict, *, aligned_measured: bool)
     can = []
     if len(uni) and len(same):
         can.append(f"whether the *order* of the regimes holds for small models (here same-modality "
-                   f"{same['score_mean'].mean():.3f} against unimodal {uni['score_mean'].mean():.3f})")
+                   f"{same['score_mean'].mean():.3f} against unimodal {uni['score_mean'].mean():.3f}, in-sample means; "
+                   "whether each same-modality pair also beats its random-init floors is the held-out test of "
+                   "3.3/same-modality below)")
     if rl or lex:
         floors = [f"a random-init language model {rl[0]:.3f}" if rl else "", f"a bag of words {lex[0]:.3f}" if lex else ""]
         can.append("how much of a cross-modal score needs no learned language model at all ("

@@ -64,6 +64,14 @@ def depth_tests(r: pd.Series, threshold: float, side: str) -> list[claims.Test]:
             for s in ("x", "y")]
 
 
+def late_over_early(r: pd.Series) -> claims.Test:
+    """Share of the held-out selections in the late third of both models minus the share in the early third of
+    both (relative depth > 2/3, resp. < 1/3), with its interval over images, above 0: a mean depth above 0.5 can
+    average a late and an early choice, this cannot."""
+    return claims.Test(f"{r['pair']} late-third minus early-third share of selections", float(r["late_minus_early"]),
+                       float(r["lme_low"]), float(r["lme_high"]), 0.0)
+
+
 def peak_above_final(r: pd.Series) -> claims.Test:
     """Held-out peak minus the final-layer pair's score on the same halves (paired), above 0."""
     lo, hi = paired_interval(r["reps"], r["final_reps"], estimates=(r["score"], r["final_half"]))

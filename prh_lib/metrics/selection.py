@@ -197,21 +197,22 @@ class CrossFitPeak:
         """``insample_half - heldout``: what selecting and reporting on the same images adds."""
         return self.insample_half - self.heldout
 
-    def interval(self, quantity: str = "heldout", ci: float = 0.95, *, method: str | None = None) -> tuple[float, float]:
+    def interval(self, quantity: str = "heldout", ci: float = 0.95, *, method: str = "centred") -> tuple[float, float]:
         """Interval of a quantity from its point estimate and replicates (:func:`bootstrap_interval`).
 
         ``quantity`` is ``"heldout"``, ``"insample"``, ``"final"``, ``"late_minus_early"``, ``"depth_x"`` or
-        ``"depth_y"``. By default the scores (held-out, in-sample, final) get the centred interval (the
-        replicates' spread around the estimate: half-sampled replicates score at their own size's level, see
-        :func:`bootstrap_interval`), and the selection shares and depths, which are bounded (in [0, 1], resp.
-        [-1, 1]), the percentile interval of the replicates (a quarter of the images selects less reliably, so
-        it is wide and drawn towards the middle: conservative for the "later than 0.5" and "earlier than 0.6"
-        tests of the book).
+        ``"depth_y"``. Every quantity gets the centred interval by default (the replicates' spread placed on the
+        estimate: half-sampled replicates sit at their own size's level, and for depths and selection shares
+        half the images select less reliably, which draws the replicates towards the middle of the network; a
+        percentile interval of them can exclude the estimate). The depths and shares are bounded, in [0, 1]
+        and [-1, 1]: their intervals are clipped to that range.
         """
         point = {"heldout": "heldout", "insample": "insample_half"}.get(quantity, quantity)
-        if method is None:
-            method = "centred" if quantity in ("heldout", "insample", "final") else "percentile"
-        return bootstrap_interval(getattr(self, point), getattr(self, f"{quantity}_reps"), ci=ci, method=method)
+        lo, hi = bootstrap_interval(getattr(self, point), getattr(self, f"{quantity}_reps"), ci=ci, method=method)
+        bounds = {"late_minus_early": (-1.0, 1.0), "depth_x": (0.0, 1.0), "depth_y": (0.0, 1.0)}.get(quantity)
+        if bounds is not None and np.isfinite(lo) and np.isfinite(hi):
+            lo, hi = float(np.clip(lo, *bounds)), float(np.clip(hi, *bounds))
+        return lo, hi
 
 
 def _first_argmax(M: np.ndarray) -> tuple[int, int]:
