@@ -168,7 +168,7 @@ Markdown(captions.describe_study(summary))
 # it, on the first draw of the shortening the verdict reads, each language model's alignment is its held-out peak
 # (layer pair chosen on one half of the images, scored on the other, `image_splits` halvings), and the images are
 # half-sampled (`image_boot` replicates on half of the images, the same for every model and level): each half-sample gives one τ
-# per level, and their 2.5 and 97.5 % points are the interval.
+# per level, and their spread placed on the estimate (clipped to [-1, 1]) is the interval.
 
 # %% tags=["hide-input"]
 control = captions.control_of(summary)

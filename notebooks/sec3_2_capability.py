@@ -181,7 +181,7 @@ ladder_corr = capability.study_correlations(summary, capability=["bpb"], alignme
 # dataset (DOCCI, against MMLU, in the paper profile; layer pair chosen on one half of the images, scored on the
 # other, `image_splits` halvings), and the
 # images are half-sampled (`image_boot` replicates on half of the images without replacement, the same for
-# every model; the layer pair chosen again in each): each half-sample gives one r across the models, and their 2.5 and 97.5 % points are the
+# every model; the layer pair chosen again in each): each half-sample gives one r across the models, and their spread placed on the estimate (clipped to [-1, 1]) is the
 # interval. The spread of r over the draws (in-sample peaks) stands beside it. The verdict below uses the
 # interval over images.
 

@@ -99,6 +99,10 @@ def test_image_correlations_recover_a_planted_capability_order(tmp_path, monkeyp
     assert sp["r"] == pytest.approx(-1.0) and sp["r (capability)"] == pytest.approx(1.0)
     assert -1 <= sp["ci low"] <= sp["ci high"] <= -0.4  # every resample keeps the order (or nearly)
     assert (out["low (capability)"] <= out["high (capability)"]).all()
+    # centred half-sampling intervals hold their estimate and stay in r's range (a percentile interval need not)
+    assert ((out["ci low"] <= out["r"] + 1e-12) & (out["r"] <= out["ci high"] + 1e-12)).all()
+    assert ((out["ci low"] >= -1) & (out["ci high"] <= 1) & (out["peak − final low"] >= -2)).all()
+    assert (out["images"] == V.shape[1]).all()
     two = image_correlations(sets, {"v": (_Feats(V, "v").f,)}, lms[:2], bpb, dataset="toy", k=5, clip_q=None)
     assert two.empty  # fewer than three models: no correlation
 

@@ -92,5 +92,13 @@ def test_verdicts_follow_the_numbers(rec):
     assert rows["3.1/pca-40"]["verdict"] == verdict("ci_var", 0.95, ">")
     assert rows["3.1/pca-100"]["verdict"] == verdict("ci_share", 0.9, ">")
     assert rows["3.1/pca-strong"]["verdict"] == verdict("ci_low", 0.8, "<")
-    assert "dims for 90 %" in rows["3.1/pca-100"]["this build"]
+    assert "dims for 90 %" in rows["3.1/pca-100"]["this build"] and "mean sweep" in rows["3.1/pca-100"]["this build"]
+    # power, stated: the widest interval's detectable difference from each claim's threshold
+    from prh_lib.metrics.selection import detectable_difference
+
+    for cid, col, thr in (("3.1/pca-40", "ci_var", "95 %"), ("3.1/pca-100", "ci_share", "90 %"),
+                          ("3.1/pca-strong", "ci_low", "80 %")):
+        widest = max(detectable_difference(r[col][1], r[col][2]) for r in lang)
+        assert f"smallest difference from {thr} this build detects at 80 % power, on its widest interval: " \
+               f"{100 * widest:.0f} percentage points" in rows[cid]["note"], rows[cid]["note"]
     assert all(rows[c]["rule"] and "interval" in rows[c]["rule"] for c in ("3.1/pca-40", "3.1/pca-100", "3.1/pca-strong"))

@@ -480,6 +480,8 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
                          bounds=(-1.0, 1.0))
              for _, r in img.iterrows()]
     img_holds, img_conclusive, img_why = claims.combine(tests) if tests else (True, True, "")
+    n_img = (f" (r per draw on the study's draws; the interval over images on all {int(img['images'].iloc[0])} images)"
+             if len(img) and "images" in img else "")
     over_images = ("; over images (held-out peaks, r with bits per byte, 95 % CI): " + "; ".join(
         f"{r['vision']} {r['method']} {r['r']:+.2f} [{r['ci low']:+.2f}, {r['ci high']:+.2f}]"
         for _, r in img.iterrows())) if len(img) else ""
@@ -495,12 +497,12 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
         direction = ("direction: " + ("the paper's (alignment grows with capability) for every vision model"
                                       if grows else "not the paper's for " + ", ".join(
                                           dict.fromkeys(peak.loc[peak["r (capability)"] <= 0, "vision"]))))
-        rows.append(claims.finding("3.2/capability-trend", this_build=f"peak vs bits per byte, {main_dataset}: "
+        rows.append(claims.finding("3.2/capability-trend", this_build=f"peak vs bits per byte, {main_dataset}{n_img}: "
                                    f"{shown}{over_images}", holds=None, reason=untestable,
                                    note="; ".join(t for t in (direction, img_note) if t)))
     else:
         rows.append(claims.finding(
-            "3.2/capability-trend", this_build=f"peak vs bits per byte, {main_dataset}: {shown}{over_images}",
+            "3.2/capability-trend", this_build=f"peak vs bits per byte, {main_dataset}{n_img}: {shown}{over_images}",
             holds=grows and img_holds, comparable=False, conclusive=significant and img_conclusive,
             note="; ".join(t for t in (note_models, img_note) if t)))
     final = _pick(main, alignment="final", method="pearson").set_index("vision")["r (capability)"]
@@ -524,7 +526,7 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
                                              f"needs {fisher_n_for_r(0.66)} models for 80 % power)")
         less = bool((both["final"] < both["peak"]).all())
         d_note = d_why.replace("cannot decide: ", "over images, cannot decide: ")
-        this = f"Pearson r with capability (−bits per byte), {main_dataset}: {shown}{d_shown}"
+        this = f"Pearson r with capability (−bits per byte), {main_dataset}{n_img}: {shown}{d_shown}"
         if untestable:
             direction = "direction: " + ("final below peak for every vision model" if less else
                                          "final not below peak for " + ", ".join(

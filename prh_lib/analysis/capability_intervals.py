@@ -12,9 +12,9 @@ measures the image part directly:
    ``b`` is one image subset seen by every model;
 2. replicate ``b``'s correlation is the correlation, across the models, of their replicate-``b`` alignments
    with their (fixed) capability; the 95 % interval is the percentile interval of those correlations. A
-   correlation is bounded in [-1, 1], where a shifted interval can leave the range, so the percentile interval
-   is the one used here (it is centred on correlations among half the images, which are noisier: it errs
-   wide).
+   correlation is bounded in [-1, 1]: the interval is the centred one of the held-out peaks (the replicates'
+   spread placed on the estimate; a percentile interval of half-sample correlations can exclude the estimate),
+   clipped to [-1, 1] ([-2, 2] for a difference of two correlations).
 
 The verdict of ``3.2/capability-trend`` reads this interval (:func:`prh_lib.analysis.capability.findings`):
 the trend holds over images only when the interval of r (signed so that > 0 means "alignment grows with
@@ -39,7 +39,7 @@ from .core import clip_features
 __all__ = ["image_correlations", "replicate_correlations", "draw_spread", "image_display"]
 
 COLUMNS = ["dataset", "vision", "capability", "method", "r", "ci low", "ci high", "r draws mean", "r draws std",
-           "n draws", "n", "n_boot", "direction", "r (capability)", "low (capability)", "high (capability)",
+           "n draws", "n", "images", "n_boot", "direction", "r (capability)", "low (capability)", "high (capability)",
            "r final", "final ci low", "final ci high", "peak − final (capability)", "peak − final low",
            "peak − final high"]
 
@@ -78,6 +78,12 @@ def replicate_correlations(alignment: np.ndarray, capability: np.ndarray, *, met
         r = (Ac * cc[:, None]).sum(0) / np.sqrt((Ac ** 2).sum(0) * (cc ** 2).sum())
     r[~np.isfinite(A).all(0)] = np.nan
     return r
+
+
+def _clipped(estimate: float, reps, bound: float) -> tuple[float, float]:
+    """Centred interval (:func:`prh_lib.metrics.selection.bootstrap_interval`) clipped to ``[-bound, bound]``."""
+    lo, hi = bootstrap_interval(estimate, reps)
+    return (float(np.clip(lo, -bound, bound)), float(np.clip(hi, -bound, bound))) if np.isfinite(lo) else (lo, hi)
 
 
 def draw_spread(table: pd.DataFrame, capability: Mapping[str, float], *, dataset: str, vision: str,
@@ -164,19 +170,19 @@ def image_correlations(sets, vision: dict, independent: Sequence, capability: Ma
         for method in ("pearson", "spearman"):
             r_hat = float(replicate_correlations(point, c, method=method)[0])
             r_reps = replicate_correlations(reps, c, method=method)
-            lo, hi = bootstrap_interval(r_hat, r_reps, method="percentile")
+            lo, hi = _clipped(r_hat, r_reps, 1.0)
             f_hat = float(replicate_correlations(final_point, c, method=method)[0])
             f_reps = replicate_correlations(final_reps, c, method=method)
-            f_lo, f_hi = bootstrap_interval(f_hat, f_reps, method="percentile")
-            # paired: replicate b's peak and final correlations come from the same resampled images
-            d_lo, d_hi = bootstrap_interval(direction * (r_hat - f_hat), direction * (r_reps - f_reps),
-                                            method="percentile")
+            f_lo, f_hi = _clipped(f_hat, f_reps, 1.0)
+            # paired: replicate b's peak and final correlations come from the same half-samples of the images
+            d_lo, d_hi = _clipped(direction * (r_hat - f_hat), direction * (r_reps - f_reps), 2.0)
             mean, std, nd = (draw_spread(table, capability, dataset=dataset, vision=v_name, method=method)
                              if table is not None else (np.nan, np.nan, 0))
             s_lo, s_hi = sorted((direction * lo, direction * hi))
             rows.append({"dataset": dataset, "vision": v_name, "capability": capability_name, "method": method,
                          "r": r_hat, "ci low": lo, "ci high": hi, "r draws mean": mean, "r draws std": std,
-                         "n draws": nd, "n": len(models), "n_boot": int(n_boot), "direction": direction,
+                         "n draws": nd, "n": len(models), "images": len(X.sample_ids), "n_boot": int(n_boot),
+                         "direction": direction,
                          "r (capability)": direction * r_hat, "low (capability)": s_lo, "high (capability)": s_hi,
                          "r final": f_hat, "final ci low": f_lo, "final ci high": f_hi,
                          "peak − final (capability)": direction * (r_hat - f_hat), "peak − final low": d_lo,

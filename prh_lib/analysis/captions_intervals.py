@@ -5,8 +5,8 @@ The order claim of App. F ("less detail lowers alignment but keeps the order of 
 one τ per level; here each model's alignment on one draw is its *held-out* peak
 (:func:`prh_lib.metrics.selection.crossfit_peak`: layer pair chosen on one half of the images, scored on the
 other), every (model, level) is scored on the *same* half-samples of the images (the variants of a draw
-share their images), and each half-sample gives one τ per level. The percentile interval of those τ is the
-interval over images (τ is bounded and, with a few models, takes a few values only, so it is not reflected).
+share their images), and each half-sample gives one τ per level. The centred interval of those τ (their spread
+placed on the estimate, as for the held-out peaks), clipped to [-1, 1], is the interval over images.
 
 References
 ----------
@@ -66,7 +66,7 @@ def order_intervals(vision: dict, variants: dict, language_models: Sequence[str]
     -------
     DataFrame
         One row per (vision model, shorter level) with :data:`COLUMNS`: ``tau`` of the held-out peaks over the
-        language models, ``low``, ``high`` (95 % percentile interval over image resamples). Empty with fewer
+        language models, ``low``, ``high`` (95 % centred interval over image half-samples, clipped to [-1, 1]). Empty with fewer
         than two language models or no such variants.
     """
     from .heldout import _crossfit_cached
@@ -100,7 +100,8 @@ def order_intervals(vision: dict, variants: dict, language_models: Sequence[str]
             B = np.stack([fits[(m, name)].heldout_reps for m in language_models])
             tau = _tau(a, b)
             reps = np.array([_tau(A[:, r], B[:, r]) for r in range(A.shape[1])])
-            lo, hi = bootstrap_interval(tau, reps, method="percentile")
+            lo, hi = bootstrap_interval(tau, reps)  # centred (as the held-out peaks'), clipped to τ's range
+            lo, hi = (float(np.clip(lo, -1, 1)), float(np.clip(hi, -1, 1))) if np.isfinite(lo) else (lo, hi)
             rows.append({"dataset": dataset, "draw": draw, "vision model": vname, "control": control, "level": level,
                          "tau": tau, "low": lo, "high": hi, "n_lms": len(language_models),
                          "n": len(chosen[name]["pairs"]), "n_boot": int(n_boot)})

@@ -278,6 +278,14 @@ def findings(table: pd.DataFrame, *, dataset: str, role: str = "peak", dims_prob
             "uncompressed score on the same half-samples of the images)" if has_ci else
             "means over caption draws; no interval over images in this run")
 
+    def with_power(vals, threshold):
+        """The note plus the smallest difference from ``threshold`` the widest interval detects at 80 % power."""
+        from ..metrics.selection import detectable_difference
+
+        d = [detectable_difference(lo, hi) for _, lo, hi in vals if np.isfinite(lo)]
+        return note + (f"; smallest difference from {threshold * 100:.0f} % this build detects at 80 % power, on its widest "
+                       f"interval: {100 * max(d):.0f} percentage points of the uncompressed score" if d else "")
+
     def text(vals):
         return "; ".join(f"{r['pair']} ({r['compressed']}) {e:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if np.isfinite(lo) else "")
                          for (_, r), (e, lo, hi) in zip(lang.iterrows(), vals))
@@ -285,7 +293,8 @@ def findings(table: pd.DataFrame, *, dataset: str, role: str = "peak", dims_prob
     rows = []
     v40 = read("ci_var", "rel_var")
     holds, conclusive, n_est, n_clear = _majority(v40, 0.95, ">")
-    rows.append(claims.finding("3.1/pca-40", holds=holds, conclusive=conclusive, rule=RULES["3.1/pca-40"], note=note,
+    rows.append(claims.finding("3.1/pca-40", holds=holds, conclusive=conclusive, rule=RULES["3.1/pca-40"],
+                               note=with_power(v40, 0.95),
                                this_build=f"{n_est} of {n} language sides keep ≥ 95 % at 40 % variance ({n_clear} "
                                           f"with the interval); {text(v40)}"))
     vshare = read("ci_share", "rel_share")
@@ -295,7 +304,8 @@ def findings(table: pd.DataFrame, *, dataset: str, role: str = "peak", dims_prob
     top = next((c for c in lang.columns if c.startswith("min dims (") and c != "min dims (90%)"), None)
     need = "; ".join(f"{r['pair']} ({r['compressed']}): {r['min dims (90%)']} / {r[top] if top else '–'}"
                      for _, r in lang.iterrows())
-    rows.append(claims.finding("3.1/pca-100", holds=holds, conclusive=conclusive, rule=RULES["3.1/pca-100"], note=note,
+    rows.append(claims.finding("3.1/pca-100", holds=holds, conclusive=conclusive, rule=RULES["3.1/pca-100"],
+                               note=with_power(vshare, 0.9),
                                this_build=f"{n_est} of {n} language sides keep ≥ 90 % at the paper's share of rank "
                                           f"({dims} dims; {n_clear} with the interval): {text(vshare)}; dims for "
                                           f"90 % / {top[10:-1] if top else '95%'} on the mean sweep over caption draws "
@@ -304,7 +314,7 @@ def findings(table: pd.DataFrame, *, dataset: str, role: str = "peak", dims_prob
     vlow = read("ci_low", "rel_low")
     holds, conclusive, n_est, n_clear = _majority(vlow, 0.8, "<")
     rows.append(claims.finding("3.1/pca-strong", holds=holds, conclusive=conclusive, rule=RULES["3.1/pca-strong"],
-                               note=note, this_build=f"{n_est} of {n} language sides fall below 80 % at 8 dims "
+                               note=with_power(vlow, 0.8), this_build=f"{n_est} of {n} language sides fall below 80 % at 8 dims "
                                                      f"({n_clear} with the interval); {text(vlow)}"))
     return rows
 
