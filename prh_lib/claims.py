@@ -258,13 +258,20 @@ class Test:
 
     def describe(self, digits: int = 3) -> str:
         """``"<name>: needs > 0, got 0.041 [0.012, 0.070]"`` (the threshold, then this build's estimate)."""
-        def f(v):  # no negative zero: -0.0004 prints as 0.000
-            return f"{round(float(v), digits) + 0.0:.{digits}f}" if math.isfinite(v) else f"{v}"
+        def f(v):
+            return format_number(v, digits) if math.isfinite(v) else f"{v}"
 
         need = f"{self.name}: needs {self.side} {self.threshold:g}, got {f(self.estimate)}"
         if not (math.isfinite(self.low) and math.isfinite(self.high)):
             return f"{need} (no interval)"
         return f"{need} [{f(self.low)}, {f(self.high)}]"
+
+
+def format_number(value: float, digits: int = 3, *, sign: bool = False) -> str:
+    """``value`` with ``digits`` decimals, never a negative zero (``-0.0004`` prints as ``0.000``, or ``+0.000``
+    with ``sign``)."""
+    v = round(float(value), digits) + 0.0  # -0.0 + 0.0 is +0.0
+    return f"{v:+.{digits}f}" if sign else f"{v:.{digits}f}"
 
 
 def outcome(estimate: float, low: float, high: float, threshold: float = 0.0, *, side: str = ">") -> str:

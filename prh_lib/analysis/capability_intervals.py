@@ -80,12 +80,6 @@ def replicate_correlations(alignment: np.ndarray, capability: np.ndarray, *, met
     return r
 
 
-def _clipped(estimate: float, reps, bound: float) -> tuple[float, float]:
-    """Centred interval (:func:`prh_lib.metrics.selection.bootstrap_interval`) clipped to ``[-bound, bound]``."""
-    lo, hi = bootstrap_interval(estimate, reps)
-    return (float(np.clip(lo, -bound, bound)), float(np.clip(hi, -bound, bound))) if np.isfinite(lo) else (lo, hi)
-
-
 def draw_spread(table: pd.DataFrame, capability: Mapping[str, float], *, dataset: str, vision: str,
                 method: str = "pearson") -> tuple[float, float, int]:
     """Mean and std over draws of the per-draw correlation of the (in-sample) peak with capability.
@@ -170,12 +164,13 @@ def image_correlations(sets, vision: dict, independent: Sequence, capability: Ma
         for method in ("pearson", "spearman"):
             r_hat = float(replicate_correlations(point, c, method=method)[0])
             r_reps = replicate_correlations(reps, c, method=method)
-            lo, hi = _clipped(r_hat, r_reps, 1.0)
+            lo, hi = bootstrap_interval(r_hat, r_reps, bounds=(-1.0, 1.0))
             f_hat = float(replicate_correlations(final_point, c, method=method)[0])
             f_reps = replicate_correlations(final_reps, c, method=method)
-            f_lo, f_hi = _clipped(f_hat, f_reps, 1.0)
+            f_lo, f_hi = bootstrap_interval(f_hat, f_reps, bounds=(-1.0, 1.0))
             # paired: replicate b's peak and final correlations come from the same half-samples of the images
-            d_lo, d_hi = _clipped(direction * (r_hat - f_hat), direction * (r_reps - f_reps), 2.0)
+            d_lo, d_hi = bootstrap_interval(direction * (r_hat - f_hat), direction * (r_reps - f_reps),
+                                            bounds=(-2.0, 2.0))
             mean, std, nd = (draw_spread(table, capability, dataset=dataset, vision=v_name, method=method)
                              if table is not None else (np.nan, np.nan, 0))
             s_lo, s_hi = sorted((direction * lo, direction * hi))

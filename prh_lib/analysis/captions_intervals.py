@@ -100,8 +100,7 @@ def order_intervals(vision: dict, variants: dict, language_models: Sequence[str]
             B = np.stack([fits[(m, name)].heldout_reps for m in language_models])
             tau = _tau(a, b)
             reps = np.array([_tau(A[:, r], B[:, r]) for r in range(A.shape[1])])
-            lo, hi = bootstrap_interval(tau, reps)  # centred (as the held-out peaks'), clipped to τ's range
-            lo, hi = (float(np.clip(lo, -1, 1)), float(np.clip(hi, -1, 1))) if np.isfinite(lo) else (lo, hi)
+            lo, hi = bootstrap_interval(tau, reps, bounds=(-1.0, 1.0))  # centred (as the held-out peaks')
             rows.append({"dataset": dataset, "draw": draw, "vision model": vname, "control": control, "level": level,
                          "tau": tau, "low": lo, "high": hi, "n_lms": len(language_models),
                          "n": len(chosen[name]["pairs"]), "n_boot": int(n_boot)})

@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from .. import score_cache
+from ..claims import format_number
 from ..metrics.selection import crossfit_peak, detectable_difference, paired_interval, percentile_interval
 from ..progress import note
 from .controls import control_comparisons, control_features
@@ -326,16 +327,9 @@ def floor_margins(summary: pd.DataFrame, pair: str) -> pd.DataFrame:
     return out.sort_values("floor_score", ascending=False).reset_index(drop=True)
 
 
-def format_number(value: float, digits: int = 3, *, sign: bool = False) -> str:
-    """``value`` with ``digits`` decimals, never a negative zero (``-0.0004`` prints as ``0.000``, or ``+0.000``
-    with ``sign``)."""
-    v = round(float(value), digits) + 0.0  # -0.0 + 0.0 is +0.0
-    return f"{v:+.{digits}f}" if sign else f"{v:.{digits}f}"
-
-
 def format_interval(estimate: float, low: float, high: float, digits: int = 3, *, sign: bool = False) -> str:
     """``"0.162 [0.138, 0.203]"``; ``"–"`` for a missing estimate, the point alone without an interval; no
-    negative zeros (:func:`format_number`)."""
+    negative zeros (:func:`prh_lib.claims.format_number`)."""
     if estimate is None or not np.isfinite(estimate):
         return "–"
     f = lambda v: format_number(v, digits, sign=sign)  # noqa: E731

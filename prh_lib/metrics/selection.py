@@ -208,11 +208,9 @@ class CrossFitPeak:
         and [-1, 1]: their intervals are clipped to that range.
         """
         point = {"heldout": "heldout", "insample": "insample_half"}.get(quantity, quantity)
-        lo, hi = bootstrap_interval(getattr(self, point), getattr(self, f"{quantity}_reps"), ci=ci, method=method)
         bounds = {"late_minus_early": (-1.0, 1.0), "depth_x": (0.0, 1.0), "depth_y": (0.0, 1.0)}.get(quantity)
-        if bounds is not None and np.isfinite(lo) and np.isfinite(hi):
-            lo, hi = float(np.clip(lo, *bounds)), float(np.clip(hi, *bounds))
-        return lo, hi
+        return bootstrap_interval(getattr(self, point), getattr(self, f"{quantity}_reps"), ci=ci, method=method,
+                                  bounds=bounds)
 
 
 def _first_argmax(M: np.ndarray) -> tuple[int, int]:
@@ -406,7 +404,8 @@ def percentile_interval(reps, ci: float = 0.95) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def bootstrap_interval(estimate: float, reps, ci: float = 0.95, *, method: str = "centred") -> tuple[float, float]:
+def bootstrap_interval(estimate: float, reps, ci: float = 0.95, *, method: str = "centred",
+                       bounds: tuple[float, float] | None = None) -> tuple[float, float]:
     """Interval ``(low, high)`` of a statistic from its point estimate and its replicates.
 
     ``"centred"`` (default; for half-sampled replicates, :func:`resampled_halves`)
@@ -439,6 +438,8 @@ def bootstrap_interval(estimate: float, reps, ci: float = 0.95, *, method: str =
     ci : float, default=0.95
         Coverage, in (0, 1).
     method : {"centred", "basic", "bc", "percentile"}
+    bounds : (float, float), optional
+        The statistic's range (e.g. ``(-1, 1)`` for a correlation): the interval is clipped to it.
 
     Returns
     -------
@@ -456,6 +457,13 @@ def bootstrap_interval(estimate: float, reps, ci: float = 0.95, *, method: str =
     Methods and their Application", Sec. 5.2; Efron & Tibshirani (1993), "An Introduction to the Bootstrap",
     Sec. 10.6 (bias), 13.3 and 14.3.
     """
+    lo, hi = _interval(estimate, reps, ci, method)
+    if bounds is not None and np.isfinite(lo) and np.isfinite(hi):
+        lo, hi = float(np.clip(lo, *bounds)), float(np.clip(hi, *bounds))
+    return lo, hi
+
+
+def _interval(estimate: float, reps, ci: float, method: str) -> tuple[float, float]:
     if method not in INTERVAL_METHODS:
         raise ValueError(f"unknown interval method {method!r}; valid: {INTERVAL_METHODS}")
     if not 0 < ci < 1:
