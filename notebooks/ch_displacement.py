@@ -42,11 +42,12 @@
 # `prh_lib.metrics.displacement` (the measures), `prh_lib.analysis.displacement` (tables, figures) and
 # `prh_lib.analysis.displacement_consensus` (the decomposition).
 #
-# **What runs here by default.** The four offline models of Section 3.1 on the 239 COCO pairs, in four
+# **What runs here by default.** The four offline models of Section 3.1 on the 1,000 Flickr8k pairs (the paper's
+# N; the heatmaps, single-draw analyses and verdicts read them) and the 239 COCO pairs, in four
 # pairs: vision-language (DINOv2-S × SmolLM2-135M, DINOv2-S × MiniLM-L6), vision-vision (DINOv2-S ×
 # EfficientNet-Lite0) and language-language (SmolLM2-135M × MiniLM-L6). As in Section 3.1 the study has
 # datasets and draws: both views are scored on every draw of every dataset (offline: five caption draws of
-# the same 239 images), every score is a row of the results table, and the headline measures are means ±
+# the same 1,000 or 239 images), every score is a row of the results table, and the headline measures are means ±
 # standard deviations over the draws (`prh_lib.analysis.displacement_draws`). The heatmaps and the analyses
 # of a single draw (the `r` sweep, depth profiles, consensus, the reference code's procedure) use one draw,
 # `heatmap_dataset` / `heatmap_draw`. The last two sections run the paper's public code's own procedure
@@ -57,10 +58,12 @@
 # the study: datasets (each a source, location and options) and draws per dataset (None: each spec's repetitions);
 # the first is Section 3.1's first dataset, so the two chapters share their features
 datasets = [
+    {"name": "flickr8k-1k", "source": "coco-folder", "location": "flickr8k-1k", "n_pairs": None, "repetitions": 5,
+     "draws": "captions"},
     {"name": "coco-mini", "source": "coco-folder", "n_pairs": None, "repetitions": 5, "draws": "captions"},
 ]
 n_draws = None
-heatmap_dataset = None  # the draw of the heatmaps and of every single-draw analysis (None: the first dataset)
+heatmap_dataset = None  # the draw of the heatmaps and of every single-draw analysis (None: the largest N)
 heatmap_draw = 0
 split_seed = 0  # train/test split and sampled (i, j) pairs (the same in every draw), random subspaces
 k = 10  # mutual k-NN neighbours
@@ -112,7 +115,7 @@ from prh_lib.analysis import displacement_reference as dr  # noqa: E402
 from prh_lib.analysis import displacement_draws as ds  # noqa: E402
 from prh_lib.analysis import displacement_heldout as dh  # noqa: E402
 from prh_lib.analysis import layerwise  # noqa: E402
-from prh_lib.data.study import study_draws  # noqa: E402
+from prh_lib.data.study import headline_dataset, study_draws  # noqa: E402
 from prh_lib.metrics import knn  # noqa: E402
 from prh_lib.models import zoo  # noqa: E402
 
@@ -133,7 +136,7 @@ params = report.page_parameters(CHAPTER, globals())
 # %% [markdown]
 # ## Data: datasets and draws
 # As in Section 3.1, every score below is computed on every draw and written to the results table. Offline
-# the draws of `coco-mini` are caption draws: the same 239 images each time, draw r pairing every image
+# the draws of `flickr8k-1k` and `coco-mini` are caption draws: the same images each time, draw r pairing every image
 # with its r-th human caption, so the spread over draws is the spread over caption choice. A dataset that
 # allows one draw only (a fixed set of pairs) is marked "not repeatable": its spread is undefined, not zero.
 # The train/test split of a draw and its sampled pairs `(i, j)` are seeded by `split_seed`, the same in
@@ -141,7 +144,7 @@ params = report.page_parameters(CHAPTER, globals())
 
 # %% tags=["hide-input"]
 draws = study_draws(datasets, n_draws=n_draws)
-heatmap_dataset = heatmap_dataset or draws[0].dataset
+heatmap_dataset = heatmap_dataset or headline_dataset(draws)  # the paper's COCO, else the largest N
 shown_draw = next((d for d in draws if (d.dataset, d.draw) == (heatmap_dataset, heatmap_draw)), None)
 if shown_draw is None:
     raise ValueError(f"no draw {heatmap_draw} of dataset {heatmap_dataset!r}; draws: "
@@ -184,10 +187,11 @@ Markdown(f"{len(draws)} draws of {len(set(d.dataset for d in draws))} dataset(s)
 # carries shared signal or not. Once `r` exceeds the dimension the models share, each measure behaves
 # roughly like (shared dimensions) / `r`: **values compare only at the same `r`**, which every table here
 # reports. The paper's public code uses `r = 100` and, at the sample level, 10 000 training rows of
-# Flickr30k (`r / n_train` = 0.01). With 239 pairs a 50/50 split leaves 119 training samples: `r = 100`
-# would fit the whitening and a 100 × 100 rotation (4 950 free parameters) to 119 points, and measure
-# mostly estimation noise (see the sweep below). The offline default `r = 32` (`r / n_train` ≈ 0.27) is a
-# compromise between dilution and estimation noise; the `paper` profile keeps 100.
+# Flickr30k (`r / n_train` = 0.01). With 1,000 pairs a 50/50 split leaves 500 training samples, with 239 only
+# 119: `r = 100` would fit the whitening and a 100 × 100 rotation (4 950 free parameters) to 119 points, and
+# measure mostly estimation noise (see the sweep below). The offline default `r = 32` (`r / n_train` ≈ 0.06
+# on Flickr8k, 0.27 on `coco-mini`) keeps one `r` for both datasets, so their values compare; the `paper`
+# profile keeps 100.
 #
 # ## Both views over all layer pairs
 #
@@ -358,7 +362,7 @@ Markdown(f"On `{heatmap_dataset}`, draw {heatmap_draw} (the heatmaps' draw):\n\n
 # The paper's own code takes one more step, and the next two sections measure what it does. Relative to
 # the neighbourhood view of Section 3.1 the displacement view adds the decomposition (which directions
 # carry the agreement), not a different answer about where in the networks it is. Caveats of the offline
-# setting (N = 239, small models, a DINOv2-S fine-tuned for saliency, a dequantised SmolLM2) are those of
+# setting (N = 1,000 and 239, small models, a DINOv2-S fine-tuned for saliency, a dequantised SmolLM2) are those of
 # Section 3.1.
 #
 # (reference-procedure)=

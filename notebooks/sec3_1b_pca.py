@@ -22,8 +22,8 @@
 # directions carry it, alignment is a coarse, low-dimensional agreement rather than a match of fine
 # structure.
 #
-# **What runs here by default.** The offline zoo models on the 239 COCO pairs (five caption draws), as on the
-# [layer-wise page](sec3_1_layerwise.ipynb). Each comparison is compressed at two layer pairs: the **peak**
+# **What runs here by default.** The offline zoo models on the 1,000 Flickr8k pairs (the paper's N; the verdicts
+# read them) and the 239 COCO pairs, five caption draws each, as on the [layer-wise page](sec3_1_layerwise.ipynb). Each comparison is compressed at two layer pairs: the **peak**
 # of mutual k-NN over all layer pairs (after outlier clipping) and the **final** layers. Each side is
 # compressed separately (the vision model's features with the language model's kept whole, and the
 # reverse). PCA is scikit-learn's, fitted on one layer of one model at a time (exact SVD, deterministic
@@ -38,6 +38,8 @@
 # %% tags=["parameters"]
 # the study: datasets (each a source, location and options) and draws per dataset (None: each spec's repetitions)
 datasets = [
+    {"name": "flickr8k-1k", "source": "coco-folder", "location": "flickr8k-1k", "n_pairs": None, "repetitions": 5,
+     "draws": "captions"},
     {"name": "coco-mini", "source": "coco-folder", "n_pairs": None, "repetitions": 5, "draws": "captions"},
     {"name": "coco-mini, 5 captions", "source": "coco-folder", "n_pairs": None, "caption_policy": "concat",
      "n_captions": 5},
@@ -76,7 +78,7 @@ from IPython.display import Markdown, display
 
 from prh_lib import claims, figures, paper, report, results
 from prh_lib.analysis import compression, layerwise
-from prh_lib.data.study import study_draws
+from prh_lib.data.study import headline_dataset, study_draws
 
 logging.getLogger("prh_lib").setLevel(logging.ERROR)
 pd.set_option("display.precision", 3)
@@ -87,8 +89,8 @@ params = report.page_parameters(CHAPTER, globals())
 
 # %% [markdown]
 # ## Data, draws and features
-# As on the [layer-wise page](sec3_1_layerwise.ipynb): offline, the draws of `coco-mini` are caption draws
-# (the same 239 images, draw r pairing each image with its r-th human caption), so N stays at the whole set
+# As on the [layer-wise page](sec3_1_layerwise.ipynb): offline, the draws of `flickr8k-1k` and `coco-mini` are
+# caption draws (the same 1,000 or 239 images, draw r pairing each image with its r-th human caption), so N stays at the whole set
 # and the spread over draws is the effect of caption choice; "coco-mini, 5 captions" concatenates the five
 # captions, one fixed set (one draw, not repeatable). Features are clipped as the PRH reference does (one
 # threshold per model's stack of layers: the mean over samples of each sample's 95 % quantile of |x| over
@@ -97,7 +99,8 @@ params = report.page_parameters(CHAPTER, globals())
 
 # %% tags=["hide-input"]
 draws = study_draws(datasets, n_draws=n_draws)
-main_dataset = draws[0].dataset
+main_dataset = headline_dataset(draws)  # the paper's COCO, else the largest N (offline: flickr8k-1k)
+main_draw = next(d for d in draws if d.dataset == main_dataset and d.draw == 0)
 layerwise.draws_table(draws)
 
 # %% [markdown]
@@ -154,7 +157,7 @@ Markdown(compression.describe_study(table, rows, dataset=main_dataset))
 # %% [markdown]
 # ## The paper and this build
 # One row per claim of Figure 2 / App. C; verdicts computed from the table above at the peak layer pair of
-# the first dataset; each row's test is in its `test` column (`prh_lib.analysis.compression.RULES`). The
+# `flickr8k-1k` (the dataset with the largest N; the paper's COCO when it runs); each row's test is in its `test` column (`prh_lib.analysis.compression.RULES`). The
 # paper's claims are about compressing the *language* side, so only those rows count (vision-side rows are in
 # the table above, not in the verdicts). The paper compresses language spaces of 1,536-5,120 dimensions on
 # N = 1024, where the rank is at most 1,023, so its "100 dimensions" are 9.8 % of the rank; here the rank is at
@@ -167,7 +170,7 @@ claims.claims_table(rows, chapter=CHAPTER)
 # %% tags=["remove-cell"]
 first = sweeps[(main_dataset, 0)]
 record = report.record(CHAPTER, {
-    **compression.to_record(first, compression.summary_table(first, fraction=keep_fraction), n=len(draws[0].pairs),
+    **compression.to_record(first, compression.summary_table(first, fraction=keep_fraction), n=len(main_draw.pairs),
                             k=k, chance=first[0].chance, space=pca_space, keep_fraction=keep_fraction),
     "params_hash": results.params_hash(params), "study": table.to_dict(orient="records"), "claims": rows})
 report.record(claims.RECORD_NAME, rows);

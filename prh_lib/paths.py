@@ -83,6 +83,27 @@ def data_root() -> Path:
     )
 
 
+def sibling_dataset(name: str) -> Path | None:
+    """A dataset folder named ``name`` next to the data root (e.g. ``flickr8k-1k`` beside ``coco-mini``).
+
+    ``name`` must be a bare folder name (no path separator). Offline the data root is
+    ``../shared/data/coco-mini``, so ``sibling_dataset("flickr8k-1k")`` is ``../shared/data/flickr8k-1k``.
+
+    Returns
+    -------
+    Path or None
+        The resolved folder, or None when ``name`` is not a bare name, the data root cannot be found or no
+        such folder exists there.
+    """
+    if not name or "/" in name or "\\" in name or name in (".", ".."):
+        return None
+    try:
+        folder = data_root().parent / name
+    except FileNotFoundError:
+        return None
+    return folder.resolve() if folder.is_dir() else None
+
+
 def cache_root() -> Path:
     """Root of all cached artefacts (``PRH_CACHE_DIR``, default ``<repo>/.cache``); created on demand."""
     root = Path(os.environ.get("PRH_CACHE_DIR", REPO_ROOT / ".cache")).expanduser().resolve()

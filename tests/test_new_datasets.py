@@ -232,3 +232,62 @@ def test_default_location_is_next_to_the_data_root(coco_text_copy, tmp_path, mon
     draws = study_draws([spec])
     assert len(draws) == 4 and all(len(d.pairs) == 10 for d in draws)
     assert "disjoint draws of 40 images" in draws[0].what_varies
+
+
+# ------------------------------------------------------------------------------------------------------
+# a dataset named by its folder next to the data root, and the dataset the verdicts read
+
+
+@needs_flickr
+def test_bare_folder_name_is_found_next_to_the_data_root(flickr_copy, tmp_path, monkeypatch):
+    # a data root with a sibling folder holding the small flickr copy; nothing resolves from the working directory
+    coco = tmp_path / "coco-root"
+    coco.mkdir()
+    monkeypatch.setenv("PRH_DATA_ROOT", str(coco))
+    monkeypatch.chdir(tmp_path / "coco-root")
+    ds = load_dataset("coco-folder", "flickr8k-6")
+    assert len(ds) == 6 and ds.name == "flickr8k-6"
+    from prh_lib import paths
+    assert paths.sibling_dataset("flickr8k-6") == flickr_copy.resolve()
+    assert paths.sibling_dataset("../flickr8k-6") is None  # only bare names
+    assert paths.sibling_dataset("no-such-folder") is None
+    with pytest.raises(DataError, match="no-such-folder"):
+        load_dataset("coco-folder", "no-such-folder")
+
+
+def _draws(sizes):
+    from types import SimpleNamespace
+    return [SimpleNamespace(dataset=name, pairs=range(n), draw=0) for name, n in sizes]
+
+
+def test_headline_dataset_is_the_papers_coco_else_the_largest_n():
+    from prh_lib.data.study import headline_dataset
+    assert headline_dataset(_draws([("coco-mini", 239), ("flickr8k-1k", 1000)])) == "flickr8k-1k"
+    assert headline_dataset(_draws([("flickr8k-1k", 1000), ("coco-mini", 239)])) == "flickr8k-1k"
+    assert headline_dataset(_draws([("docci", 1024), ("coco", 1024)])) == "coco"
+    assert headline_dataset(_draws([("a", 239), ("b", 239)])) == "a"  # ties: the first listed
+    with pytest.raises(ValueError, match="at least one draw"):
+        headline_dataset([])
+
+
+def test_paper_scale_is_n_within_five_percent_of_1024_at_k_10():
+    from prh_lib.analysis.verdicts import at_paper_scale
+    assert at_paper_scale(1000, 10) and at_paper_scale(1024, 10) and at_paper_scale(1075, 10)
+    assert not at_paper_scale(239, 10) and not at_paper_scale(1000, 5) and not at_paper_scale(970, 10)
+    with pytest.raises(ValueError, match="n >= 2"):
+        at_paper_scale(1, 10)
+
+
+@needs_flickr
+def test_default_studies_read_flickr8k_at_the_papers_n():
+    """The chapters' own defaults put flickr8k-1k (N = 1,000) in the study, and it is what their verdicts read."""
+    from prh_lib import runner
+    from prh_lib.data.study import headline_dataset
+    for nb in ("sec3_1_layerwise", "sec3_1b_pca", "sec3_3_regimes", "appg_k_n_ablation", "ch_displacement"):
+        src = (Path(runner.paths.notebooks_dir()) / f"{nb}.py").read_text()
+        cell = src.split('# %% tags=["parameters"]', 1)[1].split("# %%", 1)[0]
+        scope: dict = {}
+        exec(cell, scope)  # the parameters cell is plain assignments
+        draws = study_draws(scope["datasets"], n_draws=1)
+        assert headline_dataset(draws) == "flickr8k-1k", nb
+        assert {len(d.pairs) for d in draws if d.dataset == "flickr8k-1k"} == {1000}, nb

@@ -261,7 +261,8 @@ def _draw_offset(draw) -> int:
 
 def study_variants(datasets, draws, *, max_captions: int = 5, fractions: Sequence[float] = DEFAULT_FRACTIONS,
                    summary_model: str | None = "smollm2-135m", summary_pairs: int | None = None,
-                   summary_draws: int = 1, seed: int = 0, **summary_options) -> tuple[dict, dict]:
+                   summary_draws: int = 1, summary_datasets: Sequence[str] | None = None, seed: int = 0,
+                   **summary_options) -> tuple[dict, dict]:
     """The caption variants of both controls on every draw, and the summaries where they were made.
 
     For each draw (its images; the draw's own caption policy is not used), the *more detail* control
@@ -286,6 +287,9 @@ def study_variants(datasets, draws, *, max_captions: int = 5, fractions: Sequenc
     summary_pairs : int, optional
     summary_draws : int >= 0
         Draws per dataset that get summaries (each costs a generation per image and fraction).
+    summary_datasets : sequence of str, optional
+        The datasets (by name) whose draws get summaries; None: every dataset. Offline App. F summarises
+        ``coco-mini`` only, and ``flickr8k-1k`` gets the other two controls.
     seed : int
         Seeds the choice of the summary images.
     **summary_options
@@ -302,13 +306,19 @@ def study_variants(datasets, draws, *, max_captions: int = 5, fractions: Sequenc
     Raises
     ------
     ValueError
-        If ``max_captions`` or ``summary_draws`` is out of range.
+        If ``max_captions`` or ``summary_draws`` is out of range, or ``summary_datasets`` names a dataset that
+        is not in ``draws``.
     """
     from ..data import study
 
     if int(max_captions) < 1 or int(summary_draws) < 0:
         raise ValueError(f"need max_captions >= 1 and summary_draws >= 0; got {max_captions}, {summary_draws}")
     specs = {s.name: s for s in (study.DatasetSpec.coerce(d) for d in datasets)}
+    in_draws = list(dict.fromkeys(d.dataset for d in draws))
+    if summary_datasets is not None:
+        unknown = sorted(set(summary_datasets) - set(in_draws))
+        if unknown:
+            raise ValueError(f"summary_datasets names {unknown}, not datasets of the study; its datasets: {in_draws}")
     variants: dict[str, dict] = {}
     summaries: dict = {}
     made_all: set = set()
@@ -353,7 +363,8 @@ def study_variants(datasets, draws, *, max_captions: int = 5, fractions: Sequenc
         add("truncation", 1.0, "truncation-1", source)
         for f, p in full_trunc.items():
             add("truncation", f, f"truncation-{f:g}", p.subset(rows))
-        if summary_model is None or done_summaries.get(d.dataset, 0) >= int(summary_draws):
+        if (summary_model is None or done_summaries.get(d.dataset, 0) >= int(summary_draws)
+                or (summary_datasets is not None and d.dataset not in summary_datasets)):
             continue
         done_summaries[d.dataset] = done_summaries.get(d.dataset, 0) + 1
         sub = (list(range(len(rows))) if summary_pairs is None or summary_pairs >= len(rows)

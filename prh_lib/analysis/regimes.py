@@ -298,8 +298,9 @@ _ALIGNED_CLAIMS = {"3.3/clip": ("clip-vit-large-patch14", "coco"), "3.3/siglip":
 
 #: Each 3.3 claim's test, in one sentence (shown on the page and the front page)
 RULES = {
-    "3.3/unimodal": "at N = 1024, k = 10: every unimodal pair's held-out peak above 0.3 (interval included); "
-                    "elsewhere: above 2× chance and above each bag-of-words floor (paired 95 % intervals over images)",
+    "3.3/unimodal": "at the paper's scale (k = 10, N within 5 % of 1024): every unimodal pair's held-out peak above "
+                    "0.3 (interval included); elsewhere: above 2× chance; and in both, above each of its floors "
+                    "(paired 95 % intervals over images)",
     "3.3/same-modality": "every same-modality pair's held-out peak beats the best unimodal pair and each of its own "
                          "floors (random-init twins; bag of words for language pairs), paired intervals above 0",
     "3.3/random-init": "every random-init comparison (both models random-init, vision × language) has its held-out "
@@ -370,7 +371,8 @@ def regime_claims(summary: pd.DataFrame, projection: pd.DataFrame | None = None,
     s = summary[summary["dataset"] == headline]
     chance = float(s["chance"].iloc[0])
     n, k = int(s["n"].iloc[0]), int(s["k"].iloc[0])
-    paper_n = n == 1024 and k == 10
+    paper_n = n == 1024 and k == 10  # the paper's setting: values compare (offline models never do)
+    paper_scale = V.at_paper_scale(n, k)  # N within 5 % of 1024 (offline: flickr8k-1k): the paper's 0.3 applies
     where = f"{headline}, N = {n}, k = {k}"
     h = heldout if heldout is not None else pd.DataFrame()
     comps = V.comparisons_of(h)
@@ -394,15 +396,17 @@ def regime_claims(summary: pd.DataFrame, projection: pd.DataFrame | None = None,
         best = uni.loc[uni["score"].idxmax()]
         tests = []
         for _, r in uni.iterrows():
-            if paper_n:
+            if paper_scale:
                 tests.append(claims.Test(f"{r['pair']} held-out peak", r["score"], r["ci_low"], r["ci_high"], 0.3))
             else:
                 tests.append(claims.Test(f"{r['pair']} held-out peak − 2× chance", r["score"] - 2 * chance,
                                          r["ci_low"] - 2 * chance, r["ci_high"] - 2 * chance, 0.0))
             tests += V.above_floors(h, r)
-        note = "" if paper_n else (f"0.3 is not comparable at N = {n}, k = {k} (chance {chance:.3f} here, 0.0098 at "
-                                   "N = 1024); read here as: every unimodal pair above 2× chance and above its "
-                                   "bag-of-words floors")
+        note = ("" if paper_n else
+                f"read at N = {n}, k = {k} against the paper's 0.3 (chance {chance:.4f} here, 0.0098 at N = 1024), "
+                "and above every floor; the models are not the paper's" if paper_scale else
+                f"0.3 is not comparable at N = {n}, k = {k} (chance {chance:.3f} here, 0.0098 at "
+                "N = 1024); read here as: every unimodal pair above 2× chance and above its bag-of-words floors")
         fm = floor_margins(h, best["pair"])
         row("3.3/unimodal", tests,
             f"best {best['pair']}: {V.held_text(best)}, {best['score'] / chance:.1f}× chance"

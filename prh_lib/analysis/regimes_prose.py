@@ -173,7 +173,8 @@ def offline_scope(summary: pd.DataFrame, bands: dict, *, aligned_measured: bool)
         cannot.append("where explicitly aligned models (CLIP, SigLIP 2, Qwen3-VL-Embedding) sit: no such weights "
                       "install offline, so the unimodal-versus-aligned comparison of Table 1 and the projection "
                       "gap of Appendix E need the paper profile")
-    cannot.append("whether the pattern holds across the paper's datasets (offline there is only coco-mini, "
-                  "with its caption choice or its captions concatenated)")
+    names_ds = list(dict.fromkeys(summary["dataset"]))
+    cannot.append("whether the pattern holds across the paper's datasets (WIT, COCO at N = 1024, DOCCI, CC3M with "
+                  f"DreamLIP captions): offline there are {', '.join(names_ds)}, with short human captions only")
     return ("**What the offline models can tell:** " + "; ".join(can) + ".\n\n"
             "**What they cannot tell:** " + "; ".join(cannot) + ".")

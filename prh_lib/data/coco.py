@@ -123,7 +123,9 @@ def load_coco_folder(root: str | Path | None = None, *, name: str | None = None)
     Parameters
     ----------
     root : path, optional
-        The folder. Default: :func:`prh_lib.paths.data_root` (``PRH_DATA_ROOT``).
+        The folder. Default: :func:`prh_lib.paths.data_root` (``PRH_DATA_ROOT``). A bare folder name that is
+        not a folder from the working directory is looked up next to the data root
+        (:func:`prh_lib.paths.sibling_dataset`): ``"flickr8k-1k"`` is ``../shared/data/flickr8k-1k`` offline.
     name : str, optional
         Dataset name for labels and cache keys. Default: the folder's name.
 
@@ -138,7 +140,12 @@ def load_coco_folder(root: str | Path | None = None, *, name: str | None = None)
         If the folder, ``captions.json`` or an image file listed in it is missing, or the JSON is not in
         COCO caption format.
     """
-    root = paths.data_root() if root is None else Path(root).expanduser()
+    if root is None:
+        root = paths.data_root()
+    else:
+        given = Path(root).expanduser()
+        sibling = None if given.is_dir() else paths.sibling_dataset(str(root))
+        root = sibling or given
     ann_path = root / "captions.json"
     if not root.is_dir():
         raise DataError(f"dataset folder {root} does not exist; set PRH_DATA_ROOT to a COCO-format folder")

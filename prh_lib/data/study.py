@@ -30,7 +30,8 @@ from .pairs import DataError, ImageCaptionDataset, Pairs, sample_pairs
 from .sources import SOURCES, load_dataset
 from .text_only import check_disjoint, disjoint_pairs
 
-__all__ = ["DRAW_KINDS", "DatasetSpec", "Draw", "study_pairs", "study_draws", "load_spec_dataset", "clear_caches"]
+__all__ = ["DRAW_KINDS", "DatasetSpec", "Draw", "study_pairs", "study_draws", "load_spec_dataset", "clear_caches",
+           "headline_dataset"]
 
 DRAW_KINDS = ("seeds", "captions", "disjoint")
 
@@ -256,3 +257,34 @@ def study_draws(datasets, *, n_draws: int | None = None) -> list[Draw]:
 
 # re-exported for callers that catch data errors from a study
 __all__ += ["DataError"]
+
+
+#: The paper's own dataset at N = 1024 whose verdicts the chapters read when it is in the study (Herbst et al.,
+#: Sec. 3: COCO is the dataset of every figure that shows one dataset).
+PAPER_HEADLINE = "coco"
+
+
+def headline_dataset(draws: "list[Draw]") -> str:
+    """The dataset whose numbers a chapter's verdicts read.
+
+    The paper's COCO when it is in the study; otherwise the dataset with the most pairs per draw, so that
+    a claim about N = 1024 is read at the N closest to it (offline: ``flickr8k-1k``, N = 1,000, rather than
+    ``coco-mini``, N = 239); ties go to the dataset listed first.
+
+    Parameters
+    ----------
+    draws : list of Draw
+        The study's draws (:func:`study_draws`), at least one.
+
+    Raises
+    ------
+    ValueError
+        If ``draws`` is empty.
+    """
+    if not draws:
+        raise ValueError("headline_dataset needs at least one draw")
+    names = list(dict.fromkeys(d.dataset for d in draws))
+    if PAPER_HEADLINE in names:
+        return PAPER_HEADLINE
+    size = {name: max(len(d.pairs) for d in draws if d.dataset == name) for name in names}
+    return max(names, key=lambda name: (size[name], -names.index(name)))
