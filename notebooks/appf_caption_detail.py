@@ -33,13 +33,19 @@
 # cap of about 1.5 tokens per target word, and cached with their prompt, model and revision; a summary that
 # comes out empty or not shorter than its source is replaced by the truncation of that row and counted,
 # never silently. On a CPU a 135M model costs about half a second per summary, so summaries are made on
-# `summary_pairs` images of the first `summary_draws` draw(s) of each dataset, with truncation on the same
-# images (`truncation (subset)`) to compare at equal N.
+# `summary_pairs` images of the first `summary_draws` draw(s) of each dataset in `summary_datasets` (offline:
+# `coco-mini` only; `flickr8k-1k`, 1,000 Flickr8k images at 200 px with five captions each, gets the other two
+# controls), with truncation on the same images (`truncation (subset)`) to compare at equal N.
 
 # %% tags=["parameters"]
-# The study: seeded subsets of N = 160 of the 239 coco-mini images (variance over samples). The draws' own
-# caption policy is not used: this page builds its own caption variants from all captions of each image.
-datasets = [{"name": "coco-mini", "source": "coco-folder", "n_pairs": 160, "repetitions": 5, "draws": "seeds"}]
+# The study: seeded subsets of N = 800 of the 1,000 flickr8k-1k images and of N = 160 of the 239 coco-mini
+# images (variance over samples). The draws' own caption policy is not used: this page builds its own caption
+# variants from all captions of each image.
+datasets = [
+    {"name": "flickr8k-1k", "source": "coco-folder", "location": "flickr8k-1k", "n_pairs": 800, "repetitions": 5,
+     "draws": "seeds"},
+    {"name": "coco-mini", "source": "coco-folder", "n_pairs": 160, "repetitions": 5, "draws": "seeds"},
+]
 n_draws = None  # None: each dataset's repetitions
 k = 10
 clip_q = 0.95
@@ -51,6 +57,7 @@ summary_fractions = [0.1, 0.25, 0.5, 0.75]
 summary_model = "smollm2-135m"  # the paper: "Qwen/Qwen3-8B"
 summary_pairs = 48  # images summarised per summary draw (seeded); None: all
 summary_draws = 1  # draws per dataset that get summaries
+summary_datasets = ["coco-mini"]  # the datasets that get summaries (None: every one); Flickr8k gets the other controls
 summary_seed = 0  # seeds the choice of the summarised images
 summary_batch_size = 16  # texts per generation batch (x 4 target lengths)
 num_threads = 1  # torch threads while generating and extracting (scoped); 1 is fastest on a busy CPU; None: default
@@ -84,7 +91,8 @@ CHAPTER = "appf_caption_detail"
 draws = data.study_draws(datasets, n_draws=n_draws)
 variants, summaries = captions.study_variants(
     datasets, draws, max_captions=max_captions, fractions=summary_fractions, summary_model=summary_model,
-    summary_pairs=summary_pairs, summary_draws=summary_draws, seed=summary_seed, device=device,
+    summary_pairs=summary_pairs, summary_draws=summary_draws, summary_datasets=summary_datasets, seed=summary_seed,
+    device=device,
     batch_size=summary_batch_size, num_threads=num_threads, progress=False)
 pd.DataFrame([{"dataset": d.dataset, "draws": sum(e.dataset == d.dataset for e in draws), "N": len(d.pairs),
                "what varies": d.what_varies} for d in draws]).drop_duplicates("dataset").set_index("dataset")

@@ -109,6 +109,7 @@ PROFILES: dict[str, dict[str, object]] = {
         "summary_model": "Qwen/Qwen3-8B",
         "summary_pairs": None,
         "summary_draws": 5,
+        "summary_datasets": None,  # every dataset of the study gets summaries
         "num_threads": None,
     },
 }
