@@ -238,9 +238,14 @@ class _Stacks:
 
     def states(self, idx: np.ndarray, k: int, groups: bool):
         it = torch.from_numpy(idx).to(self.grams[0][1][0].device)
+        m = len(idx)
         out = []
         for _, (G, valid) in self.grams:
-            Gs = G[:, it[:, None], it[None, :]]  # one gather: (L, m, m)
+            # one gather of the (L, m, m) block: index_select on the flattened N * N positions is exact and
+            # about 4x faster on a CPU than the two-axis advanced index G[:, it[:, None], it[None, :]]
+            n = G.shape[-1]
+            flat = (it[:, None] * n + it[None, :]).reshape(-1)
+            Gs = G.reshape(G.shape[0], n * n).index_select(1, flat).view(G.shape[0], m, m)
             out.append(self.engine.state(Gs, valid, k=k, groups=it if groups else None))
         return [out[u] for u in self.ids]
 
