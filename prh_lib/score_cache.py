@@ -97,6 +97,12 @@ def _entry(kind: str, key: dict) -> Path:
     return paths.cache_dir("scores") / hexkey[:2] / f"{hexkey}.pkl"
 
 
+def has(kind: str, key: dict) -> bool:
+    """Whether :func:`cached` would read ``kind`` / ``key`` from the cache (an entry exists; its reading may
+    still fail, and :func:`cached` then recomputes). False when the cache is off."""
+    return enabled() and _entry(kind, key).is_file()
+
+
 def cached(kind: str, key: dict, compute: Callable[[], T]) -> T:
     """``compute()``, or the value it returned before for the same ``kind`` and ``key``.
 

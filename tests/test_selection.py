@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 from prh_lib.metrics import mutual_knn_layerwise
 from prh_lib.metrics.selection import (bootstrap_interval, crossfit_peak, detectable_difference, half_k,
@@ -265,3 +266,27 @@ def test_a_ratio_is_reflected_on_the_log_scale_and_stays_positive():
     lo, hi = paired_interval(a, b, ratio=True, estimates=(0.4, 0.07))  # centred, on the log scale too
     assert (lo, hi) == pytest.approx((0.4 / 0.07 * np.exp(q_lo - q_med), 0.4 / 0.07 * np.exp(q_hi - q_med)))
     assert 0 < lo < 0.4 / 0.07 < hi
+
+
+def test_crossfit_peaks_equal_each_comparison_alone_and_check_their_sizes():
+    """Comparisons scored together share neighbourhoods per half; every field equals the lone computation."""
+    import dataclasses
+
+    from prh_lib.metrics.selection import crossfit_peaks
+
+    g = torch.Generator().manual_seed(0)
+    X1, X2 = torch.randn(4, 120, 16, generator=g), torch.randn(3, 120, 8, generator=g)
+    Y = [torch.randn(5, 120, 12, generator=g) for _ in range(2)]
+    Y[1][:, :, :3] += X1[1:2, :, :3]  # a shared signal, so selections are not all ties
+    comps = [([X1, X1], Y), ([X2, X2], Y), ([X1, X1.clone()], [X2, X2])]  # X1 twice: equal stacks dedupe
+    together = crossfit_peaks(comps, k=5, n_splits=3, n_boot=7, seed=3)
+    for got, (x, y) in zip(together, comps):
+        alone = crossfit_peak(x, y, k=5, n_splits=3, n_boot=7, seed=3)
+        for f in dataclasses.fields(alone):
+            a, b = getattr(got, f.name), getattr(alone, f.name)
+            assert (a == b) if isinstance(a, str) else np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True), f.name
+    assert together[2].heldout > together[1].heldout - 1  # sanity: numbers, not NaN
+    with pytest.raises(ValueError, match="same images"):
+        crossfit_peaks([(X1, Y[0]), (X1[:, :100], Y[0][:, :100])], k=5, n_splits=2, n_boot=0)
+    with pytest.raises(ValueError, match="at least one comparison"):
+        crossfit_peaks([], k=5)

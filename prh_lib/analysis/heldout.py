@@ -38,7 +38,7 @@ import pandas as pd
 
 from .. import score_cache
 from ..claims import format_number
-from ..metrics.selection import crossfit_peak, detectable_difference, paired_interval, percentile_interval
+from ..metrics.selection import crossfit_peak, crossfit_peaks, detectable_difference, paired_interval, percentile_interval
 from ..progress import note
 from .controls import control_comparisons, control_features
 from .core import prepare_features
@@ -88,17 +88,41 @@ def verdict_controls(pairs_of_models: Sequence[Sequence[str]], modality: Mapping
     return out
 
 
-def _crossfit_cached(xs: list, ys: list, *, k: int, n_splits: int, n_boot: int, seed: int, label: str):
-    key = {"x": [score_cache.features_key(f) for f in xs], "y": [score_cache.features_key(f) for f in ys],
-           "metric": "mutual_knn", "k": k, "n_splits": n_splits, "n_boot": n_boot, "seed": seed,
-           "resampling": "subsample"}
+def _crossfit_key(xs: list, ys: list, *, k: int, n_splits: int, n_boot: int, seed: int) -> dict:
+    return {"x": [score_cache.features_key(f) for f in xs], "y": [score_cache.features_key(f) for f in ys],
+            "metric": "mutual_knn", "k": k, "n_splits": n_splits, "n_boot": n_boot, "seed": seed,
+            "resampling": "subsample"}
+
+
+def _crossfit_cached(xs: list, ys: list, *, k: int, n_splits: int, n_boot: int, seed: int, label: str,
+                     computed=None):
+    """The cached :func:`crossfit_peak` of one comparison; ``computed`` is its result when it was just computed
+    together with others (:func:`_crossfit_batch`), stored instead of recomputing."""
+    key = _crossfit_key(xs, ys, k=k, n_splits=n_splits, n_boot=n_boot, seed=seed)
 
     def compute():
+        if computed is not None:
+            return computed
         note(f"held-out peak of {label}: {n_splits} splits, {n_boot} image subsamples, {len(xs)} draws")
         return crossfit_peak([f.values for f in xs], [f.values for f in ys], k=k, n_splits=n_splits,
                              n_boot=n_boot, seed=seed)
 
     return score_cache.cached("crossfit_peak", key, compute)
+
+
+def _crossfit_batch(feats: list, pairs: list, *, k: int, n_splits: int, n_boot: int, seed: int) -> dict:
+    """Held-out peaks of every pair ``(x, y)`` not cached yet, computed together (:func:`crossfit_peaks`: each
+    feature stack's neighbourhoods once per half, shared by every pair that holds it); ``{pair: result}``."""
+    todo = [p for p in dict.fromkeys(pairs)
+            if not score_cache.has("crossfit_peak", _crossfit_key([f[p[0]] for f in feats], [f[p[1]] for f in feats],
+                                                                   k=k, n_splits=n_splits, n_boot=n_boot, seed=seed))]
+    if len(todo) < 2:
+        return {}
+    note(f"held-out peaks of {len(todo)} comparisons together: {n_splits} splits, {n_boot} image subsamples, "
+         f"{len(feats)} draws")
+    done = crossfit_peaks([([f[x].values for f in feats], [f[y].values for f in feats]) for x, y in todo], k=k,
+                          n_splits=n_splits, n_boot=n_boot, seed=seed)
+    return dict(zip(todo, done))
 
 
 def _row(r, x: str, y: str, labels_x, labels_y, quantity: str, **extra) -> dict:
@@ -185,9 +209,15 @@ def heldout_study(draws, comparisons, *, chapter: str, params: Mapping, k: int =
                      for d, f in zip(group, feats)]
         per_group.append((feats, ctrl, modality))
 
+    # every comparison and floor of a group of images, computed together where not cached
+    wanted = [p for x, y in pairs_of_models for p in [(x, y)] + [(c.x, c.y) for c in per_group[0][1].get((x, y), [])]]
+    batches = [_crossfit_batch(feats, wanted, k=k, n_splits=n_splits, n_boot=n_boot, seed=seed)
+               for feats, _, _ in per_group]
+
     def score(x, y):
         rs = [_crossfit_cached([f[x] for f in feats], [f[y] for f in feats], k=k, n_splits=n_splits,
-                               n_boot=n_boot, seed=seed, label=f"{x} × {y}") for feats, _, _ in per_group]
+                               n_boot=n_boot, seed=seed, label=f"{x} × {y}", computed=batch.get((x, y)))
+              for (feats, _, _), batch in zip(per_group, batches)]
         return rs[0] if len(rs) == 1 else _average(rs)
 
     feats0, ctrl0, modality0 = per_group[0]

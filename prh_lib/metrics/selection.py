@@ -52,6 +52,7 @@ same data); Herbst et al. (arXiv 2611.12869), App. G.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -62,7 +63,7 @@ from . import _validation as V
 from ._engines import get_engine
 from ._parallel import ignoring
 
-__all__ = ["CrossFitPeak", "crossfit_peak", "half_k", "split_halves", "subsample_size", "resampled_halves",
+__all__ = ["CrossFitPeak", "crossfit_peak", "crossfit_peaks", "half_k", "split_halves", "subsample_size", "resampled_halves",
            "RESAMPLING", "paired_interval", "percentile_interval", "bootstrap_interval", "INTERVAL_METHODS",
            "detectable_difference"]
 
@@ -223,10 +224,18 @@ def _first_argmax(M: np.ndarray) -> tuple[int, int]:
 
 class _Stacks:
     """Similarity stacks of the distinct feature stacks among the draws (a vision model's features are the
-    same in every caption draw: its neighbourhoods are computed once per resampled half)."""
+    same in every caption draw: its neighbourhoods are computed once per resampled half).
 
-    def __init__(self, engine, tensors: Sequence[torch.Tensor]):
-        self.engine, self.ids, self.grams = engine, [], []
+    With ``registry`` (a shared :class:`_Registry`), equal stacks of *other* comparisons share its Gram
+    matrices too, and :meth:`states` reads the neighbourhoods the registry computed once per half."""
+
+    def __init__(self, engine, tensors: Sequence[torch.Tensor], registry: "_Registry | None" = None):
+        self.engine, self.registry = engine, registry
+        if registry is not None:
+            self.ids = [registry.add(t) for t in tensors]
+            self.grams = registry.grams
+            return
+        self.ids, self.grams = [], []
         for t in tensors:
             for u, (ref, _) in enumerate(self.grams):
                 if ref.shape == t.shape and torch.equal(ref, t):
@@ -237,6 +246,8 @@ class _Stacks:
                 self.grams.append((t, engine.gram(t)))
 
     def states(self, idx: np.ndarray, k: int, groups: bool):
+        if self.registry is not None:
+            return self.registry.states_of(self.ids, idx, k, groups)
         it = torch.from_numpy(idx).to(self.grams[0][1][0].device)
         m = len(idx)
         out = []
@@ -250,30 +261,78 @@ class _Stacks:
         return [out[u] for u in self.ids]
 
 
+class _Registry:
+    """The distinct feature stacks of several comparisons, with the neighbourhoods of one half at a time.
+
+    :func:`crossfit_peaks` scores comparisons that share stacks (a language model against several vision
+    models and floors) on the same halves; a stack's neighbourhoods on a half are computed once and kept
+    until the next half is asked for (memory: the states of one half of every distinct stack)."""
+
+    def __init__(self, engine):
+        self.engine, self.grams, self._prints = engine, [], []
+        self._halves: "OrderedDict[tuple, dict]" = OrderedDict()  # the last two halves (A and B of a split)
+
+    def add(self, t: torch.Tensor) -> int:
+        # equal stacks are found by a cheap fingerprint first, then confirmed element by element
+        tf = t.float()
+        print_ = (tuple(t.shape), float(tf.sum()), float(tf.abs().sum()))
+        for u, (ref, _) in enumerate(self.grams):
+            if ref is t or (self._prints[u] == print_ and torch.equal(ref, t)):
+                return u
+        self.grams.append((t, self.engine.gram(t)))
+        self._prints.append(print_)
+        return len(self.grams) - 1
+
+    def states_of(self, ids, idx: np.ndarray, k: int, groups: bool):
+        key = (idx.tobytes(), int(k), bool(groups))
+        if key not in self._halves:
+            self._halves[key] = {}
+            while len(self._halves) > 2:
+                self._halves.popitem(last=False)
+        states = self._halves[key]
+        missing = [u for u in dict.fromkeys(ids) if u not in states]
+        if missing:
+            it = torch.from_numpy(idx).to(self.grams[0][1][0].device)
+            m = len(idx)
+            for u in missing:
+                G, valid = self.grams[u][1]
+                n = G.shape[-1]
+                flat = (it[:, None] * n + it[None, :]).reshape(-1)
+                Gs = G.reshape(G.shape[0], n * n).index_select(1, flat).view(G.shape[0], m, m)
+                states[u] = self.engine.state(Gs, valid, k=k, groups=it if groups else None)
+        return [states[u] for u in ids]
+
+
 def _half_matrices(engine, xs: _Stacks, ys: _Stacks, idx: np.ndarray, k: int, groups: bool) -> list[np.ndarray]:
     sx, sy = xs.states(idx, k, groups), ys.states(idx, k, groups)
     return [engine.score(a, b) for a, b in zip(sx, sy)]
 
 
-def _crossfit(engine, xs, ys, halves, k: int, groups: bool, dx: np.ndarray, dy: np.ndarray):
-    """One pass of the procedure over ``halves`` (a list of (A, B)): the summary quantities and counts."""
-    Lx, Ly = len(dx), len(dy)
-    counts = np.zeros((Lx, Ly))
-    held, ins, fin = [], [], []
+def _crossfit_many(engine, comps, halves, k: int, groups: bool) -> list[tuple]:
+    """One pass of the procedure over ``halves`` (a list of (A, B)) for each comparison ``(xs, ys, dx, dy)``:
+    per comparison the summary quantities and selection counts (:func:`_summarise`). Halves are visited in the
+    outer loop, so with a shared :class:`_Registry` every distinct stack's neighbourhoods are computed once
+    per half."""
+    acc = [(np.zeros((len(dx), len(dy))), [], [], []) for _, _, dx, dy in comps]
     for A, B in halves:
-        MA = _half_matrices(engine, xs, ys, A, k, groups)
-        MB = _half_matrices(engine, xs, ys, B, k, groups)
-        for ma, mb in zip(MA, MB):
-            for sel, score_on in ((ma, mb), (mb, ma)):
-                i, j = _first_argmax(sel)
-                if i < 0:
-                    held.append(np.nan)
-                    ins.append(np.nan)
-                    continue
-                counts[i, j] += 1
-                held.append(score_on[i, j])
-                ins.append(np.nanmax(score_on))
-            fin += [ma[-1, -1], mb[-1, -1]]
+        for (xs, ys, _, _), (counts, held, ins, fin) in zip(comps, acc):
+            MA = _half_matrices(engine, xs, ys, A, k, groups)
+            MB = _half_matrices(engine, xs, ys, B, k, groups)
+            for ma, mb in zip(MA, MB):
+                for sel, score_on in ((ma, mb), (mb, ma)):
+                    i, j = _first_argmax(sel)
+                    if i < 0:
+                        held.append(np.nan)
+                        ins.append(np.nan)
+                        continue
+                    counts[i, j] += 1
+                    held.append(score_on[i, j])
+                    ins.append(np.nanmax(score_on))
+                fin += [ma[-1, -1], mb[-1, -1]]
+    return [_summarise(counts, held, ins, fin, dx, dy) for (counts, held, ins, fin), (_, _, dx, dy) in zip(acc, comps)]
+
+
+def _summarise(counts, held, ins, fin, dx, dy) -> tuple:
     total = counts.sum()
     if total:
         w = counts / total
@@ -338,10 +397,39 @@ def crossfit_peak(X_draws, Y_draws, *, metric: str = "mutual_knn", k: int = 10, 
     ----------
     Module docstring.
     """
-    Xs = [X_draws] if _is_stack(X_draws) else list(X_draws)
-    Ys = [Y_draws] if _is_stack(Y_draws) else list(Y_draws)
-    if not Xs or len(Xs) != len(Ys):
-        raise ValueError(f"X_draws and Y_draws must list the same number of draws (>= 1); got {len(Xs)} and {len(Ys)}")
+    return crossfit_peaks([(X_draws, Y_draws)], metric=metric, k=k, n_splits=n_splits, n_boot=n_boot, seed=seed,
+                          resampling=resampling, rep_splits=rep_splits, device=device)[0]
+
+
+def crossfit_peaks(comparisons, *, metric: str = "mutual_knn", k: int = 10, n_splits: int = 10, n_boot: int = 200,
+                   seed: int = 0, resampling: str = "subsample", rep_splits: int = 3, device=None) -> list[CrossFitPeak]:
+    """:func:`crossfit_peak` of several comparisons on the same images, sharing their neighbourhoods.
+
+    Every comparison is split and resampled identically (same ``n``, ``n_splits``, ``n_boot`` and ``seed``),
+    so a feature stack that several comparisons hold (a language model scored against several vision models
+    and floors) has its neighbourhoods computed once per half instead of once per comparison. The results
+    equal :func:`crossfit_peak` of each comparison alone, exactly.
+
+    Parameters
+    ----------
+    comparisons : sequence of (X_draws, Y_draws)
+        Each as in :func:`crossfit_peak`; all must hold the same number of samples ``n``.
+    metric, k, n_splits, n_boot, seed, resampling, rep_splits, device
+        As in :func:`crossfit_peak`, for every comparison.
+
+    Returns
+    -------
+    list of CrossFitPeak
+        One per comparison, in order.
+
+    Raises
+    ------
+    ValueError
+        As :func:`crossfit_peak`, for any comparison; comparisons of different ``n``; none given.
+    """
+    comparisons = list(comparisons)
+    if not comparisons:
+        raise ValueError("crossfit_peaks needs at least one comparison")
     n_splits = V.check_int(n_splits, "n_splits", low=1)
     n_boot = V.check_int(n_boot, "n_boot", low=0)
     seed = V.check_int(seed, "seed", low=0)
@@ -350,44 +438,62 @@ def crossfit_peak(X_draws, Y_draws, *, metric: str = "mutual_knn", k: int = 10, 
     if resampling not in RESAMPLING:
         raise ValueError(f"unknown resampling {resampling!r}; valid: {RESAMPLING}")
     engine = get_engine(metric)
-    dev = V.resolve_device(device, Xs[0], Ys[0])
-    Xt = [V.to_tensor(x, f"X_draws[{i}]", ndim=3, device=dev, check_finite=engine.check_finite) for i, x in enumerate(Xs)]
-    Yt = [V.to_tensor(y, f"Y_draws[{i}]", ndim=3, device=dev, check_finite=engine.check_finite) for i, y in enumerate(Ys)]
-    for name, ts in (("X_draws", Xt), ("Y_draws", Yt)):
-        if len({tuple(t.shape[:2]) for t in ts}) != 1:  # widths may differ (a TF-IDF vocabulary per draw)
-            raise ValueError(f"every draw of {name} must have one shape (n_layers, n_samples); got "
-                             f"{[tuple(t.shape) for t in ts]}")
-    n = Xt[0].shape[1]
-    if Yt[0].shape[1] != n:
-        raise ValueError(f"X and Y must hold the same samples: {tuple(Xt[0].shape)} vs {tuple(Yt[0].shape)}")
+    registry = _Registry(engine)
+    prepared = []
+    for c, (X_draws, Y_draws) in enumerate(comparisons):
+        Xs = [X_draws] if _is_stack(X_draws) else list(X_draws)
+        Ys = [Y_draws] if _is_stack(Y_draws) else list(Y_draws)
+        if not Xs or len(Xs) != len(Ys):
+            raise ValueError(f"X_draws and Y_draws must list the same number of draws (>= 1); got {len(Xs)} and "
+                             f"{len(Ys)}" + (f" (comparison {c})" if len(comparisons) > 1 else ""))
+        dev = V.resolve_device(device, Xs[0], Ys[0])
+        Xt = [V.to_tensor(x, f"X_draws[{i}]", ndim=3, device=dev, check_finite=engine.check_finite)
+              for i, x in enumerate(Xs)]
+        Yt = [V.to_tensor(y, f"Y_draws[{i}]", ndim=3, device=dev, check_finite=engine.check_finite)
+              for i, y in enumerate(Ys)]
+        for name, ts in (("X_draws", Xt), ("Y_draws", Yt)):
+            if len({tuple(t.shape[:2]) for t in ts}) != 1:  # widths may differ (a TF-IDF vocabulary per draw)
+                raise ValueError(f"every draw of {name} must have one shape (n_layers, n_samples); got "
+                                 f"{[tuple(t.shape) for t in ts]}")
+        n = Xt[0].shape[1]
+        if Yt[0].shape[1] != n:
+            raise ValueError(f"X and Y must hold the same samples: {tuple(Xt[0].shape)} vs {tuple(Yt[0].shape)}")
+        if prepared and n != prepared[0][2]:
+            raise ValueError(f"crossfit_peaks scores comparisons on the same images; comparison {c} has {n} samples, "
+                             f"the first {prepared[0][2]}")
+        prepared.append((Xt, Yt, n))
+    n = prepared[0][2]
     if n < 8:
         raise ValueError(f"cross-fitting needs at least 8 samples (two halves of 4); got {n}")
     n_half = n - n // 2
     kh = half_k(V.check_int(k, "k", low=1), n, n_half)
     if kh > n // 2 - 1:
         raise ValueError(f"k = {k} is too large for halves of {n // 2} samples (k_half = {kh})")
-    xs, ys = _Stacks(engine, Xt), _Stacks(engine, Yt)
-    Lx, Ly = Xt[0].shape[0], Yt[0].shape[0]
-    dx, dy = np.arange(Lx) / max(Lx - 1, 1), np.arange(Ly) / max(Ly - 1, 1)
-
-    def run(halves, groups):
-        with ignoring(RuntimeWarning):  # constant layers are NaN by definition, skipped by the selection
-            return _crossfit(engine, xs, ys, halves, kh, groups, dx, dy)
-
-    splits = split_halves(n, n_splits=n_splits, seed=seed)
-    held, ins, fin, counts, depx, depy, lme = run(splits, groups=False)
-    reps = np.full((6, n_boot), np.nan)
     sub = resampling == "subsample"
     if sub and n_boot and kh > subsample_size(n) // 2 - 2:
         raise ValueError(f"k = {k} is too large for half-sampling replicates (halves of {subsample_size(n) // 2} "
                          f"images with k_half = {kh}); use more samples, a smaller k or n_boot = 0")
+    comps = []
+    for Xt, Yt, _ in prepared:
+        Lx, Ly = Xt[0].shape[0], Yt[0].shape[0]
+        comps.append((_Stacks(engine, Xt, registry), _Stacks(engine, Yt, registry),
+                      np.arange(Lx) / max(Lx - 1, 1), np.arange(Ly) / max(Ly - 1, 1)))
+
+    def run(halves, groups):
+        with ignoring(RuntimeWarning):  # constant layers are NaN by definition, skipped by the selection
+            return _crossfit_many(engine, comps, halves, kh, groups)
+
+    splits = split_halves(n, n_splits=n_splits, seed=seed)
+    estimates = run(splits, groups=False)
+    reps = [np.full((6, n_boot), np.nan) for _ in comps]
     for b, (_, pairs) in enumerate(resampled_halves(splits, n_boot=n_boot, seed=seed, resampling=resampling,
                                                      rep_splits=rep_splits)):
-        h, i_, f, _, rx, ry, r_lme = run(pairs, groups=not sub)
-        reps[:, b] = (h, i_, f, r_lme, rx, ry)
-    return CrossFitPeak(held, ins, fin, counts, depx, depy, lme, reps[0], reps[1], reps[2], reps[3], reps[4],
-                        reps[5], k=int(k), k_half=int(kh or 0), n=n, n_half=n_half, n_splits=n_splits,
-                        n_boot=n_boot, seed=seed, n_draws=len(Xt), resampling=resampling)
+        for r, (h, i_, f, _, rx, ry, r_lme) in zip(reps, run(pairs, groups=not sub)):
+            r[:, b] = (h, i_, f, r_lme, rx, ry)
+    return [CrossFitPeak(held, ins, fin, counts, depx, depy, lme, r[0], r[1], r[2], r[3], r[4], r[5], k=int(k),
+                         k_half=int(kh or 0), n=n, n_half=n_half, n_splits=n_splits, n_boot=n_boot, seed=seed,
+                         n_draws=len(Xt), resampling=resampling)
+            for (held, ins, fin, counts, depx, depy, lme), r, (Xt, _, _) in zip(estimates, reps, prepared)]
 
 
 def _is_stack(a) -> bool:
