@@ -148,6 +148,15 @@ def load_coco_folder(root: str | Path | None = None, *, name: str | None = None)
         root = sibling or given
     ann_path = root / "captions.json"
     if not root.is_dir():
+        if len(root.parts) == 1 and not root.is_absolute():  # a bare name, found neither here nor beside the data root
+            try:
+                beside = str(paths.data_root().parent / root)
+            except FileNotFoundError:
+                beside = "next to PRH_DATA_ROOT (unset)"
+            raise DataError(f"dataset folder {str(root)!r} not found, neither in the working directory nor at {beside}; "
+                            "put the COCO-format folder (captions.json + images/) there, give its path as the "
+                            "dataset's location, or leave the dataset out of the notebook's datasets "
+                            "(prh-run NOTEBOOK -p 'datasets=[...]')")
         raise DataError(f"dataset folder {root} does not exist; set PRH_DATA_ROOT to a COCO-format folder")
     if not ann_path.is_file():
         raise DataError(
