@@ -15,7 +15,7 @@ Verdicts
     N), with the value within tolerance of the paper's (``max(claim.tolerance, h)``, ``h`` the half-width of
     the value's 95 % interval over *images*; the spread over caption draws never enters a margin).
 ``"reproduces in kind"``
-    The qualitative claim holds here, but the setting differs (offline models, N = 239, COCO only), so the
+    The qualitative claim holds here, but the setting differs (offline models; flickr8k-1k and coco-mini), so the
     value itself is not comparable, or it is comparable and outside tolerance.
 ``"inconclusive"``
     This build's numbers point the paper's way (e.g. a correlation of the paper's sign), but they cannot
@@ -91,7 +91,7 @@ class Claim:
 _NO_VLM = "no CLIP-like model installs offline; run the paper profile"
 _NO_BENCH = ("the offline language models lack published MMLU/ARC/GSM8K scores (at most one of them has one, too few "
              "for a correlation); run the paper profile")
-_NO_DATA = "only coco-mini is available offline; run the paper profile"
+_NO_DATA = "the paper's datasets (WIT, COCO at N = 1024, DOCCI, CC3M) are not available offline; run the paper profile"
 
 CLAIMS: dict[str, Claim] = {c.id: c for c in [
     # Section 3.1 (Fig. 1, WIT)
