@@ -193,3 +193,19 @@ def test_layer_chunks_do_not_change_a_bit(related, monkeypatch):
     chunked = M.permutation_test_layerwise(XL, YL, metric="mutual_knn", k=5, n_permutations=20, seed=1)
     np.testing.assert_array_equal(whole.observed, chunked.observed)
     np.testing.assert_array_equal(whole.null, chunked.null)
+
+
+def test_half_samples_at_a_fixed_k_warn_unless_only_their_spread_is_read():
+    """At fixed k a half-sample scores at its own, higher chance level, so its percentile interval can miss the
+    estimate: bootstrap_ci warns, and callers that read only the spread (App. G, PCA) turn that off."""
+    import warnings
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 8))
+    Y = X + 2.0 * rng.normal(size=(400, 8))  # weak alignment: the chance shift dominates the spread
+    with pytest.warns(RuntimeWarning, match="lies outside its percentile interval"):
+        M.bootstrap_ci(X, Y, k=10, n_boot=30, method="subsample", fraction=0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quiet = M.bootstrap_ci(X, Y, k=10, n_boot=30, method="subsample", fraction=0.5, warn_outside=False)
+    assert quiet.low > quiet.estimate  # the same replicates: they sit above the full-sample estimate

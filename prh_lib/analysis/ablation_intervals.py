@@ -41,7 +41,8 @@ def _corrected_bootstrap(x, y, *, k: int, n_boot: int, seed: int):
         if k > _half_size(len(x)) - 2:
             from ..metrics import mutual_knn
             return float(mutual_knn(x, y, k=k)), np.full(n_boot, np.nan)
-        b = bootstrap_ci(x, y, k=k, n_boot=n_boot, seed=seed, method="subsample", fraction=0.5)
+        b = bootstrap_ci(x, y, k=k, n_boot=n_boot, seed=seed, method="subsample", fraction=0.5,
+                         warn_outside=False)  # only the replicates' spread is read (centred interval)
         return float(b.estimate), np.asarray(b.replicates, dtype=np.float64)
 
     key = {"x": score_cache._values_digest(x), "y": score_cache._values_digest(y), "k": int(k),

@@ -116,7 +116,7 @@ def _draw(rng, n, method, m):
 def bootstrap_ci(
     X, Y, *, metric="mutual_knn", k: int | None = None, n_boot: int = 1000, ci: float = 0.95,
     seed: int = 0, method: str = "bootstrap", fraction: float = 0.5, interval: str = "percentile",
-    device=None, **metric_options,
+    device=None, warn_outside: bool = True, **metric_options,
 ) -> BootstrapCI:
     """Percentile confidence interval of an alignment score, resampling samples (rows).
 
@@ -143,6 +143,10 @@ def bootstrap_ci(
         Percentile interval ``[q_lo, q_hi]`` of the replicates or basic interval
         ``[2 estimate - q_hi, 2 estimate - q_lo]``.
     device : str or torch.device, optional
+    warn_outside : bool, default=True
+        Warn when the estimate lies outside its percentile interval. Callers that read only the replicates'
+        spread (half-samples at a fixed k sit at their own, higher chance level by design, and the centred
+        interval of :func:`prh_lib.metrics.selection.bootstrap_interval` is built from them) pass False.
     **metric_options
         Options of the metric (``sigma``, ``bandwidth``, ``unbiased`` for ``cka_rbf``).
 
@@ -163,6 +167,11 @@ def bootstrap_ci(
     ----------
     Efron & Tibshirani (1993), Ch. 13.
     """
+    if not warn_outside:  # the same computation, without the warning about the percentile interval
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*lies outside its percentile interval")
+            return bootstrap_ci(X, Y, metric=metric, k=k, n_boot=n_boot, ci=ci, seed=seed, method=method,
+                                fraction=fraction, interval=interval, device=device, **metric_options)
     if method not in BOOTSTRAP_METHODS:
         raise ValueError(f"method must be one of {BOOTSTRAP_METHODS}; got {method!r}")
     if interval not in INTERVALS:
