@@ -220,8 +220,14 @@ def findings(agg: pd.DataFrame, table: pd.DataFrame, *, dataset: str, stable: fl
     if len(fr):
         rel = fr["spread"] / fr["mean"]
         rule = RULES["G/fixed-ratio"].replace("25 %", f"{stable:.0%}")
-        kn = (f"k/(N − 1) = {fr['chance_to'].max():.3f} at the largest N (the paper's ≈ 0.01 needs k ≤ 2 here); "
-              if "chance_to" in fr else "")
+        if "chance_to" in fr:
+            ratio = float(fr["chance_to"].max())
+            n_max = int(fr["to"].max())
+            k_paper = max(1, round(0.01 * (n_max - 1)))  # the k giving the paper's k/(N - 1) ≈ 0.01 at this N
+            kn = (f"k/(N − 1) = {ratio:.3f} at the largest N" + ("; " if abs(ratio - 0.01) <= 0.002 else
+                  f" (the paper's ≈ 0.01 needs k ≤ {k_paper} at N = {n_max}); "))
+        else:
+            kn = ""
         this = (kn + f"spread over N (max − min of the mean) {fr['spread'].min():.3f}-{fr['spread'].max():.3f}, "
                 f"{rel.min():.0%}-{rel.max():.0%} of the mean (N {int(fr['from'].min())}-{int(fr['to'].max())})")
         if ratio_intervals is not None and len(ratio_intervals):
