@@ -110,6 +110,7 @@ PROFILES: dict[str, dict[str, object]] = {
         "summary_pairs": None,
         "summary_draws": 5,
         "summary_datasets": None,  # every dataset of the study gets summaries
+        "heldout_text": None,  # sec3_2: bits per byte on the study's unused captions (no local val2017 folder needed)
         "num_threads": None,
     },
 }

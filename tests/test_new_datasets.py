@@ -291,3 +291,25 @@ def test_default_studies_read_flickr8k_at_the_papers_n():
         draws = study_draws(scope["datasets"], n_draws=1)
         assert headline_dataset(draws) == "flickr8k-1k", nb
         assert {len(d.pairs) for d in draws if d.dataset == "flickr8k-1k"} == {1000}, nb
+
+
+@needs_coco_text
+def test_bits_per_byte_text_comes_from_images_no_draw_aligns(coco_text_copy):
+    """3.2's held-out text from a text-only set: captions of images outside every draw, none of an aligned image."""
+    from prh_lib.analysis.capability_study import heldout_texts as study_heldout_texts
+
+    spec = {"name": "val-40", "source": "coco-captions-text", "location": str(coco_text_copy), "n_pairs": 10,
+            "repetitions": 2, "draws": "disjoint"}
+    draws = study_draws([spec])
+    used = {s for d in draws for s in d.pairs.sample_ids}
+    ds = load_dataset("coco-captions-text", str(coco_text_copy))
+    texts, source = study_heldout_texts([spec], draws, per_image=1, max_texts=None,
+                                        text_dataset={"name": "val-40", "source": "coco-captions-text",
+                                                      "location": str(coco_text_copy)})
+    assert source == "heldout-images" and len(texts) == len(ds) - len(used) == 20
+    first = {sid: caps[0] for sid, caps in zip(ds.sample_ids, ds.captions)}
+    assert set(texts) == {first[s] for s in ds.sample_ids if s not in used}
+    assert not set(texts) & {first[s] for s in used}
+    few, _ = study_heldout_texts([spec], draws, per_image=1, max_texts=5, text_dataset={
+        "name": "val-40", "source": "coco-captions-text", "location": str(coco_text_copy)})
+    assert few == texts[:5]

@@ -256,12 +256,33 @@ def study_sets(datasets, draws) -> StudySets:
     return StudySets(tuple(parents), tuple(cells))
 
 
-def heldout_texts(datasets, draws, *, per_image: int = 1, max_texts: int | None = None) -> tuple[list[str], str]:
-    """:func:`prh_lib.lm.study_heldout` for dataset specs: captions that no draw of the study aligns."""
+def heldout_texts(datasets, draws, *, per_image: int = 1, max_texts: int | None = None,
+                  text_dataset=None) -> tuple[list[str], str]:
+    """Held-out text for bits per byte: captions that no draw of the study aligns.
+
+    Without ``text_dataset``: :func:`prh_lib.lm.study_heldout` on the study's own datasets (unused captions,
+    possibly of aligned images; ``"heldout"``, or ``"aligned"`` when every caption is used). With it (a dataset
+    spec, e.g. the text-only COCO val2017 captions, ``{"name": "coco-val2017-captions", "source":
+    "coco-captions-text"}``): captions of *images* that no draw aligns, ``per_image`` each in dataset order, at
+    most ``max_texts`` (:func:`prh_lib.data.heldout_texts`); the source is ``"heldout-images"``. Images are
+    matched by sample id (COCO image ids for COCO sources), so an aligned image never lends its captions.
+
+    Raises
+    ------
+    ValueError
+        As :func:`prh_lib.lm.study_heldout` / :func:`prh_lib.data.heldout_texts` (no image left, bad counts).
+    """
+    from ..data import heldout_texts as image_heldout
     from ..data import study
 
-    loaded = [study.load_spec_dataset(study.DatasetSpec.coerce(d)) for d in datasets]
-    return lm.study_heldout(loaded, draws, per_image=per_image, max_texts=max_texts)
+    if text_dataset is None:
+        loaded = [study.load_spec_dataset(study.DatasetSpec.coerce(d)) for d in datasets]
+        return lm.study_heldout(loaded, draws, per_image=per_image, max_texts=max_texts)
+    source = study.load_spec_dataset(study.DatasetSpec.coerce({"n_pairs": None, **dict(text_dataset)})
+                                     if isinstance(text_dataset, dict) else study.DatasetSpec.coerce(text_dataset))
+    used = {str(s) for d in draws for s in d.pairs.sample_ids}
+    texts = image_heldout(source, exclude=used & set(source.sample_ids), per_image=per_image, max_texts=max_texts)
+    return texts, "heldout-images"
 
 
 def paper_setting(datasets, language_models: Sequence[str], *, min_models: int = 15) -> bool:
