@@ -52,6 +52,10 @@
 # with one human caption, with 5 draws that pair every image with its r-th caption (the images are held fixed,
 # since N is the whole set, so seeded subsets would either repeat the same pairs or shrink N); `coco-mini` is
 # also read with its five captions concatenated, which is one fixed set: one draw, which cannot be repeated.
+# The COCO val2017 captions without their images (`coco-val2017 captions`, 5,000 images) give the language ×
+# language pairs and their floors at the paper's N on 4 *disjoint* draws of 1,024 images (first caption each; 4 ×
+# 1,024 of the 5,000 fit, the remaining 904 images are in no draw): a spread over samples, not over caption choice.
+# Vision comparisons do not run there.
 # Flickr8k images are 200 px on their longest side, resized up to the vision models' inputs. The paper profile draws 5 seeded samples of N = 1024 from each of the paper's datasets.
 
 # %% tags=["parameters"]
@@ -61,6 +65,9 @@ datasets = [  # dataset specs (prh_lib.data.study.DatasetSpec); offline: flickr8
     {"name": "coco-mini", "source": "coco-folder", "n_pairs": None, "repetitions": 5, "draws": "captions"},
     {"name": "coco-mini, 5 captions", "source": "coco-folder", "n_pairs": None, "caption_policy": "concat",
      "n_captions": 5},
+    # text only (no images): the language × language pairs at the paper's N on 4 disjoint draws of 1,024 images
+    {"name": "coco-val2017 captions", "source": "coco-captions-text", "n_pairs": 1024, "repetitions": 4,
+     "draws": "disjoint"},
 ]
 n_draws = None  # None: each dataset's repetitions
 k = 10
@@ -103,7 +110,7 @@ import pandas as pd
 from IPython.display import Markdown
 from prh_lib import analysis, claims, figures, models, report, results
 from prh_lib.analysis import heldout, regimes
-from prh_lib.data import study
+from prh_lib.data import is_text_only, study
 from prh_lib.lm.quiet import quiet_hub_for_session
 
 warnings.filterwarnings("ignore", message=".*degenerate.*")  # the ViT embedding-output CLS token (Section 3.1)
@@ -121,6 +128,8 @@ params = report.page_parameters(CHAPTER, globals())
 
 # %% tags=["hide-input"]
 draws = study.study_draws(datasets, n_draws=n_draws)
+# what a regime's empty slot says, per dataset: a text-only dataset has no images, so only language pairs run
+missing = {d.dataset: ("text only: no images" if is_text_only(d.pairs) else MISSING) for d in draws}
 comparisons = regimes.regime_comparisons(
     unimodal=unimodal_pairs, same_modality=same_modality_pairs, random_init=random_init_pairs,
     seeds=random_init_seeds, aligned=aligned_models,
@@ -195,7 +204,7 @@ regimes.floor_table(floors, chance=chance, n_permutations=n_permutations).set_in
 
 # %% tags=["hide-input"]
 fig = figures.regime_figure(regimes.regime_groups_over_draws(summary), chance=chance, floors=bands,
-                            regime_floors=regimes.regime_floor_marks(summary), missing_note=MISSING)
+                            regime_floors=regimes.regime_floor_marks(summary), missing_note=missing)
 _ = report.show_figure(fig, CHAPTER, params)
 
 # %% tags=["remove-cell"]
@@ -214,7 +223,7 @@ held = heldout.heldout_summary(results.load(chapter=CHAPTER, params=params), dat
 # ## Measured on this build
 
 # %% tags=["hide-input"]
-Markdown(regimes.describe_study(summary, bands, missing_note=MISSING, heldout=held))
+Markdown(regimes.describe_study(summary, bands, missing_note=missing, heldout=held))
 
 # %% [markdown]
 # ## Appendix E: the joint space against the best layer pair

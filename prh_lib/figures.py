@@ -371,7 +371,7 @@ _FLOOR_DASH = {"random-language": (0, (1, 1.5)), "random-vision": (0, (4, 2)), "
 
 
 def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | None = None,
-                  regime_floors: dict | None = None, missing_note: str = "not run", metric: str = "mutual k-NN",
+                  regime_floors: dict | None = None, missing_note: "str | dict" = "not run", metric: str = "mutual k-NN",
                   panel_size=(3.45, 3.0)):
     """Figure 5 layout: one row of panels per dataset, raw maxima (left) and calibrated maxima (right).
 
@@ -392,8 +392,9 @@ def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | No
         ``{dataset: {regime label: (value, kind)}}``, drawn on the raw panel as a black dashed segment across
         that regime's slot; its kind (the same-modality pairs' random-init twins, for example) is named in a
         line under the figure, not over the points.
-    missing_note : str
-        Said in the slot of a regime without comparisons.
+    missing_note : str or dict of str to str
+        Said in the slot of a regime without comparisons; a dict gives it per dataset (e.g. a text-only
+        dataset's "text only: no images"), "not run" for a dataset it does not name.
     panel_size : (float, float)
         Inches per panel; the default keeps the figure about 7.5 inches wide, the page's width, so 9-pt text
         is drawn at 9 pt.
@@ -430,7 +431,9 @@ def regime_figure(groups: dict, *, chance: dict | None = None, floors: dict | No
             ax = axes[row, col]
             labels = {textwrap.fill(r, 9): {number.get(n, n): v for n, v in p.items()} for r, p in pts.items()}
             plots.regime_bars(labels, ax=ax, ylabel=ylabel, title=f"{dataset}: {what}",
-                              missing_note=missing_note, ylim=(-0.02 * top, top), point_label=str, label_size=9,
+                              missing_note=(missing_note.get(dataset, "not run") if isinstance(missing_note, dict)
+                                            else missing_note),
+                              ylim=(-0.02 * top, top), point_label=str, label_size=9,
                               defer_labels=True)
             for kind, (mean, low, high) in floors.get(key, {}).items():
                 color, label = _FLOOR_STYLE.get(kind, ("grey", kind))

@@ -313,3 +313,18 @@ def test_bits_per_byte_text_comes_from_images_no_draw_aligns(coco_text_copy):
     few, _ = study_heldout_texts([spec], draws, per_image=1, max_texts=5, text_dataset={
         "name": "val-40", "source": "coco-captions-text", "location": str(coco_text_copy)})
     assert few == texts[:5]
+
+
+@needs_coco_text
+def test_text_only_draws_score_language_pairs_only_and_are_never_the_headline(coco_text_copy):
+    from prh_lib.analysis.regimes_study import language_only, regime_comparisons
+    from prh_lib.data.study import headline_dataset
+
+    comps = regime_comparisons(unimodal=[["dinov2-small", "smollm2-135m"]],
+                               same_modality=[["dinov2-small", "efficientnet-lite0"], ["smollm2-135m", "minilm-l6"]])
+    assert [(c.x, c.y) for c in language_only(comps)] == [("smollm2-135m", "minilm-l6")]
+    text = study_draws([{"name": "val-40", "source": "coco-captions-text", "location": str(coco_text_copy),
+                         "n_pairs": 20, "repetitions": 2, "draws": "disjoint"}])
+    images = _draws([("coco-mini", 8)])
+    assert headline_dataset(text + images) == "coco-mini"  # 20 text-only pairs, 8 with images: images win
+    assert headline_dataset(text) == "val-40"  # only text: it is all there is

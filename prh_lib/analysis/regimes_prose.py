@@ -15,7 +15,7 @@ def _cc(score: float, chance: float) -> float:
     return (score - chance) / (1 - chance)
 
 
-def describe_study(summary: pd.DataFrame, bands: dict, *, missing_note: str = "not run with these parameters",
+def describe_study(summary: pd.DataFrame, bands: dict, *, missing_note: "str | dict" = "not run with these parameters",
                    word_floor: float = 1.5, heldout: pd.DataFrame | None = None) -> str:
     """Markdown reading each dataset's regimes against chance and the control floors, in figures.
 
@@ -25,8 +25,9 @@ def describe_study(summary: pd.DataFrame, bands: dict, *, missing_note: str = "n
         :func:`with_floors` of :func:`study_summary`.
     bands : dict
         :func:`floor_bands`.
-    missing_note : str
-        Said of a regime without comparisons.
+    missing_note : str or dict of str to str
+        Said of a regime without comparisons; a dict gives it per dataset ("not run with these parameters" for
+        a dataset it does not name).
     word_floor : float
         A floor is said to come partly from the words when trained vision × random-init language reaches
         this multiple of chance.
@@ -53,7 +54,9 @@ def describe_study(summary: pd.DataFrame, bands: dict, *, missing_note: str = "n
         for key in REGIMES:
             g = part[part["regime"] == key]
             if not len(g):
-                out.append(f"- {REGIME_LABELS[key]}: {missing_note}.")
+                note = (missing_note.get(dataset, "not run with these parameters") if isinstance(missing_note, dict)
+                        else missing_note)
+                out.append(f"- {REGIME_LABELS[key]}: {note}.")
                 continue
             m = float(g["score_mean"].mean())
             means[key] = m

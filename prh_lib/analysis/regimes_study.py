@@ -277,6 +277,21 @@ def control_pairs(comparisons: Sequence[Comparison]) -> list[tuple[str, str]]:
     return [(c.x, c.y) for c in comparisons if c.regime in ("unimodal", "same-modality")]
 
 
+def language_only(comparisons: Sequence[Comparison]) -> list[Comparison]:
+    """The comparisons whose two models are language models (read from each model's identity, no weights
+    loaded): what a text-only dataset (captions without images, e.g. the COCO val2017 captions) can score."""
+    from ..models.spec import resolve_identity
+
+    modality = {}
+
+    def lang(name):
+        if name not in modality:
+            modality[name] = resolve_identity(name)["modality"]
+        return modality[name] == "language"
+
+    return [c for c in comparisons if lang(c.x) and lang(c.y)]
+
+
 def run_study(draws, comparisons: Sequence[Comparison], *, chapter: str, params: dict, k: int = 10,
               clip_q: float | None = 0.95, n_permutations: int = 200, alpha: float = 0.05, n_boot: int = 200,
               control_seed: int = 0, svd_components: int | None = 100, device: str = "cpu",
@@ -286,7 +301,8 @@ def run_study(draws, comparisons: Sequence[Comparison], *, chapter: str, params:
     Parameters
     ----------
     draws : sequence of prh_lib.data.Draw
-        From :func:`prh_lib.data.study.study_draws`.
+        From :func:`prh_lib.data.study.study_draws`. A text-only dataset (captions without images,
+        :func:`prh_lib.data.is_text_only`) scores only the language × language comparisons and their floors.
     comparisons : sequence of Comparison
         From :func:`regime_comparisons`.
     chapter, params
@@ -310,16 +326,27 @@ def run_study(draws, comparisons: Sequence[Comparison], *, chapter: str, params:
     from .. import results
     from .controls import control_floors, random_init_name
     from .core import prefetch_features, prepare_features
+    from ..data import is_text_only
 
     modality = {}
-    trained = control_pairs(comparisons)
-    # every model and every control's random-init twin, on every draw, before the loop: each loaded once
-    twins = sorted({random_init_name(m, control_seed) for pair in trained for m in pair})
-    prefetch_features(comparisons, draws, models=twins, device=device, dtype=dtype, batch_size=batch_size)
+    image_draws = [d for d in draws if not is_text_only(d.pairs)]
+    text_draws = [d for d in draws if is_text_only(d.pairs)]
+    text_comparisons = language_only(comparisons) if text_draws else []
+    if text_draws and not text_comparisons:
+        raise ValueError(f"text-only dataset(s) {sorted({d.dataset for d in text_draws})} need a language × language "
+                         "comparison (same_modality_pairs); none of the comparisons has two language models")
+    for group, comps in ((image_draws, list(comparisons)), (text_draws, text_comparisons)):
+        trained = control_pairs(comps)
+        # every model and every control's random-init twin, on every draw, before the loop: each loaded once
+        twins = sorted({random_init_name(m, control_seed) for pair in trained for m in pair})
+        if group:
+            prefetch_features(comps, group, models=twins, device=device, dtype=dtype, batch_size=batch_size)
     for d in draws:
-        feats = prepare_features(comparisons, d.pairs, clip_q=clip_q, device=device, dtype=dtype,
+        comps = text_comparisons if is_text_only(d.pairs) else list(comparisons)
+        trained = control_pairs(comps)
+        feats = prepare_features(comps, d.pairs, clip_q=clip_q, device=device, dtype=dtype,
                                  batch_size=batch_size)
-        table = regime_table(feats, comparisons, k=k, n_permutations=n_permutations, alpha=alpha, n_boot=n_boot,
+        table = regime_table(feats, comps, k=k, n_permutations=n_permutations, alpha=alpha, n_boot=n_boot,
                              seed=d.seed, device=device)
         results.write(regime_rows(table, k=k, n=len(d.pairs), clip_q=clip_q), chapter=chapter, params=params,
                       dataset=d.dataset, draw=d.draw, seed=d.seed, root=root)

@@ -269,7 +269,8 @@ def headline_dataset(draws: "list[Draw]") -> str:
 
     The paper's COCO when it is in the study; otherwise the dataset with the most pairs per draw, so that
     a claim about N = 1024 is read at the N closest to it (offline: ``flickr8k-1k``, N = 1,000, rather than
-    ``coco-mini``, N = 239); ties go to the dataset listed first.
+    ``coco-mini``, N = 239); ties go to the dataset listed first. Text-only datasets (no images) are passed over
+    while any dataset has images.
 
     Parameters
     ----------
@@ -283,6 +284,10 @@ def headline_dataset(draws: "list[Draw]") -> str:
     """
     if not draws:
         raise ValueError("headline_dataset needs at least one draw")
+    from .text_only import is_text_only
+
+    with_images = [d for d in draws if not (hasattr(d.pairs, "images") and is_text_only(d.pairs))]
+    draws = with_images or list(draws)  # a text-only dataset is never the headline while one has images
     names = list(dict.fromkeys(d.dataset for d in draws))
     if PAPER_HEADLINE in names:
         return PAPER_HEADLINE
