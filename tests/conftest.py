@@ -1,3 +1,4 @@
+import json
 """Shared test setup: no Hub access, and one converted-model cache per test session."""
 
 import os
@@ -65,7 +66,7 @@ def executed_notebook(tmp_path_factory):
     done = {}
 
     def run(name, **overrides):
-        key = (name, tuple(sorted(overrides.items())))
+        key = (name, json.dumps(overrides, sort_keys=True, default=str))  # overrides may hold lists and dicts
         if key not in done:
             params = {**get_profile("smoke"), **overrides}
             sub = out_dir / f"{name}-{len(done)}"

@@ -168,3 +168,28 @@ def test_the_page_is_clean_and_shows_its_figure_floors_and_claims(nb):
     assert "What the offline models can tell" in text and "cannot tell" in text
     html = "".join(o["data"].get("text/html", "") for o in outputs if "data" in o)
     assert "/work/" not in html + text  # no machine paths
+
+
+def test_a_text_only_dataset_scores_the_language_pairs_and_their_floors_only(executed_notebook):
+    """The page with the COCO val2017 captions (text only, disjoint draws) beside coco-mini: its rows are the
+    language × language pairs and their floors, its empty slots say why, and the verdicts read coco-mini."""
+    text = {"name": "val2017 text", "source": "coco-captions-text", "n_pairs": 48, "repetitions": 2,
+            "draws": "disjoint"}
+    coco = get_profile("smoke")["datasets"][0]
+    path = executed_notebook(CHAPTER, datasets=[text, coco])
+    rec = report.read_record(path, CHAPTER)
+    df = results.load(chapter=CHAPTER, params_hash=rec["params_hash"], expand_extra=True)
+    on_text = df[df["dataset"] == "val2017 text"]
+    assert sorted(set(on_text["draw"])) == [0, 1]
+    peaks = on_text[on_text["quantity"] == "peak"]
+    assert sorted(set(peaks["comparison"])) == ["smollm2-135m × gemma3-270m", "smollm2-135m × minilm-l6"]
+    vision = ("dinov2", "efficientnet")
+    assert not any(v in str(m) for m in set(on_text["model_x"]) | set(on_text["model_y"]) for v in vision)
+    assert set(on_text["n"]) == {48}
+    page = "\n".join(str(o.get("data", {}).get("text/markdown", "")) for c in nbformat.read(str(path), 4).cells
+                     for o in c.get("outputs", []))
+    assert "text only: no images" in page
+    # the verdicts' held-out numbers are of the dataset with images
+    held = results.load(chapter=CHAPTER, params_hash=rec["params_hash"])
+    held = held[held["quantity"].astype(str).str.startswith("heldout")]
+    assert set(held["dataset"]) == {"coco-mini"}
