@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ..results import expand_extra_columns, format_mean_std
+from ..claims import format_number
 from .core import AlignmentMatrix, PairResult
 from .heldout import floor_margins, format_interval
 
@@ -198,7 +199,7 @@ def clip_effect_table(df: pd.DataFrame, *, dataset: str) -> pd.DataFrame:
             _ms(m, s, n) for m, s, n in zip(a["peak_mean"], a["peak_std"], a["n_draws"])]
     for lab, a in list(aggs.items())[1:]:
         table[f"{_clip_name(lab)} − {_clip_name(main)}"] = [
-            f"{v:+.3f}" for v in (a.loc[pairs, "peak_mean"] - aggs[main].loc[pairs, "peak_mean"])]
+            format_number(v, 3, sign=True) for v in (a.loc[pairs, "peak_mean"] - aggs[main].loc[pairs, "peak_mean"])]
     table[" | ".join(_clip_name(lab) for lab in labels) + ": peak layers"] = [
         " | ".join(aggs[lab].loc[p, "peak_layers"] for lab in labels) for p in pairs]
     return table
@@ -307,7 +308,7 @@ def findings(agg: pd.DataFrame, heldout: pd.DataFrame, *, dataset: str, alpha: f
         n_pd = int(a.loc[a["regime"] == "cross-modal", "n_draws"].sum()) if len(a) else 0
         row("3.1/final-not-max", tests,
             f"in-sample, the final pair is the maximum in {n_final} of {n_pd} pair-draws; held-out peak − final: "
-            + "; ".join(f"{r['pair']} {t.estimate:+.3f} [{t.low:+.3f}, {t.high:+.3f}]"
+            + "; ".join(f"{r['pair']} {format_interval(t.estimate, t.low, t.high, 3, sign=True)}"
                         for (_, r), t in zip(cross.iterrows(), tests)))
     best_cross = cross.loc[cross["score"].idxmax()] if len(cross) else None
     for cid, regime in (("3.1/vision-vision", "vision-vision"), ("3.1/language-language", "language-language")):
@@ -447,7 +448,8 @@ def describe_clip_effect(df: pd.DataFrame, *, dataset: str) -> str:
         moved = [p for p in base.index if other.loc[p, "peak_layers"] != base.loc[p, "peak_layers"]]
         worst = diff.abs().idxmax()
         lines.append(
-            f"- `{lab}` instead of `{main}`: peaks change by {diff.min():+.3f} to {diff.max():+.3f} "
+            f"- `{lab}` instead of `{main}`: peaks change by {format_number(diff.min(), 3, sign=True)} to "
+            f"{format_number(diff.max(), 3, sign=True)} "
             f"(largest for {worst}: {base.loc[worst, 'peak_mean']:.3f} → {other.loc[worst, 'peak_mean']:.3f}); "
             + (f"the most frequent peak layer pair moves for {', '.join(moved)}." if moved else
                "no pair's most frequent peak layer pair moves."))

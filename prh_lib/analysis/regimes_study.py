@@ -280,13 +280,13 @@ def control_pairs(comparisons: Sequence[Comparison]) -> list[tuple[str, str]]:
 def language_only(comparisons: Sequence[Comparison]) -> list[Comparison]:
     """The comparisons whose two models are language models (read from each model's identity, no weights
     loaded): what a text-only dataset (captions without images, e.g. the COCO val2017 captions) can score."""
-    from ..models.spec import resolve_identity
+    from ..extract import model_identity
 
     modality = {}
 
     def lang(name):
         if name not in modality:
-            modality[name] = resolve_identity(name)["modality"]
+            modality[name] = model_identity(name)["modality"]
         return modality[name] == "language"
 
     return [c for c in comparisons if lang(c.x) and lang(c.y)]
