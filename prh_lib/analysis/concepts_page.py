@@ -31,6 +31,7 @@ from . import concepts as cc
 from .concepts_study import PAPER, concept_measures
 from .concepts_claims import claim_rows, shuffled_near_zero  # noqa: F401 (re-exported: the chapter's namespace)
 from .displacement_reference import OURS, REFERENCE, reference_procedure
+from ..claims import format_number
 from .heldout import format_interval
 
 __all__ = ["KINDS", "lemma_vectors", "measures_with_controls", "concept_subsamples", "summarise_measures", "display_measures",
@@ -196,7 +197,7 @@ def summarise_measures(table: pd.DataFrame, subsamples: pd.DataFrame | None = No
 
 def display_measures(summary: pd.DataFrame) -> pd.DataFrame:
     """The summary as the page shows it: ``mean [low, high]`` strings beside the paper's values."""
-    f = lambda r, m: f"{r[m]:.3f} [{r[m + '_low']:.3f}, {r[m + '_high']:.3f}]"  # noqa: E731
+    f = lambda r, m: format_interval(r[m], r[m + "_low"], r[m + "_high"])  # noqa: E731 (no negative zeros)
     return pd.DataFrame([{"pair": r["pair"], "procedure": r["procedure"], "Pointwise": f(r, "pointwise"),
                           "Cross-Model": f(r, "cross_model"), "Cross-Model − Pointwise": f(r, "gap"),
                           "Cross-Object": f(r, "cross_object"), "Cross-Model (shuffled)": f(r, "cross_model_shuffled"),
@@ -299,9 +300,9 @@ def ablation_verdicts(summary: pd.DataFrame, *, stay: float = 0.05) -> pd.DataFr
         verdict = "differs" if "differs" in (op, oc) else ("holds" if op == oc == "holds" else "inconclusive")
         rows.append({"method": r["method"], "procedure": r["procedure"], "paper": _PAPER_TEXT[r["method"]],
                      "Pointwise": f"{r['pointwise_before']:.3f} → {r['pointwise_after']:.3f} "
-                                  f"(Δ {r['d_pointwise']:+.3f} [{r['d_pointwise_low']:+.3f}, {r['d_pointwise_high']:+.3f}])",
+                                  f"(Δ {format_interval(r['d_pointwise'], r['d_pointwise_low'], r['d_pointwise_high'], sign=True)})",
                      "Cross-Model": f"{r['cross_model_before']:.3f} → {r['cross_model_after']:.3f} "
-                                    f"(Δ {r['d_cross_model']:+.3f} [{r['d_cross_model_low']:+.3f}, {r['d_cross_model_high']:+.3f}])",
+                                    f"(Δ {format_interval(r['d_cross_model'], r['d_cross_model_low'], r['d_cross_model_high'], sign=True)})",
                      "Pointwise part": op, "Cross-Model part": oc, "paper's row": verdict})
     return pd.DataFrame(rows).set_index(["method", "procedure"])
 
@@ -372,9 +373,10 @@ def describe_hierarchy(hier: pd.DataFrame | None) -> str:
     lines = []
     for _, r in w.iterrows():
         s = sh.loc[r["model"]]
-        lines.append(f"- {r['model']}: child–parent {r['child_parent']:.3f} [{r['child_parent_low']:.3f}, "
-                     f"{r['child_parent_high']:.3f}] (shuffled tree {s['child_parent']:.3f}); variation–parent "
-                     f"{r['variation_parent']:+.4f}; siblings {r['sibling']:.3f} (shuffled tree {s['sibling']:.3f}).")
+        lines.append(f"- {r['model']}: child–parent {format_interval(r['child_parent'], r['child_parent_low'], r['child_parent_high'])}"
+                     f" (shuffled tree {format_number(s['child_parent'])}); variation–parent "
+                     f"{format_number(r['variation_parent'], 4, sign=True)}; siblings {format_number(r['sibling'])} "
+                     f"(shuffled tree {format_number(s['sibling'])}).")
     cp_above = bool(all(r["child_parent_low"] > sh.loc[r["model"], "child_parent_high"] for _, r in w.iterrows()))
     art = float(hier["centroid_artefact"].iloc[0])
     near0 = shuffled_near_zero(sh)
@@ -471,10 +473,10 @@ def display_hierarchy(table: pd.DataFrame) -> pd.DataFrame:
         raise ValueError(f"hierarchy table lacks columns {missing}; have {list(table.columns)}")
     out = pd.DataFrame({"model": table["model"].map(short_name), "tree": table["tree"]})
     for col, label in names.items():
-        out[label] = [f"{e:.3f} [{lo:.3f}, {hi:.3f}]" for e, lo, hi in
+        out[label] = [format_interval(e, lo, hi) for e, lo, hi in
                       zip(table[col], table[f"{col}_low"], table[f"{col}_high"])]
     if "centroid_artefact" in table.columns:
-        out["siblings if parents were centroids, −1/(k−1)"] = [f"{v:.3f}" for v in table["centroid_artefact"]]
+        out["siblings if parents were centroids, −1/(k−1)"] = [format_number(v) for v in table["centroid_artefact"]]
     if "n_families" in table.columns:
         out["families"] = table["n_families"].astype(int).to_numpy()
     return out
