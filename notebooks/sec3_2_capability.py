@@ -37,6 +37,11 @@
 # presented as what it is: dependent points on one path in weight space, with a Spearman ρ and no p-value.
 # With `prh-run --params paper` (GPU, Hugging Face access) the same code runs the paper's 21 models on its
 # datasets and joins the published benchmark scores.
+#
+# **Why this page stays on `coco-mini`.** The other chapters read 1,000 Flickr8k pairs (the paper's N); this
+# one does not, because its claims cannot be tested offline at any N: with at most four language models no exact
+# test reaches p < 0.05, so a larger N would not change a verdict, while extracting four language models (up to
+# 1.5B parameters) on 1,000 images with two caption policies would cost most of the offline budget.
 
 # %% tags=["parameters"]
 # The study (prh_lib.data.study): seeded subsets of N = 160 of the 239 coco-mini images, 5 draws per

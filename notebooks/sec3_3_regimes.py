@@ -273,7 +273,7 @@ report.record(claims.RECORD_NAME, claim_rows);  # the front page's checklist
 # ## What the offline models can and cannot tell
 
 # %% tags=["hide-input"]
-Markdown(regimes.offline_scope(summary, bands, aligned_measured=bool(aligned_models)))
+Markdown(regimes.offline_scope(summary, bands, aligned_measured=bool(aligned_models), dataset=headline_ds))
 
 # %% [markdown]
 # Caveats: random-init language models carry token identity through their embedding layer, so their

@@ -402,8 +402,8 @@ def describe_findings(agg: pd.DataFrame, rows: list[dict], *, dataset: str, n_pe
         lines.append(f"It does not test {', '.join(untestable)} (the rows say why).")
     comparable = any(r["verdict"] == "reproduces" for r in rows)
     if not comparable:
-        lines.append("None of the values is comparable with the paper's: the models, the data (COCO, not WIT) and "
-                     "N differ, so only the qualitative pattern is tested.")
+        lines.append("None of the values is comparable with the paper's: the models and the data (Flickr8k and COCO, not "
+                     "WIT) differ, and N (1,000 and 239, not 1,024), so only the qualitative pattern is tested.")
     return "\n".join(lines)
 
 

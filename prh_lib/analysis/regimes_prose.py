@@ -125,17 +125,20 @@ def held_out_floor_count(heldout: pd.DataFrame, dataset: str) -> str:
             f"{r['pair']} − {worst['floor']} ({worst['kind']}): {format_interval(worst['margin'], worst['low'], worst['high'])}")
         rv = fm[(fm["kind"] == "random-vision") & ~(fm["low"] > 0)]
         if len(rv):
-            random_vision.append((r["pair"], float(rv["margin"].min())))
+            lowest = rv.loc[rv["margin"].idxmin()]
+            random_vision.append((r["pair"], float(lowest["margin"]), bool(lowest["high"] < 0)))
     if not clear and not not_clear:
         return ""
     n = len(clear) + len(not_clear)
     why = ""
     if random_vision:
-        below = [(p, m) for p, m in random_vision if m < 0]
+        below = [(p, m, excl) for p, m, excl in random_vision if m < 0]
         why = (f" A randomly initialised vision model is not beaten by its trained twin in {len(random_vision)} "
-               f"vision-vision comparison(s) ({', '.join(p for p, _ in random_vision)}"
+               f"vision-vision comparison(s) ({', '.join(p for p, _, _ in random_vision)}"
                + (f"; the random-init pair's held-out estimate is the higher one in {len(below)} of them, by "
-                  + " and ".join(f"{-m:.3f}" for _, m in below) + ", within the interval" if below else "")
+                  + " and ".join(f"{-m:.3f}" + (" (its paired interval excludes 0: significantly higher)" if excl
+                                                else " (within the interval)") for _, m, excl in below)
+                  if below else "")
                + "). A likely reason, not tested here: a network with random weights is a random feature map of the "
                "pixels and keeps much of the images' pixel-space neighbourhoods (colour, layout, texture), which a "
                "trained vision model also ranks images by. Whatever the cause, a vision-vision score says little "
@@ -147,11 +150,12 @@ def held_out_floor_count(heldout: pd.DataFrame, dataset: str) -> str:
             + ". Margins are held-out peak minus the floor's held-out peak, on the same image half-samples." + why)
 
 
-def offline_scope(summary: pd.DataFrame, bands: dict, *, aligned_measured: bool) -> str:
-    """Markdown: what this run's models can and cannot tell about the paper's Section 3.3 claims, from the numbers."""
+def offline_scope(summary: pd.DataFrame, bands: dict, *, aligned_measured: bool, dataset: str | None = None) -> str:
+    """Markdown: what this run's models can and cannot tell about the paper's Section 3.3 claims, from the numbers
+    of ``dataset`` (the verdicts' headline dataset; default: the first in ``summary``)."""
     if summary.empty:
         return "*No scores in this run.*"
-    first = summary["dataset"].iloc[0]
+    first = dataset if dataset is not None else summary["dataset"].iloc[0]
     s = summary[summary["dataset"] == first]
     chance, n = float(s["chance"].iloc[0]), int(s["n"].iloc[0])
     uni = s[s["regime"] == "unimodal"]
