@@ -223,42 +223,16 @@ def _first_argmax(M: np.ndarray) -> tuple[int, int]:
 
 
 class _Stacks:
-    """Similarity stacks of the distinct feature stacks among the draws (a vision model's features are the
-    same in every caption draw: its neighbourhoods are computed once per resampled half).
+    """One side of a comparison: its draws' feature stacks as ids in a shared :class:`_Registry`. Equal stacks
+    (a vision model's features are the same in every caption draw, and other comparisons hold them too) share
+    one Gram matrix and, per half, one set of neighbourhoods."""
 
-    With ``registry`` (a shared :class:`_Registry`), equal stacks of *other* comparisons share its Gram
-    matrices too, and :meth:`states` reads the neighbourhoods the registry computed once per half."""
-
-    def __init__(self, engine, tensors: Sequence[torch.Tensor], registry: "_Registry | None" = None):
-        self.engine, self.registry = engine, registry
-        if registry is not None:
-            self.ids = [registry.add(t) for t in tensors]
-            self.grams = registry.grams
-            return
-        self.ids, self.grams = [], []
-        for t in tensors:
-            for u, (ref, _) in enumerate(self.grams):
-                if ref.shape == t.shape and torch.equal(ref, t):
-                    self.ids.append(u)
-                    break
-            else:
-                self.ids.append(len(self.grams))
-                self.grams.append((t, engine.gram(t)))
+    def __init__(self, registry: "_Registry", tensors: Sequence[torch.Tensor]):
+        self.registry = registry
+        self.ids = [registry.add(t) for t in tensors]
 
     def states(self, idx: np.ndarray, k: int, groups: bool):
-        if self.registry is not None:
-            return self.registry.states_of(self.ids, idx, k, groups)
-        it = torch.from_numpy(idx).to(self.grams[0][1][0].device)
-        m = len(idx)
-        out = []
-        for _, (G, valid) in self.grams:
-            # one gather of the (L, m, m) block: index_select on the flattened N * N positions is exact and
-            # about 4x faster on a CPU than the two-axis advanced index G[:, it[:, None], it[None, :]]
-            n = G.shape[-1]
-            flat = (it[:, None] * n + it[None, :]).reshape(-1)
-            Gs = G.reshape(G.shape[0], n * n).index_select(1, flat).view(G.shape[0], m, m)
-            out.append(self.engine.state(Gs, valid, k=k, groups=it if groups else None))
-        return [out[u] for u in self.ids]
+        return self.registry.states_of(self.ids, idx, k, groups)
 
 
 class _Registry:
@@ -295,6 +269,8 @@ class _Registry:
             it = torch.from_numpy(idx).to(self.grams[0][1][0].device)
             m = len(idx)
             for u in missing:
+                # one gather of the (L, m, m) block: index_select on the flattened N * N positions is exact and
+                # about 4x faster on a CPU than the two-axis advanced index G[:, it[:, None], it[None, :]]
                 G, valid = self.grams[u][1]
                 n = G.shape[-1]
                 flat = (it[:, None] * n + it[None, :]).reshape(-1)
@@ -476,7 +452,7 @@ def crossfit_peaks(comparisons, *, metric: str = "mutual_knn", k: int = 10, n_sp
     comps = []
     for Xt, Yt, _ in prepared:
         Lx, Ly = Xt[0].shape[0], Yt[0].shape[0]
-        comps.append((_Stacks(engine, Xt, registry), _Stacks(engine, Yt, registry),
+        comps.append((_Stacks(registry, Xt), _Stacks(registry, Yt),
                       np.arange(Lx) / max(Lx - 1, 1), np.arange(Ly) / max(Ly - 1, 1)))
 
     def run(halves, groups):
