@@ -23,7 +23,7 @@ numbers, written atomically. Models are reached through :mod:`prh_lib.models` on
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Sequence
 
@@ -317,7 +317,6 @@ def features_for_pairs(model, pairs_list: Sequence[Pairs], *, device: str = "cpu
         One per set of pairs, in order.
     """
     models.torch_dtype(dtype)  # unknown dtype: ValueError before anything is loaded
-    loaded = None if isinstance(model, str) else model
     out: list[LayerFeatures | None] = [None] * len(pairs_list)
     todo, first_of, repeats = [], {}, []
     for i, pairs in enumerate(pairs_list):
@@ -333,6 +332,73 @@ def features_for_pairs(model, pairs_list: Sequence[Pairs], *, device: str = "cpu
             todo.append((i, pairs, path))
     if not todo:
         return _fill_repeats(out, repeats)
+    options = dict(device=device, dtype=dtype, batch_size=batch_size, max_length=max_length, progress=progress,
+                   cache=cache, num_threads=num_threads, share_prefixes=share_prefixes, keep=keep)
+    if not cache:
+        _extract_into(out, model, todo, **options)
+        return _fill_repeats(out, repeats)
+    # Two processes on one cache (prh-run's notebooks side by side) never extract the same file twice: each
+    # claims the files it will write (extraction_lock); a file another process is writing is waited for and read.
+    with ExitStack() as held:
+        mine, theirs = [], []
+        for entry in todo:
+            (mine if held.enter_context(extraction_lock(entry[2], wait=False)) else theirs).append(entry)
+        mine = _read_claimed(out, mine)  # written by another process between the first look and the claim
+        loaded = _extract_into(out, model, mine, **options)
+    for i, pairs, path in theirs:
+        note(f"waiting for another process extracting {getattr(model, 'name', model)} on {pairs.dataset}")
+        with extraction_lock(path, wait=True):
+            if not _read_claimed(out, [(i, pairs, path)]):
+                continue
+            loaded = _extract_into(out, model if loaded is None else loaded, [(i, pairs, path)], **options)
+    return _fill_repeats(out, repeats)
+
+
+def _read_claimed(out: list, entries: list) -> list:
+    """Fill ``out`` from the cache for the entries now cached; return the others."""
+    left = []
+    for i, pairs, path in entries:
+        cached = read_cached_features(path, pairs.sample_ids)
+        if cached is not None:
+            out[i] = cached
+        else:
+            left.append((i, pairs, path))
+    return left
+
+
+@contextmanager
+def extraction_lock(path: Path, *, wait: bool):
+    """Hold the lock of feature file ``path`` (``fcntl.flock`` on ``PRH_CACHE_DIR/locks/features/<digest>.lock``).
+
+    Yields True when held; with ``wait=False`` it yields False at once when another process holds it. The
+    operating system releases the lock when the holder's file is closed, also when the process is killed,
+    so no lock is ever left stale. A cache whose lock folder cannot be written is used without locks (True):
+    two processes may then extract the same file, each writing it atomically, as before locks.
+    """
+    import fcntl
+
+    lock = paths.cache_root() / "locks" / "features" / f"{paths.digest(str(path))}.lock"
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(lock, "a")
+    except OSError:
+        yield True
+        return
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True  # closing the file releases the lock
+
+
+def _extract_into(out: list, model, todo: list, *, device, dtype, batch_size, max_length, progress, cache,
+                  num_threads, share_prefixes, keep):
+    """Extract the ``todo`` entries ``(i, pairs, path)`` into ``out`` (writing the cache); the loaded model or None."""
+    if not todo:
+        return None if isinstance(model, str) else model
+    loaded = None if isinstance(model, str) else model
     if loaded is None:
         note(f"loading {model}")
         loaded = models.load_model(model, device=device, dtype=models.torch_dtype(dtype))
@@ -346,7 +412,7 @@ def features_for_pairs(model, pairs_list: Sequence[Pairs], *, device: str = "cpu
             if cache:
                 save_features(feats, path)
             out[i] = feats
-        return _fill_repeats(out, repeats)
+        return loaded
     for i, pairs, path in todo:
         note(f"extracting {getattr(loaded, 'name', loaded)} on {pairs.dataset} ({len(pairs)} pairs, {pairs.caption_policy})")
         with torch_threads(num_threads):
@@ -354,7 +420,7 @@ def features_for_pairs(model, pairs_list: Sequence[Pairs], *, device: str = "cpu
         if cache:
             save_features(feats, path)
         out[i] = feats if keep or not cache else None
-    return _fill_repeats(out, repeats)
+    return loaded
 
 
 def _fill_repeats(out: list, repeats: list[tuple[int, int]]) -> list:

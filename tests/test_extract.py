@@ -329,3 +329,47 @@ def test_prefix_tolerance_is_round_off_of_the_weights_dtype():
     assert forward.prefix_tolerance(torch.float32) == 1e-3  # float32 round-off is ~1e-6: the floor
     assert forward.prefix_tolerance(torch.bfloat16) == pytest.approx(4 * 2 ** -7)
     assert forward.prefix_tolerance(torch.float16) == pytest.approx(4 * 2 ** -10)
+
+
+def test_a_feature_file_another_process_is_extracting_is_waited_for_and_read_not_extracted_again(tmp_path, monkeypatch):
+    """prh-run executes two notebooks side by side on one cache: when both need the same features, the second
+    waits for the first's file (its extraction lock) and reads it, loading no model. A file whose holder gave up
+    without writing it is extracted by the waiter."""
+    import threading
+    import time
+
+    from fixtures.tiny_models import tiny_llama
+    from prh_lib import models
+
+    monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path / "cache"))
+    texts = ["a dog runs", "two cats sleep", "a red bus", "a man rides a horse"]
+    folder = str(tiny_llama(tmp_path / "tiny-llama", texts))
+    pairs = data.Pairs("t", tuple(f"s{i}" for i in range(4)), (None,) * 4, tuple(texts))
+    path = extract.features_path(folder, pairs, dtype="float32")
+    reference = extract.features_for_pairs(folder, [pairs], progress=False, cache=False)[0]
+    loads = []
+    load = models.load_model
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: loads.append(a[0]) or load(*a, **k))
+
+    got = {}
+    with extract.extraction_lock(path, wait=False) as held:  # "another process" (flock: another open file)
+        assert held
+        worker = threading.Thread(target=lambda: got.setdefault("f", extract.features_for_pairs(
+            folder, [pairs], progress=False)[0]))
+        worker.start()
+        time.sleep(0.5)
+        assert worker.is_alive() and not path.exists()  # it waits rather than extracting the same file
+        extract.save_features(reference, path)  # the holder writes the file, then releases the lock
+    worker.join(timeout=60)
+    assert loads == []  # the waiter read the holder's file
+    torch.testing.assert_close(got["f"].values, reference.values, rtol=0, atol=0)
+
+    path.unlink()
+    with extract.extraction_lock(path, wait=False):
+        worker = threading.Thread(target=lambda: got.update(f=extract.features_for_pairs(folder, [pairs],
+                                                                                         progress=False)[0]))
+        worker.start()
+        time.sleep(0.5)
+    worker.join(timeout=60)  # the holder wrote nothing: the waiter extracts it
+    assert loads == [folder] and path.is_file()
+    torch.testing.assert_close(got["f"].values, reference.values, rtol=1e-6, atol=1e-6)
