@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from . import __version__, models, paths
+from .models import precision
 from .progress import note
 from .data import Pairs
 from .features import (CorruptCacheWarning, CorruptFeatureFileError, FeatureMismatchError, LayerFeatures,
@@ -215,11 +216,12 @@ def model_identity(model) -> dict:
 
 
 def features_path(model, pairs: Pairs, *, dtype: str = "float32", max_length: int | None = None,
-                  identity: dict | None = None) -> Path:
+                  identity: dict | None = None, device: str = "cpu") -> Path:
     """The cache file :func:`get_features` reads and writes for ``model`` (name or LoadedModel) on ``pairs``.
 
     ``identity`` (``{"name", "revision", "modality", "pooling"}``) skips resolving the model again when the
-    caller already has it.
+    caller already has it. ``dtype="auto"`` is resolved for the model and ``device``
+    (:func:`prh_lib.models.precision.feature_dtype`).
 
     Raises
     ------
@@ -229,6 +231,8 @@ def features_path(model, pairs: Pairs, *, dtype: str = "float32", max_length: in
     ident = identity or model_identity(model)
     if not isinstance(model, str):
         dtype = models.dtype_name(model.dtype)
+    else:
+        dtype = precision.feature_dtype(model, dtype, device)
     return features_cache_path(ident["name"], ident["revision"], ident["modality"], pairs, dtype=dtype,
                                max_length=max_length, pooling=ident.get("pooling", ""))
 
@@ -257,8 +261,9 @@ def get_features(
     pairs : Pairs
     device : str
         ``"cpu"``, ``"cuda"`` (all visible GPUs; large models are sharded), ``"cuda:1"``, ...
-    dtype : {"float32", "bfloat16", "float16"}
-        Weight dtype; pooling is always float32.
+    dtype : {"float32", "bfloat16", "float16", "auto"}
+        Weight dtype; pooling is always float32. ``"auto"``: the model's row in the bf16 table decides on a CPU
+        (:func:`prh_lib.models.precision.feature_dtype`), float32 elsewhere.
     batch_size, max_length, progress
         As in :func:`extract_features`.
     cache : bool
@@ -316,6 +321,8 @@ def features_for_pairs(model, pairs_list: Sequence[Pairs], *, device: str = "cpu
     list of LayerFeatures
         One per set of pairs, in order.
     """
+    if isinstance(model, str):
+        dtype = precision.feature_dtype(model, dtype, device)  # "auto": the model's benchmark row decides
     models.torch_dtype(dtype)  # unknown dtype: ValueError before anything is loaded
     out: list[LayerFeatures | None] = [None] * len(pairs_list)
     todo, first_of, repeats = [], {}, []

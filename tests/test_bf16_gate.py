@@ -163,3 +163,48 @@ def test_table_refuses_an_allowed_row_without_evidence(tmp_path, change, thresho
     with pytest.raises(ValueError, match=match):
         read_bf16_table(path)
     assert MAX_SCORE_CHANGE == 0.005
+
+
+def test_auto_dtype_follows_each_models_row_and_only_on_a_cpu():
+    from prh_lib.models.precision import dtype_statement, feature_dtype
+
+    rows = {"a": {"allowed": True, "speed_ratio": 3.0, "max_rel_error": 0.01, "max_score_change": 0.001,
+                  "threshold": 0.002, "benchmark": "test"},
+            "b": {"allowed": False, "speed_ratio": 1.4, "max_rel_error": 0.07, "max_score_change": 0.004,
+                  "threshold": 0.001, "benchmark": "test"}}
+    kw = dict(table=rows, native_bf16=True)
+    assert feature_dtype("a", "auto", **kw) == "bfloat16"
+    assert feature_dtype("a@random-init:0", "auto", **kw) == "bfloat16"  # the benchmark measured the twin too
+    assert feature_dtype("a@interp:t=0.5:seed=0", "auto", **kw) == "float32"  # never measured
+    assert feature_dtype("b", "auto", **kw) == "float32"
+    assert feature_dtype("unknown", "auto", **kw) == "float32"
+    assert feature_dtype("a", "auto", "cuda", **kw) == "float32"
+    assert feature_dtype("a", "auto", table=rows, native_bf16=False) == "float32"  # emulated bf16: never
+    assert feature_dtype("b", "float32", **kw) == "float32" and feature_dtype("b", "bfloat16", **kw) == "bfloat16"
+    text = dtype_statement(["a", "a@random-init:0", "b"], "auto", **kw)
+    assert "**bfloat16** for a, a@random-init:0" in text and "float32 for b" in text and "0.0010" in text
+    assert "every model in float32" in dtype_statement(["b"], "auto", **kw)
+    assert dtype_statement(["a"], "float32", **kw) == 'Features of every model in float32 (`dtype = "float32"`).'
+
+
+def test_auto_dtype_reaches_the_feature_cache_key(monkeypatch):
+    """``dtype="auto"`` names the same cache file as the dtype it resolves to: float32 for a model whose row does
+    not allow bf16 (the committed table), bfloat16 once a row allows it on a CPU with native bf16."""
+    from prh_lib import data, extract
+    from prh_lib.models import precision
+
+    pairs = data.Pairs("t", ("s0", "s1"), (None, None), ("a dog", "a cat"))
+    row = read_bf16_table()["minilm-l6"]
+    if not row["allowed"]:
+        assert extract.features_path("minilm-l6", pairs, dtype="auto") == \
+            extract.features_path("minilm-l6", pairs, dtype="float32")
+    allowed = {"minilm-l6": dict(row, allowed=True, speed_ratio=2.3, max_rel_error=0.01, max_score_change=0.001,
+                                 threshold=0.002, benchmark="test")}
+    monkeypatch.setattr(precision, "read_bf16_table", lambda path=None: allowed)
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: True)
+    assert extract.features_path("minilm-l6", pairs, dtype="auto") == \
+        extract.features_path("minilm-l6", pairs, dtype="bfloat16")
+    assert extract.features_path("minilm-l6@random-init:0", pairs, dtype="auto") == \
+        extract.features_path("minilm-l6@random-init:0", pairs, dtype="bfloat16")
+    assert extract.features_path("minilm-l6", pairs, dtype="auto", device="cuda") == \
+        extract.features_path("minilm-l6", pairs, dtype="float32")

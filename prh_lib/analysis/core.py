@@ -367,7 +367,7 @@ def prefetch_features(comparisons, draws, *, models: Sequence[str] = (), device:
         by_dataset.setdefault(d.dataset, []).append(d.pairs)
     for name in names:
         for pairs in by_dataset.values():
-            missing = [p for p in pairs if not extract.features_path(name, p, dtype=dtype).is_file()]
+            missing = [p for p in pairs if not extract.features_path(name, p, dtype=dtype, device=device).is_file()]
             if missing:
                 extract.features_for_pairs(name, missing, device=device, dtype=dtype, batch_size=batch_size,
                                            progress=False, num_threads=num_threads, keep=False)

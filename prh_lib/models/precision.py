@@ -8,8 +8,10 @@ and that row carries the evidence (speed ratio, largest per-layer relative error
 largest change of a headline score, and the threshold it had to stay below: a quarter of that score's
 image-level interval half-width, or 0.005, whichever is smaller). Everywhere else: float32.
 
-:func:`cpu_default_dtype` picks the dtype; :func:`check_cpu_dtype` refuses bf16 for a model whose row
-does not allow it. The table starts allowing no model.
+:func:`cpu_default_dtype` picks the dtype; :func:`feature_dtype` resolves the chapters' ``dtype="auto"``
+(per model: that pick on a CPU, float32 elsewhere; ``"float32"`` asks for float32 for every model and
+reproduces the float32 numbers bit for bit); :func:`check_cpu_dtype` refuses bf16 for a model whose row
+does not allow it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from importlib import resources
 from pathlib import Path
 
 __all__ = ["BF16_TABLE", "read_bf16_table", "cpu_has_native_bf16", "cpu_default_dtype", "check_cpu_dtype",
-           "MAX_SCORE_CHANGE"]
+           "MAX_SCORE_CHANGE", "AUTO", "feature_dtype", "dtype_statement"]
+
+#: The ``dtype`` that lets each model's benchmark row decide (:func:`feature_dtype`).
+AUTO = "auto"
 
 #: The committed table, under ``prh_lib/resources``.
 BF16_TABLE = "bf16_allowed.json"
@@ -118,6 +123,38 @@ def cpu_default_dtype(model: str, *, table: dict[str, dict] | None = None, nativ
     return "bfloat16" if native else "float32"
 
 
+def feature_dtype(model: str, dtype: str, device: str = "cpu", *, table: dict[str, dict] | None = None,
+                  native_bf16: bool | None = None) -> str:
+    """The dtype the features of ``model`` are extracted in, for a requested ``dtype``.
+
+    Parameters
+    ----------
+    model : str
+        A model name: a zoo name, optionally with ``@random-init:<seed>`` (the benchmark measured each model's
+        random-init twin with it, so the twin follows the model's row), or any other name.
+    dtype : str
+        ``"auto"``: on a CPU :func:`cpu_default_dtype` of the model (bf16 only where its row allows it and the
+        CPU has native bf16), elsewhere (a GPU) ``"float32"``; other variants (``@interp:...``) and models
+        without a row are float32. Any other value is returned unchanged (``"float32"`` for every model).
+    device : str, default "cpu"
+    table, native_bf16
+        As in :func:`cpu_default_dtype`.
+
+    Returns
+    -------
+    str
+        A dtype name.
+    """
+    if dtype != AUTO:
+        return dtype
+    if str(device) != "cpu":
+        return "float32"
+    base, _, variant = str(model).partition("@")
+    if variant and not variant.startswith("random-init:"):
+        return "float32"
+    return cpu_default_dtype(base, table=table, native_bf16=native_bf16)
+
+
 def check_cpu_dtype(model: str, dtype: str, *, table: dict[str, dict] | None = None) -> None:
     """Refuse bf16 on a CPU for a model whose benchmark row does not allow it.
 
@@ -134,3 +171,43 @@ def check_cpu_dtype(model: str, dtype: str, *, table: dict[str, dict] | None = N
         raise ValueError(f"bfloat16 on a CPU is not allowed for {model!r}: its row in prh_lib/resources/{BF16_TABLE} "
                          f"{'does not allow it' if model in rows else 'is missing'}; run benchmarks/bf16_extraction.py "
                          "on both datasets and allow it only if every headline score moves by less than its threshold")
+
+
+def dtype_statement(model_names, dtype: str, device: str = "cpu", *, table: dict[str, dict] | None = None,
+                    native_bf16: bool | None = None) -> str:
+    """One paragraph for a page: the dtype each of its models' features were extracted in, and the evidence.
+
+    Parameters
+    ----------
+    model_names : iterable of str
+        The models whose features the page reads (``@random-init`` twins included).
+    dtype, device, table, native_bf16
+        As in :func:`feature_dtype`.
+
+    Returns
+    -------
+    str
+        Markdown: for ``dtype="auto"``, the models in bfloat16 with their benchmark rows' speed-up and largest
+        headline-score change against its threshold, then the float32 ones; otherwise the one dtype asked for.
+    """
+    names = list(dict.fromkeys(model_names))
+    if dtype != AUTO:
+        return f"Features of every model in {dtype} (`dtype = \"{dtype}\"`)."
+    rows = read_bf16_table() if table is None else table
+    resolved = {m: feature_dtype(m, dtype, device, table=rows, native_bf16=native_bf16) for m in names}
+    half = [m for m in names if resolved[m] == "bfloat16"]
+    full = [m for m in names if resolved[m] != "bfloat16"]
+    if not half:
+        why = "on a CPU, " if str(device) == "cpu" else "off a CPU, "
+        return (f"Features of every model in float32 (`dtype = \"auto\"`: {why}no model of this page has a "
+                "bf16 benchmark row that allows bfloat16 here, see `prh_lib/resources/bf16_allowed.json`).")
+    evidence = []
+    for base in dict.fromkeys(m.partition("@")[0] for m in half):
+        r = rows[base]
+        evidence.append(f"{base}: {r['speed_ratio']:.1f}x faster, largest headline-score change "
+                        f"{r['max_score_change']:.4f} against its threshold {r['threshold']:.4f}")
+    return (f"Features in **bfloat16** for {', '.join(half)} (`dtype = \"auto\"`: their rows in "
+            "`prh_lib/resources/bf16_allowed.json` allow it, as measured by `benchmarks/bf16_extraction.py` on both "
+            "offline datasets: " + "; ".join(evidence) + "; every headline score moved by less than a quarter of "
+            "its own image-level interval half-width, or 0.005); float32 for "
+            + (", ".join(full) if full else "no other model") + ". `dtype = \"float32\"` gives the float32 numbers.")
