@@ -290,3 +290,51 @@ def test_crossfit_peaks_equal_each_comparison_alone_and_check_their_sizes():
         crossfit_peaks([(X1, Y[0]), (X1[:, :100], Y[0][:, :100])], k=5, n_splits=2, n_boot=0)
     with pytest.raises(ValueError, match="at least one comparison"):
         crossfit_peaks([], k=5)
+
+
+@pytest.mark.parametrize("metric", ["mutual_knn", "jaccard_knn", "cycle_knn"])
+def test_a_halfs_neighbourhoods_read_off_full_sample_candidates_equal_selecting_on_the_half(metric):
+    """hoods_of_subsample equals hoods_from_similarity of the sub-stack in every field, with ties (integer-valued
+    features, a constant layer, all-zero rows) and with rows whose candidates hold too few of the half."""
+    from prh_lib.metrics._engines import get_engine
+
+    engine = get_engine(metric)
+    rng = np.random.default_rng(0)
+    n = 120
+    X = rng.integers(-2, 3, size=(4, n, 3)).astype(np.float32)  # few values: many exact ties
+    X[1] = rng.normal(size=(n, 3))
+    X[2] = 1.0  # a constant layer (degenerate)
+    X[3, :5] = 0.0  # all-zero rows
+    G, valid = engine.gram(torch.from_numpy(X))
+    for T, m, k in ((8, 30, 3), (40, 60, 5), (119, 17, 2)):  # T = 8 leaves rows short of k members: exact path
+        cands = engine.subsample_candidates(G, T)
+        for seed in range(3):
+            idx = torch.from_numpy(np.sort(np.random.default_rng(seed).choice(n, size=m, replace=False)))
+            got = engine.subsample_state(G, valid, cands, idx, k=k)
+            want = engine.state(G[:, idx][:, :, idx].contiguous(), valid, k=k)
+            for (f, a), b in zip(_hoods_fields(got).items(), _hoods_fields(want).values()):
+                assert torch.equal(torch.as_tensor(a), torch.as_tensor(b)), (f, T, m, k, seed)
+
+
+def test_crossfit_peaks_read_off_candidates_equal_selecting_on_every_half(monkeypatch):
+    """The half-sample path through full-sample candidates gives the same CrossFitPeak, field for field."""
+    import dataclasses
+
+    from prh_lib.metrics import selection
+
+    rng = np.random.default_rng(5)
+    X, Y = _planted(rng, n=80)
+    Xi = np.round(X).astype(np.float32)  # ties
+    comps = [(X, Y), (Xi, Y), ([X, X], [Y, Xi])]
+    fast = selection.crossfit_peaks(comps, k=6, n_splits=3, n_boot=7, seed=2)
+    plain = dataclasses.replace(selection.get_engine("mutual_knn"), subsample_state=None, subsample_candidates=None)
+    monkeypatch.setattr(selection, "get_engine", lambda name: plain)
+    slow = selection.crossfit_peaks(comps, k=6, n_splits=3, n_boot=7, seed=2)
+    for a, b in zip(fast, slow):
+        for f in dataclasses.fields(a):
+            va, vb = getattr(a, f.name), getattr(b, f.name)
+            np.testing.assert_array_equal(np.asarray(va), np.asarray(vb), err_msg=f.name)
+
+
+def _hoods_fields(h):
+    return {f: getattr(h, f) for f in ("idx", "straddle", "s_layer", "s_row", "s_code", "s_r", "s_t")}

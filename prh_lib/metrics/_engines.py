@@ -46,6 +46,10 @@ class Engine:
     # G[d][:, d]; ``scores`` of two such states holds replicate b's score at [0, b, b], so the
     # bootstrap scores a stack of replicates at once. None: one at a time
     resample_state: Callable | None = None
+    # (G (L, N, N), T) -> candidates of every row; (G, valid, candidates, idx (m,), *, k) -> the state of the
+    # subsample G[:, idx][:, :, idx] of distinct samples, the same bits as ``state`` of it. None: use ``state``
+    subsample_candidates: Callable | None = None
+    subsample_state: Callable | None = None
 
     def score(self, sx, sy, perm=None) -> np.ndarray:
         """Scores ``(L_x, L_y)`` for one re-pairing ``Y[perm]`` (or the observed pairing)."""
@@ -68,9 +72,16 @@ def _knn_engine(metric, min_n=2):
         return _knn._resample_state(G, valid, draws, k=k)
 
     # CKNNA scores every layer pair in float64 gathers, so a stack of B replicates would cost B^2 of them
+    def subsample_state(G, valid, cands, idx, *, k):
+        return _knn._subsample_state(G, valid, cands, idx, k=k)
+
+    # CKNNA scores every layer pair in float64 gathers, so a stack of B replicates would cost B^2 of them
+    plain = metric != "cknna"  # CKNNA's state also holds the sub-Gram: the subsample path does not apply
     return Engine(prepare, lambda XL: _knn._gram(XL, kind), state, scores, _knn._valid, ("k",),
                   min_n=min_n, needs_k=True, check_finite=False,
-                  resample_state=None if metric == "cknna" else resample_state)
+                  resample_state=resample_state if plain else None,
+                  subsample_candidates=_knn._subsample_candidates if plain else None,
+                  subsample_state=subsample_state if plain else None)
 
 
 def _kernel_engine(kind, unbiased):

@@ -265,6 +265,68 @@ def hoods_of_resamples(S: torch.Tensor, valid, draws: torch.Tensor, *, k: int, b
     return _assemble([part], valid, k, m, bk, None)
 
 
+def subsample_candidates(S: torch.Tensor, T: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's ``T`` best other samples in a similarity stack ``S`` (L, N, N), for :func:`hoods_of_subsample`.
+
+    Returns ``cand`` (L, N, T) int64, by decreasing similarity and ties by index, and ``tied`` (L, N) bool: a
+    tie between two of the row's ``T + 1`` best samples (one more than the candidates, to see a tie at their
+    edge). ``S`` is not modified.
+    """
+    L, N, _ = S.shape
+    T = min(int(T), N - 1)
+    Sd = S.clone()
+    Sd.diagonal(dim1=1, dim2=2).fill_(float("-inf"))
+    vals, cand = torch.topk(Sd, min(T + 1, N - 1), dim=2, largest=True, sorted=True)
+    cand = _order(vals, cand)
+    vals = torch.gather(Sd, 2, cand)
+    tied = (vals[..., 1:] == vals[..., :-1]).any(2)
+    return cand[..., :T].contiguous(), tied
+
+
+def hoods_of_subsample(S: torch.Tensor, cand: torch.Tensor, tied: torch.Tensor, valid, idx: torch.Tensor, *,
+                       k: int, bk: Backend) -> Hoods:
+    """:class:`Hoods` of the sub-stack ``S[:, idx][:, :, idx]`` (a subsample of distinct samples, ``idx`` (m,)
+    sorted int64), equal to :func:`hoods_from_similarity` of that sub-stack (bit for bit), read off each row's
+    full-sample candidates (:func:`subsample_candidates` of ``S``).
+
+    A row's ``k`` neighbours in the subsample are its first ``k`` candidates that the subsample holds, in the
+    candidates' order (decreasing similarity; a subsample keeps the samples' order, so ties by index stay ties
+    by position): ``O(L m T)`` instead of a ``topk`` over ``L m^2`` entries. Rows whose candidates hold a tie
+    between samples, or fewer than ``k`` samples of the subsample, are selected exactly (:func:`select_rows`
+    on the row's subsample similarities).
+    """
+    L, N, _ = S.shape
+    m = idx.shape[0]
+    dev = S.device
+    inside = torch.zeros(N, dtype=torch.bool, device=dev)
+    inside[idx] = True
+    position = torch.full((N,), -1, dtype=torch.int64, device=dev)
+    position[idx] = torch.arange(m, device=dev)
+    # as many candidates as this subsample's density needs (3 k N / m + 10, see candidates()); fewer rows
+    # then fall short of k members and take the exact path, which changes no bit
+    T = min(cand.shape[2], int(np.ceil(3 * k * N / max(m, 1))) + 10)
+    C = cand[:, idx, :T]  # (L, m, T)
+    cum = torch.cumsum(inside[C], 2)  # subsample members among the first t + 1 candidates
+    short = cum[..., -1] < k
+    place = torch.arange(1, k + 1, device=dev).expand(L, m, k).contiguous()
+    t_of = torch.searchsorted(cum, place).clamp_(max=C.shape[2] - 1)  # first candidate where the count reaches p
+    hood = position[torch.gather(C, 2, t_of)]  # (L, m, k) positions in the subsample
+    exact = (tied[:, idx] | short)
+    flat = torch.nonzero(exact.reshape(-1)).flatten()
+    empty = (torch.zeros(0, dtype=torch.int64, device=dev), torch.zeros(0, m + 1, dtype=torch.int8, device=dev))
+    straddle = torch.zeros(L, m, dtype=torch.bool, device=dev)
+    part = (hood, straddle, empty[0], empty[0], empty[1], empty[0], empty[0])
+    if flat.numel():
+        lay, row = flat // m, flat % m
+        Sr = S[lay[:, None], idx[row][:, None], idx[None, :]]  # (R0, m): the rows of the sub-stack
+        Sr[torch.arange(flat.numel(), device=dev), row] = float("-inf")  # the sample itself
+        i_r, st_r, f_r, code, r, t = select_rows(Sr, k)
+        hood.view(L * m, k)[flat] = i_r
+        straddle.view(-1)[flat] = st_r
+        part = (hood, straddle, lay[f_r], row[f_r], code, r, t)
+    return _assemble([part], valid, k, m, bk, None)
+
+
 def _copy_ranks(groups: torch.Tensor) -> torch.Tensor:
     """Rank of each position among the positions holding the same group id (0 for the first), per row
     of ``groups`` (L, N)."""

@@ -66,7 +66,8 @@ from . import _cknna as C
 from . import _overlap as O
 from . import _validation as V
 from ._bits import Backend
-from ._neighbours import (Hoods, hoods_from_features, hoods_from_similarity, hoods_of_resamples, similarity,
+from ._neighbours import (Hoods, hoods_from_features, hoods_from_similarity, hoods_of_resamples, hoods_of_subsample,
+                          subsample_candidates, similarity,
                           warn_zero_rows)
 
 __all__ = [
@@ -182,6 +183,17 @@ def _resample_state(G: torch.Tensor, valid, draws: torch.Tensor, *, k: int) -> H
     copies) as the layers of one state (mutual, Jaccard and cycle k-NN; bootstrap path)."""
     valid = np.repeat(np.asarray(valid.cpu() if isinstance(valid, torch.Tensor) else valid), draws.shape[0])
     return hoods_of_resamples(G[0], valid, draws, k=k, bk=Backend(G.device))
+
+
+def _subsample_state(G: torch.Tensor, valid, cands, idx: torch.Tensor, *, k: int) -> Hoods:
+    """Neighbourhoods of the subsample ``G[:, idx][:, :, idx]`` (distinct samples, ``idx`` sorted) from the full
+    stack's candidates ``cands`` (:func:`_subsample_candidates`): the same bits as :func:`_state` of it."""
+    return hoods_of_subsample(G, *cands, np.asarray(valid.cpu() if isinstance(valid, torch.Tensor) else valid),
+                              idx, k=k, bk=Backend(G.device))
+
+
+def _subsample_candidates(G: torch.Tensor, T: int):
+    return subsample_candidates(G, T)
 
 
 def _scores(metric: str, sx, sy, perms=None) -> np.ndarray:

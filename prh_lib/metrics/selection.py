@@ -244,9 +244,13 @@ class _Registry:
     models and floors) on the same halves; a stack's neighbourhoods on a half are computed once and kept
     until the next half is asked for (memory: the states of one half of every distinct stack)."""
 
-    def __init__(self, engine):
+    def __init__(self, engine, candidates: int | None = None):
         self.engine, self.grams, self._prints = engine, [], []
         self._halves: "OrderedDict[tuple, dict]" = OrderedDict()  # the last two halves (A and B of a split)
+        # each row's best `candidates` samples of the full sample, per stack, when the engine reads a half's
+        # neighbourhoods off them (the same bits as selecting on the half, see _neighbours.hoods_of_subsample)
+        self.candidates = candidates if engine.subsample_state is not None else None
+        self._cands: dict[int, tuple] = {}
 
     def add(self, t: torch.Tensor) -> int:
         # equal stacks are found by a cheap fingerprint first, then confirmed element by element
@@ -271,9 +275,14 @@ class _Registry:
             it = torch.from_numpy(idx).to(self.grams[0][1][0].device)
             m = len(idx)
             for u in missing:
+                G, valid = self.grams[u][1]
+                if self.candidates is not None and not groups:
+                    if u not in self._cands:
+                        self._cands[u] = self.engine.subsample_candidates(G, self.candidates)
+                    states[u] = self.engine.subsample_state(G, valid, self._cands[u], it, k=k)
+                    continue
                 # one gather of the (L, m, m) block: index_select on the flattened N * N positions is exact and
                 # about 4x faster on a CPU than the two-axis advanced index G[:, it[:, None], it[None, :]]
-                G, valid = self.grams[u][1]
                 n = G.shape[-1]
                 flat = (it[:, None] * n + it[None, :]).reshape(-1)
                 Gs = G.reshape(G.shape[0], n * n).index_select(1, flat).view(G.shape[0], m, m)
@@ -416,7 +425,6 @@ def crossfit_peaks(comparisons, *, metric: str = "mutual_knn", k: int = 10, n_sp
     if resampling not in RESAMPLING:
         raise ValueError(f"unknown resampling {resampling!r}; valid: {RESAMPLING}")
     engine = get_engine(metric)
-    registry = _Registry(engine)
     prepared = []
     for c, (X_draws, Y_draws) in enumerate(comparisons):
         Xs = [X_draws] if _is_stack(X_draws) else list(X_draws)
@@ -451,6 +459,10 @@ def crossfit_peaks(comparisons, *, metric: str = "mutual_knn", k: int = 10, n_sp
     if sub and n_boot and kh > subsample_size(n) // 2 - 2:
         raise ValueError(f"k = {k} is too large for half-sampling replicates (halves of {subsample_size(n) // 2} "
                          f"images with k_half = {kh}); use more samples, a smaller k or n_boot = 0")
+    # candidates per row for the halves' neighbourhoods: enough that the k_half-th member of the smallest half
+    # (a replicate's half when half-sampling) lies among them but for rare rows, which are selected exactly
+    smallest = subsample_size(n) // 2 if (sub and n_boot) else n // 2
+    registry = _Registry(engine, candidates=int(np.ceil(3 * kh * n / max(smallest, 1))) + 10)
     comps = []
     for Xt, Yt, _ in prepared:
         Lx, Ly = Xt[0].shape[0], Yt[0].shape[0]
