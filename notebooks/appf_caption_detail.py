@@ -64,7 +64,7 @@ num_threads = 1  # torch threads while generating and extracting (scoped); 1 is 
 image_splits = 4  # the order's interval over images: random halvings of one draw's images (held-out peaks)
 image_boot = 50  # ... and half-samples of the images, the same for every model and level (0: none)
 device = "cpu"
-dtype = "float32"
+dtype = "auto"  # "auto": bfloat16 where a model's bf16 benchmark row allows it on this CPU, else float32; "float32": every model
 batch_size = 32
 
 # %% tags=["remove-cell"]
@@ -76,6 +76,7 @@ from IPython.display import Markdown, display
 warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto in a kernel without ipywidgets
 
 from prh_lib import claims, data, extract, figures, lm, report, results
+from prh_lib.models.precision import dtype_statement
 from prh_lib.analysis import captions
 
 pd.set_option("display.precision", 3)
@@ -96,6 +97,9 @@ variants, summaries = captions.study_variants(
     batch_size=summary_batch_size, num_threads=num_threads, progress=False)
 pd.DataFrame([{"dataset": d.dataset, "draws": sum(e.dataset == d.dataset for e in draws), "N": len(d.pairs),
                "what varies": d.what_varies} for d in draws]).drop_duplicates("dataset").set_index("dataset")
+
+# %% tags=["hide-input"]
+Markdown(dtype_statement(list(vision_models) + list(language_models), dtype, device))
 
 # %% [markdown]
 # How the summaries came out, per summarised draw: the words they reached against the target, and how many

@@ -61,7 +61,7 @@ comparisons = [
 ]
 figure_pairs = None  # the pairs the figures draw ([x, y] each, among the comparisons); None: as many as fit
 device = "cpu"
-dtype = "float32"
+dtype = "auto"  # "auto": bfloat16 where a model's bf16 benchmark row allows it on this CPU, else float32; "float32": every model
 batch_size = 32
 num_threads = 1  # torch threads while scoring (one is fastest on a busy shared CPU); None: unchanged
 image_boot = 100  # image half-samples of the chance-corrected k sweep on the first draw (paired intervals); 0: none
@@ -77,6 +77,8 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from prh_lib import claims, figures, report, results
+from prh_lib.analysis.core import model_names as analysis_models
+from prh_lib.models.precision import dtype_statement
 from prh_lib.analysis import ablation, layerwise
 from prh_lib.analysis import ablation_intervals
 from prh_lib.data.study import headline_dataset, study_draws
@@ -103,6 +105,9 @@ draws = study_draws(datasets, n_draws=n_draws)
 main_dataset = headline_dataset(draws)  # the paper's COCO, else the largest N (offline: flickr8k-1k)
 main_draw = next(d for d in draws if d.dataset == main_dataset and d.draw == 0)
 layerwise.draws_table(draws)
+
+# %% tags=["hide-input"]
+Markdown(dtype_statement(analysis_models(comparisons), dtype, device))
 
 # %% [markdown]
 # ## Sweeps, every draw

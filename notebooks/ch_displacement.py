@@ -94,7 +94,7 @@ synthetic_n = 2000  # samples of the synthetic pair
 synthetic_seeds = 3
 claim_tol = 0.05  # agreement tolerance of the verdicts
 device = "cpu"
-dtype = "float32"
+dtype = "auto"  # "auto": bfloat16 where a model's bf16 benchmark row allows it on this CPU, else float32; "float32": every model
 batch_size = 32
 blas_threads = 1  # BLAS/OpenMP threads in this kernel; None: the libraries' default (see below)
 
@@ -109,6 +109,8 @@ from IPython.display import Markdown, display
 warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm without widgets: not for the page
 
 from prh_lib import report, results  # noqa: E402
+from prh_lib.analysis.core import model_names as analysis_models  # noqa: E402
+from prh_lib.models.precision import dtype_statement  # noqa: E402
 from prh_lib.analysis import displacement as da  # noqa: E402
 from prh_lib.analysis import displacement_consensus as dc  # noqa: E402
 from prh_lib.analysis import displacement_reference as dr  # noqa: E402
@@ -165,6 +167,9 @@ layerwise.draws_table(draws)
 chance = knn.mutual_knn_chance(len(pairs), k)
 models = list(dict.fromkeys([m for pair in displacement_comparisons for m in pair] + list(consensus_models)))
 zoo.describe(models)
+
+# %% tags=["hide-input"]
+Markdown(dtype_statement(models, dtype, device))
 
 # %% tags=["hide-input"]
 # both views on every draw, written to the results table; the features of the heatmaps' draw are kept

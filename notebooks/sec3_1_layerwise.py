@@ -72,7 +72,7 @@ figure_pairs = None  # the pairs the figures draw ([x, y] each, among the compar
 heatmap_dataset = None  # the dataset of the heatmaps and the verdicts (None: the paper's COCO, else the largest N)
 heatmap_draw = 0
 device = "cpu"
-dtype = "float32"
+dtype = "auto"  # "auto": bfloat16 where a model's bf16 benchmark row allows it on this CPU, else float32; "float32": every model
 batch_size = 32
 num_threads = 1  # torch threads while scoring (one is fastest on a busy shared CPU); None: unchanged
 workers = None  # draws scored side by side, one thread each, same results (None: 2 on a CPU, 1 on a GPU)
@@ -87,6 +87,8 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from prh_lib import claims, figures, models, paper, report, results
+from prh_lib.analysis.core import model_names as analysis_models
+from prh_lib.models.precision import dtype_statement
 from prh_lib.analysis import heldout, layerwise
 from prh_lib.data.study import headline_dataset, study_draws
 
@@ -113,6 +115,9 @@ params = report.page_parameters(CHAPTER, globals())
 draws = study_draws(datasets, n_draws=n_draws)
 heatmap_dataset = heatmap_dataset or headline_dataset(draws)  # the paper's COCO, else the largest N
 layerwise.draws_table(draws)
+
+# %% tags=["hide-input"]
+Markdown(dtype_statement(analysis_models(comparisons), dtype, device))
 
 # %% [markdown]
 # (model-zoo)=

@@ -96,7 +96,7 @@ random_init_pairs = None  # None: the unimodal pairs
 random_init_seeds = [0]
 aligned_models = []  # two-tower image-text models, e.g. ["openai/clip-vit-large-patch14"]
 device = "cpu"
-dtype = "float32"
+dtype = "auto"  # "auto": bfloat16 where a model's bf16 benchmark row allows it on this CPU, else float32; "float32": every model
 batch_size = 32
 
 # %% tags=["remove-cell"]
@@ -109,6 +109,8 @@ warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm without
 import pandas as pd
 from IPython.display import Markdown
 from prh_lib import analysis, claims, figures, models, report, results
+from prh_lib.analysis.core import model_names as analysis_models
+from prh_lib.models.precision import dtype_statement
 from prh_lib.analysis import heldout, regimes
 from prh_lib.data import is_text_only, study
 from prh_lib.lm.quiet import quiet_hub_for_session
@@ -139,6 +141,9 @@ pd.DataFrame([{"dataset": d.dataset, "draws": sum(e.dataset == d.dataset for e i
 
 # %% tags=["hide-input"]
 regimes.comparison_table(comparisons)
+
+# %% tags=["hide-input"]
+Markdown(dtype_statement(analysis_models(comparisons), dtype, device))
 
 # %% [markdown]
 # ## Models and features

@@ -69,3 +69,26 @@ def test_main_build_reads_flickr8k_at_the_papers_n_where_its_defaults_say_so(nam
     text = "\n".join(_text(out) for _, out in _outputs(nb))
     assert "flickr8k-1k" in text, f"{name}: the page shows no flickr8k-1k numbers"
     assert "1000" in text or "1,000" in text, f"{name}: no N = 1,000 on the page"
+
+
+@pytest.mark.parametrize("name", FLICKR_PAGES)
+def test_main_build_pages_state_the_dtype_of_their_features(name):
+    """Issue 25, item 3: a page whose ``dtype`` is ``"auto"`` says which models ran in bfloat16 (with the
+    benchmark's evidence) and which in float32, and the statement agrees with the committed bf16 table."""
+    from prh_lib.models.precision import cpu_default_dtype
+
+    page = paths.book_dir() / f"{name}.ipynb"
+    if page not in PAGES:
+        pytest.skip(f"{name} was not run by the main job")
+    nb = json.loads(page.read_text(encoding="utf-8"))
+    injected = "".join("".join(c["source"]) for c in nb["cells"]
+                       if "injected-parameters" in c.get("metadata", {}).get("tags", []))
+    if "dtype" in injected:
+        pytest.skip(f"{name} ran with another dtype")
+    text = "\n".join(_text(out) for _, out in _outputs(nb))
+    statement = next((line for line in text.splitlines() if line.startswith("Features ")), None)
+    assert statement and "`dtype = \"auto\"`" in statement, f"{name}: no dtype statement on the page"
+    for model in ("dinov2-small", "smollm2-135m", "minilm-l6", "efficientnet-lite0", "gemma3-270m"):
+        if model in statement:
+            in_bf16 = "**bfloat16** for" in statement and model in statement.split("float32 for")[0]
+            assert in_bf16 == (cpu_default_dtype(model) == "bfloat16"), f"{name}: {model} misstated"

@@ -194,19 +194,23 @@ def dtype_statement(model_names, dtype: str, device: str = "cpu", *, table: dict
     if dtype != AUTO:
         return f"Features of every model in {dtype} (`dtype = \"{dtype}\"`)."
     rows = read_bf16_table() if table is None else table
-    resolved = {m: feature_dtype(m, dtype, device, table=rows, native_bf16=native_bf16) for m in names}
-    half = [m for m in names if resolved[m] == "bfloat16"]
-    full = [m for m in names if resolved[m] != "bfloat16"]
+    # a random-init twin follows its model (the benchmark measured both): one entry per model
+    twins = {m.partition("@")[0] for m in names if m.partition("@")[2].startswith("random-init:")}
+    shown = list(dict.fromkeys(m.partition("@")[0] if m.partition("@")[2].startswith("random-init:") else m
+                               for m in names))
+    half = [m for m in shown if feature_dtype(m, dtype, device, table=rows, native_bf16=native_bf16) == "bfloat16"]
+    full = [m for m in shown if m not in half]
     if not half:
         why = "on a CPU, " if str(device) == "cpu" else "off a CPU, "
         return (f"Features of every model in float32 (`dtype = \"auto\"`: {why}no model of this page has a "
                 "bf16 benchmark row that allows bfloat16 here, see `prh_lib/resources/bf16_allowed.json`).")
     evidence = []
-    for base in dict.fromkeys(m.partition("@")[0] for m in half):
+    for base in half:
         r = rows[base]
         evidence.append(f"{base}: {r['speed_ratio']:.1f}x faster, largest headline-score change "
                         f"{r['max_score_change']:.4f} against its threshold {r['threshold']:.4f}")
-    return (f"Features in **bfloat16** for {', '.join(half)} (`dtype = \"auto\"`: their rows in "
+    with_twins = " (with their random-init twins)" if twins & set(half) else ""
+    return (f"Features in **bfloat16** for {', '.join(half)}{with_twins} (`dtype = \"auto\"`: their rows in "
             "`prh_lib/resources/bf16_allowed.json` allow it, as measured by `benchmarks/bf16_extraction.py` on both "
             "offline datasets: " + "; ".join(evidence) + "; every headline score moved by less than a quarter of "
             "its own image-level interval half-width, or 0.005); float32 for "
