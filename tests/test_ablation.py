@@ -296,3 +296,24 @@ def test_fixed_ratio_verdict_reads_the_interval_over_image_subsets():
     wide = verdict({50: 0.28, 100: 0.31, 200: 0.34}, 0.08)
     assert wide["verdict"] == "inconclusive" and "conservative bound over image subsets" in wide["note"]
     assert verdict({50: 0.20, 100: 0.30, 200: 0.40}, 0.001)["verdict"] == "differs"
+
+
+def test_k_sweep_matrices_equal_mutual_knn_layerwise_at_every_k_bit_for_bit():
+    """The k sweep forms each stack's similarity once and selects every k from it: the same bits as scoring
+    each k from the features, with ties (integer-valued features) and a constant layer."""
+    import torch
+
+    from prh_lib.analysis.ablation_study import _matrices_at_ks
+    from prh_lib.metrics import mutual_knn_layerwise
+
+    rng = np.random.default_rng(3)
+    X = rng.integers(-2, 3, size=(3, 60, 4)).astype(np.float32)
+    X[0] = 1.0  # degenerate
+    Y = rng.normal(size=(4, 60, 5)).astype(np.float32)
+    Y[2] = np.round(Y[2])
+    ks = [1, 2, 5, 10, 30]
+    got = _matrices_at_ks(torch.from_numpy(X), torch.from_numpy(Y), ks, None)
+    for k in ks:
+        with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):
+            want = mutual_knn_layerwise(X, Y, k=k)
+        np.testing.assert_array_equal(got[k], want)

@@ -14,6 +14,7 @@ Gröger, Wen, Brbic (2026), arXiv:2602.14486 (the calibrated score).
 
 from __future__ import annotations
 
+import warnings
 from typing import Sequence
 
 import numpy as np
@@ -114,6 +115,34 @@ def _scores(x, y, k: int, fixed: tuple[int, int], device) -> dict:
             "max layer x": int(i), "max layer y": int(j)}
 
 
+def _matrices_at_ks(x, y, ks, device) -> dict[int, np.ndarray]:
+    """The layer-pair mutual k-NN matrix at every k of ``ks``, each stack's similarity matrices formed and
+    each row sorted once (:func:`prh_lib.metrics._neighbours.hoods_at_ks`).
+
+    The same bits as :func:`prh_lib.metrics.mutual_knn_layerwise` at each k (the same per-layer similarity,
+    then the neighbourhoods of each k selected from it); checked in ``tests/test_ablation.py``.
+    """
+    from ..metrics import _validation as V
+    from ..metrics._bits import Backend
+    from ..metrics._engines import get_engine
+    from ..metrics._neighbours import hoods_at_ks
+
+    engine = get_engine("mutual_knn")
+    dev = V.resolve_device(device, x, y)
+    X = V.to_tensor(x, "X", ndim=3, device=dev, check_finite=False)
+    Y = V.to_tensor(y, "Y", ndim=3, device=dev, check_finite=False)
+    n = V.check_same_samples(X, Y)
+    ks = [V.check_informative_k(V.check_k(k, n), n, "mutual_knn") for k in dict.fromkeys(ks)]
+    hx, hy = (hoods_at_ks(G, np.asarray(v), ks, bk=Backend(G.device)) for G, v in (engine.gram(X), engine.gram(Y)))
+    return {k: engine.score(hx[k], hy[k]) for k in ks}
+
+
+def _scores_of(m: np.ndarray, fixed: tuple[int, int]) -> dict:
+    i, j, best = find_peak(m)
+    return {"fixed": float(m[fixed]), "max": best, "final": float(m[-1, -1]), "max layer x": int(i),
+            "max layer y": int(j)}
+
+
 def _calibrated(x, y, k, fixed, n_permutations, seed, device) -> dict:
     res = permutation_test(x[fixed[0]], y[fixed[1]], k=k, n_permutations=n_permutations, seed=seed, device=device)
     return {"calibrated fixed": res.calibrated, "null mean fixed": float(np.mean(res.null)), "p fixed": res.p_value}
@@ -180,13 +209,17 @@ def k_sweep(x: LayerFeatures, y: LayerFeatures, *, ks: Sequence[int] | None = No
     fixed = _check_pair(x, y, layer_pair)
     n = len(x.sample_ids)
     ks = k_grid(n, ks)
+    k_ref = k_grid(n, [reference_k])[0]
+    with warnings.catch_warnings():  # degenerate layers (a ViT's CLS at embed) are NaN by definition
+        warnings.filterwarnings("ignore", message=".*degenerate.*", category=RuntimeWarning)
+        mats = _matrices_at_ks(x.values, y.values, [k_ref, *ks], device)
     if fixed is None:
-        fixed = _scores(x.values, y.values, k_grid(n, [reference_k])[0], (0, 0), device)
-        fixed = (fixed["max layer x"], fixed["max layer y"])
+        s = _scores_of(mats[k_ref], (0, 0))
+        fixed = (s["max layer x"], s["max layer y"])
     rows = []
     for k in ks:
         extra = (_calibrated(x.values, y.values, k, fixed, n_permutations, seed, device) if n_permutations else {})
-        rows.append(_row(n, k, _scores(x.values, y.values, k, fixed, device), extra))
+        rows.append(_row(n, k, _scores_of(mats[k], fixed), extra))
     df = pd.DataFrame(rows)
     df.attrs["layer_pair"] = {"x": x.layer_labels[fixed[0]], "y": y.layer_labels[fixed[1]], "index": list(fixed)}
     return df

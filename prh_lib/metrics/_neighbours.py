@@ -157,16 +157,22 @@ def select(S: torch.Tensor, k: int, excluded: torch.Tensor | None = None, copy_r
     return idx.view(L, N, k), straddle.view(L, N), flat // N, flat % N, code, r, t
 
 
-def select_rows(S: torch.Tensor, k: int, ranks=None):
+def select_rows(S: torch.Tensor, k: int, ranks=None, top=None):
     """:func:`select` for rows ``S`` (R0, M) whose excluded entries are already -inf.
 
     ``ranks(flat) -> (len(flat), M)`` gives the copy ranks of the columns for the rows ``flat`` (None:
-    no copies). Returns ``idx (R0, k)``, ``straddle (R0,)``, ``flat (R,)`` (the straddling rows),
-    ``code (R, M + 1)``, ``r (R,)``, ``t (R,)``.
+    no copies). ``top``: ``torch.topk(S, K, sorted=True)`` for some ``K > k`` (or ``K = M``), to select several
+    ``k`` from one sort (:func:`hoods_at_ks`); the result is the same, since only a row's first ``k`` entries
+    are read when its ``k``-th and ``k + 1``-th values differ (a unique set, put in canonical order), and a
+    row where they tie is selected from ``S`` itself. Returns ``idx (R0, k)``, ``straddle (R0,)``, ``flat (R,)``
+    (the straddling rows), ``code (R, M + 1)``, ``r (R,)``, ``t (R,)``.
     """
     R0, N = S.shape
     m = min(k + 1, N)
-    vals, ids = torch.topk(S, m, dim=1, largest=True, sorted=True)
+    if top is None:
+        vals, ids = torch.topk(S, m, dim=1, largest=True, sorted=True)
+    else:
+        vals, ids = top[0][:, :m], top[1][:, :m]
     kth = vals[:, k - 1]
     if m > k:
         straddle = (vals[:, k] == kth) & torch.isfinite(kth)
@@ -263,6 +269,23 @@ def hoods_of_resamples(S: torch.Tensor, valid, draws: torch.Tensor, *, k: int, b
         straddle.view(-1)[flat] = st_r
         part = (idx, straddle, b[f_r], a[f_r], code, r, t)
     return _assemble([part], valid, k, m, bk, None)
+
+
+def hoods_at_ks(S: torch.Tensor, valid, ks, *, bk: Backend) -> dict[int, Hoods]:
+    """:class:`Hoods` of a similarity stack ``S`` (L, N, N) at every ``k`` of ``ks`` from one sort of each row
+    (not modified): the same bits as :func:`hoods_from_similarity` at each ``k``."""
+    L, N, _ = S.shape
+    Sd = S.clone()
+    Sd.diagonal(dim1=1, dim2=2).fill_(float("-inf"))
+    rows = Sd.view(L * N, N)
+    ks = [int(k) for k in dict.fromkeys(ks)]
+    top = torch.topk(rows, min(max(ks) + 1, N), dim=1, largest=True, sorted=True)
+    out = {}
+    for k in ks:
+        idx, straddle, flat, code, r, t = select_rows(rows, k, None, top)
+        out[k] = _assemble([(idx.view(L, N, k), straddle.view(L, N), flat // N, flat % N, code, r, t)], valid, k,
+                           N, bk, None)
+    return out
 
 
 def subsample_candidates(S: torch.Tensor, T: int) -> tuple[torch.Tensor, torch.Tensor]:
