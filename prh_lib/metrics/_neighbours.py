@@ -328,12 +328,15 @@ def hoods_of_subsample(S: torch.Tensor, cand: torch.Tensor, tied: torch.Tensor, 
     # as many candidates as this subsample's density needs (3 k N / m + 10, see candidates()); fewer rows
     # then fall short of k members and take the exact path, which changes no bit
     T = min(cand.shape[2], int(np.ceil(3 * k * N / max(m, 1))) + 10)
-    C = cand[:, idx, :T]  # (L, m, T)
-    cum = torch.cumsum(inside[C], 2)  # subsample members among the first t + 1 candidates
+    # (1-D index_select is several times faster on a CPU than advanced indexing with the same result)
+    C = cand[:, :, :T].index_select(1, idx)  # (L, m, T)
+    member = inside.index_select(0, C.reshape(-1)).view(C.shape)
+    cum = torch.cumsum(member, 2, dtype=torch.int32)  # subsample members among the first t + 1 candidates
     short = cum[..., -1] < k
-    place = torch.arange(1, k + 1, device=dev).expand(L, m, k).contiguous()
+    place = torch.arange(1, k + 1, device=dev, dtype=torch.int32).expand(L, m, k).contiguous()
     t_of = torch.searchsorted(cum, place).clamp_(max=C.shape[2] - 1)  # first candidate where the count reaches p
-    hood = position[torch.gather(C, 2, t_of)]  # (L, m, k) positions in the subsample
+    sample = torch.gather(C, 2, t_of)
+    hood = position.index_select(0, sample.reshape(-1)).view(sample.shape)  # (L, m, k) positions in the subsample
     exact = (tied[:, idx] | short)
     flat = torch.nonzero(exact.reshape(-1)).flatten()
     empty = (torch.zeros(0, dtype=torch.int64, device=dev), torch.zeros(0, m + 1, dtype=torch.int8, device=dev))
