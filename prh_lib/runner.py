@@ -144,9 +144,14 @@ def _execute_notebook(name: str, params: dict[str, object], declared, output_dir
         # not quiet: the kernel reports its steps (which model, which draw, bars) on a side channel that is
         # copied to this terminal, never into the page (prh_lib.progress)
         live = _progress_channel(Path(tmp) / "progress.log", prefix) if not quiet else contextlib.nullcontext()
-        with paths.atomic_path(out) as tmp_out, _inline_matplotlib(), live:
+        # executed into this run's private folder, then moved into place in one short atomic write: a chapter
+        # runs for up to half an hour, and a temporary folder in book/ untouched that long would be taken for
+        # a killed write's and removed by another notebook's write (paths.remove_stale_temporaries)
+        executed = Path(tmp) / "executed" / f"{name}.ipynb"
+        executed.parent.mkdir()
+        with _inline_matplotlib(), live:
             papermill.execute_notebook(
-                str(src), str(tmp_out), parameters=used, kernel_name="python3",
+                str(src), str(executed), parameters=used, kernel_name="python3",
                 cwd=str(paths.repo_root()), progress_bar=False, log_output=False,
                 # written once, at the end (or at the failing cell): a save after every cell is on the
                 # critical path between cells (0.6-0.8 s a chapter), and the terminal follows the progress
@@ -159,7 +164,9 @@ def _execute_notebook(name: str, params: dict[str, object], declared, output_dir
                 shutdown_kernel="immediate", extra_arguments=["--HistoryManager.enabled=False"],
                 config=Config({"KernelManager": {**_KERNEL_CONFIG["KernelManager"], "ip": str(Path(tmp) / "kernel")}}),
             )
-            fold_parameters(tmp_out, source=f"notebooks/{name}.py")
+        fold_parameters(executed, source=f"notebooks/{name}.py")
+        with paths.atomic_path(out) as tmp_out:
+            shutil.move(executed, tmp_out)
     return out
 
 

@@ -68,6 +68,28 @@ def test_a_failing_notebook_leaves_no_output(tiny_notebooks):
     assert [p for p in out_dir.iterdir()] == []
 
 
+def test_a_long_chapter_survives_another_writes_cleaning_of_stale_temporaries(tiny_notebooks, monkeypatch):
+    """A chapter executes for up to half an hour; another notebook's atomic write into book/ meanwhile removes
+    temporary folders untouched that long (paths.remove_stale_temporaries). The executing notebook keeps its
+    output in its own private folder until it is done, so such a cleaning cannot take it away (it did: 3.3
+    under load, 'output folder ... .tmp doesn't exist')."""
+    import papermill
+
+    out_dir = tiny_notebooks / "out"
+    out_dir.mkdir()
+    real = papermill.execute_notebook
+
+    def execute_while_another_write_cleans(*args, **kwargs):
+        result = real(*args, **kwargs)
+        assert paths.remove_stale_temporaries(out_dir, older_than=-1) == []  # nothing of ours is there
+        return result
+
+    monkeypatch.setattr(papermill, "execute_notebook", execute_while_another_write_cleans)
+    out = runner.run_notebook("tiny", {"a": 4}, output_dir=out_dir, quiet=True)
+    assert report.read_record(out, "tiny") == {"a": 4, "b": "x"}
+    assert sorted(p.name for p in out_dir.iterdir()) == ["tiny.ipynb"]
+
+
 def test_cli_lists_and_rejects(tiny_notebooks, capsys):
     assert runner.main(["--list"]) == 0
     assert "tiny {'a': '1', 'b': '\"x\"'}" in capsys.readouterr().out
