@@ -111,9 +111,10 @@ def test_no_cpu_bf16_without_permission(notebooks, table):
 
 
 def test_checker_fails_on_a_notebook_asking_for_bf16(table):
-    fake = {"fake.py": 'device = "cpu"\ndtype = "bfloat16"\nvision_models = ["dinov2-small"]\nx = len([])\n'}
-    assert cpu_bf16_uses(fake, {"offline": {}}) == [("fake.py", "offline", "dinov2-small")]
-    assert _violations(fake, {"offline": {}}, table)  # dinov2-small's row does not allow bf16
+    fake = {"fake.py": 'device = "cpu"\ndtype = "bfloat16"\nvision_models = ["efficientnet-lite0"]\nx = len([])\n'}
+    assert cpu_bf16_uses(fake, {"offline": {}}) == [("fake.py", "offline", "efficientnet-lite0")]
+    assert not table["efficientnet-lite0"]["allowed"]
+    assert _violations(fake, {"offline": {}}, table)  # efficientnet-lite0's row does not allow bf16
     # a profile that turns bf16 on for a CPU run is caught too, and a GPU run is not the gate's business
     fp32 = {"fake.py": 'dtype = "float32"\ndevice = "cpu"\nmodels = ["minilm-l6@random-init:0"]\n'}
     assert _violations(fp32, {"cpu-bf16": {"dtype": "bfloat16"}}, table)

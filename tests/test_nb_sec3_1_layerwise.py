@@ -80,8 +80,9 @@ def test_summary_equals_a_recomputation_from_the_results_table(rec, table):
 def test_heatmaps_equal_the_table_and_a_recomputation_from_the_feature_cache(rec, table):
     draw0 = study_draws(profiles.get_profile("smoke")["datasets"])[0]
     assert draw0.dataset == "coco-mini" and draw0.draw == 0
-    x = analysis.clip_features(extract.get_features("dinov2-small", draw0.pairs, batch_size=16, progress=False), q=0.95)
-    y = analysis.clip_features(extract.get_features("minilm-l6", draw0.pairs, batch_size=16, progress=False), q=0.95)
+    # the notebook's dtype = "auto": each model's bf16 row decides (dinov2-small runs in bfloat16 where allowed)
+    x, y = (analysis.clip_features(extract.get_features(m, draw0.pairs, batch_size=16, progress=False, dtype="auto"),
+                                   q=0.95) for m in ("dinov2-small", "minilm-l6"))
     expected = mutual_knn_layerwise(x.values, y.values, k=5)
     got = np.array(rec["matrices"]["dinov2-small × minilm-l6"]["scores"], dtype=float)
     np.testing.assert_allclose(got, expected, atol=1e-12, equal_nan=True)

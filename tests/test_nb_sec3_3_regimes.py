@@ -143,7 +143,7 @@ def test_random_init_numbers_equal_a_recomputation_from_the_feature_cache(table)
     spec = study.DatasetSpec(name="coco-mini", source="coco-folder", n_pairs=48, repetitions=2, draws="captions")
     pairs = study.study_pairs(spec, 1)  # draw 1: every image with its second caption
     vision, language = get_profile("smoke")["unimodal_pairs"][0]
-    x, y = (analysis.clip_features(extract.get_features(f"{m}@random-init:0", pairs, batch_size=16,
+    x, y = (analysis.clip_features(extract.get_features(f"{m}@random-init:0", pairs, batch_size=16, dtype="auto",
                                                         progress=False), q=0.95)
             for m in (vision, language))
     assert x.meta["revision"].startswith("random-init:seed=0:")
