@@ -109,10 +109,7 @@ def n_grid(n_total: int, ns: Sequence[int] | None = None, *, k: int = 10) -> lis
 
 
 def _scores(x, y, k: int, fixed: tuple[int, int], device) -> dict:
-    m = mutual_knn_layerwise(x, y, k=k, device=device)
-    i, j, best = find_peak(m)
-    return {"fixed": float(m[fixed]), "max": best, "final": float(m[-1, -1]),
-            "max layer x": int(i), "max layer y": int(j)}
+    return _scores_of(mutual_knn_layerwise(x, y, k=k, device=device), fixed)
 
 
 def _matrices_at_ks(x, y, ks, device) -> dict[int, np.ndarray]:

@@ -71,7 +71,6 @@ def _knn_engine(metric, min_n=2):
     def resample_state(G, valid, draws, *, k):
         return _knn._resample_state(G, valid, draws, k=k)
 
-    # CKNNA scores every layer pair in float64 gathers, so a stack of B replicates would cost B^2 of them
     def subsample_state(G, valid, cands, idx, *, k):
         return _knn._subsample_state(G, valid, cands, idx, k=k)
 
@@ -80,7 +79,7 @@ def _knn_engine(metric, min_n=2):
     return Engine(prepare, lambda XL: _knn._gram(XL, kind), state, scores, _knn._valid, ("k",),
                   min_n=min_n, needs_k=True, check_finite=False,
                   resample_state=resample_state if plain else None,
-                  subsample_candidates=_knn._subsample_candidates if plain else None,
+                  subsample_candidates=_knn.subsample_candidates if plain else None,
                   subsample_state=subsample_state if plain else None)
 
 

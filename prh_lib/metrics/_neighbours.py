@@ -208,12 +208,14 @@ def select_rows(S: torch.Tensor, k: int, ranks=None, top=None):
     return idx, straddle, flat, code, r, t
 
 
-def candidates(k: int, n: int) -> int:
-    """Candidates per row kept from the full sample for :func:`hoods_of_resamples`: ``3 k + 10``, at most
-    the ``n - 1`` other samples. A resample holds each candidate ``Poisson(1)``-many times, so fewer than
-    ``k`` copies among ``3 k + 10`` candidates is rare (about 1e-5 of the rows at ``k = 10``); such rows
-    take the exact path."""
-    return min(3 * k + 10, n - 1)
+def candidates(k: int, n: int, m: int | None = None) -> int:
+    """Candidates per row kept from the full sample of ``n`` for resamples or subsamples of ``m`` (default ``n``):
+    ``3 k n / m + 10`` (rounded up), at most the ``n - 1`` other samples. A resample holds each candidate
+    ``Poisson(1)``-many times (:func:`hoods_of_resamples`), a subsample with probability ``m / n``
+    (:func:`hoods_of_subsample`), so fewer than ``k`` members among them is rare (about 1e-5 of the rows at
+    ``k = 10``); such rows take the exact path."""
+    m = n if m is None else max(int(m), 1)
+    return min(int(np.ceil(3 * k * n / m)) + 10, n - 1)
 
 
 def hoods_of_resamples(S: torch.Tensor, valid, draws: torch.Tensor, *, k: int, bk: Backend) -> Hoods:
@@ -235,14 +237,7 @@ def hoods_of_resamples(S: torch.Tensor, valid, draws: torch.Tensor, *, k: int, b
     B, m = draws.shape
     dev = S.device
     T = candidates(k, N)
-    Sd = S.clone()
-    Sd.fill_diagonal_(float("-inf"))
-    # one more than the candidates (when there is one), to see a tie at the candidates' edge
-    vals, cand = torch.topk(Sd, min(T + 1, N - 1), dim=1, largest=True, sorted=True)
-    cand = _order(vals, cand)  # by decreasing similarity, ties by index (topk's order among ties is unset)
-    vals = torch.gather(Sd, 1, cand)
-    tied = (vals[:, 1:] == vals[:, :-1]).any(1)  # a tie between samples among them
-    cand = cand[:, :T]
+    cand, tied = (a[0] for a in subsample_candidates(S[None], T))
     counts = torch.zeros(B, N, dtype=torch.int64, device=dev)
     counts.scatter_add_(1, draws, torch.ones_like(draws))
     start = torch.cumsum(counts, 1) - counts  # position of each sample's first copy
@@ -289,7 +284,8 @@ def hoods_at_ks(S: torch.Tensor, valid, ks, *, bk: Backend) -> dict[int, Hoods]:
 
 
 def subsample_candidates(S: torch.Tensor, T: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each row's ``T`` best other samples in a similarity stack ``S`` (L, N, N), for :func:`hoods_of_subsample`.
+    """Each row's ``T`` best other samples in a similarity stack ``S`` (L, N, N), for :func:`hoods_of_subsample`
+    and :func:`hoods_of_resamples`.
 
     Returns ``cand`` (L, N, T) int64, by decreasing similarity and ties by index, and ``tied`` (L, N) bool: a
     tie between two of the row's ``T + 1`` best samples (one more than the candidates, to see a tie at their
@@ -299,8 +295,9 @@ def subsample_candidates(S: torch.Tensor, T: int) -> tuple[torch.Tensor, torch.T
     T = min(int(T), N - 1)
     Sd = S.clone()
     Sd.diagonal(dim1=1, dim2=2).fill_(float("-inf"))
+    # one more than the candidates (when there is one), to see a tie at the candidates' edge
     vals, cand = torch.topk(Sd, min(T + 1, N - 1), dim=2, largest=True, sorted=True)
-    cand = _order(vals, cand)
+    cand = _order(vals, cand)  # by decreasing similarity, ties by index (topk's order among ties is unset)
     vals = torch.gather(Sd, 2, cand)
     tied = (vals[..., 1:] == vals[..., :-1]).any(2)
     return cand[..., :T].contiguous(), tied
@@ -325,9 +322,9 @@ def hoods_of_subsample(S: torch.Tensor, cand: torch.Tensor, tied: torch.Tensor, 
     inside[idx] = True
     position = torch.full((N,), -1, dtype=torch.int64, device=dev)
     position[idx] = torch.arange(m, device=dev)
-    # as many candidates as this subsample's density needs (3 k N / m + 10, see candidates()); fewer rows
-    # then fall short of k members and take the exact path, which changes no bit
-    T = min(cand.shape[2], int(np.ceil(3 * k * N / max(m, 1))) + 10)
+    # as many candidates as this subsample's density needs (:func:`candidates`); fewer rows then fall short of
+    # k members and take the exact path, which changes no bit
+    T = min(cand.shape[2], candidates(k, N, m))
     # (1-D index_select is several times faster on a CPU than advanced indexing with the same result)
     C = cand[:, :, :T].index_select(1, idx)  # (L, m, T)
     member = inside.index_select(0, C.reshape(-1)).view(C.shape)

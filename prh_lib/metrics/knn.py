@@ -187,13 +187,9 @@ def _resample_state(G: torch.Tensor, valid, draws: torch.Tensor, *, k: int) -> H
 
 def _subsample_state(G: torch.Tensor, valid, cands, idx: torch.Tensor, *, k: int) -> Hoods:
     """Neighbourhoods of the subsample ``G[:, idx][:, :, idx]`` (distinct samples, ``idx`` sorted) from the full
-    stack's candidates ``cands`` (:func:`_subsample_candidates`): the same bits as :func:`_state` of it."""
+    stack's candidates ``cands`` (:func:`subsample_candidates`): the same bits as :func:`_state` of it."""
     return hoods_of_subsample(G, *cands, np.asarray(valid.cpu() if isinstance(valid, torch.Tensor) else valid),
                               idx, k=k, bk=Backend(G.device))
-
-
-def _subsample_candidates(G: torch.Tensor, T: int):
-    return subsample_candidates(G, T)
 
 
 def _scores(metric: str, sx, sy, perms=None) -> np.ndarray:

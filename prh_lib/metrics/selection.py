@@ -61,6 +61,7 @@ import torch
 
 from . import _validation as V
 from ._engines import get_engine
+from ._neighbours import candidates
 from ._parallel import ignoring
 from .intervals import (INTERVAL_METHODS, bootstrap_interval, detectable_difference,  # re-exported
                         paired_interval, percentile_interval)
@@ -462,7 +463,7 @@ def crossfit_peaks(comparisons, *, metric: str = "mutual_knn", k: int = 10, n_sp
     # candidates per row for the halves' neighbourhoods: enough that the k_half-th member of the smallest half
     # (a replicate's half when half-sampling) lies among them but for rare rows, which are selected exactly
     smallest = subsample_size(n) // 2 if (sub and n_boot) else n // 2
-    registry = _Registry(engine, candidates=int(np.ceil(3 * kh * n / max(smallest, 1))) + 10)
+    registry = _Registry(engine, candidates=candidates(kh, n, smallest))
     comps = []
     for Xt, Yt, _ in prepared:
         Lx, Ly = Xt[0].shape[0], Yt[0].shape[0]

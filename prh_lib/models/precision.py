@@ -195,9 +195,12 @@ def dtype_statement(model_names, dtype: str, device: str = "cpu", *, table: dict
         return f"Features of every model in {dtype} (`dtype = \"{dtype}\"`)."
     rows = read_bf16_table() if table is None else table
     # a random-init twin follows its model (the benchmark measured both): one entry per model
-    twins = {m.partition("@")[0] for m in names if m.partition("@")[2].startswith("random-init:")}
-    shown = list(dict.fromkeys(m.partition("@")[0] if m.partition("@")[2].startswith("random-init:") else m
-                               for m in names))
+    def twin_of(m):
+        base, _, variant = m.partition("@")
+        return base if variant.startswith("random-init:") else None
+
+    twins = {twin_of(m) for m in names} - {None}
+    shown = list(dict.fromkeys(twin_of(m) or m for m in names))
     half = [m for m in shown if feature_dtype(m, dtype, device, table=rows, native_bf16=native_bf16) == "bfloat16"]
     full = [m for m in shown if m not in half]
     if not half:
