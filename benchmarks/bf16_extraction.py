@@ -287,11 +287,12 @@ def bench_model(name: str, datasets: list[Dataset], partner: Partners, bows: lis
         print("relative error per layer: " + ", ".join(f"{lab} {e:.4f}" for lab, e in
                                                        zip(feats["float32"].layer_labels, errors)))
         print(f"random-init twin: largest relative error per layer {twin_errors.max():.4f}")
-        changes = score_changes({d: clipped(feats[d]) for d in DTYPES}, {d: clipped(twin[d][i]) for d in DTYPES},
-                                {p: partner(p, i) for p in partners}, bows[i], k=k, r=args.r)
+        mine, twins = {d: clipped(feats[d]) for d in DTYPES}, {d: clipped(twin[d][i]) for d in DTYPES}
+        their = {p: partner(p, i) for p in partners}
+        changes = score_changes(mine, twins, their, bows[i], k=k, r=args.r)
         if args.per_score:
-            hws = score_halfwidths(clipped(feats["float32"]), clipped(twin["float32"][i]),
-                                   {p: partner(p, i) for p in partners}, bows[i], k=k, r=args.r, n_boot=args.n_boot)
+            hws = score_halfwidths(mine["float32"], twins["float32"], their, bows[i], k=k, r=args.r,
+                                   n_boot=args.n_boot)
         else:
             hws = {(kind, part): ds.halfwidth for kind, part, *_ in changes}
         for kind in dict.fromkeys(kind for kind, *_ in changes):
@@ -308,7 +309,7 @@ def bench_model(name: str, datasets: list[Dataset], partner: Partners, bows: lis
     # the row: the largest change, with its own score's threshold, and the score closest to its threshold
     largest = max(lines, key=lambda line: line["|change|"])
     worst, threshold = largest["|change|"], largest["threshold"]
-    tightest = max(lines, key=lambda line: line["|change|"] / line["threshold"])
+    tightest = max(lines, key=lambda line: line["|change|"] / line["threshold"] if line["threshold"] > 0 else np.inf)
     benchmark = ("benchmarks/bf16_extraction.py on "
                  + ", ".join(f"{d.name} (N = {len(d.pairs.sample_ids)})" for d in datasets)
                  + f"; partners {', '.join(partners)} (fp32); k = {args.k}, clip q = {CLIP_Q} per stack; scores: "
