@@ -27,7 +27,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import paths, progress, schedule
+from . import freshness, paths, progress, schedule
 from .profiles import PROFILES, get_profile
 from .report import declared_parameters
 from .book_pages import (  # noqa: F401  (re-exported: prh-run's pages and the book build)
@@ -126,14 +126,17 @@ def run_notebook(name: str, params: dict[str, object], *, output_dir: Path | Non
     output_dir.mkdir(parents=True, exist_ok=True)
     run_id = os.environ.get("PRH_RUN_ID") or results.new_run_id()
     with chapter_lock(name), _env("PRH_RUN_ID", run_id):  # the kernel inherits the run id
+        # the inputs as they are before the kernel starts: a change while it runs makes the page stale
+        inputs = {"digests": freshness.input_digests(name, {k: v for k, v in params.items() if k in declared}),
+                  "run_id": run_id}
         results.start_run(run_id)
-        out = _execute_notebook(name, params, declared, output_dir, quiet=quiet, prefix=prefix)
+        out = _execute_notebook(name, params, declared, output_dir, quiet=quiet, prefix=prefix, inputs=inputs)
         results.complete_run(run_id)
     return out
 
 
 def _execute_notebook(name: str, params: dict[str, object], declared, output_dir: Path, *, quiet: bool,
-                      prefix: str) -> Path:
+                      prefix: str, inputs: dict | None = None) -> Path:
     import papermill
     from traitlets.config import Config
 
@@ -165,6 +168,12 @@ def _execute_notebook(name: str, params: dict[str, object], declared, output_dir
                 config=Config({"KernelManager": {**_KERNEL_CONFIG["KernelManager"], "ip": str(Path(tmp) / "kernel")}}),
             )
         fold_parameters(executed, source=f"notebooks/{name}.py")
+        if inputs is not None:  # what prh-run's up-to-date check compares (prh_lib.freshness)
+            import nbformat
+
+            nb = nbformat.read(str(executed), as_version=4)
+            nb.metadata[freshness.METADATA_KEY] = inputs
+            nbformat.write(nb, str(executed))
         with paths.atomic_path(out) as tmp_out:
             shutil.move(executed, tmp_out)
     return out
@@ -487,6 +496,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--build-only", action="store_true", help="only build the book")
     parser.add_argument("--output-dir", type=Path, default=None, help="where executed notebooks go (default: book/)")
     parser.add_argument("--list", action="store_true", help="list notebooks and their parameters")
+    parser.add_argument("--force", action="store_true",
+                        help="execute every named notebook, even those whose inputs are unchanged since their page "
+                             "was written (by default these are skipped; see prh_lib.freshness)")
     parser.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
                         help="notebooks executed side by side (default: 2 on a CPU with 2 or more cores, "
                              "1 on a GPU or with PRH_JOBS=1)")
@@ -518,9 +530,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.build_only:
         what = args.params + "".join(f", {k}={v!r}" for k, v in overrides.items())
         jobs = args.jobs if args.jobs is not None else schedule.default_jobs(params)
+        stale = names if args.force else _stale_notebooks(names, params, args.params, args.output_dir)
         try:
-            seconds.update(schedule.run_notebooks(names, params, run=run_notebook, what=what, jobs=jobs,
-                                                   output_dir=args.output_dir))
+            if stale:
+                seconds.update(schedule.run_notebooks(stale, params, run=run_notebook, what=what, jobs=jobs,
+                                                       output_dir=args.output_dir))
         except schedule.NotebookFailed as err:
             print(f"[prh-run] {err}", file=sys.stderr)
             return 1
@@ -539,6 +553,27 @@ def main(argv: list[str] | None = None) -> int:
     if len(seconds) > 1:
         print(timing_table(seconds, total=time.perf_counter() - start), flush=True)
     return 0
+
+
+def _stale_notebooks(names, params, profile: str, output_dir: Path | None) -> list[str]:
+    """The notebooks of ``names`` to execute: all of them unless every input is local
+    (:func:`prh_lib.freshness.skipping_allowed`), else those whose page is missing or was written from other
+    inputs (:func:`prh_lib.freshness.up_to_date`). Prints one line per notebook saying which and why."""
+    if not freshness.skipping_allowed(profile):
+        return list(names)
+    folder = paths.book_dir() if output_dir is None else Path(output_dir)
+    stale = []
+    for n in names:
+        declared = declared_parameters(n)
+        digests = freshness.input_digests(n, {k: v for k, v in params.items() if k in declared})
+        fresh, why = freshness.up_to_date(folder / f"{n}.ipynb", digests)
+        if fresh:
+            print(f"[prh-run] {n}: up to date (notebook, parameters, library, packages and data unchanged since "
+                  "its page was written); --force executes it again", flush=True)
+        else:
+            stale.append(n)
+            print(f"[prh-run] {n}: to execute ({why})", flush=True)
+    return stale
 
 
 def timing_table(seconds: dict[str, float], *, total: float) -> str:

@@ -212,3 +212,81 @@ def test_default_jobs(monkeypatch):
     monkeypatch.setenv("PRH_JOBS", "two")
     with pytest.raises(ValueError, match="PRH_JOBS must be a positive integer; got 'two'"):
         schedule.default_jobs({})
+
+
+@pytest.fixture
+def fresh_env(tiny_notebooks, monkeypatch):
+    """The tiny notebooks with a cache and a data root of their own (a coco-mini folder and a sibling)."""
+    monkeypatch.setenv("PRH_CACHE_DIR", str(tiny_notebooks / "cache"))
+    data = tiny_notebooks / "data"
+    for d in ("coco-mini", "flickr8k-1k"):
+        (data / d / "images").mkdir(parents=True)
+        (data / d / "captions.json").write_text("{}")
+    monkeypatch.setenv("PRH_DATA_ROOT", str(data / "coco-mini"))
+    return tiny_notebooks
+
+
+def _run(env, capfd, *extra):
+    assert runner.main(["tiny", "--no-build", "--output-dir", str(env / "o"), *extra]) == 0
+    return capfd.readouterr().out
+
+
+def test_an_unchanged_notebook_is_skipped_and_each_input_change_executes_it(fresh_env, monkeypatch, capfd):
+    import os
+
+    out = fresh_env / "o" / "tiny.ipynb"
+    assert "tiny: to execute (not executed yet)" in _run(fresh_env, capfd)
+    written = out.stat().st_mtime_ns
+    printed = _run(fresh_env, capfd)
+    assert "tiny: up to date" in printed and "[prh-run] wrote" not in printed
+    assert out.stat().st_mtime_ns == written  # not rewritten
+
+    def executes(why, *extra):
+        printed = _run(fresh_env, capfd, *extra)
+        assert f"tiny: to execute ({why})" in printed and "[prh-run] wrote" in printed, printed
+        assert "up to date" in _run(fresh_env, capfd, *extra)  # and is up to date again after
+
+    a2 = ("-p", "a=2")
+    executes("its parameters changed", *a2)
+    nb = fresh_env / "notebooks" / "tiny.py"
+    nb.write_text(nb.read_text() + "\n# an edit\n")
+    executes("its notebook changed", *a2)
+    image = fresh_env / "data" / "flickr8k-1k" / "images" / "1.jpg"  # a sibling dataset gains a file
+    image.write_bytes(b"x")
+    executes("its data changed", *a2)
+    os.utime(image, ns=(1, 1))  # ... or a file of it is modified (make's rule: size and modification time)
+    executes("its data changed", *a2)
+    monkeypatch.setenv("PRH_CACHE_DIR", str(fresh_env / "another-cache"))  # results table without its run
+    executes("the results-table run that wrote it is not in this cache", *a2)
+    printed = _run(fresh_env, capfd, "--force", *a2)
+    assert "[prh-run] wrote" in printed and "tiny:" not in printed
+
+
+def test_skipping_needs_every_input_local(fresh_env, monkeypatch, capfd):
+    from prh_lib import freshness
+
+    _run(fresh_env, capfd)
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    assert freshness.skipping_allowed("offline") and freshness.skipping_allowed("smoke")
+    assert not freshness.skipping_allowed("paper")  # Hub models are named, not hashed: always executed
+    assert runner.main(["tiny", "--no-build", "--params", "paper", "--output-dir", str(fresh_env / "o")]) == 0
+    assert "[prh-run] wrote" in capfd.readouterr().out
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert freshness.skipping_allowed("paper")
+
+
+def test_library_digest_reads_every_file_and_the_record_is_in_the_page(fresh_env, tmp_path, capfd):
+    from prh_lib import freshness
+
+    lib = tmp_path / "lib"
+    (lib / "sub").mkdir(parents=True)
+    (lib / "a.py").write_text("x = 1\n")
+    (lib / "sub" / "b.json").write_text("{}")
+    before = freshness._library_digest(lib)
+    (lib / "sub" / "b.json").write_text("[]")  # same size: the bytes are read, not only the sizes
+    assert freshness._library_digest(lib) != before
+    _run(fresh_env, capfd)
+    rec = freshness.recorded_inputs(fresh_env / "o" / "tiny.ipynb")
+    assert set(rec["digests"]) == {"notebook", "parameters", "library", "packages", "data", "environment"}
+    assert rec["run_id"] and freshness.up_to_date(fresh_env / "o" / "tiny.ipynb", rec["digests"]) == (True, "")
+    assert freshness.up_to_date(fresh_env / "o" / "missing.ipynb", rec["digests"]) == (False, "not executed yet")
