@@ -183,7 +183,10 @@ def test_auto_dtype_follows_each_models_row_and_only_on_a_cpu():
     assert feature_dtype("a", "auto", table=rows, native_bf16=False) == "float32"  # emulated bf16: never
     assert feature_dtype("b", "float32", **kw) == "float32" and feature_dtype("b", "bfloat16", **kw) == "bfloat16"
     text = dtype_statement(["a", "a@random-init:0", "b"], "auto", **kw)
-    assert "**bfloat16** for a (with their random-init twins)" in text and "float32 for b." in text
+    assert "**bfloat16** for a (with its random-init twin) (`dtype = \"auto\"`: its row in" in text
+    assert "float32 for b." in text
+    both = dtype_statement(["a", "c", "c@random-init:0"], "auto", table={**rows, "c": rows["a"]}, native_bf16=True)
+    assert "for a, c (with their random-init twins) (`dtype = \"auto\"`: their rows in" in both
     assert "0.0010 against its threshold 0.0020" in text
     assert "every model in float32" in dtype_statement(["b"], "auto", **kw)
     assert dtype_statement(["a"], "float32", **kw) == 'Features of every model in float32 (`dtype = "float32"`).'

@@ -209,3 +209,16 @@ def test_half_samples_at_a_fixed_k_warn_unless_only_their_spread_is_read():
         warnings.simplefilter("error")
         quiet = M.bootstrap_ci(X, Y, k=10, n_boot=30, method="subsample", fraction=0.5, warn_outside=False)
     assert quiet.low > quiet.estimate  # the same replicates: they sit above the full-sample estimate
+
+
+def test_replicate_size_is_the_size_bootstrap_ci_draws():
+    from prh_lib.metrics.bootstrap import replicate_size
+
+    # 23 images: round(11.5) = 12 per half-sample (not 23 // 2 = 11), so k = 11 = m - 1 is the largest k
+    assert replicate_size(23) == 12 and replicate_size(23, "bootstrap") == 23 and replicate_size(239) == 120
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(23, 4)), rng.normal(size=(23, 4))
+    b = M.bootstrap_ci(x, y, metric="mutual_knn", k=11, n_boot=3, method="subsample", fraction=0.5)
+    assert np.isfinite(b.replicates).all()
+    with pytest.raises(ValueError, match="k <= m - 1"):
+        M.bootstrap_ci(x, y, metric="mutual_knn", k=12, n_boot=3, method="subsample", fraction=0.5)

@@ -25,6 +25,7 @@ import pandas as pd
 
 from .. import score_cache
 from ..metrics import bootstrap_ci
+from ..metrics.bootstrap import replicate_size
 from ..metrics.selection import bootstrap_interval, paired_interval
 from .ablation_study import chance_corrected
 
@@ -32,7 +33,8 @@ __all__ = ["k_sweep_intervals", "draw_intervals", "regime_order_tests", "interva
 
 
 def _half_size(n: int) -> int:
-    return int(round(0.5 * n))
+    """Images in one of ``bootstrap_ci``'s half-samples (``fraction=0.5``), whose chance level corrects them."""
+    return replicate_size(n, "subsample", 0.5)
 
 
 def _corrected_bootstrap(x, y, *, k: int, n_boot: int, seed: int):

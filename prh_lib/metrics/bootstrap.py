@@ -65,10 +65,20 @@ from ._parallel import ignoring
 from . import _validation as V
 from ._engines import resolve
 
-__all__ = ["BootstrapCI", "bootstrap_ci", "BOOTSTRAP_METHODS", "INTERVALS"]
+__all__ = ["BootstrapCI", "bootstrap_ci", "replicate_size", "BOOTSTRAP_METHODS", "INTERVALS"]
 
 BOOTSTRAP_METHODS = ("bootstrap", "subsample")
 INTERVALS = ("percentile", "basic")
+
+
+def replicate_size(n: int, method: str = "subsample", fraction: float = 0.5) -> int:
+    """Rows in one replicate of :func:`bootstrap_ci`: ``n`` for ``"bootstrap"``, ``round(fraction * n)``
+    (Python's round, half to even: 120 of 239 at 0.5) for ``"subsample"``.
+
+    This is the size a replicate's chance level k / (m - 1) must use. The held-out peaks' half-samples
+    (:func:`prh_lib.metrics.selection.subsample_size`, ``n // 2``: 119 of 239) are another resampler.
+    """
+    return int(n) if method == "bootstrap" else int(round(float(fraction) * int(n)))
 
 
 @dataclass(frozen=True)
@@ -190,7 +200,7 @@ def bootstrap_ci(
 
     engine, Xt, Yt, opts = resolve(metric, X, Y, ndim=2, k=k, device=device, options=metric_options)
     n = Xt.shape[0]
-    m = n if method == "bootstrap" else int(round(frac * n))
+    m = replicate_size(n, method, frac)
     _check_subsample(metric, m, n, engine, opts)
     estimate = METRICS[metric](Xt, Yt, **opts)
     Gx, vx = engine.gram(Xt[None])
@@ -251,7 +261,7 @@ def _bootstrap_callable(X, Y, f, k, n_boot, ci, seed, method, frac, rng, opts):
     n = Xa.shape[0]
     if Ya.shape[0] != n:
         raise ValueError(f"X and Y must have the same number of samples: {tuple(Xa.shape)} vs {tuple(Ya.shape)}")
-    m = n if method == "bootstrap" else int(round(frac * n))
+    m = replicate_size(n, method, frac)
     estimate = float(f(Xa, Ya, **opts))
     reps = np.empty(n_boot)
     for b in range(n_boot):

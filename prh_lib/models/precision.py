@@ -212,8 +212,11 @@ def dtype_statement(model_names, dtype: str, device: str = "cpu", *, table: dict
         r = rows[base]
         evidence.append(f"{base}: {r['speed_ratio']:.1f}x faster, largest headline-score change "
                         f"{r['max_score_change']:.4f} against its threshold {r['threshold']:.4f}")
-    with_twins = " (with their random-init twins)" if twins & set(half) else ""
-    return (f"Features in **bfloat16** for {', '.join(half)}{with_twins} (`dtype = \"auto\"`: their rows in "
+    one = len(half) == 1
+    with_twins = ((" (with its random-init twin)" if one else " (with their random-init twins)")
+                  if twins & set(half) else "")
+    return (f"Features in **bfloat16** for {', '.join(half)}{with_twins} (`dtype = \"auto\"`: "
+            f"{'its row' if one else 'their rows'} in "
             "`prh_lib/resources/bf16_allowed.json` allow it, as measured by `benchmarks/bf16_extraction.py` on both "
             "offline datasets: " + "; ".join(evidence) + "; every headline score moved by less than a quarter of "
             "its own image-level interval half-width, or 0.005); float32 for "
