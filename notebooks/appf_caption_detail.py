@@ -177,10 +177,15 @@ Markdown(captions.describe_study(summary))
 
 # %% [markdown]
 # **The order over images.** The means over draws give one Kendall τ per level. To see how much the images move
-# it, on the first draw of the shortening the verdict reads, each language model's alignment is its held-out peak
-# (layer pair chosen on one half of the images, scored on the other, `image_splits` halvings), and the images are
-# half-sampled (`image_boot` replicates on half of the images, the same for every model and level): each half-sample gives one τ
-# per level, and their spread placed on the estimate (clipped to [-1, 1]) is the interval.
+# the order, on the first draw of the shortening the verdict reads, each language model's alignment is its held-out
+# peak (layer pair chosen on one half of the images, scored on the other, `image_splits` halvings), and the images
+# are half-sampled (`image_boot` replicates on half of the images, the same for every model and level, so the models'
+# replicates are paired). With three or more language models each half-sample gives one τ per level, and their
+# spread placed on the estimate (clipped to [-1, 1]) is the interval. With two, τ is ±1 on every half-sample and
+# its interval says nothing, so the order is read as a margin: the difference of the two models' held-out peaks at
+# the full text (the order exists on these images when its interval excludes 0), and at each shorter level the
+# full-text leader's lead (the order is kept when its interval lies above 0), each difference taken half-sample by
+# half-sample.
 
 # %% tags=["hide-input"]
 control = captions.control_of(summary)

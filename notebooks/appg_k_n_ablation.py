@@ -33,7 +33,8 @@
 # tables). The N sweep draws several random subsets per size; bands are ± one standard deviation over them.
 # Two N regimes: **fixed k** (k = 10 at every N, so chance rises as N shrinks) and **fixed k/N** (k scaled
 # with N, so chance stays at about k/(N - 1) of the full set: 10/999 on `flickr8k-1k`, 10/238 on `coco-mini`; k is
-# rounded to an integer, so at small N the ratio moves, e.g. k = 2 at N = 150 gives 0.013).
+# an integer, so the sweep runs at the sizes where an integer k gives that ratio: 150 of 1,000 pairs would need
+# k = 1.5, and k = 2 there would raise chance by a third, so it runs at 200 instead).
 
 # %% tags=["parameters"]
 # the study: datasets (each a source, location and options) and draws per dataset (None: each spec's repetitions)

@@ -317,3 +317,22 @@ def test_k_sweep_matrices_equal_mutual_knn_layerwise_at_every_k_bit_for_bit():
         with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):
             want = mutual_knn_layerwise(X, Y, k=k)
         np.testing.assert_array_equal(got[k], want)
+
+
+def test_the_default_fixed_ratio_sizes_realise_the_ratio():
+    from prh_lib.analysis.ablation_study import ratio_grid
+
+    # 1,000 pairs at k/N = 0.01: 150 would run k = round(1.5) = 2, k/N 0.013; it becomes 200 (k = 2), once
+    assert ratio_grid(ablation.n_grid(1000, k=1), 0.01, 1000) == [100, 200, 300, 400, 500, 600, 800, 1000]
+    for n_total in (239, 1000, 5000):
+        ratio = 10 / n_total
+        for n in ratio_grid(ablation.n_grid(n_total, k=1), ratio, n_total):
+            k = max(1, round(ratio * n))
+            assert abs(k / n - ratio) <= 0.5 / n  # the nearest integer size: within half a pair of exact
+    # the sweep itself runs at those sizes with the default grid, and keeps explicit sizes as given
+    rng = np.random.default_rng(0)
+    x, y = _features(rng.normal(size=(2, 200, 6)), "x"), _features(rng.normal(size=(2, 200, 6)), "y")
+    df = ablation.n_sweep(x, y, k=10, k_over_n=0.05, n_seeds=1)
+    assert sorted(set(df["n"])) == [20, 40, 60, 80, 100, 120, 160, 200]  # 30 (k = 2 at 1.5) moved to 40
+    assert np.allclose(df["k"] / df["n"], 0.05)
+    assert sorted(set(ablation.n_sweep(x, y, ns=[30, 200], k=10, k_over_n=0.05, n_seeds=1)["n"])) == [30, 200]

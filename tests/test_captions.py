@@ -11,7 +11,8 @@ from pathlib import Path
 
 from prh_lib import data, extract
 from prh_lib import lm as L
-from prh_lib.analysis import captions
+from prh_lib.analysis import captions, captions_intervals
+from prh_lib.metrics.selection import bootstrap_interval
 from fixtures.tiny_models import tiny_llama
 
 SOURCES = [
@@ -367,17 +368,186 @@ def test_quiet_silences_library_logs_and_restores_them(capsys):
     assert "why it failed" in capsys.readouterr().err
 
 
-def test_two_language_models_leave_the_order_undecided_over_images_too():
-    # with two language models Kendall τ is +1 or -1 in every image resample: a reversed order over images is one
-    # comparison, so the claim is inconclusive (the front page's rule), never "differs" on the order alone
-    rows = [{"dataset": "d", "vision model": "v", "language model": lm, "control": "summary", "level": level,
-             "peak": base * (0.5 + level / 2), "peak std": 0.001, "n_draws": 5}
-            for lm, base in (("a", 0.3), ("b", 0.2)) for level in (0.1, 1.0)]
-    iv = pd.DataFrame([{"dataset": "d", "draw": 0, "vision model": "v", "control": "summary", "level": 0.1,
-                        "tau": -1.0, "low": -1.0, "high": 1.0, "n_lms": 2, "n": 40, "n_boot": 50}])
-    row = captions.findings(pd.DataFrame(rows), order_intervals=iv)[0]
+def _two_model_summary(levels=(0.1, 1.0)):
+    """Means over draws of two language models whose peaks both drop with the text and keep their order."""
+    return pd.DataFrame([{"dataset": "d", "vision model": "v", "language model": lm, "control": "summary",
+                          "level": level, "peak": base * (0.5 + level / 2), "peak std": 0.001, "n_draws": 5}
+                         for lm, base in (("a", 0.3), ("b", 0.2)) for level in levels])
+
+
+def _margin_rows(full, margins):
+    """order_intervals rows of two models: ``full`` = (d_full, low, high), ``margins`` = {level: (m, low, high)}."""
+    return pd.DataFrame([{"dataset": "d", "draw": 0, "vision model": "v", "control": "summary", "level": lv,
+                          "tau": np.nan, "low": np.nan, "high": np.nan, "lm_a": "a", "lm_b": "b",
+                          "full_margin": full[0], "full_low": full[1], "full_high": full[2], "margin": m[0],
+                          "margin_low": m[1], "margin_high": m[2], "n_lms": 2, "n": 40, "n_boot": 50}
+                         for lv, m in margins.items()], columns=captions_intervals.COLUMNS)
+
+
+def test_without_an_interval_over_images_two_language_models_leave_the_order_undecided():
+    # the means of two models are one comparison: inconclusive whichever way they fall, never "differs" on the order
+    summary = _two_model_summary()
+    row = captions.findings(summary)[0]
     assert row["verdict"] == "inconclusive", row["note"]
-    assert "single comparison" in row["note"] and "fails" not in row["note"]
+    assert "single comparison" in row["note"] and "no interval over images" in row["note"]
+    swapped = summary.copy()
+    swapped.loc[(swapped["language model"] == "a") & (swapped["level"] == 0.1), "peak"] = 0.01
+    assert captions.findings(swapped)[0]["verdict"] == "inconclusive"
     # a drop that fails still decides it: shorter texts that align more make the claim differ
-    rising = pd.DataFrame(rows).assign(peak=lambda t: 1 - t["peak"])
-    assert captions.findings(rising, order_intervals=iv)[0]["verdict"] == "differs"
+    assert captions.findings(summary.assign(peak=lambda t: 1 - t["peak"]))[0]["verdict"] == "differs"
+
+
+def test_two_language_models_read_the_order_as_a_paired_margin_over_images():
+    summary = _two_model_summary(levels=(0.1, 0.5, 1.0))
+    kept = _margin_rows((0.05, 0.03, 0.07), {0.1: (0.04, 0.02, 0.06), 0.5: (0.045, 0.03, 0.06)})
+    row = captions.findings(summary, order_intervals=kept)[0]
+    assert row["verdict"] == "reproduces in kind", row["note"]
+    assert "single comparison" not in row["note"] and "τ is ±1" not in row["note"]
+    assert "d = a − b = +0.050 [+0.030, +0.070] at the full text" in row["this build"]
+    assert "margin of a +0.040 [+0.020, +0.060] at 0.1, +0.045 [+0.030, +0.060] at 0.5" in row["this build"]
+    assert "Two:" in row["rule"] and "margin" in row["rule"]
+    # the leader at the full text keeps its lead at 0.5 but loses it at 0.1, beyond the images' noise: differs
+    lost = _margin_rows((0.05, 0.03, 0.07), {0.1: (-0.03, -0.05, -0.01), 0.5: (0.045, 0.03, 0.06)})
+    row = captions.findings(summary, order_intervals=lost)[0]
+    assert row["verdict"] == "differs" and "fails: v: margin of a over b at 0.1" in row["note"], row["note"]
+    # b leads at the full text (d < 0): the margin is b's, and the note names it so
+    b_leads = _margin_rows((-0.05, -0.07, -0.03), {0.1: (-0.03, -0.05, -0.01), 0.5: (0.045, 0.03, 0.06)})
+    assert "margin of b over a at 0.1" in captions.findings(summary, order_intervals=b_leads)[0]["note"]
+    # the margin points the right way but its interval holds 0: inconclusive, with what it could detect
+    open_ = _margin_rows((0.05, 0.03, 0.07), {0.1: (0.01, -0.01, 0.03), 0.5: (0.045, 0.03, 0.06)})
+    row = captions.findings(summary, order_intervals=open_)[0]
+    assert row["verdict"] == "inconclusive" and "over images, cannot decide: v: margin of a over b at 0.1" in \
+        row["note"] and "at 80 % power" in row["note"], row["note"]
+    # no order at the full text to keep: inconclusive, whatever the shorter levels say, and the note says why
+    unresolved = _margin_rows((0.004, -0.010, 0.018), {0.1: (-0.03, -0.05, -0.01), 0.5: (0.045, 0.03, 0.06)})
+    row = captions.findings(summary, order_intervals=unresolved)[0]
+    assert row["verdict"] == "inconclusive", row["note"]
+    assert ("the two language models' order at the full text is not resolved over images: d = a − b = +0.004 "
+            "[-0.010, +0.018]") in row["note"] and "fails" not in row["note"]
+    # a drop that fails still decides it, margins or not
+    rising = summary.assign(peak=lambda t: 1 - t["peak"])
+    assert captions.findings(rising, order_intervals=kept)[0]["verdict"] == "differs"
+    assert captions.findings(rising, order_intervals=unresolved)[0]["verdict"] == "differs"
+
+
+class _Fit:
+    """What order_intervals reads of a CrossFitPeak: the held-out peak and its replicates."""
+
+    def __init__(self, heldout, reps):
+        self.heldout, self.heldout_reps = float(heldout), np.asarray(reps, dtype=float)
+
+
+def _order_intervals(monkeypatch, fits, *, levels=(0.1, 0.5, 1.0)):
+    """order_intervals on fake features, ``fits[(model, level)]`` standing for every held-out peak."""
+    from prh_lib.analysis import heldout
+
+    ids = [f"s{i}" for i in range(40)]
+
+    class Pairs:
+        sample_ids = ids
+
+        def __len__(self):
+            return len(ids)
+
+    class Vision:
+        sample_ids = ids
+
+        def rows(self, idx):
+            return ("vision", len(idx))
+
+    variants = {f"truncation-{lv:g}": {"score": True, "control": "truncation", "dataset": "d", "draw": 0,
+                                        "level": lv, "pairs": Pairs()} for lv in levels}
+    models = sorted({m for m, _ in fits})
+    monkeypatch.setattr(captions_intervals, "variant_features",
+                        lambda m, vs, **kw: {name: ("lang", m, v["level"]) for name, v in vs.items()})
+    monkeypatch.setattr(captions_intervals, "clip_features", lambda f, q: f)
+    seen = []
+
+    def crossfit(xs, ys, *, label, **kw):
+        seen.append(kw)
+        _, m, lv = ys[0]
+        return fits[(m, lv)]
+
+    monkeypatch.setattr(heldout, "_crossfit_cached", crossfit)
+    out = captions_intervals.order_intervals({"v": Vision()}, variants, models, control="truncation", dataset="d",
+                                             draw=0, n_boot=50, seed=3)
+    # every fit is asked with the same seed, splits and half-samples: its replicates are the same images
+    assert len(seen) == len(fits) and all(kw == seen[0] for kw in seen)
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_order_intervals_of_two_models_are_paired_margins(monkeypatch, seed):
+    rng = np.random.default_rng(seed)
+    n_boot = 50
+    # the images move both models together (a shared term per half-sample, sd 0.05) and each a little on its own
+    # (sd 0.002): a lead of 0.02 at the full text and 0.01 at the shorter levels is clear only when the replicates
+    # are differenced half-sample by half-sample
+    shared = {lv: rng.normal(0, 0.05, n_boot) for lv in (0.1, 0.5, 1.0)}
+    peaks = {("a", 1.0): 0.30, ("b", 1.0): 0.28, ("a", 0.5): 0.25, ("b", 0.5): 0.24, ("a", 0.1): 0.20,
+             ("b", 0.1): 0.19}
+    fits = {(m, lv): _Fit(p, p + shared[lv] + rng.normal(0, 0.002, n_boot)) for (m, lv), p in peaks.items()}
+    iv = _order_intervals(monkeypatch, fits)
+    assert list(iv.columns) == captions_intervals.COLUMNS and sorted(iv["level"]) == [0.1, 0.5]
+    assert iv["tau"].isna().all() and iv["low"].isna().all() and iv["high"].isna().all()
+    assert (iv["lm_a"] == "a").all() and (iv["lm_b"] == "b").all() and (iv["n_lms"] == 2).all()
+    assert iv["full_margin"].to_numpy() == pytest.approx(0.02)
+    for _, r in iv.iterrows():
+        assert r["margin"] == pytest.approx(0.01)  # s = +1: a leads at the full text
+        assert 0 < r["margin_low"] <= r["margin"] <= r["margin_high"] < 0.02
+        assert 0 < r["full_low"] <= r["full_margin"] <= r["full_high"]
+        # the same replicates taken unpaired (each model's own interval, or a shuffled pairing) would hold 0
+        a_lo, _ = bootstrap_interval(fits[("a", r["level"])].heldout, fits[("a", r["level"])].heldout_reps)
+        _, b_hi = bootstrap_interval(fits[("b", r["level"])].heldout, fits[("b", r["level"])].heldout_reps)
+        assert a_lo < b_hi
+        shuffled = fits[("a", r["level"])].heldout_reps - rng.permutation(fits[("b", r["level"])].heldout_reps)
+        assert bootstrap_interval(r["margin"], shuffled)[0] < 0
+    summary = pd.DataFrame([{"dataset": "d", "vision model": "v", "language model": m, "control": "truncation",
+                             "level": lv, "peak": p, "peak std": 0.001, "n_draws": 5} for (m, lv), p in peaks.items()])
+    row = captions.findings(summary, order_intervals=iv)[0]
+    assert row["verdict"] == "reproduces in kind", row["note"]
+    table = captions.order_display(iv)
+    assert "order margin [95 % CI over images]" in table.columns and "Kendall τ [95 % CI over images]" not in table
+    assert table["difference at the full text [95 % CI over images]"].str.startswith("a − b: +0.020 [").all()
+
+
+def test_order_intervals_of_two_models_follow_the_full_text_leader(monkeypatch):
+    # b leads at the full text and falls behind at 0.1: the margin is b's lead, negative at 0.1, and the claim differs
+    reps = np.linspace(-0.004, 0.004, 50)
+    peaks = {("a", 1.0): 0.28, ("b", 1.0): 0.30, ("a", 0.5): 0.24, ("b", 0.5): 0.25, ("a", 0.1): 0.20,
+             ("b", 0.1): 0.17}
+    fits = {(m, lv): _Fit(p, p + (reps if m == "a" else reps[::-1])) for (m, lv), p in peaks.items()}
+    iv = _order_intervals(monkeypatch, fits).set_index("level")
+    assert iv["full_margin"].to_numpy() == pytest.approx(-0.02) and (iv["full_high"] < 0).all()
+    assert iv.loc[0.5, "margin"] == pytest.approx(0.01) and iv.loc[0.5, "margin_low"] > 0
+    assert iv.loc[0.1, "margin"] == pytest.approx(-0.03) and iv.loc[0.1, "margin_high"] < 0
+    summary = pd.DataFrame([{"dataset": "d", "vision model": "v", "language model": m, "control": "truncation",
+                             "level": lv, "peak": p, "peak std": 0.001, "n_draws": 5} for (m, lv), p in peaks.items()])
+    row = captions.findings(summary, order_intervals=iv.reset_index())[0]
+    assert row["verdict"] == "differs" and "margin of b over a at 0.1" in row["note"], row["note"]
+    # the same lead of b at the full text, but the images cannot tell the two models apart there: inconclusive
+    wide = dict(fits)
+    wide[("a", 1.0)] = _Fit(0.28, 0.28 + np.linspace(-0.2, 0.2, 50))
+    iv = _order_intervals(monkeypatch, wide)
+    assert (iv["full_low"] < 0).all() and (iv["full_high"] > 0).all()
+    row = captions.findings(summary, order_intervals=iv)[0]
+    assert row["verdict"] == "inconclusive" and "not resolved over images: d = a − b = -0.020 [" in row["note"]
+
+
+def test_order_intervals_of_three_models_stay_kendall_tau(monkeypatch):
+    rng = np.random.default_rng(0)
+    peaks = {("a", 1.0): 0.30, ("b", 1.0): 0.20, ("c", 1.0): 0.10, ("a", 0.1): 0.25, ("b", 0.1): 0.15,
+             ("c", 0.1): 0.05}
+    fits = {(m, lv): _Fit(p, p + rng.normal(0, 0.005, 50)) for (m, lv), p in peaks.items()}
+    iv = _order_intervals(monkeypatch, fits, levels=(0.1, 1.0))
+    (r,) = iv.to_dict(orient="records")
+    assert r["tau"] == 1.0 and r["low"] == 1.0 and r["high"] == 1.0 and r["n_lms"] == 3  # no replicate reorders them
+    assert all(np.isnan(r[c]) for c in ("full_margin", "full_low", "full_high", "margin", "margin_low",
+                                        "margin_high")) and r["lm_a"] == r["lm_b"] == ""
+    table = captions.order_display(iv)
+    assert list(table.columns[:1]) == ["Kendall τ [95 % CI over images]"] and "order margin" not in " ".join(table)
+    # one replicate in three swaps b and c at the shorter level: τ stays +1, its interval reaches down
+    for b in range(0, 50, 3):
+        fits[("b", 0.1)].heldout_reps[b], fits[("c", 0.1)].heldout_reps[b] = 0.05, 0.15
+    r = _order_intervals(monkeypatch, fits, levels=(0.1, 1.0)).iloc[0]
+    assert r["tau"] == 1.0 and r["low"] < 1.0 and r["high"] == 1.0

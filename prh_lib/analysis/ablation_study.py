@@ -87,6 +87,28 @@ def k_grid(n: int, ks: Sequence[int] | None = None) -> list[int]:
     return ks
 
 
+def ratio_grid(ns: Sequence[int], k_over_n: float, n_total: int) -> list[int]:
+    """Sizes for a fixed-k/N sweep at which the integer k realises the ratio (Appendix G, fixed k/N).
+
+    k must be an integer, ``k = max(1, round(k_over_n * n))``, so at a size where ``k_over_n * n`` is not one
+    the realised ratio moves (k = 2 at N = 150 gives 0.013 for a target of 0.010) and with it the chance
+    level, which the sweep is meant to hold fixed. Each size ``n`` is replaced by ``round(k / k_over_n)`` for
+    its k (clipped to ``[k + 2, n_total]``); repeats are dropped, the order kept.
+
+    Returns
+    -------
+    list of int
+        Increasing sizes; ``n_total`` stays when it is in ``ns``.
+    """
+    out = []
+    for n in ns:
+        kn = max(1, int(round(k_over_n * n)))
+        m = n if int(n) == int(n_total) else min(int(n_total), max(kn + 2, int(round(kn / k_over_n))))
+        if m not in out:
+            out.append(m)
+    return sorted(out)
+
+
 def n_grid(n_total: int, ns: Sequence[int] | None = None, *, k: int = 10) -> list[int]:
     """Subsample sizes to sweep out of ``n_total`` pairs.
 
@@ -251,7 +273,9 @@ def n_sweep(x: LayerFeatures, y: LayerFeatures, *, ns: Sequence[int] | None = No
         Neighbours at fixed k (and the k at which the fixed layer pair is chosen).
     k_over_n : float, optional
         If given, k scales with the subsample: ``k = max(1, round(k_over_n * n))`` (fixed k/N, so the chance
-        level stays nearly constant); otherwise k is fixed.
+        level stays constant); otherwise k is fixed. With the default sizes, each size is moved to the one at
+        which that integer k gives the ratio (:func:`ratio_grid`: 150 of 1,000 pairs at k/N = 0.01 would run
+        k = 2, k/N = 0.013, so it becomes 200); explicit ``ns`` are kept as given (their rows say their k).
     n_seeds : int >= 1
         Subsamples per size, drawn with seeds ``seed, seed + 1, ...`` (:func:`subsample_rows`). At the full
         size every subsample is all rows, and the scores equal the plain scores exactly.
@@ -291,7 +315,10 @@ def n_sweep(x: LayerFeatures, y: LayerFeatures, *, ns: Sequence[int] | None = No
     if fixed is None:
         s = _scores(x.values, y.values, k, (0, 0), device)
         fixed = (s["max layer x"], s["max layer y"])
+    default_grid = ns is None
     ns = n_grid(n_total, ns, k=1 if k_over_n is not None else k)
+    if k_over_n is not None and default_grid:
+        ns = ratio_grid(ns, k_over_n, n_total)
     rows = []
     for n in ns:
         kn = max(1, int(round(k_over_n * n))) if k_over_n is not None else k

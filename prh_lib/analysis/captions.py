@@ -154,9 +154,12 @@ def study_summary(df: pd.DataFrame) -> pd.DataFrame:
 
 #: F/detail's test, in one sentence (shown on the page and the front page)
 RULE = ("every (vision, language) pair's mean peak is lower at the shortest text than at the full text, and the "
-        "language models' order is kept: Kendall τ between their peaks at the full text and at each shorter level "
-        "is positive at every level, read over at least three language models (two give a single comparison), and "
-        "where computed its 95 % interval over images (held-out peaks, one draw) lies above 0")
+        "language models' order is kept. Three or more language models: Kendall τ between their peaks at the full "
+        "text and at each shorter level is positive at every level, and where computed its 95 % interval over images "
+        "(held-out peaks, one draw) lies above 0. Two: the order exists at the full text (the 95 % interval over "
+        "images of the difference of their held-out peaks, paired on the same image half-samples, excludes 0; else "
+        "inconclusive) and the full-text leader's margin at each shorter level has its 95 % interval above 0 (a "
+        "margin estimated at or below 0 differs); without an interval over images two models give a single comparison")
 
 
 def control_of(summary: pd.DataFrame) -> str:
@@ -175,16 +178,27 @@ def findings(summary: pd.DataFrame, *, paper_setting: bool = False,
     *Lower*: for every (dataset, vision, language), the mean peak at the shortest level is below the full
     text's. *Keeps the order*: Kendall τ (:func:`scipy.stats.kendalltau`, τ-b) between the language models'
     peaks at the full text and at each shorter level, per (dataset, vision model), is positive at every level.
-    With fewer than three language models the order is one comparison, so the claim is at best inconclusive.
     The caption-draw std is shown, never used as a margin. With ``order_intervals``
-    (:func:`prh_lib.analysis.captions_intervals.order_intervals` of the same control), every Kendall τ over
-    images (held-out peaks, one draw) must have its 95 % interval above 0; one that holds 0 leaves the claim
-    inconclusive, one at or below 0 makes it differ. Without it the note says that no interval over images was
-    computed. Comparable only in the paper's setting (DOCCI, Qwen3-8B).
+    (:func:`prh_lib.analysis.captions_intervals.order_intervals` of the same control; held-out peaks, one draw)
+    each row is a :class:`prh_lib.claims.Test` against 0 read by :func:`prh_lib.claims.combine` (holds when its
+    95 % interval is above 0, differs when its estimate is at or below 0, else inconclusive, with the difference
+    it could detect):
+
+    - three or more language models: every Kendall τ over images;
+    - two: the order of the means is one comparison and is not read; per vision model, the difference of the
+      two models' held-out peaks at the full text must have its interval exclude 0 (else the order to keep does
+      not exist on these images and the claim is inconclusive, the note giving that difference), and then the
+      full-text leader's margin at every shorter level is the test (in units of the score).
+
+    With fewer than three language models and no interval over images the order is one comparison, so the claim
+    is at best inconclusive; the note also says when no interval over images was computed. Comparable only in
+    the paper's setting (DOCCI, Qwen3-8B).
     """
     from scipy.stats import kendalltau
 
     from .. import claims
+    from .captions_intervals import COLUMNS
+    from .heldout import format_interval
 
     control = control_of(summary)
     sub = summary[summary["control"] == control]
@@ -209,31 +223,51 @@ def findings(summary: pd.DataFrame, *, paper_setting: bool = False,
     n_lms = int(sub["language model"].nunique())
     order_ok = bool(taus) and all(np.isfinite(t) and t > 0 for *_, t, _ in taus)
     few = n_lms < 3
-    # a drop that fails decides the claim; with fewer than three models the order cannot (one comparison, no
-    # interval over images): the claim is then inconclusive whichever way the two models fall
-    iv = (order_intervals[order_intervals["control"] == control] if order_intervals is not None
-          and len(order_intervals) else pd.DataFrame())
+    # a drop that fails decides the claim. Over images, three or more models are read by τ; two by the paired margin
+    # (τ of two models is ±1 in every resample), only where their full-text order is itself resolved. Without an
+    # interval over images, fewer than three models leave the order to one comparison: at best inconclusive
+    iv = (order_intervals[order_intervals["control"] == control].reindex(columns=COLUMNS) if order_intervals is not
+          None and len(order_intervals) else pd.DataFrame(columns=COLUMNS))
+    taus_iv, pairs_iv = iv[iv["n_lms"] >= 3], iv[iv["n_lms"] == 2]
     tests = [claims.Test(f"{r['vision model']}: Kendall τ full vs {r['level']:g} (held-out peaks, interval over "
-                         f"images)", float(r["tau"]), float(r["low"]), float(r["high"]), 0.0) for _, r in iv.iterrows()]
+                         f"images)", float(r["tau"]), float(r["low"]), float(r["high"]), 0.0)
+             for _, r in taus_iv.iterrows()]
+    unresolved, over_pairs = [], []
+    for vm, g in pairs_iv.groupby("vision model", sort=False):
+        r0 = g.iloc[0]
+        d = (f"{r0['lm_a']} − {r0['lm_b']} = "
+             f"{format_interval(r0['full_margin'], r0['full_low'], r0['full_high'], 3, sign=True)}")
+        lead, trail = (r0["lm_a"], r0["lm_b"]) if r0["full_margin"] > 0 else (r0["lm_b"], r0["lm_a"])
+        if not (r0["full_low"] > 0 or r0["full_high"] < 0):  # interval holds 0 (or there is none)
+            unresolved.append(f"{vm}: the two language models' order at the full text is not resolved over images: "
+                              f"d = {d}")
+            over_pairs.append(f"{vm}: d = {d} at the full text")
+            continue
+        tests += [claims.Test(f"{vm}: margin of {lead} over {trail} at {r['level']:g} (held-out peaks, interval over "
+                              f"images)", float(r["margin"]), float(r["margin_low"]), float(r["margin_high"]), 0.0,
+                              bounds=(-1.0, 1.0)) for _, r in g.iterrows()]
+        over_pairs.append(f"{vm}: d = {d} at the full text, margin of {lead} " + ", ".join(
+            f"{format_interval(r['margin'], r['margin_low'], r['margin_high'], 3, sign=True)} at {r['level']:g}"
+            for _, r in g.iterrows()))
     t_holds, t_conclusive, t_why = claims.combine(tests) if tests else (True, True, "")
-    if few and tests:  # τ of two models is ±1 in every resample too: one comparison over images, not a test
-        t_holds, t_conclusive = True, False
-        t_why = t_why.replace("fails: ", "cannot decide (two models, τ is ±1): ")
+    t_conclusive = t_conclusive and not unresolved
+    margins = bool(len(pairs_iv))  # two models, read over images: the order of the means is not needed
     holds = all(lower) and (order_ok or few) and t_holds
     why = "" if control == "summary" else "summaries exist for one draw only, so the verdict reads truncation"
-    notes = [why, ("no interval over images for these means (mean over draws only)" if not tests else
-                   t_why.replace("cannot decide: ", "over images, cannot decide: ")),
-             (f"{n_lms} language model(s): the order is a single comparison, so it cannot be decided" if few else "")]
+    notes = [why, ("no interval over images for these means (mean over draws only)" if iv.empty else
+                   t_why.replace("cannot decide: ", "over images, cannot decide: ")), "; ".join(unresolved),
+             (f"{n_lms} language model(s): the order is a single comparison, so it cannot be decided"
+              if few and not margins else "")]
     over = ("; over images (the held-out peaks of draw " + f"{int(iv['draw'].iloc[0])} alone, so it can differ "
-            "from the τ of the means above): " + ", ".join(
-        f"τ {r['tau']:+.2f} [{r['low']:+.2f}, {r['high']:+.2f}] at {r['level']:g}" for _, r in iv.iterrows())
-        if tests else "")
+            "from the means above): " + "; ".join(
+                ([", ".join(f"τ {r['tau']:+.2f} [{r['low']:+.2f}, {r['high']:+.2f}] at {r['level']:g}"
+                            for _, r in taus_iv.iterrows())] if len(taus_iv) else []) + over_pairs) if len(iv) else "")
     order = ("; Kendall τ (full vs shorter) of the in-sample peaks' means over draws " + ", ".join(
         f"{t:+.2f} at {lv:g}" for _, _, lv, t, _ in taus) + f" over {n_lms} language models") if taus else \
         "; one language model: no order to compare"
     return [claims.finding("F/detail", this_build=f"{control}: " + "; ".join(parts) + order + over, holds=holds,
-                           conclusive=not (few and holds) and t_conclusive, comparable=paper_setting, rule=RULE,
-                           note="; ".join(x for x in notes if x))]
+                           conclusive=not (few and holds and not margins) and t_conclusive,
+                           comparable=paper_setting, rule=RULE, note="; ".join(x for x in notes if x))]
 
 
 def describe_study(summary: pd.DataFrame) -> str:
