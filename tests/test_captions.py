@@ -306,7 +306,11 @@ def test_study_findings_follow_the_numbers(models):
     (row,) = captions.findings(pd.DataFrame(rows))
     # two models give one comparison: the order cannot be decided; three can
     assert row["verdict"] == ("inconclusive" if len(models) == 2 else "reproduces in kind"), row["note"]
-    assert "Kendall τ" in row["rule"] and "+1.00 at 0.1" in row["this build"]
+    assert "Kendall τ" in row["rule"]
+    if len(models) == 2:  # τ of two values is ±1: the page says kept / swapped instead
+        assert "kept at 0.1" in row["this build"] and "+1.00" not in row["this build"]
+    else:
+        assert "+1.00 at 0.1" in row["this build"]
     flipped = pd.DataFrame(rows)
     flipped.loc[(flipped["language model"] == "b") & (flipped["level"] == 0.1), "peak"] = 0.29
     row = captions.findings(flipped)[0]
@@ -317,7 +321,8 @@ def test_study_findings_follow_the_numbers(models):
     # an order change fails the claim with three models; with two it is one comparison without an interval
     assert row2["verdict"] == ("inconclusive" if len(models) == 2 else "differs")
     tau = kendalltau([0.3, 0.2, 0.1][:len(models)], [0.165, 0.29, 0.055][:len(models)]).statistic
-    assert f"{tau:+.2f} at 0.1" in row["this build"]  # scipy's τ-b, reported as computed
+    # scipy's τ-b, reported as computed; with two models as what it means (-1: swapped)
+    assert (f"{tau:+.2f} at 0.1" if len(models) > 2 else "swapped at 0.1") in row["this build"]
     rising = pd.DataFrame(rows).assign(peak=lambda t: 1 - t["peak"])
     assert captions.findings(rising)[0]["verdict"] == "differs"  # shorter texts align more
 

@@ -262,9 +262,14 @@ def findings(summary: pd.DataFrame, *, paper_setting: bool = False,
             "from the means above): " + "; ".join(
                 ([", ".join(f"τ {r['tau']:+.2f} [{r['low']:+.2f}, {r['high']:+.2f}] at {r['level']:g}"
                             for _, r in taus_iv.iterrows())] if len(taus_iv) else []) + over_pairs) if len(iv) else "")
-    order = ("; Kendall τ (full vs shorter) of the in-sample peaks' means over draws " + ", ".join(
-        f"{t:+.2f} at {lv:g}" for _, _, lv, t, _ in taus) + f" over {n_lms} language models") if taus else \
-        "; one language model: no order to compare"
+    if taus and n_lms == 2:  # τ of two values is ±1: say what it means rather than print it as a statistic
+        order = "; order of the two language models' in-sample mean peaks over draws, full vs shorter: " + ", ".join(
+            f"{'kept' if t > 0 else 'swapped' if t < 0 else 'tied'} at {lv:g}" for _, _, lv, t, _ in taus)
+    elif taus:
+        order = ("; Kendall τ (full vs shorter) of the in-sample peaks' means over draws " + ", ".join(
+            f"{t:+.2f} at {lv:g}" for _, _, lv, t, _ in taus) + f" over {n_lms} language models")
+    else:
+        order = "; one language model: no order to compare"
     return [claims.finding("F/detail", this_build=f"{control}: " + "; ".join(parts) + order + over, holds=holds,
                            conclusive=not (few and holds and not margins) and t_conclusive,
                            comparable=paper_setting, rule=RULE, note="; ".join(x for x in notes if x))]
