@@ -83,6 +83,19 @@ def data_root() -> Path:
     )
 
 
+def sibling_location(name: str) -> Path:
+    """Where a dataset folder named ``name`` next to the data root is, whether or not it exists (for messages
+    that name the folder looked for): ``<data root>/../name``; with no data root, next to where it was looked
+    for (``PRH_DATA_ROOT``'s parent, else ``../shared/data``).
+    """
+    try:
+        return data_root().parent / name
+    except FileNotFoundError:
+        env = os.environ.get("PRH_DATA_ROOT")
+        parent = Path(env).expanduser().resolve().parent if env else (REPO_ROOT.parent / "shared" / "data").resolve()
+        return parent / name
+
+
 def sibling_dataset(name: str) -> Path | None:
     """A dataset folder named ``name`` next to the data root (e.g. ``flickr8k-1k`` beside ``coco-mini``).
 

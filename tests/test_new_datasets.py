@@ -328,3 +328,16 @@ def test_text_only_draws_score_language_pairs_only_and_are_never_the_headline(co
     images = _draws([("coco-mini", 8)])
     assert headline_dataset(text + images) == "coco-mini"  # 20 text-only pairs, 8 with images: images win
     assert headline_dataset(text) == "val-40"  # only text: it is all there is
+
+
+def test_sibling_location_names_the_folder_even_without_a_data_root(tmp_path, monkeypatch):
+    from prh_lib import paths
+    from prh_lib.data import text_only
+
+    monkeypatch.setenv("PRH_DATA_ROOT", str(tmp_path / "missing" / "coco-mini"))  # no such folder
+    want = (tmp_path / "missing").resolve() / "coco-val2017-captions"
+    assert paths.sibling_location("coco-val2017-captions") == want == text_only._default_location()
+    assert paths.sibling_dataset("coco-val2017-captions") is None
+    (tmp_path / "d" / "coco-mini").mkdir(parents=True)
+    monkeypatch.setenv("PRH_DATA_ROOT", str(tmp_path / "d" / "coco-mini"))
+    assert paths.sibling_location("flickr8k-1k") == (tmp_path / "d").resolve() / "flickr8k-1k"

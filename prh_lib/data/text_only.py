@@ -26,12 +26,12 @@ Herbst et al., Section 2 (N = 1024 pairs per dataset, 5 seeded repetitions).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Iterable
 
 import numpy as np
 
+from .. import paths
 from .coco import read_coco_captions
 from .pairs import DataError, ImageCaptionDataset, Pairs, sample_pairs
 
@@ -97,10 +97,7 @@ def is_text_only(data: ImageCaptionDataset | Pairs) -> bool:
 
 
 def _default_location() -> Path:
-    env = os.environ.get("PRH_DATA_ROOT")
-    if env:
-        return Path(env).expanduser().resolve().parent / _DEFAULT_FOLDER
-    return Path(__file__).resolve().parents[2].parent / "shared" / "data" / _DEFAULT_FOLDER
+    return paths.sibling_location(_DEFAULT_FOLDER)
 
 
 def load_coco_captions_text(location: str | Path | None = None, *, name: str = "coco-val2017-captions"
