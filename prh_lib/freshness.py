@@ -10,8 +10,9 @@ notebook in ``book/`` was written, as ``make`` or Jupyter Book's own execution c
 - ``packages``: the name and version of every installed distribution (torch, transformers, the zoo's weights);
 - ``data``: the local data: the data root and its sibling folders (``flickr8k-1k``, ``coco-val2017-captions``),
   each file's path, size and modification time, as ``make`` reads them;
-- ``environment``: ``PRH_DATA_ROOT`` as set (the cache folder is checked through the results-table run below;
-  thread counts are left out: the kernels' results do not depend on them).
+- ``environment``: ``PRH_DATA_ROOT`` as set, and the system files a page reads (:data:`SYSTEM_FILES`: WordNet,
+  installed or not); the cache folder is checked through the results-table run below; thread counts are left
+  out (the kernels' results do not depend on them).
 
 The digests are stored in the executed notebook's metadata (:data:`METADATA_KEY`) with the results-table run
 that wrote it; the notebook is up to date (:func:`up_to_date`) when every digest is equal and that run is still
@@ -105,6 +106,21 @@ def _data_digest() -> str | None:
     return _digest(listing)
 
 
+#: Files outside the project that a page reads when they exist (the concepts chapter's WordNet hierarchy).
+SYSTEM_FILES = ("/usr/share/wordnet/data.noun",)
+
+
+def _system_files() -> list:
+    out = []
+    for f in SYSTEM_FILES:
+        try:
+            st = os.stat(f)
+            out.append((f, st.st_size, st.st_mtime_ns))
+        except OSError:
+            out.append((f, None))
+    return out
+
+
 def input_digests(name: str, params: Mapping[str, object]) -> dict[str, str] | None:
     """The digests of notebook ``name``'s inputs with ``params`` (the parameters it receives).
 
@@ -129,7 +145,7 @@ def input_digests(name: str, params: Mapping[str, object]) -> dict[str, str] | N
         "library": _library_digest(),
         "packages": _packages_digest(),
         "data": data,
-        "environment": _digest([os.environ.get("PRH_DATA_ROOT", "")]),
+        "environment": _digest([os.environ.get("PRH_DATA_ROOT", ""), _system_files()]),
     }
 
 

@@ -290,3 +290,14 @@ def test_library_digest_reads_every_file_and_the_record_is_in_the_page(fresh_env
     assert set(rec["digests"]) == {"notebook", "parameters", "library", "packages", "data", "environment"}
     assert rec["run_id"] and freshness.up_to_date(fresh_env / "o" / "tiny.ipynb", rec["digests"]) == (True, "")
     assert freshness.up_to_date(fresh_env / "o" / "missing.ipynb", rec["digests"]) == (False, "not executed yet")
+
+
+def test_a_system_file_a_page_reads_is_an_input(fresh_env, monkeypatch, capfd):
+    from prh_lib import freshness
+
+    wordnet = fresh_env / "data.noun"  # stands for /usr/share/wordnet/data.noun: installing it reruns the page
+    monkeypatch.setattr(freshness, "SYSTEM_FILES", (str(wordnet),))
+    _run(fresh_env, capfd)
+    wordnet.write_text("x")
+    printed = _run(fresh_env, capfd)
+    assert "tiny: to execute (its environment changed)" in printed
