@@ -568,8 +568,8 @@ def _stale_notebooks(names, params, profile: str, output_dir: Path | None) -> li
         digests = freshness.input_digests(n, {k: v for k, v in params.items() if k in declared})
         fresh, why = freshness.up_to_date(folder / f"{n}.ipynb", digests)
         if fresh:
-            print(f"[prh-run] {n}: up to date (notebook, parameters, library, packages and data unchanged since "
-                  "its page was written); --force executes it again", flush=True)
+            print(f"[prh-run] {n}: up to date (no input changed since its page was written; --force executes it)",
+                  flush=True)
         else:
             stale.append(n)
             print(f"[prh-run] {n}: to execute ({why})", flush=True)
