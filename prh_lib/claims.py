@@ -294,7 +294,7 @@ def combine(tests) -> tuple[bool, bool, str]:
     """``(holds, conclusive, note)`` of a claim made of ``tests`` (for :func:`finding`).
 
     ``holds`` is False when any test differs; ``conclusive`` is False when none differs but some test cannot
-    decide; ``note`` names the failing or undecided tests with their numbers ("" when all hold), and for each
+    decide; ``note`` names the failing tests, then the undecided ones, with their numbers ("" when all hold), and for each
     undecided one the smallest difference from its threshold this build detects at 80 % power (two-sided 95 %,
     normal approximation from its interval's width: :func:`prh_lib.metrics.selection.detectable_difference`).
     """
@@ -303,8 +303,9 @@ def combine(tests) -> tuple[bool, bool, str]:
         raise ValueError("a claim needs at least one test")
     bad = [t for t in tests if t.outcome == "differs"]
     open_ = [t for t in tests if t.outcome == "inconclusive"]
-    if bad:
-        return False, True, "fails: " + "; ".join(t.describe() for t in bad)
+    if bad:  # the undecided ones too: a reader sees every test that did not hold, not only the first reason
+        return False, True, "fails: " + "; ".join(t.describe() for t in bad) + (
+            "; also undecided: " + "; ".join(t.describe() + _power(t) for t in open_) if open_ else "")
     if open_:
         return True, False, "cannot decide: " + "; ".join(t.describe() + _power(t) for t in open_)
     return True, True, ""

@@ -67,6 +67,9 @@ def test_a_claim_passes_only_when_every_test_holds():
     assert (holds, conclusive) == (True, False) and "margin over random-init" in note
     holds, conclusive, note = claims.combine([ok, overlap, wrong])
     assert (holds, conclusive) == (False, True) and "vision-vision − random-init" in note
+    # the undecided test is named after the failing one, with what it could detect
+    assert note.index("fails: vision-vision") < note.index("; also undecided: margin over random-init")
+    assert "at 80 % power" in note.split("also undecided")[1]
     row = claims.finding("3.1/vision-vision", this_build="x", tests=[ok, wrong], rule="r")
     assert row["verdict"] == "differs" and row["rule"] == "r"
     row = claims.finding("3.1/vision-vision", this_build="x", tests=[ok, overlap])
