@@ -59,9 +59,10 @@ def heatmaps_side_by_side(results: list[ViewComparison], *, chance: float | None
         for ax, m, title, ch, ch_label in panels:
             s = np.asarray(m.scores, dtype=float)
             i, j = np.unravel_index(int(np.nanargmax(s)), s.shape)
-            # the markers' values go in the title (a legend under each panel ran into its axis label)
+            # the markers' values go in the title (a legend under each panel ran into its axis label); the pair, the
+            # measure and the values on three lines (pair and measure on one line ran past a right-hand panel's edge)
             alignment_heatmap(s, m.x_labels, m.y_labels, ax=ax, legend=False,
-                              title=f"{comp.label}: {title}\nmax {s[i, j]:.3f} (★) · final {s[-1, -1]:.3f} (□)",
+                              title=f"{comp.label}\n{title}\nmax {s[i, j]:.3f} (★) · final {s[-1, -1]:.3f} (□)",
                               x_name=m.x_name, y_name=m.y_name, chance=ch, value_label=title, chance_label=ch_label)
     handles = [Line2D([], [], marker="*", color="white", markeredgecolor="black", markersize=13, linestyle="none",
                       label="maximum over layer pairs (★)"),
