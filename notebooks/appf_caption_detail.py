@@ -176,8 +176,8 @@ Markdown(captions.describe_study(summary))
 # ## The paper and this build
 
 # %% [markdown]
-# **The order over images.** The means over draws give one Kendall τ per level. To see how much the images move
-# the order, on the first draw of the shortening the verdict reads, each language model's alignment is its held-out
+# **The order over images.** The means over draws give one order per level. To see how much the images move
+# the order, on the first draw of each dataset with the shortening the verdict reads, each language model's alignment is its held-out
 # peak (layer pair chosen on one half of the images, scored on the other, `image_splits` halvings), and the images
 # are half-sampled (`image_boot` replicates on half of the images, the same for every model and level, so the models'
 # replicates are paired). With three or more language models each half-sample gives one τ per level, and their
@@ -189,13 +189,14 @@ Markdown(captions.describe_study(summary))
 
 # %% tags=["hide-input"]
 control = captions.control_of(summary)
-first_draw = next(d for d in draws if control != "summary" or (d.dataset, d.draw) in summaries)
-order_iv = (captions.order_intervals(vision[first_draw.dataset], {n: v for n, v in variants.items()
-                                                                  if v["dataset"] == first_draw.dataset},
-                                     language_models, control=control, dataset=first_draw.dataset,
-                                     draw=first_draw.draw, k=k, clip_q=clip_q, n_splits=image_splits,
-                                     n_boot=image_boot, num_threads=num_threads, device=device, dtype=dtype,
-                                     batch_size=batch_size, progress=False) if image_boot else pd.DataFrame())
+# the first draw of each dataset that has the shortening the verdict reads
+first_draws = list({d.dataset: d for d in reversed(draws) if control != "summary" or (d.dataset, d.draw) in summaries}
+                   .values())[::-1]
+order_iv = (pd.concat([captions.order_intervals(
+    vision[fd.dataset], {n: v for n, v in variants.items() if v["dataset"] == fd.dataset}, language_models,
+    control=control, dataset=fd.dataset, draw=fd.draw, k=k, clip_q=clip_q, n_splits=image_splits, n_boot=image_boot,
+    num_threads=num_threads, device=device, dtype=dtype, batch_size=batch_size, progress=False)
+    for fd in first_draws], ignore_index=True) if image_boot and first_draws else pd.DataFrame())
 (captions.order_display(order_iv) if len(order_iv)
  else Markdown("No interval over images (fewer than two language models, or `image_boot` is 0)."))
 

@@ -308,7 +308,7 @@ def test_study_findings_follow_the_numbers(models):
     assert row["verdict"] == ("inconclusive" if len(models) == 2 else "reproduces in kind"), row["note"]
     assert "Kendall τ" in row["rule"]
     if len(models) == 2:  # τ of two values is ±1: the page says kept / swapped instead
-        assert "kept at 0.1" in row["this build"] and "+1.00" not in row["this build"]
+        assert "d, v: kept at 0.1" in row["this build"] and "+1.00" not in row["this build"]
     else:
         assert "+1.00 at 0.1" in row["this build"]
     flipped = pd.DataFrame(rows)
@@ -414,14 +414,14 @@ def test_two_language_models_read_the_order_as_a_paired_margin_over_images():
     # the leader at the full text keeps its lead at 0.5 but loses it at 0.1, beyond the images' noise: differs
     lost = _margin_rows((0.05, 0.03, 0.07), {0.1: (-0.03, -0.05, -0.01), 0.5: (0.045, 0.03, 0.06)})
     row = captions.findings(summary, order_intervals=lost)[0]
-    assert row["verdict"] == "differs" and "fails: v: margin of a over b at 0.1" in row["note"], row["note"]
+    assert row["verdict"] == "differs" and "fails: d, v: margin of a over b at 0.1" in row["note"], row["note"]
     # b leads at the full text (d < 0): the margin is b's, and the note names it so
     b_leads = _margin_rows((-0.05, -0.07, -0.03), {0.1: (-0.03, -0.05, -0.01), 0.5: (0.045, 0.03, 0.06)})
     assert "margin of b over a at 0.1" in captions.findings(summary, order_intervals=b_leads)[0]["note"]
     # the margin points the right way but its interval holds 0: inconclusive, with what it could detect
     open_ = _margin_rows((0.05, 0.03, 0.07), {0.1: (0.01, -0.01, 0.03), 0.5: (0.045, 0.03, 0.06)})
     row = captions.findings(summary, order_intervals=open_)[0]
-    assert row["verdict"] == "inconclusive" and "over images, cannot decide: v: margin of a over b at 0.1" in \
+    assert row["verdict"] == "inconclusive" and "over images, cannot decide: d, v: margin of a over b at 0.1" in \
         row["note"] and "at 80 % power" in row["note"], row["note"]
     # no order at the full text to keep: inconclusive, whatever the shorter levels say, and the note says why
     unresolved = _margin_rows((0.004, -0.010, 0.018), {0.1: (-0.03, -0.05, -0.01), 0.5: (0.045, 0.03, 0.06)})
@@ -512,7 +512,11 @@ def test_order_intervals_of_two_models_are_paired_margins(monkeypatch, seed):
     row = captions.findings(summary, order_intervals=iv)[0]
     assert row["verdict"] == "reproduces in kind", row["note"]
     table = captions.order_display(iv)
-    assert "order margin [95 % CI over images]" in table.columns and "Kendall τ [95 % CI over images]" not in table
+    col = "full-text leader's margin [95 % CI over images]"
+    assert col in table.columns and "Kendall τ [95 % CI over images]" not in table
+    assert table[col].str.startswith("a over b: +0.010 [").all()  # the leader named, the margin's sign its lead
+    unresolved = iv.assign(full_low=-0.01)  # the full-text interval holds 0: no leader, the margins are not read
+    assert captions.order_display(unresolved)[col].str.startswith("not read: no leader at the full text (a ahead").all()
     assert table["difference at the full text [95 % CI over images]"].str.startswith("a − b: +0.020 [").all()
 
 
@@ -550,7 +554,7 @@ def test_order_intervals_of_three_models_stay_kendall_tau(monkeypatch):
     assert all(np.isnan(r[c]) for c in ("full_margin", "full_low", "full_high", "margin", "margin_low",
                                         "margin_high")) and r["lm_a"] == r["lm_b"] == ""
     table = captions.order_display(iv)
-    assert list(table.columns[:1]) == ["Kendall τ [95 % CI over images]"] and "order margin" not in " ".join(table)
+    assert list(table.columns[:1]) == ["Kendall τ [95 % CI over images]"] and "leader's margin" not in " ".join(table)
     # one replicate in three swaps b and c at the shorter level: τ stays +1, its interval reaches down
     for b in range(0, 50, 3):
         fits[("b", 0.1)].heldout_reps[b], fits[("c", 0.1)].heldout_reps[b] = 0.05, 0.15

@@ -233,8 +233,9 @@ def findings(summary: pd.DataFrame, *, paper_setting: bool = False,
                          f"images)", float(r["tau"]), float(r["low"]), float(r["high"]), 0.0)
              for _, r in taus_iv.iterrows()]
     unresolved, over_pairs = [], []
-    for vm, g in pairs_iv.groupby("vision model", sort=False):
+    for (ds_iv, vm), g in pairs_iv.groupby(["dataset", "vision model"], sort=False):
         r0 = g.iloc[0]
+        vm = f"{ds_iv}, {vm}"  # the dataset read over images, named (the means above list every dataset)
         d = (f"{r0['lm_a']} − {r0['lm_b']} = "
              f"{format_interval(r0['full_margin'], r0['full_low'], r0['full_high'], 3, sign=True)}")
         lead, trail = (r0["lm_a"], r0["lm_b"]) if r0["full_margin"] > 0 else (r0["lm_b"], r0["lm_a"])
@@ -263,8 +264,11 @@ def findings(summary: pd.DataFrame, *, paper_setting: bool = False,
                 ([", ".join(f"τ {r['tau']:+.2f} [{r['low']:+.2f}, {r['high']:+.2f}] at {r['level']:g}"
                             for _, r in taus_iv.iterrows())] if len(taus_iv) else []) + over_pairs) if len(iv) else "")
     if taus and n_lms == 2:  # τ of two values is ±1: say what it means rather than print it as a statistic
-        order = "; order of the two language models' in-sample mean peaks over draws, full vs shorter: " + ", ".join(
-            f"{'kept' if t > 0 else 'swapped' if t < 0 else 'tied'} at {lv:g}" for _, _, lv, t, _ in taus)
+        groups = dict.fromkeys((ds, vm) for ds, vm, *_ in taus)
+        order = "; order of the two language models' in-sample mean peaks over draws, full vs shorter: " + "; ".join(
+            f"{ds}, {vm}: " + ", ".join(f"{'kept' if t > 0 else 'swapped' if t < 0 else 'tied'} at {lv:g}"
+                                        for d2, v2, lv, t, _ in taus if (d2, v2) == (ds, vm))
+            for ds, vm in groups)
     elif taus:
         order = ("; Kendall τ (full vs shorter) of the in-sample peaks' means over draws " + ", ".join(
             f"{t:+.2f} at {lv:g}" for _, _, lv, t, _ in taus) + f" over {n_lms} language models")

@@ -158,13 +158,26 @@ def order_intervals(vision: dict, variants: dict, language_models: Sequence[str]
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def _margin_cell(r: pd.Series) -> str:
+    """``"minilm-l6 over smollm2-135m: +0.012 [+0.001, +0.026]"``; "not read" while the full-text order itself
+    is unresolved (its interval holds 0: there is no leader whose margin could be kept); "–" for τ rows."""
+    from .heldout import format_interval
+
+    if not (isinstance(r["lm_a"], str) and r["lm_a"]) or not np.isfinite(r["full_margin"]):
+        return "–"
+    lead, trail = (r["lm_a"], r["lm_b"]) if r["full_margin"] > 0 else (r["lm_b"], r["lm_a"])
+    if not (r["full_low"] > 0 or r["full_high"] < 0):
+        return f"not read: no leader at the full text ({lead} ahead by {abs(r['full_margin']):.3f}, interval holds 0)"
+    return f"{lead} over {trail}: {format_interval(r['margin'], r['margin_low'], r['margin_high'], 3, sign=True)}"
+
+
 def order_display(intervals: pd.DataFrame) -> pd.DataFrame:
     """The page's table of :func:`order_intervals`, one row per (dataset, draw, vision model, control, level).
 
     Rows of three or more language models show Kendall τ (full text vs the level) of the held-out peaks; rows of
     two show the difference of their held-out peaks at the full text (``lm_a − lm_b``) and the full-text
-    leader's margin at the level, each with its 95 % interval over images (paired half-samples). A column that
-    no row fills is left out.
+    leader's margin at the level (named, and "not read" while the full-text difference's interval holds 0), each
+    with its 95 % interval over images (paired half-samples). A column that no row fills is left out.
     """
     from .heldout import format_interval
 
@@ -173,14 +186,13 @@ def order_display(intervals: pd.DataFrame) -> pd.DataFrame:
     iv = intervals.reindex(columns=COLUMNS)
     tau_col, full_col, margin_col = ("Kendall τ [95 % CI over images]",
                                      "difference at the full text [95 % CI over images]",
-                                     "order margin [95 % CI over images]")
+                                     "full-text leader's margin [95 % CI over images]")
     out = iv.assign(**{
         tau_col: [format_interval(t, lo, hi, 2) for t, lo, hi in zip(iv["tau"], iv["low"], iv["high"])],
         full_col: [f"{a} − {b}: {format_interval(d, lo, hi, 3, sign=True)}" if isinstance(a, str) and a else "–"
                    for a, b, d, lo, hi in zip(iv["lm_a"], iv["lm_b"], iv["full_margin"], iv["full_low"],
                                               iv["full_high"])],
-        margin_col: [format_interval(m, lo, hi, 3, sign=True)
-                     for m, lo, hi in zip(iv["margin"], iv["margin_low"], iv["margin_high"])]})
+        margin_col: [_margin_cell(r) for _, r in iv.iterrows()]})
     shown = ([tau_col] if (iv["n_lms"] >= 3).any() else []) + ([full_col, margin_col] if (iv["n_lms"] == 2).any()
                                                                else [])
     return out.rename(columns={"n_lms": "language models", "n": "images", "n_boot": "image half-samples"}).set_index(
