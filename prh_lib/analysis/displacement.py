@@ -111,6 +111,15 @@ def depth_profile_figure(profiles: dict[str, pd.DataFrame], *, panel_size: tuple
         twin.tick_params(labelsize=9)
         ticks = pos[:: max(1, len(pos) // 6)]
         ax.set_xticks(ticks, [frame.index[t] for t in ticks], rotation=60, ha="right", fontsize=9)
+        if ax.get_legend() is not None:  # one key for every panel, below them: a panel's own sat on its curves
+            ax.get_legend().remove()
+    if n:
+        from matplotlib.lines import Line2D
+
+        handles, labels = axes.flat[0].get_legend_handles_labels()
+        handles.append(Line2D([], [], color="black", linestyle="--", linewidth=1.2))
+        labels.append("mutual k-NN (right axis)")
+        fig.legend(handles, labels, loc="outside lower center", ncol=min(4, len(labels)), fontsize=9, frameon=False)
     return fig
 
 

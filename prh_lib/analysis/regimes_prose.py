@@ -167,7 +167,7 @@ def offline_scope(summary: pd.DataFrame, bands: dict, *, aligned_measured: bool,
         can.append(f"whether the *order* of the regimes holds for small models (here same-modality "
                    f"{same['score_mean'].mean():.3f} against unimodal {uni['score_mean'].mean():.3f}, in-sample means; "
                    "whether each same-modality pair also beats its random-init floors is the held-out test of "
-                   "3.3/same-modality below)")
+                   "3.3/same-modality in the table above)")
     if rl or lex:
         floors = [f"a random-init language model {rl[0]:.3f}" if rl else "", f"a bag of words {lex[0]:.3f}" if lex else ""]
         can.append("how much of a cross-modal score needs no learned language model at all ("
@@ -182,6 +182,6 @@ def offline_scope(summary: pd.DataFrame, bands: dict, *, aligned_measured: bool,
                       "gap of Appendix E need the paper profile")
     names_ds = list(dict.fromkeys(summary["dataset"]))
     cannot.append("whether the pattern holds across the paper's datasets (WIT, COCO at N = 1024, DOCCI, CC3M with "
-                  f"DreamLIP captions): offline there are {', '.join(names_ds)}, with short human captions only")
+                  f"DreamLIP captions): offline there are {', '.join(f"`{d}`" for d in names_ds)}, with short human captions only")
     return ("**What the offline models can tell:** " + "; ".join(can) + ".\n\n"
             "**What they cannot tell:** " + "; ".join(cannot) + ".")
