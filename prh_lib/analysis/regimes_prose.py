@@ -181,7 +181,8 @@ def offline_scope(summary: pd.DataFrame, bands: dict, *, aligned_measured: bool,
                       "install offline, so the unimodal-versus-aligned comparison of Table 1 and the projection "
                       "gap of Appendix E need the paper profile")
     names_ds = list(dict.fromkeys(summary["dataset"]))
+    quoted = ", ".join(f"`{d}`" for d in names_ds)  # "coco-mini, 5 captions" is one dataset's name
     cannot.append("whether the pattern holds across the paper's datasets (WIT, COCO at N = 1024, DOCCI, CC3M with "
-                  f"DreamLIP captions): offline there are {', '.join(f"`{d}`" for d in names_ds)}, with short human captions only")
+                  f"DreamLIP captions): offline there are {quoted}, with short human captions only")
     return ("**What the offline models can tell:** " + "; ".join(can) + ".\n\n"
             "**What they cannot tell:** " + "; ".join(cannot) + ".")
