@@ -197,3 +197,12 @@ def test_the_power_note_names_the_test_its_figure_belongs_to():
     assert V.power_note([narrow, undecided]) == ""
     assert "(detects a difference from 0 of 0.286 at 80 % power)" in claims.combine([narrow, undecided])[2]
     assert V.power_note([depth]) == ""
+
+
+def test_an_interval_end_that_would_print_as_the_threshold_gets_one_more_digit():
+    # a lower end of 0.0004 (above 0: the test holds) or -0.0004 (below: it cannot decide) must not print as
+    # "0.000", which reads as touching the threshold either way
+    assert claims.Test("m", 0.004, 0.0004, 0.008).describe() == "m: needs > 0, got 0.0040 [0.0004, 0.0080]"
+    assert claims.Test("m", 0.004, -0.0004, 0.008).describe() == "m: needs > 0, got 0.0040 [-0.0004, 0.0080]"
+    assert claims.Test("m", 0.04, 0.01, 0.08).describe() == "m: needs > 0, got 0.040 [0.010, 0.080]"
+    assert claims.Test("m", 0.04, 0.0, 0.08).describe() == "m: needs > 0, got 0.040 [0.000, 0.080]"  # exactly 0
