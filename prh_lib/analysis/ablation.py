@@ -232,7 +232,8 @@ def findings(agg: pd.DataFrame, table: pd.DataFrame, *, dataset: str, stable: fl
                 f"{rel.min():.0%}-{rel.max():.0%} of the mean (N {int(fr['from'].min())}-{int(fr['to'].max())})")
         if ratio_intervals is not None and len(ratio_intervals):
             tests = [claims.Test(f"relative spread over N ({r['pair']}), conservative bound over image subsets", r["relative"],
-                                 r["low"], r["high"], stable, side="<") for _, r in ratio_intervals.iterrows()]
+                                 r["low"], r["high"], stable, side="<", bounds=(0.0, float("inf")))  # a spread is >= 0
+                     for _, r in ratio_intervals.iterrows()]
             this += "; per pair [conservative simultaneous 95 % bound over image subsets]: " + "; ".join(
                 f"{r['pair']} {r['relative']:.0%} [{r['low']:.0%}, {r['high']:.0%}]" for _, r in ratio_intervals.iterrows())
             rows.append(claims.finding("G/fixed-ratio", tests=tests, rule=rule, this_build=this))
