@@ -164,8 +164,8 @@ def features_cache_path(model_name: str, revision: str, modality: str, pairs: Pa
 
     The key hashes: model name and revision (for a local folder also the contents of its config, tokenizer
     and preprocessing files), pooling, dtype, modality, the data fingerprint (sample ids in row order plus
-    the texts or the image contents, see :meth:`prh_lib.data.Pairs.image_fingerprint`), truncation and
-    :data:`FEATURES_FORMAT_VERSION`. Batch size and padding side are left out because results do not
+    the texts or the image contents, see :meth:`prh_lib.data.Pairs.image_fingerprint`), truncation, a timm
+    CNN's memory layout (:data:`prh_lib.models.loaded.CNN_MEMORY_FORMAT`) and :data:`FEATURES_FORMAT_VERSION`. Batch size and padding side are left out because results do not
     depend on them (tested). The device is recorded in the metadata, not the key. Frozen by
     ``tests/test_cache_keys.py``.
 
@@ -176,6 +176,8 @@ def features_cache_path(model_name: str, revision: str, modality: str, pairs: Pa
     """
     data_key = pairs.text_fingerprint() if modality == "language" else pairs.image_fingerprint()
     key = [model_name, revision, pooling, dtype, modality, data_key, max_length, FEATURES_FORMAT_VERSION]
+    if pooling == "gap":  # a timm CNN: its layout changes the round-off (prh_lib.models.loaded.CNN_MEMORY_FORMAT)
+        key.append(f"memory_format={str(models.loaded.CNN_MEMORY_FORMAT).removeprefix('torch.')}")
     folder_files = _folder_files_key(model_name)
     if folder_files is not None:  # only for local folders, so that no other key changes
         key.append(folder_files)

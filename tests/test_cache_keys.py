@@ -17,6 +17,11 @@ fixed bytes (:data:`IMAGE_BYTES`); a path-only image list can no longer be keyed
 ``DataError``). Text-side keys already hashed the caption text and sample ids and are unchanged, as is
 ``FEATURES_FORMAT_VERSION`` (bumping it would have orphaned every cached language-model feature file, whose
 numbers did not change). Old vision files are simply not found any more and are recomputed once.
+
+Deliberate change (issue 25, the cold budget): timm CNNs run in channels-last memory layout
+(``prh_lib.models.loaded.CNN_MEMORY_FORMAT``), which changes their features' float32 round-off (largest
+relative difference 5e-6, no score moved: ``benchmarks/cnn_memory_format.py``), so their key names the layout
+and the efficientnet-lite0 entry below was recomputed. No other model's key changed.
 """
 
 from __future__ import annotations
@@ -65,7 +70,8 @@ ZOO_REVISIONS = {
 FROZEN_FEATURES = [
     ("minilm-l6", {}, "features/minilm-l6/frozen-n3-language-784a575572d557bc.safetensors"),
     ("dinov2-small", {}, "features/dinov2-small/frozen-n3-vision-d317274c74d4bb83.safetensors"),
-    ("efficientnet-lite0", {}, "features/efficientnet-lite0/frozen-n3-vision-4c5c62e66ed7c745.safetensors"),  # conversion 2
+    # conversion 2; channels-last layout (below)
+    ("efficientnet-lite0", {}, "features/efficientnet-lite0/frozen-n3-vision-e90734a818516a73.safetensors"),
     ("smollm2-135m", {"dtype": "bfloat16", "max_length": 64},
      "features/smollm2-135m/frozen-n3-language-6eea896493b9e0c3.safetensors"),
     ("dinov2-small@random-init:3", {},

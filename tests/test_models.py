@@ -152,6 +152,22 @@ def test_timm_folder(tiny, photos):
     assert resolve_identity(str(tiny["resnet"]))["revision"] == model.revision
 
 
+def test_timm_cnn_runs_channels_last_with_the_contiguous_layouts_features(tiny, photos):
+    """A timm CNN runs in channels-last layout (the faster oneDNN kernels); its features equal the contiguous
+    layout's up to float32 round-off, and a module marked contiguous (the benchmark's reference) stays so."""
+    fast, ref = load_model(str(tiny["resnet"])), load_model(str(tiny["resnet"]))
+    ref.module._prh_memory_format = torch.contiguous_format
+    pixels = fast.image_transform(photos)
+    a, b = fast.layer_outputs(pixel_values=pixels), ref.layer_outputs(pixel_values=pixels)
+    conv = next(m for m in fast.module.modules() if isinstance(m, torch.nn.Conv2d))
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last) and not conv.weight.is_contiguous()
+    assert all(x.is_contiguous(memory_format=torch.channels_last) for x in a)
+    ref_conv = next(m for m in ref.module.modules() if isinstance(m, torch.nn.Conv2d))
+    assert ref_conv.weight.is_contiguous() and all(y.is_contiguous() for y in b)
+    for x, y in zip(a, b):
+        assert float((x - y).abs().max() / y.abs().max()) < 1e-5
+
+
 def test_dtype_is_applied_to_weights_and_inputs(tiny, photos):
     model = load_model(str(tiny["vit"]), dtype=torch.float64)
     assert model.dtype == torch.float64 and model.device == torch.device("cpu")
