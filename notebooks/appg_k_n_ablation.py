@@ -34,7 +34,8 @@
 # Two N regimes: **fixed k** (k = 10 at every N, so chance rises as N shrinks) and **fixed k/N** (k scaled
 # with N, so chance stays at about k/(N - 1) of the full set: 10/999 on `flickr8k-1k`, 10/238 on `coco-mini`; k is
 # an integer, so the sweep runs at the sizes where an integer k gives that ratio: 150 of 1,000 pairs would need
-# k = 1.5, and k = 2 there would raise chance by a third, so it runs at 200 instead).
+# k = 1.5, and k = 2 there would raise chance by a third, so it runs at 200 instead; the fixed-k sweep keeps
+# 150, so the two regimes' curves have different points).
 
 # %% tags=["parameters"]
 # the study: datasets (each a source, location and options) and draws per dataset (None: each spec's repetitions)
