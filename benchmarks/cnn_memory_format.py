@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -33,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bf16_extraction import (CLIP_Q, SEED, Partners, abs_change, clipped, cross_model_final,  # noqa: E402
-                             load_datasets, matrix_scores, relative_errors)
+                             load_datasets, matrix_scores, relative_errors, timed_features)
 
 LAYOUTS = ("contiguous", "channels_last")
 
@@ -43,18 +42,6 @@ def set_layout(loaded, layout: str):
 
     loaded.module._prh_memory_format = getattr(torch, f"{layout}_format" if layout == "contiguous" else layout)
     return loaded
-
-
-def extract_both(loaded: dict, pairs, *, repeats: int, batch_size: int):
-    from prh_lib import extract
-
-    feats, secs = {}, {lay: [] for lay in loaded}
-    for _ in range(repeats):
-        for lay, model in loaded.items():
-            t0 = time.perf_counter()
-            feats[lay] = extract.get_features(model, pairs, batch_size=batch_size, progress=False, cache=False)
-            secs[lay].append(time.perf_counter() - t0)
-    return feats, {lay: min(s) for lay, s in secs.items()}
 
 
 def knn(x, y, k):
@@ -97,8 +84,8 @@ def main() -> None:
         twins = {lay: set_layout(models.random_init(loaded[lay], seed=SEED), lay) for lay in LAYOUTS}
         for i, ds in enumerate(datasets):
             k = min(args.k, len(ds.pairs.sample_ids) - 1)
-            feats, secs = extract_both(loaded, ds.pairs, repeats=args.repeats, batch_size=args.batch_size)
-            twin, _ = extract_both(twins, ds.pairs, repeats=1, batch_size=args.batch_size)
+            feats, secs = timed_features(loaded, ds.pairs, repeats=args.repeats, batch_size=args.batch_size)
+            twin, _ = timed_features(twins, ds.pairs, repeats=1, batch_size=args.batch_size)
             err = relative_errors(feats["contiguous"].values, feats["channels_last"].values).max()
             terr = relative_errors(twin["contiguous"].values, twin["channels_last"].values).max()
             mine = {lay: clipped(feats[lay]) for lay in LAYOUTS}
