@@ -28,14 +28,15 @@
 # - **calibrated**: the permutation-calibrated score of Gröger et al. (2026) at the fixed layer pair (the
 #   score minus the null's 95 % quantile, rescaled), which also accounts for the spread of the null.
 #
-# Scores are read at a **fixed** layer pair (the peak at k = 10 on all pairs), at the **max** over all
-# layer pairs (re-selected in every setting, so it includes selection), and at the final layers (in the
-# tables). The N sweep draws several random subsets per size; bands are ± one standard deviation over them.
-# Two N regimes: **fixed k** (k = 10 at every N, so chance rises as N shrinks) and **fixed k/N** (k scaled
-# with N, so chance stays at about k/(N - 1) of the full set: 10/999 on `flickr8k-1k`, 10/238 on `coco-mini`; k is
-# an integer, so the sweep runs at the sizes where an integer k gives that ratio: 150 of 1,000 pairs would need
-# k = 1.5, and k = 2 there would raise chance by a third, so it runs at 200 instead; the fixed-k sweep keeps
-# 150, so the two regimes' curves have different points).
+# Scores are read at a **fixed** layer pair (the peak at k = 10 on all pairs: the figures and the table) and at
+# the **max** over all layer pairs (re-selected in every setting, so it includes selection: the figures). The N
+# sweep draws `n_seeds` random subsets per size and draw; bands are ± one standard deviation over them. Two N
+# regimes: **fixed k** (k = 10 at every N, so chance rises as N shrinks), at 10, 15, 20, 30, 40, 50, 60, 80 and
+# 100 % of the pairs, and **fixed k/N** (k scaled with N, so chance stays at about k/(N - 1) of the full set:
+# 10/999 on `flickr8k-1k`, 10/238 on `coco-mini`). k must be an integer, so the fixed-k/N sweep moves each size
+# to the nearest one where an integer k gives that ratio, and skips 15 % (150 of 1,000 pairs, 36 of 239), where
+# k would be 1.5: on `flickr8k-1k` it runs at 100, 200, 300, 400, 500, 599, 799 and 1,000
+# pairs (k = 1, 2, 3, 4, 5, 6, 8 and 10). The two regimes' curves therefore have different points.
 
 # %% tags=["parameters"]
 # the study: datasets (each a source, location and options) and draws per dataset (None: each spec's repetitions)
@@ -49,7 +50,7 @@ datasets = [
 n_draws = None
 k = 10  # the reference k (fixed layer pair, fixed-k N sweep)
 ks = None  # None: 1, 2, 5, 10, 20, 30, 50, 75, 100, 150, 200 below N - 1
-n_sizes = None  # None: 10 %, 15 %, 20 %, 30 %, ..., 100 % of the pairs
+n_sizes = None  # None: 10, 15, 20, 30, 40, 50, 60, 80 and 100 % of the pairs (fixed k/N: moved, see above)
 n_seeds = 2  # random subsets per size and draw
 n_permutations = 50  # permutation null of the calibrated score; 0: skip
 clip_q = 0.95

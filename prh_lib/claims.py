@@ -243,12 +243,16 @@ class Test:
 
     def power(self) -> str:
         """``"detects a difference from 0 of 0.070 at 80 % power"``, or ``"detects at 80 % power no difference
-        from 0 within the range of the statistic [-1, 1]"`` when :meth:`detectable` is beyond its ``bounds``;
+        from 0 within the range of the statistic [-1, 1]"`` (a half-open range: ``"(0 or more)"``) when
+        :meth:`detectable` is beyond its ``bounds``;
         "" without a finite interval."""
         d = self.detectable()
         if math.isinf(d):
+            lo, hi = self.bounds
+            span = (f"[{lo:g}, {hi:g}]" if math.isfinite(lo) and math.isfinite(hi) else
+                    f"({lo:g} or more)" if math.isfinite(lo) else f"({hi:g} or less)")
             return (f"detects at 80 % power no difference from {self.threshold:g} within the range of the "
-                    f"statistic [{self.bounds[0]:g}, {self.bounds[1]:g}]")
+                    f"statistic {span}")
         return f"detects a difference from {self.threshold:g} of {d:.3f} at 80 % power" if math.isfinite(d) else ""
 
     @property
