@@ -29,18 +29,18 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bf16_extraction import (CLIP_Q, SEED, Partners, abs_change, clipped, cross_model_final,  # noqa: E402
                              load_datasets, matrix_scores, relative_errors, timed_features)
 
-LAYOUTS = ("contiguous", "channels_last")
+LAYOUTS = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}
 
 
 def set_layout(loaded, layout: str):
-    import torch
-
-    loaded.module._prh_memory_format = getattr(torch, f"{layout}_format" if layout == "contiguous" else layout)
+    """Mark a loaded timm CNN to run in ``layout`` (read by ``prh_lib.models.loaded._timm_layer_outputs``)."""
+    loaded.module._prh_memory_format = LAYOUTS[layout]
     return loaded
 
 
@@ -68,8 +68,6 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--tolerance", type=float, default=0.0005)
     args = ap.parse_args()
-    import torch
-
     torch.set_num_threads(args.threads)
     os.environ.setdefault("PRH_SCORE_CACHE", "0")
     names = args.model or ["efficientnet-lite0", "efficientnet-lite2"]

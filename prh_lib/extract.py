@@ -165,8 +165,8 @@ def features_cache_path(model_name: str, revision: str, modality: str, pairs: Pa
     The key hashes: model name and revision (for a local folder also the contents of its config, tokenizer
     and preprocessing files), pooling, dtype, modality, the data fingerprint (sample ids in row order plus
     the texts or the image contents, see :meth:`prh_lib.data.Pairs.image_fingerprint`), truncation, a timm
-    CNN's memory layout (:data:`prh_lib.models.loaded.CNN_MEMORY_FORMAT`) and :data:`FEATURES_FORMAT_VERSION`. Batch size and padding side are left out because results do not
-    depend on them (tested). The device is recorded in the metadata, not the key. Frozen by
+    CNN's memory layout (:data:`prh_lib.models.loaded.CNN_MEMORY_FORMAT`) and :data:`FEATURES_FORMAT_VERSION`.
+    Batch size and padding side are left out because results do not depend on them (tested). The device is recorded in the metadata, not the key. Frozen by
     ``tests/test_cache_keys.py``.
 
     Returns

@@ -217,7 +217,7 @@ def dtype_statement(model_names, dtype: str, device: str = "cpu", *, table: dict
                   if twins & set(half) else "")
     return (f"Features in **bfloat16** for {', '.join(half)}{with_twins} (`dtype = \"auto\"`: "
             f"{'its row' if one else 'their rows'} in "
-            f"`prh_lib/resources/bf16_allowed.json` {'allows' if one else 'allow'} it, as measured by `benchmarks/bf16_extraction.py` on both "
-            "offline datasets: " + "; ".join(evidence) + "; every headline score moved by less than a quarter of "
+            f"`prh_lib/resources/bf16_allowed.json` {'allows' if one else 'allow'} it, as measured by "
+            "`benchmarks/bf16_extraction.py` on both offline datasets: " + "; ".join(evidence) + "; every headline score moved by less than a quarter of "
             "its own image-level interval half-width, or 0.005); float32 for "
             + (", ".join(full) if full else "no other model") + ". `dtype = \"float32\"` gives the float32 numbers.")
