@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -157,7 +158,9 @@ def build_book(book: Path | None = None, *, strict: bool = True, quiet: bool = F
               f"(run them with: prh-run {' '.join(missing)})", flush=True)
     exe = shutil.which("jupyter-book") or str(Path(sys.executable).with_name("jupyter-book"))
     cmd = [exe, "build", str(book)] + (["-W", "--keep-going"] if strict else [])
-    proc = subprocess.run(cmd, cwd=paths.repo_root(), capture_output=quiet, text=True)
+    # placeholders are intended here (they were just announced); a plain `jupyter-book build book` refuses them
+    env = {**os.environ, "PRH_PLACEHOLDERS_OK": "1"}
+    proc = subprocess.run(cmd, cwd=paths.repo_root(), capture_output=quiet, text=True, env=env)
     if proc.returncode != 0:
         tail = ((proc.stdout or "") + (proc.stderr or ""))[-6000:] if quiet else "(see the output above)"
         raise BookBuildError(f"{' '.join(cmd)} failed with exit code {proc.returncode}\n{tail}")

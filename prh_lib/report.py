@@ -78,6 +78,14 @@ def declared_parameters(chapter: str) -> list[str]:
     ValueError
         If the notebook has no ``parameters`` cell or more than one.
     """
+    return list(declared_defaults(chapter))
+
+
+def declared_defaults(chapter: str) -> dict[str, str]:
+    """The ``parameters`` cell of ``notebooks/<chapter>.py`` as ``{name: source text of its default}``, in order.
+
+    Raises as :func:`declared_parameters` does.
+    """
     from . import paths
 
     src = paths.notebooks_dir() / f"{chapter}.py"
@@ -93,12 +101,14 @@ def declared_parameters(chapter: str) -> list[str]:
             current.append(line)
     if len(cells) != 1:
         raise ValueError(f"{src.name} has {len(cells)} cells tagged 'parameters'; it needs exactly one")
-    tree = ast.parse("\n".join(cells[0]))
-    names = []
-    for node in tree.body:
+    code = "\n".join(cells[0])
+    defaults = {}
+    for node in ast.parse(code).body:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-        names += [t.id for t in targets if isinstance(t, ast.Name)]
-    return names
+        for t in targets:
+            if isinstance(t, ast.Name):
+                defaults[t.id] = ast.get_source_segment(code, node.value) if node.value is not None else ""
+    return defaults
 
 
 def page_parameters(chapter: str, namespace: dict) -> dict:

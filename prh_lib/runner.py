@@ -29,7 +29,7 @@ from pathlib import Path
 
 from . import freshness, paths, progress, schedule
 from .profiles import PROFILES, get_profile
-from .report import declared_parameters
+from .report import declared_defaults, declared_parameters
 from .book_pages import (  # noqa: F401  (re-exported: prh-run's pages and the book build)
     PARAMETERS_PROMPT, PLACEHOLDER_KEY, BookBuildError, available_notebooks, build_book, fold_parameters,
     is_placeholder, toc_notebooks, write_placeholders)
@@ -74,25 +74,52 @@ def notebook_parameters(ipynb: Path) -> dict[str, object]:
 
 
 def check_overrides(names, overrides) -> None:
-    """Check that every override (``-p key=value``) is declared by at least one of the notebooks ``names``.
+    """Check every override (``-p key=value``) against the notebooks ``names`` before any kernel starts.
 
-    Parameters come from one parser, :func:`prh_lib.report.declared_parameters` (the names assigned in the
-    notebook's one ``parameters`` cell), the same that :func:`run_notebook` filters with. Profiles are not
-    checked: a parameter set serves every notebook, and each receives only the keys it declares.
+    Parameters come from one parser, :func:`prh_lib.report.declared_defaults` (the names assigned in the
+    notebook's one ``parameters`` cell, with their defaults), the same that :func:`run_notebook` filters with.
+    A value must have its default's type (:func:`override_type_error`). Profiles are not checked: a parameter
+    set serves every notebook, and each receives only the keys it declares.
 
     Raises
     ------
     ValueError
-        If a notebook has no ``parameters`` cell or more than one (naming the notebook), or an override is
-        declared by none of the notebooks (naming it and the valid parameters).
+        If a notebook has no ``parameters`` cell or more than one (naming the notebook), an override is declared
+        by none of the notebooks (naming it and the valid parameters), or a value has the wrong type (naming the
+        parameter, the notebook, the expected type and the default).
     """
-    declared = {n: declared_parameters(n) for n in names}
+    declared = {n: declared_defaults(n) for n in names}
     valid = sorted({p for params in declared.values() for p in params})
     unknown = [k for k in overrides if k not in valid]
     if unknown:
         which = f"notebook {names[0]!r}" if len(names) == 1 else f"any of the notebooks {', '.join(names)}"
         raise ValueError(f"parameter {', '.join(map(repr, unknown))} is not declared by {which}; "
                          f"valid parameters: {', '.join(valid)}")
+    for n, defaults in declared.items():
+        for key, value in overrides.items():
+            if key in defaults and (err := override_type_error(key, value, defaults[key])):
+                raise ValueError(f"notebook {n!r}: {err}")
+
+
+def override_type_error(key: str, value: object, default_source: str) -> str | None:
+    """Why ``value`` cannot stand for a parameter whose default is written ``default_source``, or None if it can.
+
+    The default's literal type is expected (an int also stands for a float, a tuple for a list); ``None`` is
+    accepted for every parameter (the notebooks read it as "off" or "automatic"), and any value for a default
+    that is ``None`` or not a literal.
+    """
+    try:
+        default = ast.literal_eval(default_source)
+    except (ValueError, SyntaxError):
+        return None
+    if default is None or value is None:
+        return None
+    kinds = {bool: (bool,), int: (int,), float: (int, float), str: (str,), list: (list, tuple), tuple: (list, tuple),
+             dict: (dict,)}.get(type(default))
+    if kinds is None or (isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)):
+        return None
+    return (f"parameter {key!r} expects {type(default).__name__} (its default is {default_source}); "
+            f"got {value!r} ({type(value).__name__})")
 
 
 def run_notebook(name: str, params: dict[str, object], *, output_dir: Path | None = None, quiet: bool = False,
@@ -349,20 +376,35 @@ def parameter_slug(combo: dict[str, object]) -> str:
     return slug
 
 
-def check_sweep_keys(name: str, keys) -> None:
-    """Check that notebook ``name`` declares every swept key in its ``parameters`` cell.
+def check_sweep_keys(name: str, grid) -> None:
+    """Check that notebook ``name`` declares every swept key of ``grid`` and each value has its default's type.
 
     Raises
     ------
     ValueError
-        Naming the undeclared key(s) and the notebook's parameters, or if the notebook does not have
-        exactly one ``parameters`` cell.
+        Naming the undeclared key(s) and the notebook's parameters, or a value of the wrong type
+        (:func:`override_type_error`), or if the notebook does not have exactly one ``parameters`` cell.
     """
-    declared = declared_parameters(name)
-    unknown = [k for k in keys if k not in declared]
+    declared = declared_defaults(name)
+    unknown = [k for k in grid if k not in declared]
     if unknown:
         raise ValueError(f"notebook {name!r} declares no parameter {', '.join(map(repr, unknown))} to sweep; "
                          f"its parameters: {', '.join(sorted(declared))}")
+    for key, values in (grid.items() if isinstance(grid, dict) else ()):
+        for value in values:
+            if err := override_type_error(key, value, declared[key]):
+                raise ValueError(f"notebook {name!r}: {err}")
+
+
+def list_parameters(names) -> str:
+    """``prh-run --list``: each notebook, then its parameters one per line with their defaults as written."""
+    lines = []
+    for n in names:
+        lines.append(n)
+        for key, default in declared_defaults(n).items():
+            text = " ".join(default.split())
+            lines.append(f"  {key} = {text if len(text) <= 90 else text[:87] + '...'}")
+    return "\n".join(lines)
 
 
 @contextmanager
@@ -383,24 +425,24 @@ def run_sweep(name: str, params: dict[str, object], grid: dict[str, list[object]
     """Execute notebook ``name`` for every combination of ``grid`` on top of ``params``.
 
     Each combination runs as its own run of the results table (``PRH_RUN_ID``) and is written to
-    ``<runs_dir>/<name>/<slug>.ipynb`` (default ``paths.runs_dir()``); a failing combination is recorded and
-    the others still run (a stale notebook of a failed slug is removed).
+    ``<runs_dir>/<name>/<slug>.ipynb`` (default ``paths.runs_dir()``), its kernel's progress shown as in any
+    ``prh-run`` (each line starting with the combination); a failing combination is recorded and the others
+    still run (a stale notebook of a failed slug is removed).
 
     Returns
     -------
-    DataFrame
+    runs : DataFrame
         One row per combination: the swept parameters, ``status`` (``"ok"`` / ``"failed"``), ``seconds``,
-        ``rows`` (result rows the run wrote), one column per headline score (rows with
-        ``quantity == headline``, averaged over the run's draws; labelled ``metric model_x~model_y``),
-        ``error`` and ``notebook``.
+        ``rows`` (result rows the run wrote), ``run_id``, ``error`` and ``notebook``.
+    scores : DataFrame
+        :func:`sweep_scores` of the runs' rows: the headline the page reads, one row per comparison and
+        dataset, one column per combination.
 
     Raises
     ------
     ValueError
-        If the notebook does not declare a swept key (checked before anything runs).
+        If the notebook does not declare a swept key or a value has the wrong type (checked before anything runs).
     """
-    import pandas as pd
-
     from . import results
 
     check_sweep_keys(name, grid)
@@ -411,12 +453,12 @@ def run_sweep(name: str, params: dict[str, object], grid: dict[str, list[object]
     for i, combo in enumerate(combos, 1):
         slug, run_id = parameter_slug(combo), results.new_run_id()
         final = out_dir / f"{slug}.ipynb"
-        log(f"[prh-run] sweep {name} {i}/{len(combos)}: {slug}", flush=True)
+        log(f"[prh-run] sweep {name} {i}/{len(combos)}: {slug} (run {run_id})", flush=True)
         t0 = time.perf_counter()
         tmp = Path(tempfile.mkdtemp(prefix=f".{slug}.", dir=out_dir))
         try:
             with _env("PRH_RUN_ID", run_id):
-                out = run_notebook(name, {**params, **combo}, output_dir=tmp, quiet=True)
+                out = run_notebook(name, {**params, **combo}, output_dir=tmp, prefix=f"[{slug}] ")
             os.replace(out, final)
             status, error = "ok", ""
         except Exception as err:  # noqa: BLE001 -- reported in the table; the other combinations still run
@@ -427,29 +469,69 @@ def run_sweep(name: str, params: dict[str, object], grid: dict[str, list[object]
             shutil.rmtree(tmp, ignore_errors=True)
         records.append({**{k: repr(v) if isinstance(v, (list, dict, tuple)) else v for k, v in combo.items()},
                         "status": status, "seconds": round(time.perf_counter() - t0, 1), "run_id": run_id,
-                        "error": error, "notebook": str(final) if status == "ok" else ""})
-    table = pd.DataFrame(records)
-    rows = results.load(run_id=list(table["run_id"]))
-    table["rows"] = table["run_id"].map(rows.groupby("run_id").size()).fillna(0).astype(int)
-    head = rows[rows["quantity"] == headline]
-    if not head.empty:
-        label = head["metric"].astype(str)
-        models = head["model_x"].fillna("").astype(str) + "~" + head["model_y"].fillna("").astype(str)
-        label = label.where(models == "~", label + " " + models)
-        if head["dataset"].nunique() > 1:
-            label = label + " " + head["dataset"].astype(str)
-        wide = head.assign(_label=label).pivot_table(index="run_id", columns="_label", values="score", aggfunc="mean")
-        table = table.join(wide, on="run_id")
-    first = [c for c in table.columns if c not in ("run_id", "error", "notebook")]
-    return table[first + ["error", "notebook", "run_id"]]
+                        "combination": slug, "error": error, "notebook": str(final) if status == "ok" else ""})
+    import pandas as pd
+
+    runs = pd.DataFrame(records)
+    rows = results.load(run_id=list(runs["run_id"]))
+    runs["rows"] = runs["run_id"].map(rows.groupby("run_id").size()).fillna(0).astype(int)
+    return runs, sweep_scores(rows, dict(zip(runs["run_id"], runs["combination"])), headline=headline)
 
 
-def format_sweep_table(table) -> str:
-    """The comparison table of :func:`run_sweep` as text (without run ids and notebook paths)."""
-    shown = table.drop(columns=["run_id", "notebook"])
-    if not (shown["error"] != "").any():
-        shown = shown.drop(columns=["error"])
-    return shown.to_string(index=False, float_format=lambda x: f"{x:.4g}")
+def sweep_scores(rows, combinations: dict[str, str], *, headline: str = "peak"):
+    """The score each run's page reads as its headline, one row per comparison and dataset, one column per run.
+
+    Of each run's rows with ``quantity == headline`` only the page's preprocessing is kept: that of the run's
+    ``"layer_pair"`` rows (the heatmaps' and verdicts'), else its most frequent one; a chapter that also scores
+    other clipping choices (3.1's ``clip_compare``) writes their peaks beside it, and a mean over all of them is
+    no number of the page. Scores are averaged over the run's draws, as the page's tables are.
+
+    Parameters
+    ----------
+    rows : DataFrame
+        Rows of the results table (:func:`prh_lib.results.load`) of the runs.
+    combinations : dict
+        ``{run_id: column label}`` in column order (a sweep's combination slugs).
+    headline : str, default "peak"
+
+    Returns
+    -------
+    DataFrame
+        Columns ``comparison`` (``"<model_x> × <model_y>"``, the metric first when several), ``dataset``,
+        ``preprocessing``, then one column per run (NaN where a run wrote no such row).
+    """
+    import pandas as pd
+
+    keep = []
+    for run_id, run in rows.groupby("run_id"):
+        head = run[run["quantity"] == headline]
+        pre = run.loc[run["quantity"] == "layer_pair", "preprocessing"].dropna()
+        pre = pre if len(pre) else head["preprocessing"].dropna()
+        keep.append(head[head["preprocessing"] == pre.mode().iloc[0]] if len(pre) else head)
+    head = pd.concat(keep) if keep else rows.iloc[:0]
+    head = head[head["run_id"].isin(list(combinations))]
+    columns = ["comparison", "dataset", "preprocessing", *combinations.values()]
+    if head.empty:
+        return pd.DataFrame(columns=columns)
+    pair = head["model_x"].fillna("").astype(str) + " × " + head["model_y"].fillna("").astype(str)
+    label = head["metric"].astype(str) + " " + pair if head["metric"].nunique() > 1 else pair
+    wide = head.assign(comparison=label, column=head["run_id"].map(combinations),
+                       preprocessing=head["preprocessing"].fillna("")).pivot_table(
+        index=["comparison", "dataset", "preprocessing"], columns="column", values="score", aggfunc="mean")
+    return wide.reindex(columns=list(combinations.values())).reset_index().reindex(columns=columns)
+
+
+def format_sweep_table(runs, scores, *, headline: str = "peak") -> str:
+    """:func:`run_sweep`'s two tables as terminal text: the runs (status, time, rows, run id, error), then the
+    headline scores with one column per combination."""
+    shown = runs[["combination", "status", "seconds", "rows", "run_id"] + (["error"] if (runs["error"] != "").any() else [])]
+    text = shown.to_string(index=False)
+    if not scores.empty:
+        body = scores.drop(columns=["preprocessing"] if scores["preprocessing"].nunique() <= 1 else [])
+        pre = scores["preprocessing"].iloc[0] if scores["preprocessing"].nunique() == 1 else ""
+        text += (f"\n\n{headline} score (mean over draws{', preprocessing ' + pre if pre else ''}):\n"
+                 + body.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    return text
 
 
 def _add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
@@ -476,11 +558,15 @@ def _sweep_main(parser: argparse.ArgumentParser, args, params: dict[str, object]
         parser.error(str(err))
     failed = 0
     for n in args.notebooks:
-        table = run_sweep(n, params, grid, runs_dir=args.runs_dir, headline=args.headline)
-        failed += int((table["status"] != "ok").sum())
+        runs, scores = run_sweep(n, params, grid, runs_dir=args.runs_dir, headline=args.headline)
+        failed += int((runs["status"] != "ok").sum())
         where = Path(args.runs_dir if args.runs_dir is not None else paths.runs_dir()) / n
-        print(f"\n[prh-run] sweep of {n} ({args.params} profile), notebooks in {where}:\n{format_sweep_table(table)}",
-              flush=True)
+        csv = where / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}.csv"
+        with paths.atomic_path(csv) as tmp:  # the whole table: both tables joined, one row per score and run
+            scores.melt(id_vars=["comparison", "dataset", "preprocessing"], var_name="combination",
+                        value_name=args.headline).merge(runs, on="combination").to_csv(tmp, index=False)
+        print(f"\n[prh-run] sweep of {n} ({args.params} profile), notebooks in {where}:\n"
+              f"{format_sweep_table(runs, scores, headline=args.headline)}\n[prh-run] the whole table: {csv}", flush=True)
     if failed:
         print(f"[prh-run] {failed} combination(s) failed", file=sys.stderr, flush=True)
     return 1 if failed else 0
@@ -500,8 +586,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="execute every named notebook, even those whose inputs are unchanged since their page "
                              "was written (by default these are skipped; see prh_lib.freshness)")
     parser.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
-                        help="notebooks executed side by side (default: 2 on a CPU with 2 or more cores, "
-                             "1 on a GPU or with PRH_JOBS=1)")
+                        help="notebooks executed side by side (default: PRH_JOBS, else from the cores this process "
+                             "may use: 2 on up to 3 cores, one per 2 cores beyond; 1 on a GPU)")
     _add_sweep_arguments(parser)
     args = parser.parse_args(argv)
 
@@ -510,9 +596,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown notebooks {unknown}; available: {available_notebooks()}")
     if args.list:
-        with tempfile.TemporaryDirectory() as tmp:
-            for n in names:
-                print(n, notebook_parameters(notebook_to_ipynb(n, Path(tmp) / f"{n}.ipynb")))
+        print(list_parameters(names))
         return 0
     try:
         params = get_profile(args.params)
@@ -523,14 +607,24 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as err:
         parser.error(str(err))
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    if args.sweep or args.sweep_file:
-        return _sweep_main(parser, args, params)
+    try:
+        with schedule.stopping_on_signals():
+            if args.sweep or args.sweep_file:
+                return _sweep_main(parser, args, params)
+            return _run_and_build(args, names, params, overrides)
+    except schedule.RunStopped as stop:
+        print(f"[prh-run] {stop}: its workers and notebook kernels were ended, no page or results part was written "
+              "after the signal, and each notebook's last complete run stays the latest", file=sys.stderr, flush=True)
+        return 128 + stop.signum
+
+
+def _run_and_build(args, names, params, overrides) -> int:
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     if not args.build_only:
         what = args.params + "".join(f", {k}={v!r}" for k, v in overrides.items())
-        jobs = args.jobs if args.jobs is not None else schedule.default_jobs(params)
         stale = names if args.force else _stale_notebooks(names, params, args.params, args.output_dir)
+        jobs = args.jobs if args.jobs is not None else schedule.default_jobs(params, len(stale))
         try:
             if stale:
                 seconds.update(schedule.run_notebooks(stale, params, run=run_notebook, what=what, jobs=jobs,

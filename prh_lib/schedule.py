@@ -1,13 +1,18 @@
 """Executing several notebooks side by side: ``prh-run --jobs N``.
 
-On a CPU most of a chapter's time is one busy core (the kernels score with one torch thread, see the
-notebooks' ``num_threads``), so on the 2-core machines this project is checked on, two notebooks at a time
-use the machine that one leaves half idle. Notebooks share nothing but content-keyed caches (features,
+Lanes and threads follow the cores this process may use (``os.sched_getaffinity``; :func:`plan_lanes`):
+on a CPU most of a chapter's time is its draws scored side by side, one torch thread each (the notebooks'
+``num_threads`` and ``workers``), so a machine runs several notebooks at once, each kernel told its share of
+the cores (``PRH_CORES``, read by :func:`available_cores`). Notebooks share nothing but content-keyed caches (features,
 scores, summaries), each written atomically, and each writes its own chapter's rows of the results table,
 so the order in which they run changes no number. The longest run first (the wall times of the last
 ``prh-run``, remembered in ``PRH_CACHE_DIR/index/notebook-seconds.json``; :data:`TYPICAL_SECONDS` before
 any was timed, then the table of contents' order), so that the last to finish is a short one. Each kernel gets cores / jobs threads
 (:data:`THREAD_VARIABLES`), so the kernels never oversubscribe the cores.
+
+A stopped run stops everything it started: :func:`stopping_on_signals` turns SIGTERM, SIGINT and SIGHUP
+into :class:`RunStopped` after ending every descendant process (workers and notebook kernels), so no page or
+results part is written after the signal.
 
 On a GPU (a profile with ``device`` other than ``"cpu"``) the default is one at a time: two kernels would
 share its memory.
@@ -18,22 +23,101 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import signal
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from . import paths
+from .parallel import available_cores
 
-__all__ = ["NotebookFailed", "default_jobs", "run_notebooks", "remembered_seconds"]
+__all__ = ["NotebookFailed", "RunStopped", "available_cores", "default_jobs", "plan_lanes", "run_notebooks",
+           "remembered_seconds", "stopping_on_signals"]
 
 
 class NotebookFailed(RuntimeError):
     """A notebook raised while executing; the message names it and gives the error's last lines."""
 
 
-def default_jobs(params: Mapping[str, object]) -> int:
-    """Notebooks run side by side by default: ``PRH_JOBS`` when set, else 1 on a GPU and min(2, cores) on a CPU.
+class RunStopped(BaseException):
+    """The run received a stop signal; its descendant processes have been ended. Like ``KeyboardInterrupt`` it is
+    not an ``Exception``, so no ``except Exception`` (a sweep's per-combination handler) swallows it."""
+
+    def __init__(self, signum: int):
+        self.signum = int(signum)
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+
+
+#: Signals that stop a run (terminal Ctrl-C, ``kill``, a closed terminal).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def end_descendants(timeout: float = 3.0) -> int:
+    """Terminate every descendant of this process (SIGTERM, then SIGKILL after ``timeout`` s); return how many."""
+    import psutil
+
+    children = psutil.Process().children(recursive=True)  # one snapshot: a worker's kernel is listed with it
+    for child in children:
+        with _gone_ok(psutil):
+            child.terminate()
+    _, alive = psutil.wait_procs(children, timeout=timeout)
+    for child in alive:
+        with _gone_ok(psutil):
+            child.kill()
+    psutil.wait_procs(alive, timeout=timeout)
+    return len(children)
+
+
+@contextmanager
+def _gone_ok(psutil):
+    try:
+        yield
+    except psutil.NoSuchProcess:
+        pass
+
+
+@contextmanager
+def stopping_on_signals():
+    """While the body runs, a stop signal ends every descendant process and raises :class:`RunStopped`.
+
+    Workers and notebook kernels are this process's descendants (kernels sit in sessions of their own, so a
+    terminal's Ctrl-C reaches only this process and the workers, which ignore it); a signal sent to this
+    process alone (``kill PID``, a supervisor's ``terminate()``) would otherwise leave them running, writing
+    pages after the run has gone. Further stop signals are ignored while the first is handled.
+    """
+    def stop(signum, frame):
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        end_descendants()
+        raise RunStopped(signum)
+
+    old = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def plan_lanes(cores: int, n_notebooks: int, *, device: str = "cpu") -> tuple[int, int]:
+    """``(lanes, cores per lane)``: notebooks run side by side and the cores each kernel may use.
+
+    On a CPU with up to 3 cores two lanes (one core each: the reference machine's plan, where one notebook's
+    scoring leaves its other core idle); with more, one lane per two cores (each kernel scores two draws side by
+    side), never more lanes than notebooks. On a GPU one lane (two kernels would share its memory) with every
+    core. The cores are split evenly; a remainder stays with the system.
+    """
+    cores, n = max(1, int(cores)), max(1, int(n_notebooks))
+    if str(device) != "cpu":
+        return 1, cores
+    lanes = min(n, min(2, cores) if cores <= 3 else cores // 2)
+    return lanes, max(1, cores // lanes)
+
+
+def default_jobs(params: Mapping[str, object], n_notebooks: int = 8) -> int:
+    """Notebooks run side by side by default: ``PRH_JOBS`` when set, else :func:`plan_lanes` of this machine.
 
     Raises
     ------
@@ -45,9 +129,7 @@ def default_jobs(params: Mapping[str, object]) -> int:
         if not env.strip().isdigit() or int(env) < 1:
             raise ValueError(f"PRH_JOBS must be a positive integer; got {env!r}")
         return int(env)
-    if str(params.get("device", "cpu")) != "cpu":
-        return 1
-    return max(1, min(2, os.cpu_count() or 1))
+    return plan_lanes(available_cores(), n_notebooks, device=str(params.get("device", "cpu")))[0]
 
 
 def _seconds_file() -> Path:
@@ -94,6 +176,7 @@ def _execute(run, name: str, params: dict, output_dir, prefix: str, threads: int
     """
     for var in THREAD_VARIABLES:
         os.environ.setdefault(var, str(threads))
+    os.environ["PRH_CORES"] = str(threads)  # the kernel's share (available_cores): its scoring workers
 
     print(f"[prh-run] executing {name}", flush=True)
     t0 = time.perf_counter()
@@ -103,6 +186,13 @@ def _execute(run, name: str, params: dict, output_dir, prefix: str, threads: int
         text = str(err).strip().splitlines()
         raise NotebookFailed(f"{name} failed: {type(err).__name__}: " + "\n".join(text[-30:])) from None
     return str(out), time.perf_counter() - t0
+
+
+def _worker_signals() -> None:
+    """A worker leaves stopping to the parent (:func:`stopping_on_signals`), which ends it and its kernel."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def run_notebooks(names: Sequence[str], params: dict, *, run, what: str, jobs: int = 1,
@@ -154,8 +244,9 @@ def run_notebooks(names: Sequence[str], params: dict, *, run, what: str, jobs: i
     # fork where there is one: the workers start at once and see this process's settings as they are
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     failed = None
-    with ProcessPoolExecutor(max_workers=int(jobs), mp_context=multiprocessing.get_context(method)) as pool:
-        threads = max(1, (os.cpu_count() or 1) // int(jobs))
+    with ProcessPoolExecutor(max_workers=int(jobs), mp_context=multiprocessing.get_context(method),
+                             initializer=_worker_signals) as pool:
+        threads = max(1, available_cores() // int(jobs))
         pending = {pool.submit(_execute, run, n, params, output_dir, f"[{n:<{width}}] ", threads): n for n in order}
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)

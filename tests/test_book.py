@@ -5,6 +5,7 @@ The build itself is the session fixture ``built_book`` (tests/conftest.py), shar
 
 import re
 import shutil
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -171,6 +172,37 @@ def test_partial_build_gives_placeholder_pages_without_warnings(tmp_path, capsys
         page = _text((html / f"{name}.html").read_text())
         assert "has not been run in this build" in page and f"prh-run {name}" in page
     assert "has not been run" not in (html / f"{run_one}.html").read_text()
+
+
+def test_plain_jupyter_book_build_fails_clearly_without_the_executed_pages(tmp_path):
+    """`jupyter-book build book` on a fresh clone (no page executed yet), and after a partial prh-run (placeholder
+    pages): one clear error naming prh-run and the chapters, exit status 1, no book reported built."""
+    import subprocess
+    import sys
+
+    book = tmp_path / "book"
+    shutil.copytree(paths.book_dir(), book, ignore=shutil.ignore_patterns("_build", "*.ipynb"))
+    exe = str(Path(sys.executable).with_name("jupyter-book"))
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PRH_PLACEHOLDERS_OK"}
+
+    def build():
+        return subprocess.run([exe, "build", str(book)], capture_output=True, text=True, env=env, cwd=tmp_path)
+
+    proc = build()
+    chapters = runner.toc_notebooks()
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    error = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(error) == 1 and "produced by prh-run" in error[0] and "`prh-run`" in error[0]
+    assert f"not executed: {', '.join(chapters)}" in error[0]
+    assert "Traceback" not in proc.stderr + proc.stdout and not (book / "_build" / "html" / "index.html").exists()
+
+    runner.write_placeholders(book)  # what a partial prh-run leaves: every chapter but one a placeholder
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# Executed\n\nA page that was run.")]
+    nbformat.write(nb, str(book / f"{chapters[0]}.ipynb"))
+    proc = build()
+    assert proc.returncode == 1 and f"only a placeholder: {', '.join(chapters[1:])}" in proc.stderr
+    assert "prh-run --build-only" in proc.stderr
 
 
 def test_strict_build_fails_on_a_warning(tmp_path):

@@ -186,7 +186,10 @@ def test_section_3_1_study_on_two_threads_is_the_serial_study_bit_for_bit(tmp_pa
 
 def test_score_workers_defaults_and_refuses_what_is_not_a_count(monkeypatch):
     monkeypatch.setattr(ls.os, "cpu_count", lambda: 8)
-    assert ls.score_workers("cpu") == 2 and ls.score_workers("cuda") == 1 and ls.score_workers("cuda", 3) == 3
+    monkeypatch.setenv("PRH_CORES", "5")  # a prh-run lane's share of the cores (prh_lib.schedule.plan_lanes)
+    assert ls.score_workers("cpu") == 5 and ls.score_workers("cuda") == 1 and ls.score_workers("cuda", 3) == 3
+    monkeypatch.setenv("PRH_CORES", "1")  # two draws side by side even on a one-core share, as before
+    assert ls.score_workers("cpu") == 2
     monkeypatch.setattr(ls.os, "cpu_count", lambda: 1)
     assert ls.score_workers("cpu") == 1
     for bad in (0, -1, 1.5, True, "2"):

@@ -92,7 +92,9 @@ def test_a_long_chapter_survives_another_writes_cleaning_of_stale_temporaries(ti
 
 def test_cli_lists_and_rejects(tiny_notebooks, capsys):
     assert runner.main(["--list"]) == 0
-    assert "tiny {'a': '1', 'b': '\"x\"'}" in capsys.readouterr().out
+    listed = capsys.readouterr().out.splitlines()
+    at = listed.index("tiny")  # the notebook, then its parameters one per line with their defaults as written
+    assert listed[at + 1:at + 3] == ["  a = 1", '  b = "x"']
     with pytest.raises(SystemExit):
         runner.main(["nonexistent", "--no-build"])
     assert "unknown notebooks ['nonexistent']" in capsys.readouterr().err
@@ -205,13 +207,58 @@ def test_default_jobs(monkeypatch):
     from prh_lib import schedule
 
     monkeypatch.delenv("PRH_JOBS", raising=False)
+    monkeypatch.delenv("PRH_CORES", raising=False)
     assert schedule.default_jobs({"device": "cuda"}) == 1
-    assert schedule.default_jobs({}) == min(2, __import__("os").cpu_count())
+    cores = len(__import__("os").sched_getaffinity(0))
+    assert schedule.default_jobs({}) == schedule.plan_lanes(cores, 8)[0]
+    monkeypatch.setenv("PRH_CORES", "16")  # the cores this process may use, as a lane's share says
+    assert schedule.default_jobs({}) == 8 and schedule.default_jobs({}, 3) == 3
     monkeypatch.setenv("PRH_JOBS", "3")
     assert schedule.default_jobs({"device": "cuda"}) == 3
     monkeypatch.setenv("PRH_JOBS", "two")
     with pytest.raises(ValueError, match="PRH_JOBS must be a positive integer; got 'two'"):
         schedule.default_jobs({})
+
+
+@pytest.mark.parametrize("cores, notebooks, device, plan", [
+    (1, 8, "cpu", (1, 1)),
+    (2, 8, "cpu", (2, 1)),    # the reference machine: two notebooks, one core each
+    (2, 1, "cpu", (1, 2)),    # one chapter alone gets both cores
+    (8, 8, "cpu", (4, 2)),    # one lane per two cores: each kernel scores two draws side by side
+    (16, 8, "cpu", (8, 2)),
+    (16, 3, "cpu", (3, 5)),   # never more lanes than notebooks; their cores grow instead
+    (16, 8, "cuda", (1, 16)),  # one GPU: one kernel at a time, every core for it
+])
+def test_the_schedule_follows_the_machine(cores, notebooks, device, plan):
+    from prh_lib import schedule
+
+    lanes, per_lane = schedule.plan_lanes(cores, notebooks, device=device)
+    assert (lanes, per_lane) == plan
+    assert lanes * per_lane <= max(cores, 1)  # never oversubscribed
+
+
+@pytest.mark.parametrize("override, message", [
+    ("a=abc", "parameter 'a' expects int (its default is 1); got 'abc' (str)"),
+    ("a=1.5", "parameter 'a' expects int (its default is 1); got 1.5 (float)"),
+    ("a=True", "parameter 'a' expects int (its default is 1); got True (bool)"),
+    ("b=3", "parameter 'b' expects str (its default is \"x\"); got 3 (int)"),
+])
+def test_a_wrong_type_is_refused_before_any_kernel_starts(tiny_notebooks, capsys, monkeypatch, override, message):
+    def no_kernel(*args, **kwargs):
+        raise AssertionError("a kernel was started")
+
+    monkeypatch.setattr(runner, "_execute_notebook", no_kernel)
+    with pytest.raises(SystemExit):
+        runner.main(["tiny", "-p", override, "--no-build", "--output-dir", str(tiny_notebooks / "o")])
+    err = capsys.readouterr().err
+    assert f"notebook 'tiny': {message}" in err
+    assert not (tiny_notebooks / "o").exists()
+
+
+@pytest.mark.parametrize("value, default", [(None, "1"), (2, "1.0"), ((1, 2), "[0]"), ("x", "None"),
+                                            (3, "some_function()")])
+def test_values_that_fit_their_default_pass(value, default):
+    assert runner.override_type_error("p", value, default) is None
 
 
 @pytest.fixture

@@ -80,11 +80,43 @@ def _write_if_changed(out, text):
         out.write_text(text, encoding="utf-8")
 
 
+def check_pages(app):
+    """Stop the build, naming ``prh-run``, when a chapter of the toc has no executed page.
+
+    The pages are notebooks that ``prh-run`` executes into ``book/`` (``execute_notebooks: "off"``: Jupyter
+    Book never runs them, since a cold main job takes tens of minutes and needs the model zoo). A page that is
+    missing, or is a placeholder written by an earlier partial ``prh-run``, fails the build here instead of
+    building a book without its chapters; ``prh-run``'s own builds (``PRH_PLACEHOLDERS_OK=1``) keep the
+    placeholders of the chapters not run yet, and say so. The build ends with that one message and exit
+    status 1 (``SystemExit``: Jupyter Book would wrap any exception in three tracebacks).
+    """
+    import os
+    import sys
+    from pathlib import Path
+
+    from prh_lib.book_pages import is_placeholder, toc_notebooks
+
+    src = Path(app.srcdir)
+    missing = [n for n in toc_notebooks(src) if not (src / f"{n}.ipynb").is_file()]
+    held = [] if os.environ.get("PRH_PLACEHOLDERS_OK") == "1" else [
+        n for n in toc_notebooks(src) if n not in missing and is_placeholder(src / f"{n}.ipynb")]
+    if missing or held:
+        what = "; ".join(s for s in (missing and f"not executed: {', '.join(missing)}",
+                                     held and f"only a placeholder: {', '.join(held)}") if s)
+        print(
+            f"error: the book's chapter pages are produced by prh-run, not by jupyter-book ({what}). Run `prh-run` from "
+            "the repository root (every notebook executed into book/, then the book built; `prh-run --params "
+            "smoke` for small parameters), or `prh-run --build-only` to build with a placeholder page for each "
+            "chapter not run yet", file=sys.stderr, flush=True)
+        raise SystemExit(1)
+
+
 _setup_scripts = setup
 
 
 def setup(app):  # noqa: F811
     meta = _setup_scripts(app)
+    app.connect("builder-inited", check_pages)
     app.connect("builder-inited", write_checklist)
     app.connect("builder-inited", write_profile_audit)
     return meta

@@ -24,7 +24,7 @@ import pandas as pd
 
 from ..extract import torch_threads
 from ..features import LayerFeatures
-from ..parallel import map_threads
+from ..parallel import available_cores, map_threads
 from ..results import expand_extra_columns
 from .core import (PairResult, check_comparisons, layerwise_alignment, prefetch_features, prepare_features, preprocessing_label,
                    score_pair)
@@ -67,7 +67,8 @@ def compare_pairs(features: dict[str, LayerFeatures], comparisons, *, k: int = 1
 def score_workers(device: str = "cpu", workers: int | None = None) -> int:
     """Threads that score draws side by side: ``workers`` if given, else 1 off the CPU (one GPU's work is
     queued in order anyway, and each thread would hold its draw's features on the device) and
-    ``min(2, cores)`` on it (this project's reference machine has 2 cores).
+    the cores this kernel may use (:func:`prh_lib.parallel.available_cores`, a ``prh-run`` lane's share), at least
+    two where there are two.
 
     Raises
     ------
@@ -80,7 +81,7 @@ def score_workers(device: str = "cpu", workers: int | None = None) -> int:
         return workers
     if str(device) != "cpu":
         return 1
-    return max(1, min(2, os.cpu_count() or 1))
+    return max(min(2, os.cpu_count() or 1), available_cores())
 
 
 #: ``quantity`` values this chapter writes to the results table
