@@ -95,3 +95,47 @@ def test_a_stopped_run_leaves_nothing_running_and_writes_nothing_later(tmp_path,
     monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path / "cache"))
     for chapter in ("stop_a", "stop_b"):  # the stopped runs never completed: the table shows none of their rows
         assert results.load(chapter=chapter).empty
+
+
+BATCH_DRIVER = textwrap.dedent('''\
+    import os, sys, time
+    from pathlib import Path
+    import submitit
+    from prh_lib import batch
+
+    def job(markers):  # a local job that works for a while, then writes its output
+        Path(markers, f"job-{os.getpid()}").write_text("started")
+        time.sleep(20)
+        Path(markers, "done").write_text("written after the stop")
+
+    def run_jobs(jobs, *, executor, folder, wait, **_):
+        ex = submitit.LocalExecutor(folder=folder or sys.argv[2])
+        ex.update_parameters(timeout_min=5)
+        return ex.submit(job, sys.argv[1]).result()
+
+    batch._study_args, batch.describe_plan, batch.run_jobs = (lambda args, parser: []), (lambda jobs: ""), run_jobs
+    sys.exit(batch.main(["run", "--profile", "rehearsal", "--executor", "local", "--folder", sys.argv[2]]))
+    ''')
+
+
+def test_a_stopped_prh_batch_run_ends_its_local_jobs(tmp_path):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    env = {**os.environ, "PRH_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(paths.repo_root())}
+    proc = subprocess.Popen([sys.executable, "-c", BATCH_DRIVER, str(markers), str(tmp_path / "submitit")], env=env,
+                            cwd=paths.repo_root(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait(lambda: any(markers.iterdir()) or proc.poll() is not None, "the local job to start")
+        assert proc.poll() is None, proc.communicate()[0]
+        started = psutil.Process(proc.pid).children(recursive=True)
+        job_pid = int(next(markers.iterdir()).name.split("-")[1])
+        assert job_pid in {p.pid for p in started}
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM and "stopped by SIGTERM" in output, output
+    _, alive = psutil.wait_procs(started, timeout=5)
+    assert not alive, f"still running after prh-batch stopped: {[(p.pid, p.name()) for p in alive]}"
+    assert not (markers / "done").exists()

@@ -26,6 +26,7 @@ the same task function directly. All of them run :class:`StudyTask` on groups of
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -177,13 +178,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "plan":
         return 0
     lanes = [[int(g) for g in lane.split(",") if g != ""] for lane in args.local_gpus] if args.local_gpus else None
-    summary = run_jobs(
-        jobs, executor=args.executor, folder=args.folder, wait=not args.no_wait, gpu_mem_gb=args.gpu_mem_gb,
-        gpus_per_node=args.gpus_per_node, local_gpus=lanes, timeout_min=args.timeout_min,
-        slurm_partition=args.partition, cpus_per_task=args.cpus_per_task, mem_gb=args.mem_gb,
-        array_parallelism=args.array_parallelism, slurm_additional=dict(args.slurm_args) or None,
-        slurm_setup=args.slurm_setup,
-    )
+    from ..schedule import RunStopped, stopping_on_signals
+
+    try:  # stopped while it waits: the local jobs it started are ended with it (SLURM's jobs are the cluster's)
+        with stopping_on_signals() if args.executor != "slurm" else contextlib.nullcontext():
+            summary = run_jobs(
+                jobs, executor=args.executor, folder=args.folder, wait=not args.no_wait, gpu_mem_gb=args.gpu_mem_gb,
+                gpus_per_node=args.gpus_per_node, local_gpus=lanes, timeout_min=args.timeout_min,
+                slurm_partition=args.partition, cpus_per_task=args.cpus_per_task, mem_gb=args.mem_gb,
+                array_parallelism=args.array_parallelism, slurm_additional=dict(args.slurm_args) or None,
+                slurm_setup=args.slurm_setup,
+            )
+    except RunStopped as stop:
+        print(f"prh-batch: {stop}: its local jobs were ended; each finished job's file is complete (written "
+              "atomically), and a rerun does what is left", file=sys.stderr, flush=True)
+        return 128 + stop.signum
     print(summary, flush=True)
     return 0 if summary.ok else 1
 
