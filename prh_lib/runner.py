@@ -524,13 +524,19 @@ def sweep_scores(rows, combinations: dict[str, str], *, headline: str = "peak"):
 def format_sweep_table(runs, scores, *, headline: str = "peak") -> str:
     """:func:`run_sweep`'s two tables as terminal text: the runs (status, time, rows, run id, error), then the
     headline scores with one column per combination."""
+    def left(df):  # words read left-aligned, numbers right-aligned
+        words = [c for c in df.columns if c in ("combination", "status", "run_id", "error", "comparison", "dataset")]
+        widths = {c: max(len(c), *(len(str(v)) for v in df[c])) for c in words}
+        return df.to_string(index=False, justify="left", float_format=lambda x: f"{x:.4f}",
+                            formatters={"seconds": "{:.1f}".format,
+                                        **{c: (lambda w: lambda v: f"{v!s:<{w}}")(widths[c]) for c in words}})
+
     shown = runs[["combination", "status", "seconds", "rows", "run_id"] + (["error"] if (runs["error"] != "").any() else [])]
-    text = shown.to_string(index=False)
+    text = left(shown)
     if not scores.empty:
         body = scores.drop(columns=["preprocessing"] if scores["preprocessing"].nunique() <= 1 else [])
         pre = scores["preprocessing"].iloc[0] if scores["preprocessing"].nunique() == 1 else ""
-        text += (f"\n\n{headline} score (mean over draws{', preprocessing ' + pre if pre else ''}):\n"
-                 + body.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+        text += f"\n\n{headline} score (mean over draws{', preprocessing ' + pre if pre else ''}):\n" + left(body)
     return text
 
 

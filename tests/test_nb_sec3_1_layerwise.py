@@ -168,3 +168,37 @@ def test_the_page_is_clean(nb):
                    for o in outputs)
     assert "1/21)" in text  # p at the permutation floor is written as a bound
     assert "p = 0.048" not in text and "/work/" not in text
+
+
+def test_the_readme_pandas_recipe_runs_as_written(rec):
+    """The README's recipe, executed as written on this cache's 3.1 rows (the page's clipping and the ones it
+    compares, and every run the tests made with other parameters): its means are the page's."""
+    import re
+
+    from prh_lib import paths
+
+    readme = (paths.repo_root() / "README.md").read_text()
+    block = re.search(r"Read the results with pandas:\n\n```python\n(.*?)```", readme, re.S).group(1)
+    namespace = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    summary = namespace["summary"]
+    mine = summary[summary["params_hash"] == rec["params_hash"]].set_index(["dataset", "model_x", "model_y"])
+    assert len(mine) == len(rec["summary"])
+    for row in rec["summary"]:
+        got = mine.loc[(row["dataset"], row["model_x"], row["model_y"])]
+        assert got["score_mean"] == pytest.approx(row["peak_mean"]) and got["n_draws"] == row["n_draws"]
+
+
+def test_a_sweeps_headline_is_the_pages_number(rec, table):
+    """What `prh-run --sweep` prints for a run of this page (runner.sweep_scores) equals the page's peak means,
+    although the run also wrote the peaks of the other clipping choices it compares."""
+    from prh_lib import runner
+
+    assert table["preprocessing"].nunique() > 1  # the other clipping choices are there to be left out
+    run = table["run_id"].iloc[0]
+    scores = runner.sweep_scores(table, {run: "this run"}).set_index(["dataset", "comparison"])
+    assert set(scores["preprocessing"]) == {"clip(stack, q=0.95)"}
+    assert len(scores) == len(rec["summary"])
+    for row in rec["summary"]:
+        got = scores.loc[(row["dataset"], f"{row['model_x']} × {row['model_y']}"), "this run"]
+        assert got == pytest.approx(row["peak_mean"])

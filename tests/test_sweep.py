@@ -137,6 +137,7 @@ def test_a_sweep_writes_one_notebook_and_one_run_per_combination(sweep_env, caps
     assert "clip(stack, q=0.95)" in lines[at]
     assert lines[at + 1].split() == ["comparison", "dataset", "k=6", "k=7"]
     assert lines[at + 2].split() == ["a", "×", "b", "toy", "1.0600", "1.0700"]
+    assert lines[at + 2].startswith("a × b")  # words left-aligned
     assert max(len(ln) for ln in lines[1:at + 3]) < 100  # a terminal can read it (the first line names the folder)
     # the whole table, in a file named at the end
     csv = Path(lines[-1].split("the whole table: ")[1])
