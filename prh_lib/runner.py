@@ -66,13 +66,6 @@ def notebook_to_ipynb(name: str, dest: Path) -> Path:
     return dest
 
 
-def notebook_parameters(ipynb: Path) -> dict[str, object]:
-    """Parameters declared in the notebook's ``parameters`` cell (name -> default as written)."""
-    import papermill
-
-    return {k: v["default"] for k, v in papermill.inspect_notebook(str(ipynb)).items()}
-
-
 def check_overrides(names, overrides) -> None:
     """Check every override (``-p key=value``) against the notebooks ``names`` before any kernel starts.
 
