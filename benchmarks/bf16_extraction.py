@@ -24,10 +24,11 @@ cache, interleaved runs, best of ``--repeats`` timed), then print
 
 - a summary table (one line per model x dataset x score: fp32 value, bf16 value, |change|, threshold, ok);
 - the row for the table, per model: ``allowed`` only if the CPU has native bf16 and every change on every
-  dataset is below *that score's* threshold ``min(half-width / 4, 0.005)`` (issue 25's rule), the half-width
+  dataset is below *that score's* threshold ``half-width / 4`` (issue 42's rule; issue 25 capped it at
+  0.005), the half-width
   being the score's own image-level 95 % interval from the float32 features (:func:`score_halfwidths`:
   ``--n-boot`` half-samples of the images; the held-out peak's interval for "peak" and "any cell", the final
-  layers' for "final"); ``--no-per-score`` uses one ``--halfwidth`` per dataset instead (0.005 without one).
+  layers' for "final"); ``--no-per-score`` uses one ``--halfwidth`` per dataset instead (nothing allowed without one).
   ``max_score_change`` is the largest change and ``threshold`` that score's threshold, ``speed_ratio`` the
   smallest ratio and ``max_rel_error`` the largest per-layer error over the datasets; ``benchmark`` names the
   score closest to its threshold.
@@ -103,13 +104,11 @@ def parse_halfwidths(items: list[str]) -> dict[str | None, float]:
 
 
 def threshold_of(halfwidth: float | None) -> float:
-    from prh_lib.models.precision import MAX_SCORE_CHANGE
-
-    if halfwidth is None:
-        return MAX_SCORE_CHANGE
-    if not np.isfinite(halfwidth):  # an undefined interval allows nothing
+    """A quarter of the score's own half-width (issue 42's rule: no absolute cap); no or an undefined interval
+    allows nothing."""
+    if halfwidth is None or not np.isfinite(halfwidth):
         return 0.0
-    return min(halfwidth / 4, MAX_SCORE_CHANGE)
+    return halfwidth / 4
 
 
 def relative_errors(ref: torch.Tensor, test: torch.Tensor) -> np.ndarray:
@@ -315,7 +314,7 @@ def bench_model(name: str, datasets: list[Dataset], partner: Partners, bows: lis
                  + f"; partners {', '.join(partners)} (fp32); k = {args.k}, clip q = {CLIP_Q} per stack; scores: "
                  "mutual k-NN peak/final/any cell vs each partner, the same for the random-init twin and against "
                  f"TF-IDF, Cross-Model (r = {args.r}) of the final layers vs {partners[0]}; thresholds "
-                 + (f"per score, min(half-width / 4, 0.005) with each score's image-level 95 % interval "
+                 + (f"per score, half-width / 4 with each score's image-level 95 % interval "
                     f"({args.n_boot} half-samples of the images)" if args.per_score else
                     "per dataset (--halfwidth)")
                  + f"; closest to its threshold: {tightest['score']} on {tightest['dataset']}, change "
@@ -352,7 +351,7 @@ def main() -> None:
     parser.add_argument("--halfwidth", nargs="+", default=[], metavar="[DATASET=]HW",
                         help="image-level interval half-width of the headline scores, per dataset "
                              "(e.g. flickr8k-1k=0.017 coco-mini=0.035; a bare number: every other dataset); "
-                             "threshold min(HW / 4, 0.005), 0.005 without one")
+                             "threshold HW / 4, nothing allowed without one")
     args = parser.parse_args()
     os.environ.setdefault("PRH_SCORE_CACHE", "0")  # fresh numbers, no cache entries written
     torch.set_num_threads(args.threads)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from prh_lib.models import ZOO
-from prh_lib.models.precision import (MAX_SCORE_CHANGE, check_cpu_dtype, cpu_default_dtype, cpu_has_native_bf16,
+from prh_lib.models.precision import (check_cpu_dtype, cpu_default_dtype, cpu_has_native_bf16,
                                       read_bf16_table)
 from prh_lib.profiles import PROFILES
 
@@ -153,7 +153,7 @@ def test_default_dtype_on_synthetic_rows():
 
 @pytest.mark.parametrize("change, threshold, match", [
     (0.004, 0.004, "not below its threshold"),  # equal is not below
-    (0.001, 0.01, "must be in"),  # threshold above the 0.005 cap
+    (0.001, 0.0, "must be positive"),  # no interval, no threshold: nothing is allowed
     (None, 0.004, "without the benchmark's evidence"),
 ])
 def test_table_refuses_an_allowed_row_without_evidence(tmp_path, change, threshold, match):
@@ -163,7 +163,6 @@ def test_table_refuses_an_allowed_row_without_evidence(tmp_path, change, thresho
     path.write_text(json.dumps({"models": {"m": row}}))
     with pytest.raises(ValueError, match=match):
         read_bf16_table(path)
-    assert MAX_SCORE_CHANGE == 0.005
 
 
 def test_auto_dtype_follows_each_models_row_and_only_on_a_cpu():
