@@ -24,6 +24,7 @@ import json
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextlib import contextmanager
@@ -93,6 +94,9 @@ def stopping_on_signals():
         end_descendants()
         raise RunStopped(signum)
 
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
     old = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
     try:
         yield
