@@ -205,6 +205,20 @@ def test_plain_jupyter_book_build_fails_clearly_without_the_executed_pages(tmp_p
     assert "prh-run --build-only" in proc.stderr
 
 
+def test_plain_jupyter_book_build_succeeds_once_every_page_is_executed(built_book):
+    """The same command on a book whose every chapter was executed (the session's smoke build) builds it."""
+    import os
+    import subprocess
+    import sys
+
+    book = built_book.parent.parent
+    env = {k: v for k, v in os.environ.items() if k != "PRH_PLACEHOLDERS_OK"}
+    proc = subprocess.run([str(Path(sys.executable).with_name("jupyter-book")), "build", str(book)],
+                          capture_output=True, text=True, env=env, cwd=book.parent)
+    assert proc.returncode == 0 and "error:" not in proc.stderr, (proc.stdout + proc.stderr)[-3000:]
+    assert all((built_book / f"{n}.html").is_file() for n in runner.toc_notebooks(book))
+
+
 def test_strict_build_fails_on_a_warning(tmp_path):
     book = tmp_path / "book"
     shutil.copytree(paths.book_dir(), book, ignore=shutil.ignore_patterns("_build", "*.ipynb"))
