@@ -73,9 +73,17 @@ def _causal_lm_module(path_or_id: str, *, revision, device, dtype) -> torch.nn.M
     return freeze(module, device, dtype)
 
 
+def _architecture(auto, config, **kwargs) -> torch.nn.Module:
+    """``auto.from_config(config)``: the architecture with its initialiser's weights, no weight file read (the
+    ``@random-init`` path re-initialises it under its seed, :func:`prh_lib.models.random_init`)."""
+    return auto.from_config(config, **kwargs)
+
+
 def load_hf(spec: ModelSpec, path_or_id: str, *, device, dtype, modality, revision, weight_revision: str,
-            source: str) -> LoadedModel:
+            source: str, weights: bool = True) -> LoadedModel:
     """A Hugging Face model (not a two-tower tower) from a folder or Hub id, with ``weight_revision`` as revision.
+
+    With ``weights=False`` only the config, tokenizer and image processor are read, never a weight file.
 
     Raises
     ------
@@ -90,13 +98,16 @@ def load_hf(spec: ModelSpec, path_or_id: str, *, device, dtype, modality, revisi
         raise ValueError(f"{spec.name!r} looks like a {inferred} model ({config.model_type}), not {modality}")
     build = _build_hf_vision if inferred == "vision" else _build_hf_text
     return build(spec.name, path_or_id, config, device=device, dtype=dtype, revision=revision,
-                 weight_revision=weight_revision, source=source)
+                 weight_revision=weight_revision, source=source, weights=weights)
 
 
-def _build_hf_text(name, path_or_id, config, *, device, dtype, revision, weight_revision, source):
-    from transformers import AutoModel
+def _build_hf_text(name, path_or_id, config, *, device, dtype, revision, weight_revision, source, weights=True):
+    from transformers import AutoModel, AutoModelForCausalLM
 
-    if is_causal_lm(config):
+    if not weights:
+        module = _architecture(AutoModelForCausalLM if is_causal_lm(config) else AutoModel, config)
+        module = freeze(getattr(module, "base_model", module), device, dtype)
+    elif is_causal_lm(config):
         module = _causal_lm_module(path_or_id, revision=revision, device=device, dtype=dtype).base_model
     else:
         module = AutoModel.from_pretrained(path_or_id, revision=revision, **dtype_kwarg(dtype), **placement(device),
@@ -114,7 +125,7 @@ def _build_hf_text(name, path_or_id, config, *, device, dtype, revision, weight_
     )
 
 
-def _build_hf_vision(name, path_or_id, config, *, device, dtype, revision, weight_revision, source):
+def _build_hf_vision(name, path_or_id, config, *, device, dtype, revision, weight_revision, source, weights=True):
     from transformers import AutoImageProcessor, AutoModel
 
     kwargs = {}
@@ -122,8 +133,8 @@ def _build_hf_vision(name, path_or_id, config, *, device, dtype, revision, weigh
         # ViT-MAE masks 75% of patches at inference by default; keep them all. (Its patch order is still
         # shuffled; the CLS output does not depend on it.)
         kwargs["mask_ratio"] = 0.0
-    module = AutoModel.from_pretrained(path_or_id, revision=revision, **dtype_kwarg(dtype), **kwargs,
-                                       **placement(device))
+    module = (AutoModel.from_pretrained(path_or_id, revision=revision, **dtype_kwarg(dtype), **kwargs,
+                                        **placement(device)) if weights else _architecture(AutoModel, config, **kwargs))
     embeddings = getattr(module, "embeddings", None)
     if not isinstance(getattr(embeddings, "cls_token", None), torch.nn.Parameter):
         raise ValueError(

@@ -126,10 +126,13 @@ def load_model(
 
 
 def load_spec(spec: ModelSpec, *, device: torch.device, dtype: torch.dtype, modality: str | None,
-              revision: str | None) -> LoadedModel:
-    """:func:`load_model` of a parsed name."""
-    if spec.seed is not None:
-        trained = load_spec(spec.trained, device=device, dtype=dtype, modality=modality, revision=revision)
+              revision: str | None, weights: bool = True) -> LoadedModel:
+    """:func:`load_model` of a parsed name; ``weights=False`` reads no weight file (timm, Hugging Face and zoo
+    models: the architecture from its config, with tokenizer and preprocessing; a zoo model is still converted
+    once, which is where its config comes from)."""
+    if spec.seed is not None:  # the architecture alone, re-initialised under the seed: no trained weight is read
+        trained = load_spec(spec.trained, device=device, dtype=dtype, modality=modality, revision=revision,
+                            weights=False)  # (a two-tower model's tower is still cut from the loaded model)
         return dataclasses.replace(random_init(trained, seed=spec.seed),
                                    revision=random_init_revision(trained.revision, spec.seed))
     if spec.tower is not None:
@@ -147,15 +150,15 @@ def load_spec(spec: ModelSpec, *, device: torch.device, dtype: torch.dtype, moda
         source = f"zoo:{name} <- {prov['package']} {prov['version']} ({prov['weight_file']}), converted in {folder}"
         if is_timm_folder(folder):
             return build_timm(name, f"local-dir:{folder}", device=device, dtype=dtype, revision=zoo_revision,
-                              source=source)
+                              source=source, weights=weights)
         return load_hf(spec, str(folder), device=device, dtype=dtype, modality=entry.modality, revision=None,
-                       weight_revision=zoo_revision, source=source)
+                       weight_revision=zoo_revision, source=source, weights=weights)
     if spec.kind == "timm":
         if modality not in (None, "vision"):
             raise ValueError(f"{name!r} is a timm (vision) model, not {modality}")
         timm_name = timm_source_name(name)
         return build_timm(name, timm_name, device=device, dtype=dtype, revision=spec.identity().revision,
-                          source=f"timm {timm_name}")
+                          source=f"timm {timm_name}", weights=weights)
     if spec.kind == "folder":
         folder, folder_revision = spec.folder, spec.identity().revision
         if revision is not None and revision != folder_revision:
@@ -164,11 +167,12 @@ def load_spec(spec: ModelSpec, *, device: torch.device, dtype: torch.dtype, moda
             if modality not in (None, "vision"):
                 raise ValueError(f"{name!r} is a timm (vision) model, not {modality}")
             return build_timm(name, f"local-dir:{folder}", device=device, dtype=dtype, revision=folder_revision,
-                              source=f"timm folder {folder}")
+                              source=f"timm folder {folder}", weights=weights)
         return load_hf(spec, str(folder), device=device, dtype=dtype, modality=modality, revision=None,
-                       weight_revision=folder_revision, source=f"local folder {folder}")
+                       weight_revision=folder_revision, source=f"local folder {folder}", weights=weights)
     return load_hf(spec, spec.base, device=device, dtype=dtype, modality=modality, revision=revision,
-                   weight_revision=spec.identity(revision).revision, source=f"Hugging Face Hub {spec.base}")
+                   weight_revision=spec.identity(revision).revision, source=f"Hugging Face Hub {spec.base}",
+                   weights=weights)
 
 
 def load_tokenizer(name: str):

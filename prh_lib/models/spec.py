@@ -346,14 +346,22 @@ def hf_config(name: str, path_or_id: str, revision: str | None = None):
     """
     from transformers import AutoConfig
 
+    import difflib
+
     remote = remote_code_kwargs(path_or_id)
     try:
         return AutoConfig.from_pretrained(path_or_id, revision=revision, **remote)
-    except (OSError, ValueError) as err:
+    except Exception as err:  # noqa: BLE001 -- a missing repo, the Hub offline or unreachable (OSError, httpx, ...)
+        if not isinstance(err, (OSError, ValueError, ConnectionError)) and type(err).__module__.split(".")[0] not in (
+                "httpx", "httpcore", "requests", "urllib3", "huggingface_hub"):
+            raise
         if Path(path_or_id).is_dir():
             raise ModelNotAvailableError(f"cannot read the config of model folder {name!r}: {err}") from err
-        zoo_hint = "" if "/" in name else f"; it is not a zoo model either (zoo: {', '.join(zoo.ZOO)})"
-        raise ModelNotAvailableError(f"cannot load model {name!r}: {hub_unreachable_hint(name)}{zoo_hint}") from err
+        close = difflib.get_close_matches(name, list(zoo.ZOO), n=3, cutoff=0.6)
+        raise ModelNotAvailableError(
+            f"cannot load model {name!r}: it is not a zoo model ({'closest: ' + ', '.join(close) if close else 'zoo: ' + ', '.join(zoo.ZOO)}), "
+            f"not a local folder ({str(Path(path_or_id).expanduser().resolve())!r} does not exist), and as a Hugging Face "
+            f"id: {hub_unreachable_hint(name)}") from err
 
 
 def is_timm_folder(folder: Path) -> bool:

@@ -23,8 +23,9 @@ def timm_source_name(name: str) -> str:
     return "hf-hub:" + name.removeprefix("hf-hub:")
 
 
-def build_timm(name, timm_name, *, device, dtype, revision, source) -> LoadedModel:
-    """A timm model with pretrained weights from ``timm_name`` (``"<arch>"``, ``"hf-hub:..."``, ``"local-dir:..."``).
+def build_timm(name, timm_name, *, device, dtype, revision, source, weights: bool = True) -> LoadedModel:
+    """A timm model with pretrained weights from ``timm_name`` (``"<arch>"``, ``"hf-hub:..."``, ``"local-dir:..."``);
+    with ``weights=False`` its architecture alone (its constructor's initial weights; nothing is fetched or read).
 
     Raises
     ------
@@ -35,7 +36,7 @@ def build_timm(name, timm_name, *, device, dtype, revision, source) -> LoadedMod
     from timm.data import create_transform, resolve_data_config
 
     try:
-        module = timm.create_model(timm_name, pretrained=True)
+        module = timm.create_model(timm_name, pretrained=weights)
     except (OSError, RuntimeError) as err:
         if timm_name.startswith("local-dir:"):
             raise
