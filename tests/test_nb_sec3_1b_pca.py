@@ -41,7 +41,9 @@ def test_recorded_numbers(rec):
         assert 1 <= r["max_dims"] <= 48  # min(N, d)
         if compressed != "efficientnet-lite0":  # transformer widths (384, 576) exceed N = 48
             assert r["max_dims"] == 48
-        assert r["uncompressed"] > rec["chance"]
+        assert 0 <= r["uncompressed"] <= 1
+        if r["layers"] == "peak":  # the best layer pair beats chance; a final-layer pair at N = 48 need not
+            assert r["uncompressed"] > rec["chance"]  # (the paper's point: alignment peaks before the last layers)
     by_pair = {}
     for r in rows:
         by_pair.setdefault(r["pair"], {})[r["layers"]] = r["uncompressed"]
