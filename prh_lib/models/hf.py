@@ -105,8 +105,9 @@ def _build_hf_text(name, path_or_id, config, *, device, dtype, revision, weight_
     from transformers import AutoModel, AutoModelForCausalLM
 
     if not weights:
-        module = _architecture(AutoModelForCausalLM if is_causal_lm(config) else AutoModel, config)
-        module = freeze(getattr(module, "base_model", module), device, dtype)
+        module = _architecture(AutoModelForCausalLM if is_causal_lm(config) else AutoModel, config,
+                               **remote_code_kwargs(path_or_id))
+        module = freeze(getattr(module, "embedding_model", getattr(module, "base_model", module)), device, dtype)
     elif is_causal_lm(config):
         module = _causal_lm_module(path_or_id, revision=revision, device=device, dtype=dtype).base_model
     else:
@@ -133,8 +134,11 @@ def _build_hf_vision(name, path_or_id, config, *, device, dtype, revision, weigh
         # ViT-MAE masks 75% of patches at inference by default; keep them all. (Its patch order is still
         # shuffled; the CLS output does not depend on it.)
         kwargs["mask_ratio"] = 0.0
-    module = (AutoModel.from_pretrained(path_or_id, revision=revision, **dtype_kwarg(dtype), **kwargs,
-                                        **placement(device)) if weights else _architecture(AutoModel, config, **kwargs))
+    if weights:
+        module = AutoModel.from_pretrained(path_or_id, revision=revision, **dtype_kwarg(dtype), **kwargs,
+                                           **placement(device))
+    else:  # the options become the config's, as from_pretrained makes them
+        module = _architecture(AutoModel, config.__class__.from_dict({**config.to_dict(), **kwargs}))
     embeddings = getattr(module, "embeddings", None)
     if not isinstance(getattr(embeddings, "cls_token", None), torch.nn.Parameter):
         raise ValueError(
