@@ -33,7 +33,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     from prh_lib import data, extract, models
-    from prh_lib.analysis import captions
+    from prh_lib.pages import appf_caption_detail as captions
 
     ds = data.load_dataset("coco-folder")
     variants, _ = captions.detail_variants(ds, n=args.n, seed=0, max_captions=5,

@@ -108,7 +108,8 @@ def run_case(args) -> dict:
     import numpy as np
     import torch
 
-    from prh_lib.metrics import bootstrap_ci, mutual_knn_layerwise, permutation_test_layerwise
+    from prh_lib.stats import bootstrap_ci, permutation_test_layerwise
+    from prh_lib.metrics import mutual_knn_layerwise
     from prh_lib.metrics import knn as _knn
 
     if args.case == "bootstrap_loop":  # the engine without its stacked-replicate path: one at a time
@@ -192,7 +193,8 @@ def _check(args, X, Y) -> dict:
     import numpy as np
     import torch
 
-    from prh_lib.metrics import mutual_knn_layerwise, permutation_test_layerwise
+    from prh_lib.metrics import mutual_knn_layerwise
+    from prh_lib.stats import permutation_test_layerwise
 
     rng = np.random.default_rng(1)
     perms = np.stack([rng.permutation(args.n) for _ in range(2)])
@@ -242,7 +244,7 @@ def ties_fpr(args):
 
     import numpy as np
 
-    from prh_lib.metrics import permutation_test
+    from prh_lib.stats import permutation_test
 
     warnings.simplefilter("ignore", RuntimeWarning)
     print(f"false-positive rate of the calibrated mutual k-NN test, alpha={args.alpha}, N={args.fpr_n}, "

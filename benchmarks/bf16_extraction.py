@@ -184,7 +184,7 @@ def score_halfwidths(feats32, twin32, partners: dict, bow, *, k: int, r: int, n_
     """Image-level 95 % interval half-width of every headline score, from the float32 features (clipped).
 
     Mutual k-NN scores: the held-out peak's and the final layers' centred intervals over ``n_boot`` image
-    half-samples (:func:`prh_lib.metrics.selection.crossfit_peaks`, 10 splits, as the chapters' verdicts read
+    half-samples (:func:`prh_lib.stats.selection.crossfit_peaks`, 10 splits, as the chapters' verdicts read
     them); "peak" and "any cell" take the held-out peak's, since a held-out peak may land on any cell.
     Cross-Model: the centred interval of the score on ``n_boot`` half-samples of the images (seeded).
 
@@ -193,8 +193,8 @@ def score_halfwidths(feats32, twin32, partners: dict, bow, *, k: int, r: int, n_
     dict
         ``{(kind, part): half-width}`` for the kinds and parts of :func:`score_changes`.
     """
-    from prh_lib.metrics.intervals import bootstrap_interval
-    from prh_lib.metrics.selection import crossfit_peaks
+    from prh_lib.stats.intervals import bootstrap_interval
+    from prh_lib.stats.selection import crossfit_peaks
 
     comps = [(f"knn x {p}", feats32, fp) for p, fp in partners.items()]
     comps += [(f"random-init x {p}", twin32, fp) for p, fp in partners.items()]

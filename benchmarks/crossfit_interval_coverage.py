@@ -1,6 +1,6 @@
 """Do the held-out peak's image intervals cover, and how wide are they against the true sampling spread? (prints figures)
 
-:func:`prh_lib.metrics.selection.crossfit_peak` gives the held-out peak and the final-layer score 95 % intervals
+:func:`prh_lib.stats.selection.crossfit_peak` gives the held-out peak and the final-layer score 95 % intervals
 from replicates that redo the whole cross-fitted selection on subsampled images. Two replicate schemes are
 compared here on a known population:
 
@@ -59,7 +59,7 @@ import numpy as np
 
 
 def main(argv=None) -> None:
-    from prh_lib.metrics.selection import crossfit_peak
+    from prh_lib.stats.selection import crossfit_peak
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, nargs="+", default=[239], help="rows per sample")

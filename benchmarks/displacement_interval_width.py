@@ -1,6 +1,6 @@
 """How wide are the displacement chapter's held-out intervals against the true sampling spread? (prints figures)
 
-:func:`prh_lib.analysis.displacement_heldout.heldout_best_pair` gives each held-out measure a 95 % interval by
+:func:`prh_lib.analysis.displacement.heldout.heldout_best_pair` gives each held-out measure a 95 % interval by
 subsampling the images without replacement (half of each half) and rescaling the replicates' spread by
 ``sqrt(m / n)``. That rescaling assumes a variance proportional to 1 / (sample size); the measures whiten on their
 own rows, so at a few hundred rows their variance can fall faster, and the interval can be too wide or too narrow.
@@ -29,7 +29,7 @@ import numpy as np
 
 
 def main(argv=None) -> None:
-    from prh_lib.analysis.displacement_heldout import heldout_best_pair, subsample_interval
+    from prh_lib.analysis.displacement.heldout import heldout_best_pair, subsample_interval
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, nargs="+", default=[128, 256], help="rows per sample")

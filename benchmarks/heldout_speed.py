@@ -1,8 +1,8 @@
-"""Held-out peaks (:func:`prh_lib.metrics.selection.crossfit_peaks`): halves' neighbourhoods read off full-sample
+"""Held-out peaks (:func:`prh_lib.stats.selection.crossfit_peaks`): halves' neighbourhoods read off full-sample
 candidates against selecting on every half, on stacks of the offline models' shapes at the paper's N.
 
 Prints the time of each path (interleaved, best of ``--repeats``), the speed-up, and whether every field of
-every :class:`~prh_lib.metrics.selection.CrossFitPeak` is equal (it must be: the candidate path changes no bit).
+every :class:`~prh_lib.stats.selection.CrossFitPeak` is equal (it must be: the candidate path changes no bit).
 Synthetic stacks share a latent signal (so that the peaks are not at chance) and have the offline models' layer
 counts and widths: DINOv2-S (13 x 384, one stack for all caption draws), SmolLM2-135M (31 x 576) and MiniLM-L6
 (7 x 384), one stack per caption draw. Nothing is asserted; tests/test_selection.py checks the equality.
@@ -45,7 +45,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    from prh_lib.metrics import selection
+    from prh_lib.stats import selection
 
     comps = stacks(args.n, args.draws)
     fast_engine = selection.get_engine("mutual_knn")

@@ -75,9 +75,10 @@ from IPython.display import Markdown, display
 
 warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto in a kernel without ipywidgets
 
-from prh_lib import claims, data, extract, figures, lm, report, results
+from prh_lib.pages import claims, figures, report
+from prh_lib import data, extract, lm, results
 from prh_lib.models.precision import dtype_statement
-from prh_lib.analysis import captions
+from prh_lib.pages import appf_caption_detail as captions
 
 pd.set_option("display.precision", 3)
 pd.set_option("display.max_colwidth", None)  # captions are shown whole: concatenations must not look alike

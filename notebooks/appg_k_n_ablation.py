@@ -79,11 +79,12 @@ warnings.filterwarnings("ignore", message=".*degenerate.*")  # a ViT's constant 
 import pandas as pd
 from IPython.display import Markdown, display
 
-from prh_lib import claims, figures, report, results
+from prh_lib.pages import claims, figures, report
+from prh_lib import results
 from prh_lib.analysis.core import model_names as analysis_models
 from prh_lib.models.precision import dtype_statement
-from prh_lib.analysis import ablation, layerwise
-from prh_lib.analysis import ablation_intervals
+from prh_lib.pages import appg_k_n_ablation as ablation, sec3_1_layerwise as layerwise
+from prh_lib.analysis.ablation import intervals as ablation_intervals
 from prh_lib.data.study import headline_dataset, study_draws
 
 logging.getLogger("prh_lib").setLevel(logging.ERROR)

@@ -79,15 +79,16 @@ from IPython.display import Markdown, display
 
 warnings.filterwarnings("ignore", message="IProgress not found")
 
-from prh_lib import claims as paper_claims  # noqa: E402
-from prh_lib import extract, report  # noqa: E402
-from prh_lib.analysis import concept_subspaces as csub  # noqa: E402
-from prh_lib.analysis import concepts as cc  # noqa: E402
-from prh_lib.analysis import concepts_page as cp  # noqa: E402
-from prh_lib.analysis import concepts_study as cs  # noqa: E402
-from prh_lib.analysis import displacement_consensus as dc  # noqa: E402
-from prh_lib.analysis import hierarchy as H  # noqa: E402
-from prh_lib.analysis.displacement_reference import OURS, REFERENCE  # noqa: E402
+from prh_lib.pages import claims as paper_claims  # noqa: E402
+from prh_lib import extract
+from prh_lib.pages import report  # noqa: E402
+from prh_lib.analysis.concepts import subspaces as csub  # noqa: E402
+from prh_lib.analysis.concepts import prompts as cc  # noqa: E402
+from prh_lib.pages import ch_concepts as cp  # noqa: E402
+from prh_lib.analysis.concepts import study as cs  # noqa: E402
+from prh_lib.analysis.displacement import consensus as dc  # noqa: E402
+from prh_lib.analysis.concepts import hierarchy as H  # noqa: E402
+from prh_lib.analysis.displacement.procedures import OURS, REFERENCE  # noqa: E402
 
 blas_limits = threadpoolctl.threadpool_limits(blas_threads)
 torch.set_num_threads(max(1, blas_threads or 1))

@@ -39,8 +39,8 @@
 # over several models finds, from the eigenvectors of their symmetric cross-model covariance, a *shared*
 # subspace (top eigenvectors) and a *private* one (bottom); we report how mutual k-NN and Cross-Model change
 # when the features are projected onto each. Every function used is in
-# `prh_lib.metrics.displacement` (the measures), `prh_lib.analysis.displacement` (tables, figures) and
-# `prh_lib.analysis.displacement_consensus` (the decomposition).
+# `prh_lib.metrics.displacement` (the measures), `prh_lib.pages.ch_displacement` (tables, figures) and
+# `prh_lib.analysis.displacement.consensus` (the decomposition).
 #
 # **What runs here by default.** Four of the offline models of Section 3.1 on the 1,000 Flickr8k pairs (the paper's
 # N; the heatmaps, single-draw analyses and verdicts read them) and the 239 COCO pairs, in four
@@ -48,11 +48,11 @@
 # EfficientNet-Lite0) and language-language (SmolLM2-135M × MiniLM-L6). As in Section 3.1 the study has
 # datasets and draws: both views are scored on every draw of every dataset (offline: five caption draws of
 # the same 1,000 or 239 images), every score is a row of the results table, and the headline measures are means ±
-# standard deviations over the draws (`prh_lib.analysis.displacement_draws`). The heatmaps and the analyses
+# standard deviations over the draws (`prh_lib.analysis.displacement.draws`). The heatmaps and the analyses
 # of a single draw (the `r` sweep, depth profiles, consensus, the reference code's procedure) use one draw,
 # `heatmap_dataset` / `heatmap_draw`. The last two sections run the paper's public code's own procedure
 # beside ours on the same features, derive why the two differ, and set the paper's numbers against this
-# build's (`prh_lib.analysis.displacement_reference`).
+# build's (`prh_lib.analysis.displacement.procedures`).
 
 # %% tags=["parameters"]
 # the study: datasets (each a source, location and options) and draws per dataset (None: each spec's repetitions);
@@ -108,15 +108,16 @@ from IPython.display import Markdown, display
 
 warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm without widgets: not for the page
 
-from prh_lib import report, results  # noqa: E402
+from prh_lib.pages import report
+from prh_lib import results  # noqa: E402
 from prh_lib.analysis.core import model_names as analysis_models  # noqa: E402
 from prh_lib.models.precision import dtype_statement  # noqa: E402
-from prh_lib.analysis import displacement as da  # noqa: E402
-from prh_lib.analysis import displacement_consensus as dc  # noqa: E402
-from prh_lib.analysis import displacement_reference as dr  # noqa: E402
-from prh_lib.analysis import displacement_draws as ds  # noqa: E402
-from prh_lib.analysis import displacement_heldout as dh  # noqa: E402
-from prh_lib.analysis import layerwise  # noqa: E402
+from prh_lib.pages import ch_displacement as da  # noqa: E402
+from prh_lib.analysis.displacement import consensus as dc  # noqa: E402
+from prh_lib.analysis.displacement import procedures as dr  # noqa: E402
+from prh_lib.analysis.displacement import draws as ds  # noqa: E402
+from prh_lib.analysis.displacement import heldout as dh  # noqa: E402
+from prh_lib.pages import sec3_1_layerwise as layerwise  # noqa: E402
 from prh_lib.data.study import headline_dataset, study_draws  # noqa: E402
 from prh_lib.metrics import knn  # noqa: E402
 from prh_lib.models import zoo  # noqa: E402
@@ -315,7 +316,7 @@ layers = dict(consensus_layers) if consensus_layers else da.best_layers(shown, c
 consensus = dc.consensus_summary(features, layers, n_components=n_components, n_shared=n_shared,
                                  n_private=n_private, k=k, test_fraction=test_fraction,
                                  n_pairs=n_displacement_pairs, seed=split_seed, n_random=n_random)
-fig = dc.consensus_figure(consensus)
+fig = da.consensus_figure(consensus)
 _ = report.show_figure(fig, CHAPTER, params)
 consensus.table
 
@@ -324,7 +325,7 @@ consensus.table
 
 # %% tags=["hide-input"]
 Markdown(f"On `{heatmap_dataset}`, draw {heatmap_draw} (the heatmaps' draw):\n\n" + da.describe(best, views)
-         + "\n" + dc.describe_consensus(consensus))
+         + "\n" + da.describe_consensus(consensus))
 
 # %% [markdown]
 # ## Reading the two views side by side
@@ -390,7 +391,7 @@ Markdown(f"On `{heatmap_dataset}`, draw {heatmap_draw} (the heatmaps' draw):\n\n
 # 5. **The measures** on the evaluation rows, each paired with its predecessor in evaluation order
 #    (cyclically, one pair per row) for Cross-Model and Cross-Object.
 #
-# `prh_lib.analysis.displacement_reference.reference_procedure` runs these steps (written from reading the code,
+# `prh_lib.analysis.displacement.procedures.reference_procedure` runs these steps (written from reading the code,
 # none of it copied), with one switch for each step where our procedure differs: whitening fitted on the
 # training rows only, no means added, random pairs. Below, both procedures see the same (clipped) features
 # at each pair's best Cross-Model layer pair, at the same `r`, with as many training rows; each value is
@@ -491,7 +492,7 @@ claims = da.paper_table(procedures, tol=claim_tol)
 claims[[c for c in claims.columns if not c.endswith("draws")]]
 
 # %% tags=["remove-cell"]
-from prh_lib import claims as paper_claims  # noqa: E402
+from prh_lib.pages import claims as paper_claims  # noqa: E402
 
 # the front page's checklist: verdicts on the held-out gaps with their intervals over images (above)
 checklist = da.checklist_rows(claims, heldout=held_best, kinds=best["kind"].to_dict())

@@ -86,10 +86,13 @@ warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm in a ke
 import pandas as pd
 from IPython.display import Markdown, display
 
-from prh_lib import claims, figures, models, paper, report, results
+from prh_lib.pages import claims, figures, report
+from prh_lib import models, results
+from prh_lib.data import paper
 from prh_lib.analysis.core import model_names as analysis_models
 from prh_lib.models.precision import dtype_statement
-from prh_lib.analysis import heldout, layerwise
+from prh_lib.analysis import heldout
+from prh_lib.pages import sec3_1_layerwise as layerwise
 from prh_lib.data.study import headline_dataset, study_draws
 
 # a ViT's constant embedding-output CLS token gives NaN scores by design (explained below), not a warning
@@ -201,7 +204,7 @@ layerwise.headline_table(agg, n_permutations=n_permutations)
 #
 # The peaks above are chosen and reported on the same images, and their ± is the spread over caption draws
 # of the *same* images: it says how much the caption choice matters, not how much the images do. The
-# verdicts below use two other numbers instead (`prh_lib.analysis.heldout`, `prh_lib.metrics.selection`):
+# verdicts below use two other numbers instead (`prh_lib.analysis.heldout`, `prh_lib.stats.selection`):
 #
 # - the **held-out peak**: the images are split at random into two halves; the layer pair with the highest
 #   score on one half is scored on the other, and the reverse, over `heldout_splits` splits and every caption
@@ -258,7 +261,7 @@ Markdown(layerwise.describe_clip_effect(table, dataset=heatmap_dataset))
 # One row per claim of Section 3.1; the verdict is computed from the held-out estimates and their intervals
 # over images ("reproduces in kind": the qualitative claim holds here, but the models, data and N are not the
 # paper's, so the values do not compare; "inconclusive": the estimates point the paper's way but an interval
-# reaches the threshold). Each row's test is stated in its `test` column (`prh_lib.analysis.layerwise.RULES`).
+# reaches the threshold). Each row's test is stated in its `test` column (`prh_lib.pages.sec3_1_layerwise.RULES`).
 
 # %% tags=["hide-input"]
 claims.claims_table(rows, chapter=CHAPTER)

@@ -76,10 +76,12 @@ warnings.filterwarnings("ignore", message=".*degenerate.*")  # a ViT's constant 
 import pandas as pd
 from IPython.display import Markdown, display
 
-from prh_lib import claims, figures, paper, report, results
+from prh_lib.pages import claims, figures, report
+from prh_lib.data import paper
+from prh_lib import results
 from prh_lib.analysis.core import model_names as analysis_models
 from prh_lib.models.precision import dtype_statement
-from prh_lib.analysis import compression, layerwise
+from prh_lib.pages import sec3_1b_pca as compression, sec3_1_layerwise as layerwise
 from prh_lib.data.study import headline_dataset, study_draws
 
 logging.getLogger("prh_lib").setLevel(logging.ERROR)
@@ -162,7 +164,7 @@ Markdown(compression.describe_study(table, rows, dataset=main_dataset))
 # %% [markdown]
 # ## The paper and this build
 # One row per claim of Figure 2 / App. C; verdicts computed from the table above at the peak layer pair of
-# `flickr8k-1k` (the dataset with the largest N; the paper's COCO when it runs); each row's test is in its `test` column (`prh_lib.analysis.compression.RULES`). The
+# `flickr8k-1k` (the dataset with the largest N; the paper's COCO when it runs); each row's test is in its `test` column (`prh_lib.pages.sec3_1b_pca.RULES`). The
 # paper's claims are about compressing the *language* side, so only those rows count (vision-side rows are in
 # the table above, not in the verdicts). The paper compresses language spaces of 1,536-5,120 dimensions on
 # N = 1024, where the rank is at most 1,023, so its "100 dimensions" are 9.8 % of the rank; here the rank is at

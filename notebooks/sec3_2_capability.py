@@ -83,8 +83,9 @@ from IPython.display import Markdown
 
 warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto in a kernel without ipywidgets
 
-from prh_lib import claims, data, figures, lm, report, results
-from prh_lib.analysis import capability
+from prh_lib.pages import claims, figures, report
+from prh_lib import data, lm, results
+from prh_lib.pages import sec3_2_capability as capability
 from prh_lib.data import benchmarks
 
 pd.set_option("display.precision", 3)

@@ -108,10 +108,12 @@ warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm without
 
 import pandas as pd
 from IPython.display import Markdown
-from prh_lib import analysis, claims, figures, models, report, results
+from prh_lib import analysis, models, results
+from prh_lib.pages import claims, figures, report
 from prh_lib.analysis.core import model_names as analysis_models
 from prh_lib.models.precision import dtype_statement
-from prh_lib.analysis import heldout, regimes
+from prh_lib.analysis import heldout
+from prh_lib.pages import sec3_3_regimes as regimes
 from prh_lib.data import is_text_only, study
 from prh_lib.lm.quiet import quiet_hub_for_session
 

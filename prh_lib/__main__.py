@@ -2,6 +2,6 @@
 
 import sys
 
-from .runner import main
+from prh_lib.run.runner import main
 
 sys.exit(main())

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from .metrics._parallel import ignoring, in_worker, map_threads, recording, reissue
+from prh_lib.metrics._parallel import ignoring, in_worker, map_threads, recording, reissue
 
 __all__ = ["available_cores", "map_threads", "recording", "ignoring", "reissue", "in_worker"]
 

@@ -19,9 +19,11 @@ Settings (environment variables, read at call time so tests can override them):
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -30,7 +32,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
-from .disk_errors import disk_error
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -198,7 +199,7 @@ def atomic_path(final: Path, *, is_dir: bool = False) -> Iterator[Path]:
 
     Raises
     ------
-    prh_lib.disk_errors.CacheWriteError
+    prh_lib.paths.CacheWriteError
         If the write fails because the disk is full, a quota is exceeded or the location is read-only (the
         message names ``final``; the temporary is removed first). Other errors pass through unchanged.
     """
@@ -401,3 +402,56 @@ def display_path(path: str | Path) -> str:
                     return rel.as_posix() if rel != Path(".") else "."
                 return f"{label}/{rel.as_posix()}" if rel != Path(".") else label
     return f".../{p.name}"
+
+
+# ----------------------------------------------------------- disk-full and read-only errors of cache writes
+_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_READ_ONLY = {errno.EROFS, errno.EACCES, errno.EPERM}
+_FULL_TEXT = re.compile(r"No space left on device|Disk quota exceeded|StorageFull|code: (?:28|122)\b")
+_READ_ONLY_TEXT = re.compile(r"Read-only file system|Permission denied|code: (?:30|13)\b")
+
+
+class CacheWriteError(OSError):
+    """A cache or results write failed because the disk is full or the location is read-only; the
+    message names the path. Nothing half-written is left behind."""
+
+
+def _free(path: Path) -> str:
+    for p in (path, *path.parents):
+        try:
+            return f"{shutil.disk_usage(p).free / 2**20:.1f} MiB free"
+        except OSError:
+            continue
+    return "free space unknown"
+
+
+def disk_error(err: BaseException, path: str | Path) -> CacheWriteError | None:
+    """The :class:`CacheWriteError` for ``err`` raised while writing ``path``, or None if ``err`` is not a
+    full-disk, quota, read-only or permission failure (re-raise it unchanged then).
+
+    Parameters
+    ----------
+    err : BaseException
+        What the write raised.
+    path : str or Path
+        The file or folder being written (its final name, not the temporary one).
+    """
+    if isinstance(err, CacheWriteError):
+        return err
+    path = Path(path)
+    code = getattr(err, "errno", None)
+    text = str(err)
+    if code in _FULL or _FULL_TEXT.search(text):
+        return CacheWriteError(
+            errno.ENOSPC,
+            f"the disk is full: cannot write {path} ({_free(path.parent)} on its file system; {text}). "
+            "Nothing half-written was kept. Free space there or point PRH_CACHE_DIR at a larger disk, then "
+            "run the same command again",
+        )
+    if code in _READ_ONLY or _READ_ONLY_TEXT.search(text):
+        return CacheWriteError(
+            errno.EROFS if code is None else code,
+            f"cannot write {path}: the location is read-only or not writable by this user ({text}). "
+            "Point PRH_CACHE_DIR (or the results folder) at a writable directory",
+        )
+    return None

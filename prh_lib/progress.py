@@ -1,7 +1,7 @@
 """Live progress of a notebook run: shown in the terminal of ``prh-run``, never on the page.
 
 A notebook executed by papermill writes its stdout and stderr into the page, so progress bars there would
-end up in the book. Instead, :func:`prh_lib.runner.run_notebook` gives the kernel a side channel: a file
+end up in the book. Instead, :func:`prh_lib.run.runner.run_notebook` gives the kernel a side channel: a file
 named by the environment variable :data:`ENV`, which the runner follows while the notebook runs and copies
 to its own stderr (see :func:`follow`). Library code reports what it is doing through :func:`note` (one
 line: which model, which step) and :func:`bar` (a tqdm bar); with no channel (a notebook opened in Jupyter,

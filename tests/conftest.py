@@ -59,8 +59,8 @@ def executed_notebook(tmp_path_factory):
     writing into a temporary folder (never into ``book/``). Features are read from and written to the
     default feature cache, so notebooks share extraction work.
     """
-    from prh_lib import runner
-    from prh_lib.profiles import get_profile
+    from prh_lib.run import runner
+    from prh_lib.run.profiles import get_profile
 
     out_dir = tmp_path_factory.mktemp("executed")
     done = {}
@@ -86,7 +86,8 @@ def built_book(executed_notebook, tmp_path_factory):
     """
     import shutil
 
-    from prh_lib import paths, runner
+    from prh_lib import paths
+    from prh_lib.run import runner
 
     book = tmp_path_factory.mktemp("book") / "book"
     shutil.copytree(paths.book_dir(), book, ignore=shutil.ignore_patterns("_build", "*.ipynb"))

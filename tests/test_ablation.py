@@ -1,11 +1,11 @@
-"""k and N sweeps (prh_lib.analysis.ablation): full-N equals the plain score, chance correction, validation."""
+"""k and N sweeps (prh_lib.pages.appg_k_n_ablation): full-N equals the plain score, chance correction, validation."""
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from prh_lib.analysis import ablation
+from prh_lib.pages import appg_k_n_ablation as ablation
 from prh_lib.extract import FeatureMismatchError, LayerFeatures
 from prh_lib.metrics import mutual_knn, mutual_knn_layerwise
 
@@ -162,7 +162,7 @@ def _k_order_inputs(flip_at, regimes=("cross-modal", "vision-vision", "language-
     (None, ("cross-modal", "vision-vision"), "inconclusive"),  # two regimes: one comparison
 ])
 def test_k_order_is_read_on_chance_corrected_scores_within_the_papers_k_range(flip_at, regimes, verdict):
-    from prh_lib.analysis import ablation
+    from prh_lib.pages import appg_k_n_ablation as ablation
 
     agg, table = _k_order_inputs(flip_at, regimes)
     (row,) = [r for r in ablation.findings(agg, table, dataset="d") if r["id"] == "G/k-order"]
@@ -175,7 +175,7 @@ def test_k_order_is_read_on_chance_corrected_scores_within_the_papers_k_range(fl
 def test_k_order_reads_the_raw_rise_over_the_papers_k_range_only(drop_at, verdict):
     # raw mutual k-NN tends to 1 as k nears N for any features, so a rise up to k = 200 of 238 cannot fail;
     # the rise is read up to the paper's largest k/(N - 1) (k = 10 here)
-    from prh_lib.analysis import ablation
+    from prh_lib.pages import appg_k_n_ablation as ablation
 
     agg, table = _k_order_inputs(None, raw_drop_at=drop_at)
     (row,) = [r for r in ablation.findings(agg, table, dataset="d") if r["id"] == "G/k-order"]
@@ -203,8 +203,8 @@ def _intervals(spread, regimes=("cross-modal", "vision-vision", "language-langua
 
 @pytest.mark.parametrize("spread, verdict", [(0.005, "reproduces in kind"), (0.2, "inconclusive")])
 def test_k_order_verdict_uses_the_paired_intervals_over_images(spread, verdict):
-    from prh_lib.analysis import ablation
-    from prh_lib.analysis.ablation_intervals import regime_order_tests
+    from prh_lib.pages import appg_k_n_ablation as ablation
+    from prh_lib.analysis.ablation.intervals import regime_order_tests
 
     agg, table = _k_order_inputs(None)
     iv = _intervals(spread)
@@ -225,8 +225,8 @@ def test_k_order_verdict_uses_the_paired_intervals_over_images(spread, verdict):
 def test_k_sweep_intervals_are_paired_over_pairs_and_ks():
     import torch
 
-    from prh_lib.analysis.ablation_intervals import k_sweep_intervals
-    from prh_lib.features import LayerFeatures
+    from prh_lib.analysis.ablation.intervals import k_sweep_intervals
+    from prh_lib.extract.features import LayerFeatures
 
     rng = np.random.default_rng(0)
     Z = rng.normal(size=(60, 3))
@@ -256,7 +256,7 @@ def _ratio_rows(means_by_n, noise=0.0, units=6, seed=0):
 
 
 def test_fixed_ratio_intervals_estimate_and_interval():
-    from prh_lib.analysis import ablation_intervals as AI
+    from prh_lib.analysis.ablation import intervals as AI
 
     exact = AI.fixed_ratio_intervals(_ratio_rows({50: 0.30, 100: 0.33, 200: 0.36}), dataset="d")
     (r,) = exact.to_dict(orient="records")
@@ -281,7 +281,7 @@ def test_fixed_ratio_intervals_estimate_and_interval():
 
 def test_fixed_ratio_verdict_reads_the_interval_over_image_subsets():
     """A spread below 25 % whose interval reaches 25 % cannot decide; one clearly below holds; above differs."""
-    from prh_lib.analysis import ablation_intervals as AI
+    from prh_lib.analysis.ablation import intervals as AI
 
     def verdict(means, noise):
         raw = _ratio_rows(means, noise=noise)
@@ -309,7 +309,7 @@ def test_k_sweep_matrices_equal_mutual_knn_layerwise_at_every_k_bit_for_bit():
     each k from the features, with ties (integer-valued features) and a constant layer."""
     import torch
 
-    from prh_lib.analysis.ablation_study import _matrices_at_ks
+    from prh_lib.analysis.ablation.study import _matrices_at_ks
     from prh_lib.metrics import mutual_knn_layerwise
 
     rng = np.random.default_rng(3)
@@ -326,7 +326,7 @@ def test_k_sweep_matrices_equal_mutual_knn_layerwise_at_every_k_bit_for_bit():
 
 
 def test_the_default_fixed_ratio_sizes_realise_the_ratio():
-    from prh_lib.analysis.ablation_study import ratio_grid
+    from prh_lib.analysis.ablation.study import ratio_grid
 
     # 1,000 pairs at k/N = 0.01: 150 would run k = round(1.5) = 2, k/N 0.013; it becomes 200 (k = 2), once
     assert ratio_grid(ablation.n_grid(1000, k=1), 0.01, 1000) == [100, 200, 300, 400, 500, 600, 800, 1000]

@@ -18,7 +18,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from fixtures import fake_extract, hf_data  # noqa: E402
-from prh_lib import batch, data, extract, models, paper, paths, profiles  # noqa: E402
+from prh_lib import batch, data, extract, models, paths
+from prh_lib.data import paper
+from prh_lib.run import profiles  # noqa: E402
 
 TESTS_DIR = Path(__file__).resolve().parent
 REAL_RESOLVE_IDENTITY = models.resolve_identity  # the fixture below swaps in a fake for most tests
@@ -336,7 +338,7 @@ def _notebook_parameters(name):
 
 def test_paper_profile_uses_the_notebook_parameter_names():
     prof = profiles.get_profile("paper")
-    from prh_lib import runner
+    from prh_lib.run import runner
 
     # every key of the profile reaches some notebook (a misspelt key would silently be ignored)
     declared = set().union(*(_notebook_parameters(n) for n in runner.available_notebooks()))

@@ -16,12 +16,11 @@ from pathlib import Path
 import pytest
 
 from prh_lib.models import ZOO
-from prh_lib.models.precision import (check_cpu_dtype, cpu_default_dtype, cpu_has_native_bf16,
-                                      read_bf16_table)
-from prh_lib.profiles import PROFILES
+from prh_lib.models.precision import check_cpu_dtype, cpu_default_dtype, cpu_has_native_bf16, read_bf16_table
+from prh_lib.run.profiles import PROFILES
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-#: Stand-ins of the paper's models (tiny random weights, :mod:`prh_lib.rehearsal`) rehearse the ``paper``
+#: Stand-ins of the paper's models (tiny random weights, :mod:`prh_lib.run.rehearsal`) rehearse the ``paper``
 #: profile's code path, bf16 included; their numbers are never reported, so the gate does not apply.
 STAND_IN = "~rehearsal"
 #: Parameters that name a model loaded only when another parameter is non-empty (sec3_2_capability: the

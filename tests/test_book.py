@@ -12,7 +12,9 @@ import pytest
 from PIL import Image
 import yaml
 
-from prh_lib import paths, runner
+from prh_lib import paths
+from prh_lib.run import runner
+from prh_lib import formatting
 
 #: Tallest figure a page may show, in pixels: 12 panels (figures.MAX_PANELS) in two columns and a legend.
 MAX_FIGURE_HEIGHT = 5000
@@ -229,7 +231,7 @@ def test_strict_build_fails_on_a_warning(tmp_path):
 
 def test_front_page_checklist_shows_every_chapters_computed_verdicts(built_book):
     """Every chapter ran in the test build, so no claim reads 'not run'; each row shows a verdict."""
-    from prh_lib import claims
+    from prh_lib.pages import claims
 
     page = (built_book / "intro.html").read_text()
     assert "arXiv 2611.12869" in page and "arXiv 2609.24209" in page
@@ -264,7 +266,7 @@ def test_tables_have_one_named_header_row_and_no_nan(built_book):
 def test_page_table_puts_the_index_in_named_columns_with_one_header_row():
     import pandas as pd
 
-    from prh_lib import report
+    from prh_lib.pages import report
 
     df = pd.DataFrame({"dataset": ["a", "a", "b"], "pair": ["x", "y", "x"], "score": [0.1, 0.2, 0.3]})
     out = report.page_table(df.set_index(["dataset", "pair"]))
@@ -281,9 +283,9 @@ def test_page_table_puts_the_index_in_named_columns_with_one_header_row():
 def test_page_table_says_a_p_value_at_the_permutation_floor_once():
     import pandas as pd
 
-    from prh_lib import report
+    from prh_lib.pages import report
 
-    floor = report.format_p(0.001, 200)
+    floor = formatting.format_p(0.001, 200)
     df = pd.DataFrame({"pair": ["a", "b"], "score": [0.2, 0.3], "p (largest over draws)": [floor, floor]})
     out = report.page_table(df)
     assert "p (largest over draws)" not in out.columns
@@ -291,7 +293,7 @@ def test_page_table_says_a_p_value_at_the_permutation_floor_once():
     assert "p ≤ 0.005 on every row" in note and "out of 200" in note and "(1/201)" in note
     html = report.page_table_html(df)
     assert html.count("p ≤ 0.005") == 1
-    mixed = report.page_table(df.assign(**{"p (largest over draws)": [floor, report.format_p(0.2, 200)]}))
+    mixed = report.page_table(df.assign(**{"p (largest over draws)": [floor, formatting.format_p(0.2, 200)]}))
     assert list(mixed["p (largest over draws)"]) == ["≤ 0.005", "p = 0.200"]  # p-values that differ stay
     assert "≤ 0.005 means no permutation" in mixed.attrs["notes"][0]
 

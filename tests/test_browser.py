@@ -27,7 +27,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from prh_lib import paths, runner
+from prh_lib import paths
+from prh_lib.run import runner
 
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 INSTALL = "apt-get install -y chromium chromium-driver"
@@ -253,7 +254,7 @@ def _small_text(page, info, book_html, screenshots) -> list[str]:
 
     from PIL import Image
 
-    from prh_lib import plots, report
+    from prh_lib.pages import plots, report
 
     problems, measured = [], []
     for fig in info["figures"]:

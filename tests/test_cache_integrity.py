@@ -20,7 +20,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from prh_lib import data, extract, features, models, paths
+from prh_lib import data, extract, models, paths
+from prh_lib.extract import features
 from prh_lib.batch.plan import Job
 from prh_lib.data.study import DatasetSpec
 from prh_lib.extract import LayerFeatures

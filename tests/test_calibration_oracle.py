@@ -32,7 +32,7 @@ Intended differences, each asserted below as a precise relation:
    every K up to 100 000 (asserted).
 3. Too few permutations. With ``1/(K + 1) > alpha`` the rank is ``K + 1``: tau is the largest pooled
    value, the calibrated score is 0 whatever the data, and p > alpha. The package returns that silent 0;
-   ours raises ValueError (:func:`prh_lib.metrics.min_permutations`).
+   ours raises ValueError (:func:`prh_lib.stats.min_permutations`).
 4. Degenerate (NaN) scores. A constant representation makes mutual k-NN NaN. The package's ``S.max()``
    propagates NaN into the observed and the null maxima: tau and the score are NaN and, as
    ``NaN >= NaN`` is False, p = 1/(K + 1), the smallest p possible, for an undefined score. Ours takes the
@@ -52,6 +52,7 @@ import pytest
 import torch
 
 import prh_lib.metrics as M
+import prh_lib.stats as S
 
 cs = pytest.importorskip(
     "calibrated_similarity", minversion="0.1.1",
@@ -141,12 +142,12 @@ def _assert_agree(pkg, obs, null, tau, p, cal, *, alpha):
 
 def test_rank_convention_agrees_at_usual_alphas():
     for alpha in (0.01, 0.05, 0.1):
-        for K in range(M.min_permutations(alpha), 100_001):
+        for K in range(S.min_permutations(alpha), 100_001):
             assert int(math.ceil((1.0 - alpha) * (K + 1))) == math.ceil((1.0 - alpha) * (K + 1) - 1e-9)
 
 
 # ------------------------------------------------------------------------------------------------
-# one pair: cs.calibrate (Algorithm 1) against M.permutation_test
+# one pair: cs.calibrate (Algorithm 1) against S.permutation_test
 # ------------------------------------------------------------------------------------------------
 
 SCALAR_CASES = [  # (kind, n, dx, dy, k, alpha, K)
@@ -165,7 +166,7 @@ def test_scalar_matches_package(kind, n, dx, dy, k, alpha, K, seed):
     rng = np.random.default_rng(seed)
     X, Y = _data(rng, kind, n, dx, dy)
     perms = _perms(rng, K, n)
-    ours = M.permutation_test(X, Y, k=k, alpha=alpha, permutations=perms)
+    ours = S.permutation_test(X, Y, k=k, alpha=alpha, permutations=perms)
     sim, feed = _sim(k), _feed(perms)
     pkg = cs.calibrate(X, Y, sim, K=K, alpha=alpha, perm_fn=feed)
     assert feed.calls == K
@@ -183,7 +184,7 @@ def test_scalar_ties_in_the_null_count_in_both():
     rng = np.random.default_rng(3)
     X, Y = _data(rng, "random", 20, 4, 3)
     perms = _perms(rng, 39, 20)
-    ours = M.permutation_test(X, Y, k=2, permutations=perms)
+    ours = S.permutation_test(X, Y, k=2, permutations=perms)
     assert np.sum(ours.null == ours.observed) > 0
     pkg = cs.calibrate(X, Y, _sim(2), K=39, alpha=0.05, perm_fn=_feed(perms))
     _assert_agree(pkg, ours.observed, ours.null, ours.threshold, ours.p_value, ours.calibrated, alpha=0.05)
@@ -194,7 +195,7 @@ def test_perfect_alignment_calibrates_to_one_in_both():
     rng = np.random.default_rng(4)
     X, Y = _data(rng, "planted", 40, 6, 6, noise=0.0)  # an exact rotation: mutual k-NN is 1
     perms = _perms(rng, 19, 40)
-    ours = M.permutation_test(X, Y, k=4, permutations=perms)
+    ours = S.permutation_test(X, Y, k=4, permutations=perms)
     cal_pkg, p_pkg, _ = cs.calibrate(X, Y, _sim(4), K=19, perm_fn=_feed(perms))
     assert ours.observed == 1.0 and ours.calibrated == 1.0 == float(cal_pkg)
     assert ours.p_value == 1 / 20 and float(p_pkg) == np.float32(1 / 20)
@@ -204,13 +205,13 @@ def test_seeded_draws_match_package_fed_the_same_draws():
     # ours draws np.random.default_rng(seed).permutation(n), K times; the package gets the same draws
     rng = np.random.default_rng(5)
     X, Y = _data(rng, "planted", 40, 6, 6, noise=1.0)
-    ours = M.permutation_test(X, Y, k=4, n_permutations=19, seed=11)
+    ours = S.permutation_test(X, Y, k=4, n_permutations=19, seed=11)
     draws = np.random.default_rng(11)
     pkg = cs.calibrate(X, Y, _sim(4), K=19, perm_fn=lambda n, device: torch.from_numpy(draws.permutation(n)))
     _assert_agree(pkg, ours.observed, ours.null, ours.threshold, ours.p_value, ours.calibrated, alpha=0.05)
 
     XL, YL = torch.stack([X, X.flip(0)]), torch.stack([Y, Y.roll(3, 0), Y.flip(0)])
-    ours = M.permutation_test_layerwise(XL, YL, k=4, n_permutations=19, seed=12)
+    ours = S.permutation_test_layerwise(XL, YL, k=4, n_permutations=19, seed=12)
     draws = np.random.default_rng(12)
     pkg = cs.calibrate_layers(list(XL), list(YL), _sim(4), K=19,
                               perm_fn=lambda n, device: torch.from_numpy(draws.permutation(n)))
@@ -220,7 +221,7 @@ def test_seeded_draws_match_package_fed_the_same_draws():
 
 # ------------------------------------------------------------------------------------------------
 # the maximum over layer pairs: cs.calibrate_layers (Algorithm 2, agg="max") against
-# M.permutation_test_layerwise (selection_aware=True)
+# S.permutation_test_layerwise (selection_aware=True)
 # ------------------------------------------------------------------------------------------------
 
 
@@ -241,7 +242,7 @@ def test_layerwise_max_matches_package(kind, seed, n, lx, ly, d, k, alpha, K):
     rng = np.random.default_rng(seed)
     XL, YL = _layers(rng, kind, n, lx, ly, d)
     perms = _perms(rng, K, n)
-    ours = M.permutation_test_layerwise(XL, YL, k=k, alpha=alpha, permutations=perms)
+    ours = S.permutation_test_layerwise(XL, YL, k=k, alpha=alpha, permutations=perms)
     sim, feed = _sim(k), _feed(perms)
     pkg = cs.calibrate_layers(list(XL), list(YL), sim, agg="max", K=K, alpha=alpha, perm_fn=feed)
     assert feed.calls == K
@@ -263,8 +264,8 @@ def test_layerwise_pairs_match_package_one_pair_at_a_time():
     rng = np.random.default_rng(6)
     XL, YL = _layers(rng, "planted", 30, 2, 3, 5)
     perms = _perms(rng, 19, 30)
-    ours = M.permutation_test_layerwise(XL, YL, k=3, permutations=perms)
-    naive = M.permutation_test_layerwise(XL, YL, k=3, permutations=perms, selection_aware=False)
+    ours = S.permutation_test_layerwise(XL, YL, k=3, permutations=perms)
+    naive = S.permutation_test_layerwise(XL, YL, k=3, permutations=perms, selection_aware=False)
     for a in range(2):
         for b in range(3):
             pkg = cs.calibrate(XL[a], YL[b], _sim(3), K=19, perm_fn=_feed(perms))
@@ -288,7 +289,7 @@ def test_rank_of_tau_exact_in_ours_one_higher_in_package_when_the_product_rounds
     rng = np.random.default_rng(13)
     X, Y = _data(rng, "planted", 40, 6, 6, noise=0.8)
     perms = _perms(rng, K, 40)
-    ours = M.permutation_test(X, Y, k=4, alpha=alpha, permutations=perms)
+    ours = S.permutation_test(X, Y, k=4, alpha=alpha, permutations=perms)
     cal_pkg, p_pkg, tau_pkg = (float(v) for v in cs.calibrate(X, Y, _sim(4), K=K, alpha=alpha, perm_fn=_feed(perms)))
     pool = np.sort(np.append(ours.null, ours.observed))
     assert pool[13] < pool[14]  # the two ranks give different thresholds here
@@ -303,12 +304,12 @@ def test_rank_of_tau_exact_in_ours_one_higher_in_package_when_the_product_rounds
 def test_too_few_permutations_package_returns_zero_ours_raises(alpha, K):
     # difference 3: 1/(K + 1) > alpha. Rank K + 1: the package's tau is the pooled maximum, so its score
     # is 0 even for strongly aligned data; ours refuses.
-    assert K < M.min_permutations(alpha) and math.ceil((1.0 - alpha) * (K + 1)) == K + 1
+    assert K < S.min_permutations(alpha) and math.ceil((1.0 - alpha) * (K + 1)) == K + 1
     rng = np.random.default_rng(8)
     X, Y = _data(rng, "planted", 40, 6, 6, noise=0.3)
     perms = _perms(rng, K, 40)
     with pytest.raises(ValueError, match="too small for alpha"):
-        M.permutation_test(X, Y, k=4, alpha=alpha, permutations=perms)
+        S.permutation_test(X, Y, k=4, alpha=alpha, permutations=perms)
     sim = _sim(4)
     cal_pkg, p_pkg, tau_pkg = (float(v) for v in cs.calibrate(X, Y, sim, K=K, alpha=alpha, perm_fn=_feed(perms)))
     obs = sim.values[0]
@@ -325,7 +326,7 @@ def test_degenerate_layer_ignored_by_ours_poisons_package():
     YL[0] = 1.0
     K = 19
     perms = _perms(rng, K, 30)
-    ours = M.permutation_test_layerwise(XL, YL, k=3, permutations=perms)
+    ours = S.permutation_test_layerwise(XL, YL, k=3, permutations=perms)
     assert np.isnan(ours.observed[:, 0]).all() and np.isnan(ours.null[:, :, 0]).all()
     # ours' maximum is over the scored pairs: the package without the degenerate layer
     sim = _sim(3)
@@ -339,7 +340,7 @@ def test_degenerate_layer_ignored_by_ours_poisons_package():
     assert math.isnan(cal_pkg) and math.isnan(tau_pkg) and p_pkg == np.float32(1 / (K + 1))
 
     # one pair whose score is NaN: ours NaN throughout; the package NaN score and tau, p = 1/(K + 1)
-    ours = M.permutation_test(XL[0], YL[0], k=3, permutations=perms)
+    ours = S.permutation_test(XL[0], YL[0], k=3, permutations=perms)
     assert all(math.isnan(v) for v in (ours.observed, ours.threshold, ours.p_value, ours.calibrated))
     cal_pkg, p_pkg, tau_pkg = (float(v) for v in cs.calibrate(XL[0], YL[0], _sim(3), K=K, perm_fn=_feed(perms)))
     assert math.isnan(cal_pkg) and math.isnan(tau_pkg) and p_pkg == np.float32(1 / (K + 1))

@@ -1,4 +1,4 @@
-"""prh_lib.data.benchmarks, prh_lib.lm and prh_lib.analysis.capability: capability table, bits per byte, the interpolation ladder and the correlation helper."""
+"""prh_lib.data.benchmarks, prh_lib.lm and prh_lib.pages.sec3_2_capability: capability table, bits per byte, the interpolation ladder and the correlation helper."""
 
 import math
 import warnings
@@ -10,12 +10,12 @@ import pytest
 import torch
 from scipy import stats
 
-from prh_lib import figures
+from prh_lib.pages import figures
 from prh_lib import lm as L
-from prh_lib.analysis import capability as C
+from prh_lib.pages import sec3_2_capability as C
 from prh_lib.data import benchmarks
 from prh_lib.lm import ladder
-from prh_lib import paper
+from prh_lib.data import paper
 from prh_lib.data import ImageCaptionDataset, Pairs
 from tests.fixtures.tiny_models import tiny_llama
 
@@ -473,7 +473,7 @@ def test_alignment_table_tracks_a_planted_capability_axis():
 # --------------------------------------------------------------------------------------------------------
 # near-constant series, exact permutation p, Fisher interval (issues 13 and 15)
 
-from prh_lib.analysis import correlation as R  # noqa: E402
+from prh_lib.stats import correlation as R  # noqa: E402
 
 
 @pytest.mark.parametrize("series", [
@@ -668,7 +668,7 @@ def test_degenerate_layers_are_collected_into_one_sentence_and_other_warnings_pa
     import warnings
 
     from prh_lib.analysis.core import score_pair
-    from prh_lib.features import LayerFeatures
+    from prh_lib.extract.features import LayerFeatures
 
     rng = np.random.default_rng(0)
     X = torch.tensor(rng.standard_normal((3, 30, 8)), dtype=torch.float32)
@@ -708,7 +708,7 @@ def test_the_benchmark_table_says_missing_values_in_words():
 def test_exact_p_floor_is_the_smallest_exact_p_and_is_reached(n, method):
     """Pearson's exact p reaches 1/n! (x against itself: no other ordering reaches r = 1 for uneven spacing);
     Spearman's reaches only 2/n! (reversed ranks give -rho). No random data goes below the floor."""
-    from prh_lib.analysis.correlation import exact_p_floor, exact_permutation_p
+    from prh_lib.stats.correlation import exact_p_floor, exact_permutation_p
 
     floor = exact_p_floor(n, method)
     x = np.cumsum(np.arange(1, n + 1) ** 2, dtype=float)  # uneven spacing

@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from prh_lib.analysis import capability
-from prh_lib.analysis.capability_intervals import image_correlations, replicate_correlations
+from prh_lib.pages import sec3_2_capability as capability
+from prh_lib.analysis.capability.intervals import image_correlations, replicate_correlations
 
 
 def test_replicate_correlations_equal_scipy_column_by_column():
@@ -64,7 +64,7 @@ class _Feats:
     def __init__(self, values, name):
         import torch
 
-        from prh_lib.features import LayerFeatures
+        from prh_lib.extract.features import LayerFeatures
 
         self.f = LayerFeatures(torch.as_tensor(values, dtype=torch.float32), [f"l{i}" for i in range(len(values))],
                                list(range(values.shape[1])), name)
@@ -130,7 +130,7 @@ def test_final_less_reads_the_paired_interval_of_peak_minus_final_over_images(p)
 def test_three_or_four_models_make_the_capability_claims_not_testable_with_the_reason_in_numbers(n):
     """No exact p over n ≤ 4 models is below 0.05 (Spearman's floor 2/n!): the rule "p < 0.05" cannot pass, so
     the verdict is "not testable offline" with n, the floors and the models needed, never "inconclusive"."""
-    from prh_lib.analysis.correlation import exact_p_floor
+    from prh_lib.stats.correlation import exact_p_floor
 
     img = _img(0.3, 0.95).assign(**{"peak − final (capability)": 0.4, "peak − final low": 0.1,
                                     "peak − final high": 0.6})

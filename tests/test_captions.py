@@ -1,4 +1,4 @@
-"""Caption-detail controls (prh_lib.lm summaries, prh_lib.analysis.captions): truncation, summaries with a cache and visible fallbacks."""
+"""Caption-detail controls (prh_lib.lm summaries, prh_lib.pages.appf_caption_detail): truncation, summaries with a cache and visible fallbacks."""
 
 import dataclasses
 import json
@@ -11,8 +11,9 @@ from pathlib import Path
 
 from prh_lib import data, extract
 from prh_lib import lm as L
-from prh_lib.analysis import captions, captions_intervals
-from prh_lib.metrics.selection import bootstrap_interval
+from prh_lib.pages import appf_caption_detail as captions
+from prh_lib.analysis.captions import intervals as captions_intervals
+from prh_lib.stats.selection import bootstrap_interval
 from fixtures.tiny_models import tiny_llama
 
 SOURCES = [

@@ -4,7 +4,8 @@ import math
 
 import pytest
 
-from prh_lib import claims, paths
+from prh_lib.pages import claims
+from prh_lib import paths
 
 
 def test_every_claim_names_an_existing_chapter():
@@ -184,7 +185,7 @@ def test_a_reason_makes_a_row_not_testable_and_keeps_its_note():
 
 
 def test_the_power_note_names_the_test_its_figure_belongs_to():
-    from prh_lib.analysis import verdicts as V
+    from prh_lib.pages import verdicts as V
 
     wide = claims.Test("a × b − floor", 0.3, 0.1, 0.5)  # holds; the widest interval
     narrow = claims.Test("a × b − c × d", 0.3, 0.25, 0.35)

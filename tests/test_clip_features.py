@@ -7,7 +7,7 @@ import torch
 
 from prh_lib import analysis
 from prh_lib.analysis.core import clip_threshold, preprocessing_label
-from prh_lib.features import LayerFeatures
+from prh_lib.extract.features import LayerFeatures
 
 
 def _features():
@@ -104,7 +104,7 @@ def test_clipped_stacks_carry_the_digest_of_their_bytes(tmp_path, monkeypatch):
     import hashlib
 
     from prh_lib.analysis import core
-    from prh_lib.features import values_digest
+    from prh_lib.extract.features import values_digest
 
     monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(core, "_CLIPPED_DIGESTS", {})

@@ -1,11 +1,11 @@
-"""PCA compression sweeps (prh_lib.analysis.compression): exactness at full rank, scikit-learn agreement, validation."""
+"""PCA compression sweeps (prh_lib.pages.sec3_1b_pca): exactness at full rank, scikit-learn agreement, validation."""
 
 import numpy as np
 import pytest
 import torch
 from sklearn.decomposition import PCA
 
-from prh_lib.analysis import compression
+from prh_lib.pages import sec3_1b_pca as compression
 from prh_lib.analysis import AlignmentMatrix
 from prh_lib.extract import FeatureMismatchError, LayerFeatures
 from prh_lib.metrics import mutual_knn
@@ -199,8 +199,8 @@ def test_layer_pairs_and_tables():
 def test_relative_intervals_pair_the_compressed_and_uncompressed_resamples():
     """Full rank reproduces the uncompressed score on every resample: relative 1 with a zero-width interval; the
     interval equals the centred interval of the log ratio of two half-sampling bootstrap_ci runs with one seed."""
-    from prh_lib.analysis.compression_study import probe_dims, relative_intervals
-    from prh_lib.metrics import bootstrap_ci
+    from prh_lib.analysis.compression.study import probe_dims, relative_intervals
+    from prh_lib.stats import bootstrap_ci
 
     rng = np.random.default_rng(0)
     Z = rng.normal(size=(80, 4))
@@ -209,7 +209,7 @@ def test_relative_intervals_pair_the_compressed_and_uncompressed_resamples():
     full = relative_intervals(X, Y, compress="x", dims={"full": 12}, k=5, n_boot=30, seed=1)[0]
     assert full["relative"] == pytest.approx(1.0) and full["low"] == pytest.approx(1.0) and full["high"] == pytest.approx(1.0)
     (two,) = relative_intervals(X, Y, compress="y", dims={"2": 2}, k=5, n_boot=30, seed=1)
-    from prh_lib.analysis.compression_study import _Side
+    from prh_lib.analysis.compression.study import _Side
 
     Yc = _Side(Y, "Y").projected([2], "original")[0]
     a = bootstrap_ci(X, Yc, k=5, n_boot=30, seed=1, method="subsample", fraction=0.5)
@@ -226,7 +226,7 @@ def test_relative_intervals_pair_the_compressed_and_uncompressed_resamples():
 
 
 def test_pca_claims_read_intervals_by_majority():
-    from prh_lib.analysis.compression import _majority
+    from prh_lib.pages.sec3_1b_pca import _majority
 
     # three rows: two clearly above 0.95, one below -> holds; if the clear ones overlap 0.95 -> inconclusive
     assert _majority([(0.99, 0.97, 1.0), (0.98, 0.96, 1.0), (0.9, 0.85, 0.95)], 0.95, ">")[:2] == (True, True)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from prh_lib.analysis import concept_subspaces as CS
+from prh_lib.analysis.concepts import subspaces as CS
 
 
 def test_rbf_hand_case():

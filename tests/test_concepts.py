@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from prh_lib.analysis import concepts as CO
-from prh_lib.analysis.displacement_reference import predicted_measures, reference_procedure, synthetic_pair
+from prh_lib.analysis.concepts import prompts as CO
+from prh_lib.analysis.displacement.procedures import predicted_measures, reference_procedure, synthetic_pair
 from prh_lib.metrics import displacement as D
 
 
@@ -56,7 +56,7 @@ def test_half_sample_spread_is_the_standard_error_at_the_full_set():
     # the mean of n = 400 standard normals: SE 0.05, so the 95 % interval is +-1.96 * 0.05 = +-0.098. Halves drawn
     # without replacement vary by sqrt(1/200 - 1/400) = 0.05 around the full mean: the finite-population factor
     # sqrt(f / (1 - f)) = 1 at f = 1/2 (sqrt(f) alone would give +-0.069, too narrow)
-    from prh_lib.analysis.concepts_page import _subsample_interval
+    from prh_lib.pages.ch_concepts import _subsample_interval
 
     x = np.random.default_rng(0).normal(size=400)
     rng = np.random.default_rng(1)
@@ -68,7 +68,7 @@ def test_half_sample_spread_is_the_standard_error_at_the_full_set():
 
 
 def test_concept_subsamples_give_intervals_over_concepts_with_a_paired_control():
-    from prh_lib.analysis import concepts_page as cp
+    from prh_lib.pages import ch_concepts as cp
 
     r, n = 16, 400
     X, Y, rho = synthetic_pair(n, r=r, n_shared=8, correlation=0.9, seed=0)

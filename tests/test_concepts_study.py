@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from prh_lib.analysis import concepts_study as S
-from prh_lib.analysis.displacement_reference import OURS, REFERENCE, synthetic_pair
+from prh_lib.analysis.concepts import study as S
+from prh_lib.analysis.displacement.procedures import OURS, REFERENCE, synthetic_pair
 
 
 def test_category_labels_merge_small_categories():

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from prh_lib.analysis import controllability as C
+from prh_lib.analysis.concepts import controllability as C
 
 
 def test_mse_hand_case():

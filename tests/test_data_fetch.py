@@ -12,7 +12,8 @@ import threading
 
 import pytest
 
-from prh_lib import data_fetch, paths
+from prh_lib.data import fetch as data_fetch
+from prh_lib import paths
 from prh_lib.data import DataError, load_coco_folder
 
 

@@ -124,7 +124,7 @@ def test_2_position_table_and_its_interpolation_and_every_block_match_onnxruntim
     |activation| 29, 1.5e-6 relative)."""
     from onnx import numpy_helper
 
-    from prh_lib.models.converters import _dinov2_state_dict_from_onnx
+    from prh_lib.models.zoo.converters import _dinov2_state_dict_from_onnx
 
     emb = model.module.embeddings
     table = emb.position_embeddings.detach()
@@ -155,7 +155,7 @@ def test_3_our_layers_are_block_outputs_before_the_final_layernorm_pooled_at_cls
     """Layer ``layer.12`` is block 12's residual output before ``backbone.layernorm`` (as the paper's
     ``blocks.{i}.add_1`` with timm), pooled at token 0 (CLS). The graph's saliency head reads the *post*-
     layernorm tokens from 1 on: the CLS token never reaches it."""
-    from prh_lib.forward import cls_pool
+    from prh_lib.extract.forward import cls_pool
 
     pixels, ref = reference
     hidden = model.layer_outputs(pixel_values=pixels)

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from prh_lib import paths, results
-from prh_lib.disk_errors import CacheWriteError, disk_error
+from prh_lib.paths import CacheWriteError, disk_error
 from prh_lib.extract import LayerFeatures
-from prh_lib.features import load_features, save_features
+from prh_lib.extract.features import load_features, save_features
 
 
 def _features(n=64, d=256):

@@ -1,4 +1,4 @@
-"""Tests for prh_lib.analysis.displacement (the displacement chapter's tables and figures)."""
+"""Tests for prh_lib.pages.ch_displacement (the displacement chapter's tables and figures)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from threadpoolctl import threadpool_limits
 
 matplotlib.use("Agg")
 
-from prh_lib.analysis import displacement as da  # noqa: E402
-from prh_lib.analysis import displacement_consensus as dc  # noqa: E402
+from prh_lib.pages import ch_displacement as da  # noqa: E402
+from prh_lib.analysis.displacement import consensus as dc  # noqa: E402
 from prh_lib.extract import FeatureMismatchError, LayerFeatures  # noqa: E402
 from prh_lib.metrics import displacement as D  # noqa: E402
 
@@ -226,7 +226,7 @@ def test_figures_have_the_expected_panels_and_nan_safe_peak(views, feats):
     plt.close(fig)
     s = dc.consensus_summary(feats, {"vit": "layer.2", "lm": "layer.1"}, n_components=6, n_shared=2, n_pairs=500,
                              n_random=2)
-    fig = dc.consensus_figure(s)
+    fig = da.consensus_figure(s)
     assert len(fig.axes) == 3 and len(fig.axes[1].patches) == len(dc.SUBSPACES)  # 1 pair x 4 subspaces
     plt.close(fig)
 
@@ -237,7 +237,7 @@ def test_describe_states_the_measured_figures(views, feats):
     text = da.describe(best, table)
     assert text.count("- **") == len(views)  # one bullet per pair
     assert f"{best.loc['vit × lm', 'Cross-Model']:.3f}" in text and "layer.2 × layer.1" in text
-    bullet = dc.describe_consensus(s)
+    bullet = da.describe_consensus(s)
     assert bullet.startswith("- **Consensus** of vit (layer.2), lm (layer.1)")
     assert f"{s.result.eigenvalues[0]:.2f}" in bullet and f"{s.chance:.3f}" in bullet
 
@@ -308,7 +308,7 @@ def test_paper_table_rows_values_and_verdicts():
 def test_checklist_rows_carry_our_procedures_verdict_and_the_reference_reading_as_a_note():
     import pandas as pd
 
-    from prh_lib import claims
+    from prh_lib.pages import claims
 
     table = pd.DataFrame({
         "paper": ["0.45 vs 0.31", "0.73 vs 0.41"],
@@ -330,7 +330,7 @@ def test_checklist_verdicts_read_the_held_out_gap_and_its_interval_over_images()
     """With held-out estimates the front-page verdict is a test on the paired gap interval, not the split spread."""
     import pandas as pd
 
-    from prh_lib.analysis.displacement_heldout import HeldoutBestPair
+    from prh_lib.analysis.displacement.heldout import HeldoutBestPair
 
     def held(cm, pw, gap_sd):
         rng = np.random.default_rng(0)

@@ -1,4 +1,4 @@
-"""Tests for prh_lib.analysis.displacement_consensus (shared/private decomposition, arXiv:2609.24209)."""
+"""Tests for prh_lib.analysis.displacement.consensus (shared/private decomposition, arXiv:2609.24209)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-from prh_lib.analysis import displacement_consensus as C
+from prh_lib.analysis.displacement import consensus as C
 from prh_lib.metrics import displacement as D
 
 

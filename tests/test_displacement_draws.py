@@ -1,4 +1,4 @@
-"""Tests for prh_lib.analysis.displacement_draws: the displacement chapter's rows over datasets and draws."""
+"""Tests for prh_lib.analysis.displacement.draws: the displacement chapter's rows over datasets and draws."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import torch
 from threadpoolctl import threadpool_limits
 
 from prh_lib import results
-from prh_lib.analysis import displacement as da
-from prh_lib.analysis import displacement_draws as ds
+from prh_lib.pages import ch_displacement as da
+from prh_lib.analysis.displacement import draws as ds
 from prh_lib.data.study import Draw
 from prh_lib.extract import LayerFeatures
 

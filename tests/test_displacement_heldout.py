@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from prh_lib.analysis.displacement_heldout import heldout_best_pair, heldout_table
+from prh_lib.analysis.displacement.heldout import heldout_best_pair, heldout_table
 from prh_lib.metrics.displacement import displacement_layerwise
-from prh_lib.metrics.selection import split_halves
+from prh_lib.stats.selection import split_halves
 
 OPTS = {"n_components": 6, "test_fraction": 0.5, "n_pairs": 400, "seed": 3}
 
@@ -81,7 +81,7 @@ def test_table_labels_the_in_sample_value_and_shows_the_held_out_one(tmp_path):
 
 def test_a_draw_too_small_for_a_held_out_pair_says_so_in_words_not_an_error():
     """A draw below MIN_SAMPLES (the rehearsal's 20 images) gets a row that says why, next to estimated rows."""
-    from prh_lib.analysis.displacement_heldout import MIN_SAMPLES, heldout_best_pairs
+    from prh_lib.analysis.displacement.heldout import MIN_SAMPLES, heldout_best_pairs
 
     class Feat:
         def __init__(self, values):

@@ -1,4 +1,4 @@
-"""Tests for prh_lib.analysis.displacement_reference (the public reference code's procedure, arXiv:2609.24209)."""
+"""Tests for prh_lib.analysis.displacement.procedures (the public reference code's procedure, arXiv:2609.24209)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from threadpoolctl import threadpool_limits
 
 matplotlib.use("Agg")
 
-from prh_lib.analysis import displacement_reference as dr  # noqa: E402
+from prh_lib.analysis.displacement import procedures as dr  # noqa: E402
 from prh_lib.extract import LayerFeatures  # noqa: E402
 from prh_lib.metrics import displacement as D  # noqa: E402
 

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from prh_lib import data, extract, forward, paths
+from prh_lib import data, extract, paths
+from prh_lib.extract import forward
 from prh_lib.extract import LayerFeatures
 
 

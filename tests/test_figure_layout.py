@@ -1,7 +1,7 @@
 """Figures as a reader sees them on the page: no text runs into other text.
 
-Each figure is put through what :func:`prh_lib.report.show_figure` does before saving it (provenance footer,
-:func:`prh_lib.plots.readable`), drawn, and the boxes of its texts are compared: tick labels, axis labels,
+Each figure is put through what :func:`prh_lib.pages.report.show_figure` does before saving it (provenance footer,
+:func:`prh_lib.pages.plots.readable`), drawn, and the boxes of its texts are compared: tick labels, axis labels,
 titles, figure legends and the texts under the figure (keys, provenance) must not overlap one another. The
 inputs are synthetic but shaped like the chapters' (names as long, as many model pairs), so that a layout
 that fails on the built book fails here.
@@ -21,7 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
-from prh_lib import plots, report  # noqa: E402
+from prh_lib.pages import plots, report  # noqa: E402
 
 PAIRS = ["dinov2-small × efficientnet-lite0", "dinov2-small × smollm2-135m", "dinov2-small × minilm-l6",
          "efficientnet-lite0 × smollm2-135m", "efficientnet-lite0 × minilm-l6", "smollm2-135m × minilm-l6"]
@@ -105,7 +105,7 @@ def _overlaps(boxes):
 
 
 def test_consensus_bars_name_the_model_pairs_without_overlapping_tick_labels():
-    from prh_lib.analysis import displacement_consensus as dc
+    from prh_lib.analysis.displacement import consensus as dc
 
     rng = np.random.default_rng(0)
     cols = pd.MultiIndex.from_product([["mutual k-NN", "Cross-Model"], dc.SUBSPACES])
@@ -113,7 +113,9 @@ def test_consensus_bars_name_the_model_pairs_without_overlapping_tick_labels():
     ev = np.sort(rng.uniform(0.1, 0.9, 32))[::-1]
     result = types.SimpleNamespace(eigenvalues=ev, shared_basis=np.zeros((4, 8)), private_basis=np.zeros((4, 8)))
     summary = dc.ConsensusSummary(layers={}, result=result, table=table, chance=0.084, held_out_eigenvalues=ev / 2)
-    fig = dc.consensus_figure(summary)
+    from prh_lib.pages import ch_displacement as da
+
+    fig = da.consensus_figure(summary)
     assert not _overlaps(_as_on_the_page(fig))
     footer = " ".join(t.get_text() for t in fig.texts)
     assert all(p in footer.replace("\n", " ") for p in PAIRS)  # every pair named under the figure
@@ -121,7 +123,7 @@ def test_consensus_bars_name_the_model_pairs_without_overlapping_tick_labels():
 
 
 def test_displacement_heatmaps_key_stays_clear_of_the_axis_labels():
-    from prh_lib.analysis import displacement as da
+    from prh_lib.pages import ch_displacement as da
 
     rng = np.random.default_rng(1)
 
@@ -138,7 +140,7 @@ def test_displacement_heatmaps_key_stays_clear_of_the_axis_labels():
 
 
 def test_hierarchy_legend_stays_clear_of_the_tick_labels_and_the_footer():
-    from prh_lib.analysis import concepts_page as cp
+    from prh_lib.pages import ch_concepts as cp
 
     rows = []
     for model in ("efficientnet-lite0", "efficientnet-lite2", "minilm-l6", "smollm2-135m"):
@@ -157,7 +159,7 @@ def test_figure_5_texts_stay_apart_with_the_chapters_regimes_and_floors():
     comparisons, floors of every kind and the regimes' own floors. No text overlaps another (point numbers,
     the missing regime's note, ticks, legend, keys under the figure), and each point's number is at most a few
     lines from its point's height."""
-    from prh_lib import figures
+    from prh_lib.pages import figures
 
     seeds = {f"{p} (seed 0)": (0.05 + 0.002 * i, 0.04, 0.07) for i, p in enumerate(PAIRS[1:5])}
     unimodal = {p: (v, v - 0.01, v + 0.01) for p, v in zip(PAIRS[1:5], (0.163, 0.20, 0.235, 0.34))}
@@ -187,7 +189,7 @@ def test_figure_5_texts_stay_apart_with_the_chapters_regimes_and_floors():
 def test_labels_spread_apart_stay_near_their_values():
     """plots._spread: a lone value keeps its height; a cluster is centred on its values, one gap apart; the
     limits hold."""
-    from prh_lib.plots import _spread
+    from prh_lib.pages.plots import _spread
 
     assert _spread([0.5], 0.1, 0.0, 1.0) == [0.5]
     ys = _spread([0.40, 0.41, 0.42, 0.90], 0.1, 0.0, 1.0)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from prh_lib.analysis import hierarchy as H
+from prh_lib.analysis.concepts import hierarchy as H
 
 # two data.noun lines in wndb(5) format: offset lex type w_cnt word lex_id p_cnt (sym off pos src)...
 DATA_NOUN = (
@@ -78,7 +78,7 @@ def test_display_hierarchy_writes_each_statistic_with_its_interval_in_words():
     import pandas as pd
     import pytest
 
-    from prh_lib.analysis import concepts_page as cp
+    from prh_lib.pages import ch_concepts as cp
 
     row = {"model": "minilm-l6", "tree": "WordNet", "n_families": 219, "centroid_artefact": -0.737}
     for col, v in (("child_parent", 0.713), ("variation_parent", 0.01), ("sibling", -0.737)):

@@ -1,10 +1,15 @@
-"""The package's import rules: data flows one way (CONVENTIONS.md, "The shape of the house").
+"""The package's rooms and its import rules: data flows one way (CONVENTIONS.md, "The shape of the house").
 
-- no import cycles, between modules or between top-level groups (``prh_lib.data``, ``prh_lib.models``, ...);
-- ``prh_lib.metrics`` and ``prh_lib.plots`` import nothing else from ``prh_lib``;
+The rooms follow the pipeline: ``data`` -> ``models`` -> ``extract`` / ``lm`` -> ``metrics`` -> ``stats`` ->
+``analysis`` -> ``results`` / ``pages``; ``run`` and ``batch`` orchestrate; at most five loose modules.
+
+- no import cycles, between modules or between rooms;
+- ``prh_lib.metrics`` and ``prh_lib.pages.plots`` import nothing else from ``prh_lib``; ``prh_lib.stats`` only
+  ``metrics`` and the loose helpers;
+- computation never reads presentation or orchestration: nothing in ``analysis``, ``stats`` or ``metrics``
+  imports ``pages`` or ``run``;
 - analyses reach models only through extraction: nothing in ``prh_lib.analysis`` imports ``prh_lib.models``;
-- nothing below the orchestration imports it (``runner``, ``schedule``, ``batch``, ``profiles``), and nothing imports
-  ``figures`` but the notebooks.
+- nothing below the orchestration imports it (``run``, ``batch``), and only ``run`` imports ``pages``.
 
 The graph is read with ``ast`` (``tests/import_graph.py``), late imports inside functions included. Each
 rule is also checked against a synthetic graph that breaks it, so the checks can fail.
@@ -20,13 +25,15 @@ import import_graph as ig
 
 PACKAGE = Path(__file__).resolve().parent.parent / "prh_lib"
 
-#: Cycles tolerated for now, each with its owner. ``prh_lib.metrics`` re-exports ``bootstrap`` and
-#: ``bootstrap`` reads ``METRICS`` back from the package (a late import): the metrics work owns that file.
-KNOWN_CYCLES = [["prh_lib.metrics", "prh_lib.metrics.bootstrap"]]
+#: The rooms (subpackages) and the loose modules of the package.
+ROOMS = {"data", "models", "extract", "lm", "metrics", "stats", "analysis", "results", "pages", "run", "batch"}
+LOOSE = {"paths", "validation", "formatting", "parallel", "progress"}
+HELPERS = tuple(f"prh_lib.{m}" for m in LOOSE)
+
+KNOWN_CYCLES: list[list[str]] = []
 
 #: Groups below the orchestration: they must not import it.
-ORCHESTRATION = ("prh_lib.runner", "prh_lib.schedule", "prh_lib.batch", "prh_lib.profiles", "prh_lib.profile_audit",
-                 "prh_lib.__main__")
+ORCHESTRATION = ("prh_lib.run", "prh_lib.batch", "prh_lib.__main__")
 
 
 def _orchestration(m: str) -> bool:
@@ -46,7 +53,7 @@ def group_cycles(graph) -> list[list[str]]:
     return ig.cycles(ig.group_graph(graph))
 
 
-def leaf_violations(graph, leaves=("prh_lib.metrics", "prh_lib.plots")) -> list[tuple[str, str]]:
+def leaf_violations(graph, leaves=("prh_lib.metrics", "prh_lib.pages.plots")) -> list[tuple[str, str]]:
     """(importer, imported) where a module of a leaf group imports a module of prh_lib outside that group."""
     out = []
     for module, targets in graph.items():
@@ -72,6 +79,13 @@ def test_the_graph_is_read(graph):
     assert ig.edge_count(graph) > 50
 
 
+def test_the_rooms_and_at_most_five_loose_modules():
+    rooms = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    loose = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__", "__main__"}
+    assert rooms == ROOMS
+    assert loose == LOOSE and len(loose) <= 5
+
+
 def test_no_import_cycles(graph):
     assert new_cycles(graph) == []
 
@@ -84,13 +98,25 @@ def test_metrics_and_plots_import_nothing_else_from_the_package(graph):
     assert leaf_violations(graph) == []
 
 
+def test_statistics_read_only_the_metrics_and_the_helpers(graph):
+    out = [(m, t) for m, ts in graph.items() if m.startswith("prh_lib.stats") for t in sorted(ts)
+           if not (t.startswith("prh_lib.stats") or t.startswith("prh_lib.metrics") or t in HELPERS)]
+    assert out == []
+
+
+def test_computation_never_imports_pages_or_the_runner(graph):
+    for room in ("prh_lib.analysis", "prh_lib.stats", "prh_lib.metrics"):
+        assert forbidden(graph, room, "prh_lib.pages") == []
+        assert forbidden(graph, room, "prh_lib.run") == []
+
+
 def test_analyses_reach_models_only_through_extraction(graph):
     assert forbidden(graph, "prh_lib.analysis", "prh_lib.models") == []
 
 
 def test_nothing_imports_the_orchestration_or_the_figures(graph):
     assert [(m, t) for m, ts in graph.items() if not _orchestration(m) for t in ts if _orchestration(t)] == []
-    assert [(m, t) for m, ts in graph.items() for t in ts if t == "prh_lib.figures"] == []
+    assert [(m, t) for m, ts in graph.items() for t in ts if t == "prh_lib.pages.figures"] == []
 
 
 # ---------------------------------------------------------------------------------------- the checks can fail
@@ -112,7 +138,9 @@ def test_checks_catch_synthetic_violations(tmp_path):
         "sources.py": "def f():\n    from .data import x  # a late import still closes the cycle\n",
         "metrics/__init__.py": "from .knn import mutual_knn\n",
         "metrics/knn.py": "from ..extract import LayerFeatures\n",
-        "plots.py": "import prh_lib.analysis.core\n",
+        "pages/__init__.py": "",
+        "pages/plots.py": "import prh_lib.analysis.core\n",
+        "analysis/layerwise.py": "from ..pages import claims\n",
         "extract.py": "from . import models\n",
         "models/__init__.py": "",
         "analysis/__init__.py": "",
@@ -123,7 +151,7 @@ def test_checks_catch_synthetic_violations(tmp_path):
     assert graph["prh_lib.analysis.core"] == {"prh_lib.models", "prh_lib.extract"}
     assert new_cycles(graph) == [["prh_lib.data", "prh_lib.sources"]]
     assert ["prh_lib.data", "prh_lib.sources"] in group_cycles(graph)
-    assert leaf_violations(graph) == [("prh_lib.metrics.knn", "prh_lib.extract"), ("prh_lib.plots", "prh_lib.analysis.core")]
+    assert leaf_violations(graph) == [("prh_lib.metrics.knn", "prh_lib.extract"), ("prh_lib.pages.plots", "prh_lib.analysis.core")]
     assert forbidden(graph, "prh_lib.analysis", "prh_lib.models") == [("prh_lib.analysis.core", "prh_lib.models")]
 
 

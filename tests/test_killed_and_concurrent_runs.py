@@ -7,7 +7,7 @@ exactly one of them, never an interleaving. (Feature files under ``kill -9`` are
 ``tests/test_cache_integrity.py::test_killed_write_leaves_nothing_that_is_read...``.)
 
 Below: the rule that makes a ``prh-run`` all or nothing (a started run is invisible until it completes,
-:func:`prh_lib.results.start_run`) and the per-chapter lock (:func:`prh_lib.runner.chapter_lock`); the real CLI
+:func:`prh_lib.results.start_run`) and the per-chapter lock (:func:`prh_lib.run.runner.chapter_lock`); the real CLI
 killed and run twice at once is in ``tests/test_prh_run_killed_and_concurrent.py``.
 """
 
@@ -111,7 +111,7 @@ def test_complete_run_of_a_run_never_started_names_the_marker(tmp_path):
 
 _HOLD = """
 import sys, time
-from prh_lib import runner
+from prh_lib.run import runner
 with runner.chapter_lock("ch"):
     print("held", flush=True)
     time.sleep(600)
@@ -121,7 +121,7 @@ with runner.chapter_lock("ch"):
 def test_chapter_lock_waits_with_one_line_and_a_killed_holder_leaves_no_stale_lock(tmp_path, monkeypatch):
     import io
 
-    from prh_lib import runner
+    from prh_lib.run import runner
 
     monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path))
     env = {**os.environ, "PYTHONPATH": str(paths.repo_root())}
@@ -144,8 +144,8 @@ def test_chapter_lock_waits_with_one_line_and_a_killed_holder_leaves_no_stale_lo
 
 
 def test_chapter_lock_in_a_read_only_cache_names_the_lock_file(tmp_path, monkeypatch):
-    from prh_lib import runner
-    from prh_lib.disk_errors import CacheWriteError
+    from prh_lib.run import runner
+    from prh_lib.paths import CacheWriteError
 
     cache = tmp_path / "ro"
     cache.mkdir()

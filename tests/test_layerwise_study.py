@@ -6,7 +6,7 @@ import pytest
 
 from fixtures.heldout_rows import summary_from_stacks
 from prh_lib import results
-from prh_lib.analysis import layerwise
+from prh_lib.pages import sec3_1_layerwise as layerwise
 from prh_lib.analysis.core import AlignmentMatrix, PairResult
 
 
@@ -59,7 +59,7 @@ def test_summary_table_of_pairs_scored_without_a_bootstrap_marks_the_interval_mi
     import torch
 
     from prh_lib.analysis import core
-    from prh_lib.features import LayerFeatures
+    from prh_lib.extract.features import LayerFeatures
 
     monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path))
     g = torch.Generator().manual_seed(0)
@@ -156,7 +156,7 @@ def test_modal_peak_layers_are_each_models_most_frequent_and_name_every_tie(tmp_
 def test_depth_claims_read_and_print_the_depth_intervals(tmp_path):
     """3.1/language-language passes only when the upper end of the held-out peak's depth interval is below 0.6
     on both sides (the point estimate alone never decides), and the row prints both intervals."""
-    from prh_lib.analysis.heldout import format_interval
+    from prh_lib.formatting import format_interval
 
     rng = np.random.default_rng(1)
     n = 120

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from prh_lib import paths
-from prh_lib.book_pages import is_placeholder
+from prh_lib.run.book import is_placeholder
 
 PAGES = sorted(p for p in paths.book_dir().glob("*.ipynb") if not is_placeholder(p))
 BAD = ("Warning:", "Traceback", "[IPKernelApp]", "it/s]")

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from prh_lib import metrics as M
+import prh_lib.stats as S
 
 RNG = np.random.default_rng(27)
 X = RNG.standard_normal((20, 8)).astype(np.float32)
@@ -71,7 +72,7 @@ def test_k_of_n_minus_one_is_refused_where_every_score_would_be_1(name):
     with pytest.raises(ValueError, match=message):
         M.LAYERWISE_METRICS[name](X[None], Y[None], k=19)
     with pytest.raises(ValueError, match=message):
-        M.permutation_test(X, Y, metric=name, k=19, n_permutations=20)
+        S.permutation_test(X, Y, metric=name, k=19, n_permutations=20)
     score = M.METRICS[name](X, Y, k=18)  # the largest informative k still scores
     assert 0 < score <= 1 and (score < 1 or name == "cycle_knn")  # cycle k-NN nears 1 before n - 1
 
@@ -85,7 +86,7 @@ def test_cka_of_two_samples_is_refused_not_1(name):
     with pytest.raises(ValueError, match=rf"{name} needs at least 3 samples; got n_samples=2"):
         M.METRICS[name](X[:2], Y[:2])
     with pytest.raises(ValueError, match="at least 3 samples"):
-        M.permutation_test(X[:2], Y[:2], metric=name, n_permutations=20)
+        S.permutation_test(X[:2], Y[:2], metric=name, n_permutations=20)
     assert np.isfinite(M.METRICS[name](X[:3], Y[:3]))
 
 

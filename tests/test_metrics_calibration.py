@@ -1,4 +1,4 @@
-"""Tests of permutation calibration and multiple-comparison control (prh_lib.metrics.calibration)."""
+"""Tests of permutation calibration and multiple-comparison control (prh_lib.stats.calibration)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import prh_lib.metrics as M
+import prh_lib.stats as S
 
 
 def _related(rng, n, dx, dy, noise=1.0):
@@ -26,31 +27,31 @@ def _opts(name):
 def test_calibrate_hand_worked():
     # K = 19, alpha = 0.05: rank ceil(0.95 * 20) = 19 -> tau is the 19th smallest of 20 values.
     null = 0.01 * np.arange(1, 20)  # 0.01 .. 0.19
-    tau, p, cal = M.calibrate(0.5, null, alpha=0.05)
+    tau, p, cal = S.calibrate(0.5, null, alpha=0.05)
     assert tau == pytest.approx(0.19) and p == pytest.approx(1 / 20)
     assert cal == pytest.approx((0.5 - 0.19) / (1 - 0.19))
     # observed inside the null: 10 null values >= 0.10 (ties count) -> p = 11/20; tau = 0.18
-    tau, p, cal = M.calibrate(0.10, null, alpha=0.05)
+    tau, p, cal = S.calibrate(0.10, null, alpha=0.05)
     assert (tau, p, cal) == (pytest.approx(0.18), pytest.approx(11 / 20), 0.0)
     # a perfect score calibrates to 1
-    assert M.calibrate(1.0, null, alpha=0.05)[2] == 1.0
+    assert S.calibrate(1.0, null, alpha=0.05)[2] == 1.0
 
 
 def test_calibrate_hand_worked_rank_differs_from_K_alpha():
     # K = 20, alpha = 0.05: rank ceil(0.95 * 21) = ceil(19.95) = 20, so tau is the 20th smallest of the
     # 21 pooled values {0.01, ..., 0.20, 0.5}: 0.20 (ceil(0.95 * 20) = 19 would give 0.19).
     null = 0.01 * np.arange(1, 21)
-    tau, p, cal = M.calibrate(0.5, null, alpha=0.05)
+    tau, p, cal = S.calibrate(0.5, null, alpha=0.05)
     assert tau == pytest.approx(0.20) and p == pytest.approx(1 / 21)
     assert cal == pytest.approx((0.5 - 0.20) / 0.80)
     # The paper's K = 500 (Gröger et al. 2026): rank ceil(0.95 * 501) = ceil(475.95) = 476. Pooled values
     # {0.000, 0.001, ..., 0.499, 0.9}: the 476th smallest is 0.475 (rank 475 would give 0.474).
     null = np.arange(500) / 1000
-    assert M.calibrate(0.9, null, alpha=0.05)[0] == pytest.approx(0.475)
+    assert S.calibrate(0.9, null, alpha=0.05)[0] == pytest.approx(0.475)
     # alpha = 0.01: ceil(0.99 * 501) = ceil(495.99) = 496 -> 0.495
-    assert M.calibrate(0.9, null, alpha=0.01)[0] == pytest.approx(0.495)
+    assert S.calibrate(0.9, null, alpha=0.01)[0] == pytest.approx(0.495)
     # p-value: the observed ties 0.25 exactly; ties count (>=): 250 null values >= 0.25 -> 251/501
-    assert M.calibrate(0.25, null, alpha=0.05)[1] == pytest.approx(251 / 501)
+    assert S.calibrate(0.25, null, alpha=0.05)[1] == pytest.approx(251 / 501)
 
 
 def _tau_by_definition(obs, null, alpha):
@@ -80,7 +81,7 @@ def test_threshold_and_p_value_against_definition(K, alpha):
     for trial in range(6):
         null = rng.choice(grid, size=K)
         obs = [null.max() + 0.05, null.max(), float(np.median(null)), null.min(), 0.31, 1.0][trial]
-        tau, p, cal = M.calibrate(obs, null, alpha=alpha)
+        tau, p, cal = S.calibrate(obs, null, alpha=alpha)
         ref_tau = _tau_by_definition(obs, null, alpha)
         assert tau == ref_tau
         assert p == _p_by_loop(obs, null)
@@ -93,7 +94,7 @@ def test_null_mean_is_the_chance_level():
     rng = np.random.default_rng(0)
     for X, Y in [(rng.normal(size=(30, 4)), rng.normal(size=(30, 6))),
                  (np.eye(3)[rng.integers(0, 3, 30)], np.eye(4)[rng.integers(0, 4, 30)])]:
-        null = M.permutation_test(X, Y, k=10, n_permutations=2000, seed=1).null
+        null = S.permutation_test(X, Y, k=10, n_permutations=2000, seed=1).null
         se = null.std() / np.sqrt(len(null))
         assert abs(null.mean() - M.mutual_knn_chance(30, 10)) < 4 * se
         assert abs(null.mean() - 10 / 30) > 10 * se
@@ -102,28 +103,28 @@ def test_null_mean_is_the_chance_level():
 def test_calibrate_vectorised_and_nan():
     null = np.random.default_rng(0).uniform(size=(50, 2, 3))
     obs = np.array([[0.99, 0.5, np.nan], [0.2, 1.0, 0.0]])
-    tau, p, cal = M.calibrate(obs, null)
+    tau, p, cal = S.calibrate(obs, null)
     assert tau.shape == p.shape == cal.shape == (2, 3)
     for i in range(2):
         for j in range(3):
             if np.isnan(obs[i, j]):
                 assert np.isnan(tau[i, j]) and np.isnan(p[i, j]) and np.isnan(cal[i, j])
             else:
-                assert (tau[i, j], p[i, j], cal[i, j]) == M.calibrate(obs[i, j], null[:, i, j])
+                assert (tau[i, j], p[i, j], cal[i, j]) == S.calibrate(obs[i, j], null[:, i, j])
 
 
 def test_too_few_permutations_for_alpha():
-    assert M.min_permutations(0.05) == 19
-    assert M.min_permutations(0.01) == 99
+    assert S.min_permutations(0.05) == 19
+    assert S.min_permutations(0.01) == 99
     with pytest.raises(ValueError, match=r"n_permutations=18 is too small for alpha=0.05.*at least 19"):
-        M.calibrate(0.5, np.zeros(18), alpha=0.05)
+        S.calibrate(0.5, np.zeros(18), alpha=0.05)
     X = np.random.default_rng(0).normal(size=(30, 3))
     with pytest.raises(ValueError, match="too small for alpha"):
-        M.permutation_test(X, X, n_permutations=50, alpha=0.01)
+        S.permutation_test(X, X, n_permutations=50, alpha=0.01)
     with pytest.raises(ValueError, match="alpha must be in"):
-        M.calibrate(0.5, np.zeros(50), alpha=1.5)
+        S.calibrate(0.5, np.zeros(50), alpha=1.5)
     with pytest.raises(ValueError, match="null must have shape"):
-        M.calibrate(np.zeros(3), np.zeros((20, 2)))
+        S.calibrate(np.zeros(3), np.zeros((20, 2)))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -136,7 +137,7 @@ def test_null_equals_metric_on_permuted_rows(name):
     rng = np.random.default_rng(1)
     X, Y = _related(rng, 40, 6, 8)
     perms = np.stack([rng.permutation(40) for _ in range(20)])
-    res = M.permutation_test(X, Y, metric=name, permutations=perms, **_opts(name))
+    res = S.permutation_test(X, Y, metric=name, permutations=perms, **_opts(name))
     ref = np.array([M.METRICS[name](X, Y[p], **_opts(name)) for p in perms])
     exact = name in ("mutual_knn", "cycle_knn")
     np.testing.assert_allclose(res.null, ref, rtol=0, atol=0 if exact else 2e-6)
@@ -149,7 +150,7 @@ def test_layerwise_null_equals_loop(name):
     rng = np.random.default_rng(2)
     XL, YL = rng.normal(size=(2, 30, 5)), rng.normal(size=(3, 30, 4))
     YL[1] = XL[0] @ rng.normal(size=(5, 4)) + 0.3 * rng.normal(size=(30, 4))
-    res = M.permutation_test_layerwise(XL, YL, metric=name, n_permutations=19, seed=3, **_opts(name))
+    res = S.permutation_test_layerwise(XL, YL, metric=name, n_permutations=19, seed=3, **_opts(name))
     rng3 = np.random.default_rng(3)  # permutation_test_layerwise draws its permutations like this
     perms = np.stack([rng3.permutation(30) for _ in range(19)])
     f = M.METRICS[name]
@@ -176,7 +177,7 @@ def test_layerwise_null_exact_at_every_word_width(name, n_layers_x, numpy_backen
     XL[::2] = np.round(XL[::2])  # ties at the k-th place
     XL[1] = 1.0  # a constant layer (every row one tie, recorded as none): NaN scores
     YL = np.stack([XL[0] @ rng.normal(size=(4, 3)) + 0.5 * rng.normal(size=(n, 3)), np.round(rng.normal(size=(n, 3)))])
-    res = M.permutation_test_layerwise(XL, YL, metric=name, k=4, n_permutations=19, seed=1)
+    res = S.permutation_test_layerwise(XL, YL, metric=name, k=4, n_permutations=19, seed=1)
     rng1 = np.random.default_rng(1)
     perms = np.stack([rng1.permutation(n) for _ in range(19)])
     f = M.METRICS[name]
@@ -207,7 +208,7 @@ def test_p_value_against_scipy_permutation_test():
     obs_call = [i for i, s in enumerate(seen) if np.array_equal(s, np.arange(25))][0]
     perms = np.stack([s for i, s in enumerate(seen) if i != obs_call])
     assert perms.shape == (99, 25)
-    ours = M.permutation_test(X, Y, metric="mutual_knn", k=4, permutations=perms)
+    ours = S.permutation_test(X, Y, metric="mutual_knn", k=4, permutations=perms)
     assert ours.observed == pytest.approx(ref.statistic, abs=0)
     np.testing.assert_array_equal(np.sort(ours.null), np.sort(ref.null_distribution))
     assert ours.p_value == pytest.approx(ref.pvalue, rel=1e-12)
@@ -221,9 +222,9 @@ def test_p_value_against_scipy_permutation_test():
 def test_determinism_and_seed():
     rng = np.random.default_rng(5)
     X, Y = _related(rng, 50, 5, 5, noise=2.0)
-    a = M.permutation_test(X, Y, n_permutations=40, seed=11)
-    b = M.permutation_test(torch.from_numpy(X), torch.from_numpy(Y), n_permutations=40, seed=11)
-    c = M.permutation_test(X, Y, n_permutations=40, seed=12)
+    a = S.permutation_test(X, Y, n_permutations=40, seed=11)
+    b = S.permutation_test(torch.from_numpy(X), torch.from_numpy(Y), n_permutations=40, seed=11)
+    c = S.permutation_test(X, Y, n_permutations=40, seed=12)
     np.testing.assert_array_equal(a.null, b.null)
     assert (a.observed, a.threshold, a.p_value, a.calibrated) == (b.observed, b.threshold, b.p_value, b.calibrated)
     assert not np.array_equal(a.null, c.null)
@@ -233,9 +234,9 @@ def test_determinism_and_seed():
 def test_aligned_data_calibrates_high_independent_data_to_zero():
     rng = np.random.default_rng(6)
     X, Y = _related(rng, 80, 5, 8, noise=0.5)
-    good = M.permutation_test(X, Y, n_permutations=39, k=5)
+    good = S.permutation_test(X, Y, n_permutations=39, k=5)
     assert good.p_value == 1 / 40 and good.calibrated > 0.2
-    bad = M.permutation_test(X, rng.normal(size=(80, 8)), n_permutations=39, k=5)
+    bad = S.permutation_test(X, rng.normal(size=(80, 8)), n_permutations=39, k=5)
     assert bad.p_value > 0.05 and bad.calibrated == 0.0
 
 
@@ -243,8 +244,8 @@ def test_selection_aware_max_is_more_conservative_than_naive():
     rng = np.random.default_rng(7)
     XL, YL = rng.normal(size=(4, 40, 5)), rng.normal(size=(4, 40, 5))
     kw = dict(metric="mutual_knn", k=5, n_permutations=39, seed=0)
-    aware = M.permutation_test_layerwise(XL, YL, selection_aware=True, **kw)
-    naive = M.permutation_test_layerwise(XL, YL, selection_aware=False, **kw)
+    aware = S.permutation_test_layerwise(XL, YL, selection_aware=True, **kw)
+    naive = S.permutation_test_layerwise(XL, YL, selection_aware=False, **kw)
     a, b = aware.argmax
     assert aware.observed_max == aware.observed[a, b] == np.nanmax(aware.observed)
     np.testing.assert_array_equal(aware.null_max, aware.null.reshape(39, -1).max(1))
@@ -260,8 +261,8 @@ def test_selection_aware_controls_false_positives_naive_does_not():
         rng = np.random.default_rng(100 + seed)
         XL, YL = rng.normal(size=(5, 30, 4)), rng.normal(size=(5, 30, 4))
         kw = dict(metric="mutual_knn", k=3, n_permutations=19, seed=seed)
-        hits_aware += M.permutation_test_layerwise(XL, YL, selection_aware=True, **kw).p_max <= 0.05
-        hits_naive += M.permutation_test_layerwise(XL, YL, selection_aware=False, **kw).p_max <= 0.05
+        hits_aware += S.permutation_test_layerwise(XL, YL, selection_aware=True, **kw).p_max <= 0.05
+        hits_naive += S.permutation_test_layerwise(XL, YL, selection_aware=False, **kw).p_max <= 0.05
     assert hits_aware <= 4  # expected 1 in 20
     assert hits_naive >= 8  # the maximum of 25 pairs against one pair's null
 
@@ -270,22 +271,22 @@ def test_layerwise_all_nan_raises():
     rng = np.random.default_rng(0)
     C = np.ones((1, 20, 3))
     with pytest.warns(RuntimeWarning), pytest.raises(ValueError, match="every layer pair is NaN"):
-        M.permutation_test_layerwise(C, rng.normal(size=(2, 20, 3)), k=3, n_permutations=19)
+        S.permutation_test_layerwise(C, rng.normal(size=(2, 20, 3)), k=3, n_permutations=19)
 
 
 def test_option_and_name_errors():
     X = np.random.default_rng(0).normal(size=(20, 3))
     with pytest.raises(ValueError, match="unknown metric 'mknn'.*mutual_knn"):
-        M.permutation_test(X, X, metric="mknn")
+        S.permutation_test(X, X, metric="mknn")
     with pytest.raises(TypeError, match="does not take k"):
-        M.permutation_test(X, X, metric="cka_linear", k=5)
+        S.permutation_test(X, X, metric="cka_linear", k=5)
     with pytest.raises(TypeError, match=r"does not take option\(s\) \['sigma'\]"):
-        M.permutation_test(X, X, metric="mutual_knn", sigma=1.0)
+        S.permutation_test(X, X, metric="mutual_knn", sigma=1.0)
     with pytest.raises(ValueError, match="permutation of range"):
-        M.permutation_test(X, X, permutations=np.zeros((19, 20), dtype=int))
+        S.permutation_test(X, X, permutations=np.zeros((19, 20), dtype=int))
     with pytest.raises(ValueError, match="shape"):
-        M.permutation_test(X, X, permutations=np.zeros((19, 5), dtype=int))
-    res = M.permutation_test(X, X, metric="cka_rbf", sigma=2.0, bandwidth="absolute", n_permutations=19)
+        S.permutation_test(X, X, permutations=np.zeros((19, 5), dtype=int))
+    res = S.permutation_test(X, X, metric="cka_rbf", sigma=2.0, bandwidth="absolute", n_permutations=19)
     assert res.options == {"sigma": 2.0, "bandwidth": "absolute"} and res.observed == pytest.approx(1.0, abs=1e-6)
 
 
@@ -297,10 +298,10 @@ def test_option_and_name_errors():
 def test_benjamini_hochberg_hand_worked():
     # sorted p: .01 .03 .04 .5 -> p*m/rank: .04 .06 .0533 .5 -> running min from the top:
     # .04 .0533 .0533 .5, mapped back to the input order.
-    q = M.benjamini_hochberg([0.01, 0.04, 0.03, 0.5])
+    q = S.benjamini_hochberg([0.01, 0.04, 0.03, 0.5])
     np.testing.assert_allclose(q, [0.04, 0.04 * 4 / 3, 0.04 * 4 / 3, 0.5], rtol=1e-12)
-    q2 = M.benjamini_hochberg(np.array([[0.01, np.nan], [0.04, 0.03]]))
+    q2 = S.benjamini_hochberg(np.array([[0.01, np.nan], [0.04, 0.03]]))
     assert np.isnan(q2[0, 1])
     np.testing.assert_allclose(q2[[0, 1, 1], [0, 0, 1]], [0.03, 0.04, 0.04], rtol=1e-12)
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
-        M.benjamini_hochberg([0.2, 1.5])
+        S.benjamini_hochberg([0.2, 1.5])

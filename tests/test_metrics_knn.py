@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import prh_lib.metrics as M
+import prh_lib.stats as S
 from prh_lib.metrics import knn
 from prh_lib.metrics.preprocess import center, clip_outliers, l2_normalize
 
@@ -235,14 +236,14 @@ def test_layerwise_blocks_match_unblocked(monkeypatch):
     XL, YL = rng.normal(size=(3, 40, 6)), rng.normal(size=(2, 40, 6))
     XL[1, 7] = XL[1, 3]  # a duplicate: a straddling tie in some rows
     full = {n: M.LAYERWISE_METRICS[n](XL, YL, k=4) for n in KNN}
-    nulls = {n: M.permutation_test_layerwise(XL, YL, metric=n, k=4, n_permutations=19).null for n in KNN}
+    nulls = {n: S.permutation_test_layerwise(XL, YL, metric=n, k=4, n_permutations=19).null for n in KNN}
     monkeypatch.setattr(_bits, "WORD", 1)
     monkeypatch.setattr(_overlap, "_BUDGET", 1)
     monkeypatch.setattr(_cknna, "_GATHER_BUDGET", 1)
     for n in KNN:
         np.testing.assert_array_equal(M.LAYERWISE_METRICS[n](XL, YL, k=4), full[n])
         np.testing.assert_array_equal(
-            M.permutation_test_layerwise(XL, YL, metric=n, k=4, n_permutations=19).null, nulls[n]
+            S.permutation_test_layerwise(XL, YL, metric=n, k=4, n_permutations=19).null, nulls[n]
         )
 
 
@@ -425,7 +426,7 @@ def test_neighbourhood_memo_follows_the_tensor_and_its_edits():
     K._HOODS_MEMO.clear()
     first = M.mutual_knn_layerwise(X, Y, k=4)
     assert len(K._HOODS_MEMO) == 2
-    null = M.permutation_test_layerwise(X, Y, k=4, n_permutations=19, seed=0)  # served from the memo
+    null = S.permutation_test_layerwise(X, Y, k=4, n_permutations=19, seed=0)  # served from the memo
     assert len(K._HOODS_MEMO) == 2
     np.testing.assert_array_equal(null.observed, first)
     # an in-place edit (through a view) is seen: the stale entry is not used
@@ -453,13 +454,13 @@ def test_a_memoised_stack_with_zero_rows_warns_every_time():
 
 def test_inference_mode_tensors_are_scored_without_the_memo():
     # tensors made under torch.inference_mode() (as extraction makes them) have no version counter
-    from prh_lib.features import values_digest
+    from prh_lib.extract.features import values_digest
 
     with torch.inference_mode():
         X, Y = torch.randn(2, 30, 4, generator=torch.Generator().manual_seed(0)), torch.randn(2, 30, 5)
     ref = M.mutual_knn_layerwise(X.clone(), Y.clone(), k=3)
     np.testing.assert_array_equal(M.mutual_knn_layerwise(X, Y, k=3), ref)
-    assert M.permutation_test_layerwise(X, Y, k=3, n_permutations=19).observed.shape == (2, 2)
+    assert S.permutation_test_layerwise(X, Y, k=3, n_permutations=19).observed.shape == (2, 2)
     assert values_digest(X) == values_digest(X.clone())
 
 
@@ -468,7 +469,7 @@ def test_the_memo_keeps_no_scoring_tables():
 
     K._HOODS_MEMO.clear()
     X, Y = torch.randn(2, 30, 4), torch.randn(3, 30, 5)
-    M.permutation_test_layerwise(X, Y, k=3, n_permutations=19)
+    S.permutation_test_layerwise(X, Y, k=3, n_permutations=19)
     assert K._HOODS_MEMO and all(not hasattr(e[1], "_views") for e in K._HOODS_MEMO.values())
 
 

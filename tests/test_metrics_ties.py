@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import prh_lib.metrics as M
+import prh_lib.stats as S
 from prh_lib.metrics import _bits
 
 TIE_KINDS = ("duplicates", "ternary", "categorical", "zero_rows")
@@ -136,7 +137,7 @@ def test_null_equals_recomputation_with_ties(kind, name):
     perms = np.stack([rng.permutation(30) for _ in range(12)])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        res = M.permutation_test(X, Y, metric=name, k=4, permutations=perms, alpha=0.1)
+        res = S.permutation_test(X, Y, metric=name, k=4, permutations=perms, alpha=0.1)
         ref = np.array([M.METRICS[name](X, Y[p], k=4) for p in perms])
         np.testing.assert_array_equal(res.null, ref)
         assert res.observed == M.METRICS[name](X, Y, k=4)
@@ -144,7 +145,7 @@ def test_null_equals_recomputation_with_ties(kind, name):
         XL, YL = np.stack([X, tied(kind, 30, rng)]), np.stack([Y, X, tied(kind, 30, rng)])
         lw = M.LAYERWISE_METRICS[name](XL, YL, k=4)
         np.testing.assert_array_equal(lw, [[M.METRICS[name](a, b, k=4) for b in YL] for a in XL])
-        lres = M.permutation_test_layerwise(XL, YL, metric=name, k=4, permutations=perms[:3], alpha=0.5)
+        lres = S.permutation_test_layerwise(XL, YL, metric=name, k=4, permutations=perms[:3], alpha=0.5)
         for t in range(3):
             np.testing.assert_array_equal(lres.null[t], M.LAYERWISE_METRICS[name](XL, YL[:, perms[t]], k=4))
 
@@ -162,11 +163,11 @@ def test_torch_code_path_matches_numpy(name, monkeypatch):
     kw = dict(metric=name, k=4, n_permutations=19, seed=1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        a = M.permutation_test_layerwise(XL, YL, **kw)
-        b_boot = M.bootstrap_ci(XL[0], YL[0], metric=name, k=4, n_boot=5, seed=2)
+        a = S.permutation_test_layerwise(XL, YL, **kw)
+        b_boot = S.bootstrap_ci(XL[0], YL[0], metric=name, k=4, n_boot=5, seed=2)
         monkeypatch.setattr(_bits, "NUMPY_ON_CPU", False)
-        b = M.permutation_test_layerwise(torch.from_numpy(XL), torch.from_numpy(YL), **kw)
-        a_boot = M.bootstrap_ci(XL[0], YL[0], metric=name, k=4, n_boot=5, seed=2)
+        b = S.permutation_test_layerwise(torch.from_numpy(XL), torch.from_numpy(YL), **kw)
+        a_boot = S.bootstrap_ci(XL[0], YL[0], metric=name, k=4, n_boot=5, seed=2)
     if name == "cknna":  # float64 sums in another order on the GPU path: equal to rounding
         np.testing.assert_allclose(a.observed, b.observed, rtol=1e-12, atol=1e-14)
         np.testing.assert_allclose(a.null, b.null, rtol=1e-12, atol=1e-14)
@@ -196,7 +197,7 @@ def test_false_positive_rate_on_tied_independent_data(kind):
         X, Y = tied(kind, 40, rng), tied(kind, 40, rng)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            res = M.permutation_test(X, Y, metric="mutual_knn", k=4, n_permutations=19, seed=d)
+            res = S.permutation_test(X, Y, metric="mutual_knn", k=4, n_permutations=19, seed=d)
         rejections += res.p_value <= 0.05
         observed.append(res.observed)
     assert rejections <= 7

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from prh_lib import paper
+from prh_lib.data import paper
 from prh_lib.models import ModelNotAvailableError, load_model, standins, zoo
 from prh_lib.models.integrity import DamagedFolderWarning, manifest, problems, safetensors_problem
 

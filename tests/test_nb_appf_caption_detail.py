@@ -10,7 +10,8 @@ import nbformat
 import numpy as np
 import pytest
 
-from prh_lib import paths, report, results
+from prh_lib import paths, results
+from prh_lib.pages import report
 
 CHAPTER = "appf_caption_detail"
 

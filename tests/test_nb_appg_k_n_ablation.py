@@ -4,7 +4,8 @@ import nbformat
 import numpy as np
 import pytest
 
-from prh_lib import report, results
+from prh_lib.pages import report
+from prh_lib import results
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from prh_lib import claims, report
-from prh_lib.analysis import concepts_page as cp
-from prh_lib.analysis import hierarchy as H
-from prh_lib.analysis.displacement_reference import OURS, REFERENCE
+from prh_lib.pages import claims, report
+from prh_lib.pages import ch_concepts as cp
+from prh_lib.analysis.concepts import hierarchy as H
+from prh_lib.analysis.displacement.procedures import OURS, REFERENCE
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from prh_lib.analysis import displacement as da
-from prh_lib.analysis import displacement_draws as ds
-from prh_lib import report, results
+from prh_lib.pages import ch_displacement as da
+from prh_lib.analysis.displacement import draws as ds
+from prh_lib.pages import report
+from prh_lib import results
 from prh_lib.data.study import study_draws
-from prh_lib.profiles import get_profile
+from prh_lib.run.profiles import get_profile
 
 PAIRS = ["dinov2-small × smollm2-135m", "dinov2-small × minilm-l6", "dinov2-small × efficientnet-lite0",
          "smollm2-135m × minilm-l6"]
@@ -57,7 +58,7 @@ def test_every_figure_carries_its_provenance(executed):
 
     from PIL import Image
 
-    from prh_lib import report
+    from prh_lib.pages import report
 
     for cell in drawing:  # shown by report.show_figure: provenance drawn in, text sizes measured into the PNG
         assert "report.show_figure(" in cell.source, cell.source[:80]

@@ -3,7 +3,9 @@
 import numpy as np
 import pytest
 
-from prh_lib import analysis, extract, profiles, report, results
+from prh_lib import analysis, extract, results
+from prh_lib.run import profiles
+from prh_lib.pages import report
 from prh_lib.data.study import study_draws
 from prh_lib.metrics import mutual_knn_layerwise
 
@@ -192,7 +194,7 @@ def test_the_readme_pandas_recipe_runs_as_written(rec):
 def test_a_sweeps_headline_is_the_pages_number(rec, table):
     """What `prh-run --sweep` prints for a run of this page (runner.sweep_scores) equals the page's peak means,
     although the run also wrote the peaks of the other clipping choices it compares."""
-    from prh_lib import runner
+    from prh_lib.run import runner
 
     assert table["preprocessing"].nunique() > 1  # the other clipping choices are there to be left out
     run = table["run_id"].iloc[0]

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from prh_lib import report, results
+from prh_lib.pages import report
+from prh_lib import results
 from prh_lib.data import benchmarks
 
 CHAPTER = "sec3_2_capability"
@@ -101,7 +102,7 @@ def test_verdicts_match_the_numbers(rec):
              and c["capability"] == "bpb" and c["method"] == "pearson" and c["r"] is not None}
     pk = {c["vision"]: -c["r"] for c in peak if c["method"] == "pearson"}
     less = all(final[v] < pk[v] for v in final)
-    from prh_lib.analysis.correlation import exact_p_floor
+    from prh_lib.stats.correlation import exact_p_floor
 
     n = min(c["n"] for c in peak)
     if max(exact_p_floor(n, c["method"]) for c in peak) >= 0.05:  # 3-4 models: no exact p can be below 0.05

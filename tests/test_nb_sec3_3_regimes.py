@@ -5,10 +5,11 @@ import nbformat
 import numpy as np
 import pytest
 
-from prh_lib import analysis, claims, extract, report, results
+from prh_lib import analysis, extract, results
+from prh_lib.pages import claims, report
 from prh_lib.data import study
 from prh_lib.metrics import mutual_knn_layerwise
-from prh_lib.profiles import get_profile
+from prh_lib.run.profiles import get_profile
 
 CHAPTER = "sec3_3_regimes"
 UNIMODAL = [f"{x} × {y}" for x, y in get_profile("smoke")["unimodal_pairs"]]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from prh_lib.data import (DataError, DatasetSpec, disjoint_pairs, heldout_texts, is_text_only, load_dataset,
-                          sample_pairs, study_draws)
+    sample_pairs, study_draws)
 from prh_lib.data.study import clear_caches
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -271,7 +271,7 @@ def test_headline_dataset_is_the_papers_coco_else_the_largest_n():
 
 
 def test_paper_scale_is_n_within_five_percent_of_1024_at_k_10():
-    from prh_lib.analysis.verdicts import at_paper_scale
+    from prh_lib.pages.verdicts import at_paper_scale
     assert at_paper_scale(1000, 10) and at_paper_scale(1024, 10) and at_paper_scale(1075, 10)
     assert not at_paper_scale(239, 10) and not at_paper_scale(1000, 5) and not at_paper_scale(970, 10)
     with pytest.raises(ValueError, match="n >= 2"):
@@ -281,7 +281,7 @@ def test_paper_scale_is_n_within_five_percent_of_1024_at_k_10():
 @needs_flickr
 def test_default_studies_read_flickr8k_at_the_papers_n():
     """The chapters' own defaults put flickr8k-1k (N = 1,000) in the study, and it is what their verdicts read."""
-    from prh_lib import runner
+    from prh_lib.run import runner
     from prh_lib.data.study import headline_dataset
     for nb in ("sec3_1_layerwise", "sec3_1b_pca", "sec3_3_regimes", "appg_k_n_ablation", "ch_displacement"):
         src = (Path(runner.paths.notebooks_dir()) / f"{nb}.py").read_text()
@@ -296,7 +296,7 @@ def test_default_studies_read_flickr8k_at_the_papers_n():
 @needs_coco_text
 def test_bits_per_byte_text_comes_from_images_no_draw_aligns(coco_text_copy):
     """3.2's held-out text from a text-only set: captions of images outside every draw, none of an aligned image."""
-    from prh_lib.analysis.capability_study import heldout_texts as study_heldout_texts
+    from prh_lib.analysis.capability.study import heldout_texts as study_heldout_texts
 
     spec = {"name": "val-40", "source": "coco-captions-text", "location": str(coco_text_copy), "n_pairs": 10,
             "repetitions": 2, "draws": "disjoint"}
@@ -317,7 +317,7 @@ def test_bits_per_byte_text_comes_from_images_no_draw_aligns(coco_text_copy):
 
 @needs_coco_text
 def test_text_only_draws_score_language_pairs_only_and_are_never_the_headline(coco_text_copy):
-    from prh_lib.analysis.regimes_study import language_only, regime_comparisons
+    from prh_lib.analysis.regimes import language_only, regime_comparisons
     from prh_lib.data.study import headline_dataset
 
     comps = regime_comparisons(unimodal=[["dinov2-small", "smollm2-135m"]],

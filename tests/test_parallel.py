@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 import torch
 
-from prh_lib import parallel, results, score_cache
-from prh_lib.analysis import layerwise_study as ls
+from prh_lib import parallel, results
+from prh_lib.results import score_cache
+from prh_lib.analysis import layerwise as ls
 from prh_lib.data.study import Draw
 from prh_lib.extract import LayerFeatures
 
@@ -186,7 +187,7 @@ def test_section_3_1_study_on_two_threads_is_the_serial_study_bit_for_bit(tmp_pa
 
 def test_score_workers_defaults_and_refuses_what_is_not_a_count(monkeypatch):
     monkeypatch.setattr(ls.os, "cpu_count", lambda: 8)
-    monkeypatch.setenv("PRH_CORES", "5")  # a prh-run lane's share of the cores (prh_lib.schedule.plan_lanes)
+    monkeypatch.setenv("PRH_CORES", "5")  # a prh-run lane's share of the cores (prh_lib.run.schedule.plan_lanes)
     assert ls.score_workers("cpu") == 5 and ls.score_workers("cuda") == 1 and ls.score_workers("cuda", 3) == 3
     monkeypatch.setenv("PRH_CORES", "1")  # two draws side by side even on a one-core share, as before
     assert ls.score_workers("cpu") == 2

@@ -7,7 +7,7 @@ matplotlib.use("Agg")
 import numpy as np
 import pytest
 
-from prh_lib import figures, plots
+from prh_lib.pages import figures, plots
 
 
 def test_heatmap_marks_the_nan_aware_maximum_and_final_pair():
@@ -96,7 +96,7 @@ def test_figure_pairs_cap_the_panels_and_say_which_pairs_are_left_to_the_tables(
 
 
 def test_paper_profile_figure_pairs_are_scored_pairs_of_every_chapter():
-    from prh_lib.profiles import get_profile
+    from prh_lib.run.profiles import get_profile
 
     p = get_profile("paper")
     assert 1 <= len(p["figure_pairs"]) * len(p["datasets"]) <= figures.MAX_PANELS
@@ -162,7 +162,7 @@ def test_show_figure_writes_the_measurements_into_the_png(monkeypatch):
     import matplotlib.pyplot as plt
     from PIL import Image
 
-    from prh_lib import report
+    from prh_lib.pages import report
 
     shown = []
     monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
@@ -196,7 +196,7 @@ def _sweep_agg(score=0.2, n=239, k=10):
 def test_pca_bands_draw_chance_on_the_relative_scale_and_the_verdicts_thresholds():
     import matplotlib.pyplot as plt
 
-    from prh_lib.analysis import compression
+    from prh_lib.pages import sec3_1b_pca as compression
 
     marks = compression.claim_marks("variance", n=239)
     assert marks == [(0.4, 0.95, "3.1/pca-40: needs ≥ 95 % at 40 % variance")]
@@ -257,7 +257,7 @@ def test_footers_and_a_legend_outside_never_overlap_the_panels_after_text_is_enl
     outside the panels and the footers (key, provenance) stay under everything."""
     import matplotlib.pyplot as plt
 
-    from prh_lib import report
+    from prh_lib.pages import report
 
     monkeypatch.setattr("IPython.display.display", lambda obj: None)
     fig, axes = plt.subplots(2, 2, figsize=(10, 7), dpi=150, layout="constrained")

@@ -1,6 +1,6 @@
 """``prh-run`` itself killed with SIGKILL, and two ``prh-run`` of one chapter at once (issue 27, items 2 and 3).
 
-Real subprocesses of the CLI (``python -m prh_lib.runner``) on the smallest chapter (``sec3_1b_pca``, the
+Real subprocesses of the CLI (``python -m prh_lib.run.runner``) on the smallest chapter (``sec3_1b_pca``, the
 ``smoke`` profile on one model pair and one dataset of 24 pairs in two caption draws: two results parts) in a
 cache of their own (zoo models linked in, features cold). The phase is read from what the run writes: its
 progress lines on stderr (``extracting ...``) and the results parts that appear in the cache, never from
@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 from prh_lib import paths, results
-from prh_lib.results_schema import PROVENANCE
+from prh_lib.results.schema import PROVENANCE
 
 CHAPTER = "sec3_1b_pca"
 OVERRIDES = ['comparisons=[["efficientnet-lite0", "minilm-l6"]]',
@@ -40,7 +40,7 @@ class Run:
         env = {**os.environ, "PRH_CACHE_DIR": str(cache), "PYTHONPATH": str(paths.repo_root()),
                "PYTHONUNBUFFERED": "1"}
         env.pop("PRH_RUN_ID", None)
-        cmd = [sys.executable, "-m", "prh_lib.runner", CHAPTER, "--params", "smoke", "--no-build",
+        cmd = [sys.executable, "-m", "prh_lib.run.runner", CHAPTER, "--params", "smoke", "--no-build",
                "--output-dir", str(out)]
         for o in OVERRIDES:
             cmd += ["-p", o]

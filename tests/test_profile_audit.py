@@ -2,7 +2,7 @@
 
 import pytest
 
-from prh_lib import profile_audit, profiles
+from prh_lib.run import profile_audit, profiles
 
 
 def _rows():

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from prh_lib import progress, runner
+from prh_lib import progress
+from prh_lib.run import runner
 
 
 class _Tty(io.StringIO):

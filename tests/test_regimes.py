@@ -9,12 +9,14 @@ from PIL import Image
 
 from fixtures import tiny_models  # noqa: E402
 from fixtures.heldout_rows import summary_from_stacks
-from prh_lib import extract, figures
-from prh_lib.analysis import regimes
+from prh_lib import extract
+from prh_lib.pages import figures
+from prh_lib.pages import sec3_3_regimes as regimes
 from prh_lib.data import Pairs
 from prh_lib.extract import LayerFeatures
 from prh_lib.metrics import mutual_knn_layerwise
 from prh_lib.models import load_model, random_init, resolve_identity
+from prh_lib import formatting
 
 N, K = 60, 5
 
@@ -255,7 +257,7 @@ def _heldout(feats, tmp_path, rand_init_floor):
 
 @pytest.mark.parametrize("rand_init_floor", ["noise", "twin"])
 def test_claims_are_computed_from_held_out_numbers_and_floors(study, feats, tmp_path, rand_init_floor):
-    from prh_lib import claims
+    from prh_lib.pages import claims
 
     _, df = study
     s = regimes.with_floors(regimes.study_summary(df), _floors(0.1), MODALITY)
@@ -314,7 +316,7 @@ def test_the_summary_counts_floors_beaten_from_the_held_out_paired_margins(study
     assert "In-sample" not in text  # the in-sample count of means is no longer the page's count
     if rand_init_floor == "twin":  # the twin's margin holds 0: named with its interval
         m = regimes.floor_margins(h, "vis × vis2").iloc[0]
-        assert "vis × vis2 − vis × vis2@random-init:0 (random-init): " + regimes.format_interval(
+        assert "vis × vis2 − vis × vis2@random-init:0 (random-init): " + formatting.format_interval(
             m["margin"], m["low"], m["high"]) in text
     # without held-out rows for the dataset, the in-sample count stays, labelled as not the test
     bare = regimes.describe_study(s.assign(dataset="toy"), {})

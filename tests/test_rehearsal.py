@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from prh_lib import extract, metrics, paper, rehearsal
+from prh_lib import extract, metrics
+from prh_lib.data import paper
+from prh_lib.run import rehearsal
 from prh_lib.data import Pairs
 from prh_lib.models import load_model, parse_model_name, resolve_identity, standins
 from prh_lib.models.zoo import ModelNotAvailableError
@@ -286,7 +288,7 @@ def test_dataset_copies_in_the_sources_formats():
 
 
 def paper_profile():
-    from prh_lib.profiles import PROFILES
+    from prh_lib.run.profiles import PROFILES
 
     return PROFILES["paper"]
 

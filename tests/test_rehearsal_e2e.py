@@ -17,8 +17,10 @@ import sys
 import pytest
 from PIL import Image
 
-from prh_lib import paper, paths, rehearsal, runner
-from prh_lib.profiles import get_profile
+from prh_lib.data import paper
+from prh_lib import paths
+from prh_lib.run import rehearsal, runner
+from prh_lib.run.profiles import get_profile
 
 #: Tallest figure a page may show, in pixels: 12 panels (figures.MAX_PANELS) in two columns and a legend.
 MAX_FIGURE_HEIGHT = 5000

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from prh_lib import __version__, paths, results
+from prh_lib import formatting
 
 
 @pytest.fixture
@@ -341,14 +342,14 @@ def test_aggregate_rejects_groups_that_hold_two_rows_per_draw(root):
 
 
 def test_format_mean_std():
-    assert results.format_mean_std(0.12345, 0.0041, 5) == "0.123 ± 0.004 (5 draws)"
-    assert results.format_mean_std(0.2, float("nan"), 1) == "0.200 (one draw; cannot be repeated)"
+    assert formatting.format_mean_std(0.12345, 0.0041, 5) == "0.123 ± 0.004 (5 draws)"
+    assert formatting.format_mean_std(0.2, float("nan"), 1) == "0.200 (one draw; cannot be repeated)"
 
 
 def test_numeric_columns_are_coerced_as_arrays_exactly_as_value_by_value():
     """results_schema._coerce checks a numeric column as one array; the same values given as Python objects
     (an object column: checked one by one) must give the same frame, and the same errors."""
-    from prh_lib.results_schema import _validate_rows
+    from prh_lib.results.schema import _validate_rows
 
     n = 7
     frame = pd.DataFrame({

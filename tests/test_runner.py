@@ -2,15 +2,17 @@
 
 import pytest
 
-from prh_lib import paths, report, runner
-from prh_lib.profiles import PROFILES, get_profile
+from prh_lib import paths
+from prh_lib.pages import report
+from prh_lib.run import runner
+from prh_lib.run.profiles import PROFILES, get_profile
 
 TINY = '''# %% tags=["parameters"]
 a = 1
 b = "x"
 
 # %%
-from prh_lib import report
+from prh_lib.pages import report
 report.record("tiny", {"a": a, "b": b})
 assert a != 13, "thirteen is unlucky"
 '''
@@ -170,7 +172,7 @@ def test_timing_table_lists_steps_slowest_first_with_the_total():
 
 
 def test_two_notebooks_side_by_side_write_both_and_remember_their_times(tiny_notebooks, monkeypatch, capfd):
-    from prh_lib import schedule
+    from prh_lib.run import schedule
 
     monkeypatch.setenv("PRH_CACHE_DIR", str(tiny_notebooks / "cache"))
     for var in schedule.THREAD_VARIABLES:
@@ -204,7 +206,7 @@ def test_a_failing_notebook_side_by_side_fails_the_run_by_name(tiny_notebooks, m
 
 
 def test_default_jobs(monkeypatch):
-    from prh_lib import schedule
+    from prh_lib.run import schedule
 
     monkeypatch.delenv("PRH_JOBS", raising=False)
     monkeypatch.delenv("PRH_CORES", raising=False)
@@ -230,7 +232,7 @@ def test_default_jobs(monkeypatch):
     (16, 8, "cuda", (1, 16)),  # one GPU: one kernel at a time, every core for it
 ])
 def test_the_schedule_follows_the_machine(cores, notebooks, device, plan):
-    from prh_lib import schedule
+    from prh_lib.run import schedule
 
     lanes, per_lane = schedule.plan_lanes(cores, notebooks, device=device)
     assert (lanes, per_lane) == plan
@@ -310,7 +312,7 @@ def test_an_unchanged_notebook_is_skipped_and_each_input_change_executes_it(fres
 
 
 def test_skipping_needs_every_input_local(fresh_env, monkeypatch, capfd):
-    from prh_lib import freshness
+    from prh_lib.run import freshness
 
     _run(fresh_env, capfd)
     monkeypatch.delenv("HF_HUB_OFFLINE")
@@ -323,7 +325,7 @@ def test_skipping_needs_every_input_local(fresh_env, monkeypatch, capfd):
 
 
 def test_library_digest_reads_every_file_and_the_record_is_in_the_page(fresh_env, tmp_path, capfd):
-    from prh_lib import freshness
+    from prh_lib.run import freshness
 
     lib = tmp_path / "lib"
     (lib / "sub").mkdir(parents=True)
@@ -340,7 +342,7 @@ def test_library_digest_reads_every_file_and_the_record_is_in_the_page(fresh_env
 
 
 def test_a_system_file_a_page_reads_is_an_input(fresh_env, monkeypatch, capfd):
-    from prh_lib import freshness
+    from prh_lib.run import freshness
 
     wordnet = fresh_env / "data.noun"  # stands for /usr/share/wordnet/data.noun: installing it reruns the page
     monkeypatch.setattr(freshness, "SYSTEM_FILES", (str(wordnet),))

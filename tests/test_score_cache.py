@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from prh_lib import score_cache
+from prh_lib.results import score_cache
 from prh_lib.analysis import core
-from prh_lib.features import LayerFeatures
+from prh_lib.extract.features import LayerFeatures
 
 
 @pytest.fixture
@@ -170,7 +170,7 @@ def test_the_null_and_the_bootstrap_are_cached_apart_so_chapters_of_other_sizes_
 
 
 def test_misaligned_features_still_raise_before_any_lookup(cache):
-    from prh_lib.features import FeatureMismatchError
+    from prh_lib.extract.features import FeatureMismatchError
 
     x = _features("x", 1)
     y = LayerFeatures(x.values, x.layer_labels, tuple(reversed(x.sample_ids)), {"model": "y"})
@@ -182,7 +182,7 @@ def test_misaligned_features_still_raise_before_any_lookup(cache):
 
 
 def test_memoized_sweeps_key_on_every_argument_and_equal_a_recomputation(cache, monkeypatch):
-    from prh_lib.analysis import ablation, compression
+    from prh_lib.pages import appg_k_n_ablation as ablation, sec3_1b_pca as compression
 
     x, y = _features("x", 1, n=50, layers=3, dim=10), _features("y", 2, n=50, layers=2, dim=6)
     first = ablation.k_sweep(x, y, ks=[2, 5])

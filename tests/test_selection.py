@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from prh_lib.metrics import mutual_knn_layerwise
-from prh_lib.metrics.selection import (bootstrap_interval, crossfit_peak, detectable_difference, half_k,
-                                       paired_interval, percentile_interval, resampled_halves, split_halves)
+from prh_lib.stats.selection import (bootstrap_interval, crossfit_peak, detectable_difference, half_k,
+    paired_interval, percentile_interval, resampled_halves, split_halves)
 
 
 def _planted(rng, n=96, L=5, d=12, strength=None):
@@ -180,7 +180,7 @@ def test_percentile_interval_and_detectable_difference_reference_values():
 
 
 def test_models_needed_for_the_papers_correlation():
-    from prh_lib.analysis.verdicts import fisher_n_for_r
+    from prh_lib.pages.verdicts import fisher_n_for_r
 
     # ((1.95996 + 0.84162) / atanh(0.66))^2 + 3 = 15.49 -> 16 (Cohen 1988, Table 3.4.1 gives 15-16 for r = .65)
     assert fisher_n_for_r(0.66) == 16
@@ -272,7 +272,7 @@ def test_crossfit_peaks_equal_each_comparison_alone_and_check_their_sizes():
     """Comparisons scored together share neighbourhoods per half; every field equals the lone computation."""
     import dataclasses
 
-    from prh_lib.metrics.selection import crossfit_peaks
+    from prh_lib.stats.selection import crossfit_peaks
 
     g = torch.Generator().manual_seed(0)
     X1, X2 = torch.randn(4, 120, 16, generator=g), torch.randn(3, 120, 8, generator=g)
@@ -320,7 +320,7 @@ def test_crossfit_peaks_read_off_candidates_equal_selecting_on_every_half(monkey
     """The half-sample path through full-sample candidates gives the same CrossFitPeak, field for field."""
     import dataclasses
 
-    from prh_lib.metrics import selection
+    from prh_lib.stats import selection
 
     rng = np.random.default_rng(5)
     X, Y = _planted(rng, n=80)

@@ -1,6 +1,6 @@
 """A stopped ``prh-run`` stops everything it started (issue 45, item 2).
 
-A real ``prh-run`` (``prh_lib.runner.main`` in a subprocess, its notebooks folder pointed at two tiny notebooks)
+A real ``prh-run`` (``prh_lib.run.runner.main`` in a subprocess, its notebooks folder pointed at two tiny notebooks)
 gets SIGTERM or SIGINT at its own pid alone, as ``kill PID``, a Python parent's ``terminate()`` or a supervisor
 sends it, while both kernels are inside their cells. Afterwards no process it started survives, no page or
 notebook is written later, the results table holds no row of the stopped runs, and it exits non-zero saying it
@@ -40,7 +40,8 @@ NOTEBOOK = textwrap.dedent('''\
 DRIVER = textwrap.dedent('''\
     import sys
     from pathlib import Path
-    from prh_lib import paths, runner
+    from prh_lib import paths
+    from prh_lib.run import runner
 
     paths.notebooks_dir = lambda: Path(sys.argv[1])
     sys.exit(runner.main(sys.argv[2:]))

@@ -1,9 +1,11 @@
-"""Datasets x draws (prh_lib.data.study) and the parameters a page hashes (prh_lib.report)."""
+"""Datasets x draws (prh_lib.data.study) and the parameters a page hashes (prh_lib.pages.report)."""
 
 import pytest
 
-from prh_lib import data, report
+from prh_lib import data
+from prh_lib.pages import report
 from prh_lib.data import study
+from prh_lib import formatting
 
 COCO = {"name": "coco-mini", "source": "coco-folder"}
 
@@ -58,9 +60,9 @@ def test_page_parameters_are_the_declared_ones():
 
 
 def test_p_at_the_permutation_floor_is_written_as_a_bound():
-    assert report.format_p(1 / 201, 200) == "p ≤ 0.005 (1/201)"
-    assert report.format_p(0.0301, 200) == "p = 0.030"
-    assert report.format_p(float("nan"), 200) == "p = n/a"
+    assert formatting.format_p(1 / 201, 200) == "p ≤ 0.005 (1/201)"
+    assert formatting.format_p(0.0301, 200) == "p = 0.030"
+    assert formatting.format_p(float("nan"), 200) == "p = n/a"
 
 
 def test_provenance_names_notebook_parameters_and_commit():
@@ -70,7 +72,7 @@ def test_provenance_names_notebook_parameters_and_commit():
 
 def test_paper_profile_uses_the_papers_same_modality_pairs():
     """Sec. 3.3 of arXiv 2611.12869: DINOv2-DINOv3 and NV-Embed-v2-Qwen3-Embedding-8B."""
-    from prh_lib.profiles import get_profile
+    from prh_lib.run.profiles import get_profile
 
     pairs = {tuple(p) for p in get_profile("paper")["same_modality_pairs"]}
     assert pairs == {("facebook/dinov2-large", "facebook/dinov3-vitl16-pretrain-lvd1689m"),

@@ -8,7 +8,8 @@ import nbformat
 import pandas as pd
 import pytest
 
-from prh_lib import paths, results, runner
+from prh_lib import paths, results
+from prh_lib.run import runner
 
 # a notebook that loads no model: like 3.1 it writes the peak under the page's preprocessing (that of its
 # layer_pair rows) and under another clipping choice it compares with, and one layer_pair row

@@ -17,7 +17,8 @@ import torch
 from PIL import Image
 
 from prh_lib import paths
-from prh_lib.models import ModelNotAvailableError, load_model, resolve_identity, zoo, zoo_cli
+from prh_lib.models import ModelNotAvailableError, load_model, resolve_identity, zoo
+from prh_lib.models.zoo import cli as zoo_cli
 
 EXPECTED_ZOO = {
     # name: (modality, family, main package, number of packages, install group)

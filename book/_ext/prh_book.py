@@ -39,8 +39,8 @@ CHECKLIST = "_generated/checklist.md"
 
 def _chapter_rows(ipynb):
     """The claims rows a chapter recorded, or None when it has not run (missing or a placeholder page)."""
-    from prh_lib import report
-    from prh_lib.claims import RECORD_NAME
+    from prh_lib.pages import report
+    from prh_lib.pages.claims import RECORD_NAME
 
     if not ipynb.is_file():
         return None
@@ -54,7 +54,7 @@ def write_checklist(app):
     """Write ``book/_generated/checklist.md`` (included by ``intro.md``) before Sphinx reads the sources."""
     from pathlib import Path
 
-    from prh_lib import claims
+    from prh_lib.pages import claims
 
     src = Path(app.srcdir)
     chapters = sorted({c.chapter for c in claims.CLAIMS.values()})
@@ -69,7 +69,7 @@ def write_profile_audit(app):
     """Write ``book/_generated/profile_audit.md``: the paper profile against the paper (included by ``intro.md``)."""
     from pathlib import Path
 
-    from prh_lib import profile_audit
+    from prh_lib.run import profile_audit
 
     _write_if_changed(Path(app.srcdir) / AUDIT, profile_audit.audit_markdown())
 
@@ -94,7 +94,7 @@ def check_pages(app):
     import sys
     from pathlib import Path
 
-    from prh_lib.book_pages import is_placeholder, toc_notebooks
+    from prh_lib.run.book import is_placeholder, toc_notebooks
 
     src = Path(app.srcdir)
     missing = [n for n in toc_notebooks(src) if not (src / f"{n}.ipynb").is_file()]

@@ -12,7 +12,7 @@ other side learned:
 ``"tfidf"`` / ``"tfidf-svd"``
     The language model replaced by a bag of words: TF-IDF of the caption (scikit-learn's
     :class:`~sklearn.feature_extraction.text.TfidfVectorizer`, fitted on the pairs' own captions), as a
-    one-layer :class:`~prh_lib.features.LayerFeatures`, and optionally its truncated SVD. It is the lexical
+    one-layer :class:`~prh_lib.extract.features.LayerFeatures`, and optionally its truncated SVD. It is the lexical
     baseline of vision-language pairs (vision × TF-IDF) and of language-language pairs (each language
     model × TF-IDF: how much two language models share beyond which words a caption uses).
 
@@ -36,10 +36,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .. import score_cache
-from ..features import LayerFeatures
-from ..validation import check_model_pairs
-from .core import prepare_features, score_pair
+from prh_lib.results import score_cache
+from prh_lib.extract.features import LayerFeatures
+from prh_lib.validation import check_model_pairs
+from prh_lib.analysis.core import prepare_features, score_pair
 
 __all__ = ["CONTROL_KINDS", "CONTROL_LABELS", "TFIDF", "Control", "tfidf_name", "random_init_name", "tfidf_features",
            "control_comparisons", "control_features", "score_controls", "control_floors", "floors_of_pair"]
@@ -338,7 +338,7 @@ def control_floors(features: Mapping[str, LayerFeatures], pairs_of_models: Seque
     pandas.DataFrame
         The rows written (:func:`score_controls`, with ``dataset``, ``draw`` and ``seed``).
     """
-    from .. import results
+    from prh_lib import results
 
     modality = {m: features[m].meta.get("modality") for pair in pairs_of_models for m in pair if m in features}
     controls = control_comparisons(pairs_of_models, modality, seed=seed, svd_components=svd_components,

@@ -8,7 +8,7 @@
   selection-aware permutation null, bootstrap interval at the peak), which every chapter builds on;
 - :func:`clip_features`, :func:`shuffled_pairing`: named, visible preprocessing and controls.
 
-Functions here take :class:`~prh_lib.features.LayerFeatures` (or arrays) and return small result objects
+Functions here take :class:`~prh_lib.extract.features.LayerFeatures` (or arrays) and return small result objects
 and tables; they never load models (features come through :mod:`prh_lib.extract`) and never plot.
 """
 
@@ -22,13 +22,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .. import extract, score_cache
-from ..features import LayerFeatures, _remember_digest, check_aligned, values_digest
-from ..progress import note
-from ..score_cache import features_key
-from ..metrics import bootstrap_ci, get_layerwise_metric, permutation_test_layerwise
-from ..metrics.preprocess import _quantile_lastdim
-from ..validation import check_model_pairs
+from prh_lib import extract
+from prh_lib.results import score_cache
+from prh_lib.extract.features import LayerFeatures, _remember_digest, check_aligned, values_digest
+from prh_lib.progress import note
+from prh_lib.results.score_cache import features_key
+from prh_lib.stats import bootstrap_ci, permutation_test_layerwise
+from prh_lib.metrics import get_layerwise_metric
+from prh_lib.metrics.preprocess import _quantile_lastdim
+from prh_lib.validation import check_model_pairs
 
 __all__ = ["AlignmentMatrix", "find_peak", "layerwise_alignment", "clip_features", "clip_threshold", "CLIP_MODES",
            "preprocessing_label", "shuffled_pairing",
@@ -232,7 +234,7 @@ _CLIPPED_DIGESTS: dict[tuple, str] = {}
 
 
 def _clipped_digest(source: LayerFeatures, clipped: LayerFeatures, clip: str, thresholds: tuple) -> None:
-    """Give ``clipped.values`` its digest (:func:`prh_lib.features.values_digest`) from :data:`_CLIPPED_DIGESTS`,
+    """Give ``clipped.values`` its digest (:func:`prh_lib.extract.features.values_digest`) from :data:`_CLIPPED_DIGESTS`,
     or record it there; nothing when the score cache is off (then no digest is needed)."""
     if not score_cache.enabled():
         return
@@ -391,9 +393,9 @@ class PairResult:
         Mutual k-NN over all layer pairs.
     control : AlignmentMatrix or None
         The same with the pairing shuffled (seeded).
-    calibration : prh_lib.metrics.LayerwiseCalibration or None
+    calibration : prh_lib.stats.LayerwiseCalibration or None
         Permutation null (Groeger et al. 2026), selection-aware for the maximum over layer pairs.
-    peak_ci : prh_lib.metrics.BootstrapCI or None
+    peak_ci : prh_lib.stats.BootstrapCI or None
         Bootstrap interval of the score at the peak layer pair.
     """
 
@@ -416,9 +418,9 @@ def score_pair(x: LayerFeatures, y: LayerFeatures, *, k: int = 10, n_permutation
     k : int
         Neighbours (the paper: 10).
     n_permutations, alpha : int, float
-        Selection-aware permutation null of :func:`prh_lib.metrics.permutation_test_layerwise`; 0: skipped.
+        Selection-aware permutation null of :func:`prh_lib.stats.permutation_test_layerwise`; 0: skipped.
     n_boot : int
-        Bootstrap replicates for the interval of the peak score (:func:`prh_lib.metrics.bootstrap_ci`);
+        Bootstrap replicates for the interval of the peak score (:func:`prh_lib.stats.bootstrap_ci`);
         0: skipped.
     seed : int
         Seeds the shuffled control, the permutations and the bootstrap.
@@ -440,12 +442,12 @@ def score_pair(x: LayerFeatures, y: LayerFeatures, *, k: int = 10, n_permutation
 
     Notes
     -----
-    The three computations are cached apart (:mod:`prh_lib.score_cache`), each by the content of ``x``
+    The three computations are cached apart (:mod:`prh_lib.results.score_cache`), each by the content of ``x``
     and ``y`` and exactly the options it reads: the layer-pair matrix (``k``, ``device`` as given), the permutation null
     (``k``, ``n_permutations``, ``seed``; not ``alpha``) and the bootstrap at the peak (``k``, ``n_boot``,
     ``seed``, the peak's layers). A call that asks for fewer replicates (``n_boot=0``) is therefore served
     the null another chapter computed with a bootstrap, and the reverse. A rerun at another ``alpha``
-    recalibrates the stored null (:meth:`~prh_lib.metrics.LayerwiseCalibration.at_alpha`), which gives the
+    recalibrates the stored null (:meth:`~prh_lib.stats.LayerwiseCalibration.at_alpha`), which gives the
     same bits as computing it afresh. ``label`` and ``control`` select what is returned, not what is
     computed, so they are in no key.
 

@@ -1,7 +1,7 @@
 """Selection-free estimates for the verdicts: held-out peaks, image-level intervals, paired floor margins.
 
 The verdicts of Sections 3.1 and 3.3 are tests on estimates that were not selected on the data they report
-(:func:`prh_lib.metrics.selection.crossfit_peak`): for each comparison the peak layer pair is chosen on one
+(:func:`prh_lib.stats.selection.crossfit_peak`): for each comparison the peak layer pair is chosen on one
 half of the images and scored on the other (10 random splits, both directions, every caption draw), and its
 95 % interval comes from half-samples of the *images* (without replacement) that re-select the peak in every
 replicate.
@@ -36,15 +36,16 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .. import score_cache
-from ..claims import format_number
-from ..metrics.selection import crossfit_peak, crossfit_peaks, detectable_difference, paired_interval, percentile_interval
-from ..progress import note
-from .controls import control_comparisons, control_features
-from .core import prepare_features
+from prh_lib.results import score_cache
+from prh_lib.formatting import format_interval, format_number
+from prh_lib.stats.selection import (crossfit_peak, crossfit_peaks, detectable_difference, paired_interval,
+    percentile_interval)
+from prh_lib.progress import note
+from prh_lib.analysis.controls import control_comparisons, control_features
+from prh_lib.analysis.core import prepare_features
 
 __all__ = ["QUANTITY", "verdict_controls", "heldout_study", "heldout_summary", "margin", "floor_margins",
-           "format_interval", "heldout_table", "floors_table"]
+           "heldout_table", "floors_table"]
 
 #: ``quantity`` of a comparison's held-out row; a floor's is ``"heldout:control:<kind>"``.
 QUANTITY = "heldout"
@@ -74,7 +75,7 @@ def verdict_controls(pairs_of_models: Sequence[Sequence[str]], modality: Mapping
     ValueError
         As :func:`~prh_lib.analysis.controls.control_comparisons` (unknown modality, random-init member, ...).
     """
-    from .layerwise_study import regime_of
+    from prh_lib.analysis.layerwise import regime_of
 
     out = {}
     for x, y in pairs_of_models:
@@ -166,7 +167,7 @@ def heldout_study(draws, comparisons, *, chapter: str, params: Mapping, k: int =
     chapter, params
         Where the rows go (:func:`prh_lib.results.write`).
     k, n_splits, n_boot, seed
-        As in :func:`prh_lib.metrics.selection.crossfit_peak` (``seed`` also seeds the controls).
+        As in :func:`prh_lib.stats.selection.crossfit_peak` (``seed`` also seeds the controls).
     floors : bool
         Score the floors of :func:`verdict_controls` too.
     svd_components, clip_q, clip, device, dtype, batch_size
@@ -186,8 +187,8 @@ def heldout_study(draws, comparisons, *, chapter: str, params: Mapping, k: int =
     ValueError
         If ``draws`` is empty or spans several datasets.
     """
-    from .. import results as results_table
-    from .layerwise_study import regime_of
+    from prh_lib import results as results_table
+    from prh_lib.analysis.layerwise import regime_of
 
     draws = list(draws)
     if not draws or len({d.dataset for d in draws}) != 1:
@@ -280,7 +281,7 @@ def heldout_summary(df: pd.DataFrame, *, dataset: str | None = None) -> pd.DataF
         and the replicate arrays ``reps``, ``final_reps``, ``lme_reps``, ``depth_x_reps``, ``depth_y_reps``.
         Empty when there are no held-out rows.
     """
-    from ..results import expand_extra_columns
+    from prh_lib.results import expand_extra_columns
 
     if df.empty:
         return pd.DataFrame()
@@ -310,8 +311,8 @@ def margin(summary: pd.DataFrame, a: str, b: str, *, column: str = "reps", ratio
     -------
     dict
         ``estimate`` (difference or ratio of the point estimates), ``low``, ``high`` (paired, centred
-        interval over the shared image half-samples, :func:`prh_lib.metrics.selection.bootstrap_interval`), ``detectable`` (smallest difference this build detects at 80 %
-        power, :func:`prh_lib.metrics.selection.detectable_difference`; NaN for a ratio).
+        interval over the shared image half-samples, :func:`prh_lib.stats.selection.bootstrap_interval`), ``detectable`` (smallest difference this build detects at 80 %
+        power, :func:`prh_lib.stats.selection.detectable_difference`; NaN for a ratio).
 
     Raises
     ------
@@ -357,17 +358,6 @@ def floor_margins(summary: pd.DataFrame, pair: str) -> pd.DataFrame:
     return out.sort_values("floor_score", ascending=False).reset_index(drop=True)
 
 
-def format_interval(estimate: float, low: float, high: float, digits: int = 3, *, sign: bool = False) -> str:
-    """``"0.162 [0.138, 0.203]"``; ``"–"`` for a missing estimate, the point alone without an interval; no
-    negative zeros (:func:`prh_lib.claims.format_number`)."""
-    if estimate is None or not np.isfinite(estimate):
-        return "–"
-    f = lambda v: format_number(v, digits, sign=sign)  # noqa: E731
-    if not (np.isfinite(low) and np.isfinite(high)):
-        return f(estimate)
-    return f"{f(estimate)} [{f(low)}, {f(high)}]"
-
-
 def interval_of(values) -> tuple[float, float]:
     """Percentile 95 % interval of replicate values (re-exported for pages)."""
     return percentile_interval(values)
@@ -381,7 +371,7 @@ def heldout_table(summary: pd.DataFrame, agg: pd.DataFrame | None = None) -> pd.
     summary : DataFrame
         :func:`heldout_summary` of one dataset.
     agg : DataFrame, optional
-        :func:`prh_lib.analysis.layerwise.aggregate_peaks` of the same dataset, for the in-sample peak on all
+        :func:`prh_lib.pages.sec3_1_layerwise.aggregate_peaks` of the same dataset, for the in-sample peak on all
         N (mean ± std over caption draws), labelled as such.
 
     Returns
@@ -391,7 +381,7 @@ def heldout_table(summary: pd.DataFrame, agg: pd.DataFrame | None = None) -> pd.
         [95 % CI over images], in-sample on the same halves, final layers [CI], chance, highest floor,
         margin over it [paired CI], held-out peak location (modal pair, share of selections), k on a half.
     """
-    from ..results import format_mean_std
+    from prh_lib.formatting import format_mean_std
 
     comps = summary[summary["quantity"] == QUANTITY] if len(summary) else summary
     ins = agg.set_index("pair") if agg is not None and len(agg) else None

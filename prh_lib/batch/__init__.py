@@ -32,13 +32,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from .. import data, paper
-from ..models import DTYPES
-from ..profiles import PROFILES, get_profile
-from .plan import (DatasetSpec, Job, clear_caches, describe_plan, plan_study, plan_table, planned_cache_file,
-                   study_from_profile, study_pairs)
-from .run import (EXECUTORS, JobOutcome, RunSummary, StudyTask, choose_batch_size, gpus_needed, group_by_model,
-                  is_out_of_memory, run_job, run_jobs)
+from prh_lib import data
+from prh_lib.data import paper
+from prh_lib.models import DTYPES
+from prh_lib.run.profiles import PROFILES, get_profile
+from prh_lib.batch.plan import (DatasetSpec, Job, clear_caches, describe_plan, plan_study, plan_table,
+    planned_cache_file, study_from_profile, study_pairs)
+from prh_lib.batch.run import (EXECUTORS, JobOutcome, RunSummary, StudyTask, choose_batch_size, gpus_needed,
+    group_by_model, is_out_of_memory, run_job, run_jobs)
 
 __all__ = ["DatasetSpec", "Job", "clear_caches", "describe_plan", "plan_study", "plan_table", "planned_cache_file",
            "study_from_profile", "study_pairs", "EXECUTORS", "JobOutcome", "RunSummary", "StudyTask",
@@ -60,7 +61,7 @@ def _key_value(text: str) -> tuple[str, str]:
 
 
 def _study_args(args, parser) -> list[Job]:
-    from ..runner import parse_override
+    from prh_lib.run.runner import parse_override
 
     try:
         params = get_profile(args.profile)
@@ -90,7 +91,7 @@ def _study_args(args, parser) -> list[Job]:
 
 
 def _capability(args) -> int:
-    from . import capability
+    from prh_lib.batch import capability
 
     params = get_profile(args.profile)
     models = args.models or list(params.get("language_models") or [])
@@ -112,7 +113,7 @@ def _capability(args) -> int:
 
 
 def paths_cache(kind: str):
-    from .. import paths
+    from prh_lib import paths
 
     return paths.cache_dir(kind)
 
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "plan":
         return 0
     lanes = [[int(g) for g in lane.split(",") if g != ""] for lane in args.local_gpus] if args.local_gpus else None
-    from ..schedule import RunStopped, stopping_on_signals
+    from prh_lib.run.schedule import RunStopped, stopping_on_signals
 
     try:  # stopped while it waits: the local jobs it started are ended with it (SLURM's jobs are the cluster's)
         with stopping_on_signals() if args.executor != "slurm" else contextlib.nullcontext():

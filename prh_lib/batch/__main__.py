@@ -2,6 +2,6 @@
 
 import sys
 
-from . import main
+from prh_lib.batch import main
 
 sys.exit(main())

@@ -22,7 +22,7 @@ from typing import Sequence
 
 import submitit
 
-from .. import paths
+from prh_lib import paths
 
 __all__ = ["PAPER_TASKS", "REHEARSAL_TASKS", "CapabilityTask", "capability_file", "run_capability",
            "run_capability_jobs", "capability_table", "write_rehearsal_tasks"]
@@ -53,7 +53,7 @@ def capability_file(model: str, tasks: Sequence[CapabilityTask]) -> Path:
 
 
 def _pretrained(model: str) -> str:
-    from ..models.spec import location, parse_model_name
+    from prh_lib.models.spec import location, parse_model_name
 
     return location(parse_model_name(model))
 
@@ -145,7 +145,7 @@ def capability_table(models: Sequence[str], tasks: Sequence[CapabilityTask] = PA
     table = pd.DataFrame(rows)
     if table.empty:
         return table
-    from ..data import benchmarks
+    from prh_lib.data import benchmarks
 
     published = benchmarks.load_capability_table()  # percent, indexed by model
     column = {"mmlu": "mmlu_5shot", "arc_challenge": "arc_challenge", "gsm8k": "gsm8k_5shot"}

@@ -13,10 +13,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
-from .. import data, extract, paper
-from ..features import CorruptFeatureFileError, check_feature_file
-from ..data.study import DatasetSpec, clear_caches, study_draws, study_pairs
-from ..models import DTYPES
+from prh_lib import data, extract
+from prh_lib.data import paper
+from prh_lib.extract.features import CorruptFeatureFileError, check_feature_file
+from prh_lib.data.study import DatasetSpec, clear_caches, study_draws, study_pairs
+from prh_lib.models import DTYPES
 
 __all__ = ["DatasetSpec", "Job", "study_pairs", "clear_caches", "planned_cache_file", "plan_study", "plan_table",
            "describe_plan", "study_from_profile"]
@@ -108,7 +109,7 @@ def plan_study(
         Model names as understood by :func:`prh_lib.models.load_model` (zoo names, Hub ids, folders). A paper
         VLM named without a tower (``"openai/clip-vit-large-patch14"``, or its stand-in) plans both towers.
     datasets : sequence of DatasetSpec, dict or str
-        Dataset specs; a string names one of :data:`prh_lib.paper.DATASETS`.
+        Dataset specs; a string names one of :data:`prh_lib.data.paper.DATASETS`.
     n_pairs, repetitions, caption_policy : optional
         Override every dataset's value.
     seeds : sequence of int, optional

@@ -22,9 +22,10 @@ from typing import Callable, Iterable, Sequence
 
 import submitit
 
-from .. import extract, paper, paths
-from ..models import dtype_bytes
-from .plan import Job, planned_cache_file
+from prh_lib import extract, paths
+from prh_lib.data import paper
+from prh_lib.models import dtype_bytes
+from prh_lib.batch.plan import Job, planned_cache_file
 
 __all__ = ["EXECUTORS", "JobOutcome", "is_out_of_memory", "choose_batch_size", "run_job", "StudyTask", "RunSummary",
            "gpus_needed", "group_by_model", "run_jobs"]
@@ -177,7 +178,7 @@ class RunSummary:
 def gpus_needed(model: str, *, dtype: str = "bfloat16", gpu_mem_gb: float = 80.0, overhead: float = 1.3) -> int:
     """GPUs to hold a model's weights with headroom: ``ceil(params * bytes * overhead / gpu_mem)``, at least 1.
 
-    The parameter count comes from :data:`prh_lib.paper.MODELS`; other models get one GPU.
+    The parameter count comes from :data:`prh_lib.data.paper.MODELS`; other models get one GPU.
     """
     info = paper.model_info(model)
     if info is None:

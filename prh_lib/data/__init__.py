@@ -10,13 +10,13 @@ caption files), :mod:`~prh_lib.data.tables` (tables read with ``datasets``), :mo
 without images, e.g. the COCO val2017 captions, and disjoint draws).
 """
 
-from .coco import load_coco_folder, load_coco_official, read_coco_captions
-from .pairs import CAPTION_POLICIES, DataError, DataWarning, ImageCaptionDataset, Pairs, sample_pairs
-from .sources import (DEFAULTS, DREAMLIP_COLUMNS, DREAMLIP_LONG, SOURCES, load_cc3m_dreamlip, load_coco_captions,
-                      load_dataset, load_docci, load_wit)
-from .study import DRAW_KINDS, DatasetSpec, Draw, study_draws, study_pairs
-from .tables import TableImage, load_hf_table, open_table, table_to_dataset
-from .text_only import TextOnlyImage, disjoint_pairs, heldout_texts, is_text_only, load_coco_captions_text
+from prh_lib.data.coco import load_coco_folder, load_coco_official, read_coco_captions
+from prh_lib.data.pairs import CAPTION_POLICIES, DataError, DataWarning, ImageCaptionDataset, Pairs, sample_pairs
+from prh_lib.data.sources import (DEFAULTS, DREAMLIP_COLUMNS, DREAMLIP_LONG, SOURCES, load_cc3m_dreamlip,
+    load_coco_captions, load_dataset, load_docci, load_wit)
+from prh_lib.data.study import DRAW_KINDS, DatasetSpec, Draw, study_draws, study_pairs
+from prh_lib.data.tables import TableImage, load_hf_table, open_table, table_to_dataset
+from prh_lib.data.text_only import TextOnlyImage, disjoint_pairs, heldout_texts, is_text_only, load_coco_captions_text
 
 __all__ = [
     "CAPTION_POLICIES", "DataError", "DataWarning", "ImageCaptionDataset", "Pairs", "sample_pairs",

@@ -10,8 +10,8 @@ import json
 import warnings
 from pathlib import Path
 
-from .. import paths
-from .pairs import DataError, DataWarning, ImageCaptionDataset
+from prh_lib import paths
+from prh_lib.data.pairs import DataError, DataWarning, ImageCaptionDataset
 
 __all__ = ["load_coco_folder", "load_coco_official", "read_coco_captions"]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import DataError
+from prh_lib.data.errors import DataError
 
 __all__ = ["to_rgb", "open_rgb"]
 

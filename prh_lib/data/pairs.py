@@ -17,8 +17,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import DataError, DataWarning
-from .images import open_rgb, to_rgb
+from prh_lib.data.errors import DataError, DataWarning
+from prh_lib.data.images import open_rgb, to_rgb
 
 __all__ = ["CAPTION_POLICIES", "DataError", "DataWarning", "ImageCaptionDataset", "Pairs", "sample_pairs"]
 
@@ -78,7 +78,7 @@ class ImageCaptionDataset:
 
 
 def _display_source(source: str) -> str:
-    from .. import paths
+    from prh_lib import paths
 
     return paths.display_path(source) if source else source
 
@@ -163,7 +163,7 @@ class Pairs:
         DataError
             If an image file does not exist (the message names it and its sample).
         """
-        from .. import paths
+        from prh_lib import paths
 
         files = [i for i, item in enumerate(self.images) if isinstance(item, (str, Path))]
         try:

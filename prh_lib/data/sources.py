@@ -38,10 +38,10 @@ import json
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .coco import load_coco_folder, load_coco_official
-from .pairs import DataError, ImageCaptionDataset
-from .tables import _describe, _texts, load_hf_table, open_table, table_to_dataset
-from .text_only import load_coco_captions_text
+from prh_lib.data.coco import load_coco_folder, load_coco_official
+from prh_lib.data.pairs import DataError, ImageCaptionDataset
+from prh_lib.data.tables import _describe, _texts, load_hf_table, open_table, table_to_dataset
+from prh_lib.data.text_only import load_coco_captions_text
 
 __all__ = ["DEFAULTS", "DREAMLIP_COLUMNS", "DREAMLIP_LONG", "SOURCES", "load_dataset", "load_wit",
            "load_coco_captions", "load_docci", "load_cc3m_dreamlip"]

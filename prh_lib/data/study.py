@@ -26,9 +26,9 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from .pairs import DataError, ImageCaptionDataset, Pairs, sample_pairs
-from .sources import SOURCES, load_dataset
-from .text_only import check_disjoint, disjoint_pairs
+from prh_lib.data.pairs import DataError, ImageCaptionDataset, Pairs, sample_pairs
+from prh_lib.data.sources import SOURCES, load_dataset
+from prh_lib.data.text_only import check_disjoint, disjoint_pairs
 
 __all__ = ["DRAW_KINDS", "DatasetSpec", "Draw", "study_pairs", "study_draws", "load_spec_dataset", "clear_caches",
            "headline_dataset"]
@@ -93,7 +93,7 @@ class DatasetSpec:
 
     @classmethod
     def coerce(cls, spec: "DatasetSpec | dict | str") -> "DatasetSpec":
-        """A spec from a :class:`DatasetSpec`, a dict (as in :data:`prh_lib.paper.DATASETS`) or a paper dataset name.
+        """A spec from a :class:`DatasetSpec`, a dict (as in :data:`prh_lib.data.paper.DATASETS`) or a paper dataset name.
 
         Raises
         ------
@@ -106,7 +106,7 @@ class DatasetSpec:
         if isinstance(spec, DatasetSpec):
             return spec
         if isinstance(spec, str):
-            from .. import paper
+            from prh_lib.data import paper
 
             spec = paper.dataset_info(spec)
         if not isinstance(spec, dict):
@@ -284,7 +284,7 @@ def headline_dataset(draws: "list[Draw]") -> str:
     """
     if not draws:
         raise ValueError("headline_dataset needs at least one draw")
-    from .text_only import is_text_only
+    from prh_lib.data.text_only import is_text_only
 
     with_images = [d for d in draws if not (hasattr(d.pairs, "images") and is_text_only(d.pairs))]
     draws = with_images or list(draws)  # a text-only dataset is never the headline while one has images

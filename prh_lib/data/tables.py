@@ -17,8 +17,8 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
-from .. import paths
-from .pairs import DataError, DataWarning, ImageCaptionDataset
+from prh_lib import paths
+from prh_lib.data.pairs import DataError, DataWarning, ImageCaptionDataset
 
 __all__ = ["TableImage", "open_table", "table_to_dataset", "load_hf_table"]
 

@@ -31,9 +31,9 @@ from typing import Iterable
 
 import numpy as np
 
-from .. import paths
-from .coco import read_coco_captions
-from .pairs import DataError, ImageCaptionDataset, Pairs, sample_pairs
+from prh_lib import paths
+from prh_lib.data.coco import read_coco_captions
+from prh_lib.data.pairs import DataError, ImageCaptionDataset, Pairs, sample_pairs
 
 __all__ = ["TEXT_ONLY_FILE", "TextOnlyImage", "is_text_only", "load_coco_captions_text", "check_disjoint",
            "disjoint_pairs", "heldout_texts"]

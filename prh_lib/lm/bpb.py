@@ -21,9 +21,9 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .. import __version__, paths
-from ..progress import bar as progress_bar
-from ..validation import check_texts
+from prh_lib import __version__, paths
+from prh_lib.progress import bar as progress_bar
+from prh_lib.validation import check_texts
 
 __all__ = ["BitsPerByte", "bits_per_byte", "heldout_captions", "study_heldout", "BPB_SOURCES", "bpb_corpus", "BPB_FORMAT_VERSION",
            "bpb_cache_path", "cached_bits_per_byte"]

@@ -10,8 +10,8 @@ import inspect
 import math
 from typing import Sequence
 
-from .. import models
-from ..progress import bar as progress_bar
+from prh_lib import models
+from prh_lib.progress import bar as progress_bar
 
 __all__ = ["load_generator", "render_prompt", "max_new_tokens_for", "greedy_generate"]
 

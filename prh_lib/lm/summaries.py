@@ -22,10 +22,10 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import models, paths
-from ..extract import torch_threads
-from .generate import greedy_generate, load_generator, max_new_tokens_for, render_prompt
-from .quiet import quiet
+from prh_lib import models, paths
+from prh_lib.extract import torch_threads
+from prh_lib.lm.generate import greedy_generate, load_generator, max_new_tokens_for, render_prompt
+from prh_lib.lm.quiet import quiet
 
 __all__ = ["DEFAULT_FRACTIONS", "DEFAULT_PROMPT", "DEFAULT_SYSTEM", "SUMMARY_FORMAT_VERSION", "word_count",
            "target_words", "truncate_text", "truncate_texts", "token_counts", "clean_generation", "Summaries",
@@ -209,7 +209,7 @@ def _versions() -> dict:
     import torch
     import transformers
 
-    from .. import __version__
+    from prh_lib import __version__
 
     return {"prh_lib": __version__, "torch": torch.__version__, "transformers": transformers.__version__}
 

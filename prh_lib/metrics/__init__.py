@@ -6,9 +6,10 @@ One module per metric family, pure functions on arrays (NumPy or torch):
   family's tie semantics: ties straddling the k-th place are averaged over, or broken by lowest index)
 - :mod:`~prh_lib.metrics.kernel`: ``cka_linear``, ``cka_linear_unbiased``, ``cka_rbf``
 - :mod:`~prh_lib.metrics.preprocess`: ``l2_normalize``, ``clip_outliers``, ``center`` (applied by the caller)
-- :mod:`~prh_lib.metrics.calibration`: permutation-calibrated scores (Gröger et al. 2026),
-  Benjamini-Hochberg
-- :mod:`~prh_lib.metrics.bootstrap`: bootstrap confidence intervals over samples
+- :mod:`~prh_lib.metrics.displacement`: the displacement-geometry measures (arXiv 2609.24209)
+- :mod:`~prh_lib.metrics.reference`: the textbook mutual k-NN that the engine is tested against
+
+Calibration, permutation nulls and intervals are statistics of these scores: :mod:`prh_lib.stats`.
 
 Pairwise metrics take ``X (n_samples, d_x)``, ``Y (n_samples, d_y)`` and return a float; layer-wise
 forms take ``(n_layers_x, n_samples, d_x)``, ``(n_layers_y, n_samples, d_y)`` and return an
@@ -21,38 +22,11 @@ from typing import Callable
 
 import numpy as np
 
-from .bootstrap import BootstrapCI, bootstrap_ci
-from .calibration import (
-    CalibratedScore,
-    LayerwiseCalibration,
-    benjamini_hochberg,
-    calibrate,
-    min_permutations,
-    permutation_test,
-    permutation_test_layerwise,
-)
-from .kernel import (
-    cka_linear,
-    cka_linear_layerwise,
-    cka_linear_unbiased,
-    cka_linear_unbiased_layerwise,
-    cka_rbf,
-    cka_rbf_layerwise,
-)
-from .knn import (
-    cknna,
-    cknna_layerwise,
-    cycle_knn,
-    cycle_knn_layerwise,
-    jaccard_knn,
-    jaccard_knn_chance,
-    jaccard_knn_layerwise,
-    knn_indices,
-    mutual_knn,
-    mutual_knn_chance,
-    mutual_knn_layerwise,
-)
-from .preprocess import center, clip_outliers, l2_normalize
+from prh_lib.metrics.kernel import (cka_linear, cka_linear_layerwise, cka_linear_unbiased,
+    cka_linear_unbiased_layerwise, cka_rbf, cka_rbf_layerwise)
+from prh_lib.metrics.knn import (cknna, cknna_layerwise, cycle_knn, cycle_knn_layerwise, jaccard_knn,
+    jaccard_knn_chance, jaccard_knn_layerwise, knn_indices, mutual_knn, mutual_knn_chance, mutual_knn_layerwise)
+from prh_lib.metrics.preprocess import center, clip_outliers, l2_normalize
 
 # The displacement-geometry family (prh_lib.metrics.displacement) is wired in here by its owner.
 METRICS: dict[str, Callable[..., float]] = {
@@ -124,14 +98,4 @@ __all__ = [
     "cka_linear_unbiased_layerwise",
     "cka_rbf",
     "cka_rbf_layerwise",
-    # calibration and uncertainty
-    "CalibratedScore",
-    "LayerwiseCalibration",
-    "calibrate",
-    "min_permutations",
-    "permutation_test",
-    "permutation_test_layerwise",
-    "benjamini_hochberg",
-    "BootstrapCI",
-    "bootstrap_ci",
 ]

@@ -16,9 +16,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from . import _bits as B
-from . import _overlap as O
-from ._neighbours import Hoods, _order
+from prh_lib.metrics import _bits as B
+from prh_lib.metrics import _overlap as O
+from prh_lib.metrics._neighbours import Hoods, _order
 
 __all__: list[str] = []
 

@@ -24,8 +24,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from . import kernel as _ker
-from . import knn as _knn
+from prh_lib.metrics import kernel as _ker
+from prh_lib.metrics import knn as _knn
 
 __all__: list[str] = []
 
@@ -130,8 +130,8 @@ def check_options(name: str, engine: Engine, opts: dict) -> dict:
 
 def resolve(metric: str, X, Y, *, ndim: int, k, device, options: dict):
     """Validate data and options for ``metric``; return ``(engine, X, Y, opts)`` with ``k`` in opts."""
-    from . import _validation as V
-    from .kernel import _check_rbf_options
+    from prh_lib.metrics import _validation as V
+    from prh_lib.metrics.kernel import _check_rbf_options
 
     engine = get_engine(metric)
     opts = dict(check_options(metric, engine, options))

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from . import _validation as V
-from ._bits import Backend
+from prh_lib.metrics import _validation as V
+from prh_lib.metrics._bits import Backend
 
 __all__: list[str] = []
 

@@ -33,8 +33,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
-from . import _bits as B
-from ._neighbours import Hoods
+from prh_lib.metrics import _bits as B
+from prh_lib.metrics._neighbours import Hoods
 
 __all__: list[str] = []
 

@@ -14,9 +14,9 @@ arrays. Pipeline (each step is public, so a caller can compose it):
 
 :func:`displacement_similarity` runs 1-4 for one pair, :func:`displacement_layerwise` for
 all layer pairs (each layer's whitening fitted once). The consensus (shared/private)
-decomposition is :mod:`prh_lib.analysis.displacement_consensus`; the public reference code's own
+decomposition is :mod:`prh_lib.analysis.displacement.consensus`; the public reference code's own
 procedure, which adds the projected means back before the measures, is
-:mod:`prh_lib.analysis.displacement_reference`.
+:mod:`prh_lib.analysis.displacement.procedures`.
 
 Degenerate inputs: a representation with zero variance on the training rows (a ViT's CLS
 token at hidden state 0 is the same vector for every image) has nothing to whiten.
@@ -60,9 +60,8 @@ from prh_lib.metrics._validation import check_int
 
 # the fitted steps (split, whitening, Procrustes), re-exported: this module is the family's one namespace, and
 # the private names are looked up here by the measures (tests patch ``_fit_whitening`` on this module)
-from ._whitening import (  # noqa: F401
-    Whitening, _ZeroVariance, _fit_whitening, _procrustes, _split, _split_sizes, fit_whitening, procrustes,
-    split_indices)
+from prh_lib.metrics._whitening import (Whitening, _ZeroVariance, _fit_whitening, _procrustes, _split, _split_sizes,  # noqa: F401
+    fit_whitening, procrustes, split_indices)
 
 __all__ = ["MEASURES", "Whitening", "DisplacementResult", "split_indices", "fit_whitening", "procrustes",
            "cosine_measures", "displacement_similarity", "displacement_layerwise"]
@@ -168,7 +167,7 @@ def cosine_measures(A, B, *, n_pairs: int = 10_000, seed: int = 0, pairs=None) -
     pairs : tuple of two int arrays of shape (n_pairs,), optional
         Explicit ordered pairs ``(i, j)`` with ``i != j``, used instead of sampled ones (and
         ``n_pairs`` ignored), e.g. each sample with its predecessor as in the public reference
-        code (:func:`prh_lib.analysis.displacement_reference.predecessor_pairs`).
+        code (:func:`prh_lib.analysis.displacement.procedures.predecessor_pairs`).
 
     Returns
     -------

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from . import _validation as V
+from prh_lib.metrics import _validation as V
 
 __all__ = [
     "cka_linear",

@@ -62,13 +62,12 @@ from collections import OrderedDict
 import numpy as np
 import torch
 
-from . import _cknna as C
-from . import _overlap as O
-from . import _validation as V
-from ._bits import Backend
-from ._neighbours import (Hoods, hoods_from_features, hoods_from_similarity, hoods_of_resamples, hoods_of_subsample,
-                          subsample_candidates, similarity,
-                          warn_zero_rows)
+from prh_lib.metrics import _cknna as C
+from prh_lib.metrics import _overlap as O
+from prh_lib.metrics import _validation as V
+from prh_lib.metrics._bits import Backend
+from prh_lib.metrics._neighbours import (Hoods, hoods_from_features, hoods_from_similarity, hoods_of_resamples,
+    hoods_of_subsample, subsample_candidates, similarity, warn_zero_rows)
 
 __all__ = [
     "knn_indices",
@@ -164,7 +163,7 @@ def _prepare(XL: torch.Tensor, *, k: int, metric: str, name: str = "X", source=N
 
 def _gram(XL: torch.Tensor, kind: str):
     """Similarity stack ``(L, N, N)`` float32 and validity ``(L,)`` bool tensor (bootstrap path)."""
-    from ._neighbours import is_constant
+    from prh_lib.metrics._neighbours import is_constant
 
     S = torch.stack([similarity(Z, kind, "X")[0] for Z in XL])
     return S, torch.tensor([not is_constant(Z, kind) for Z in XL])

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ._validation import check_fraction
+from prh_lib.metrics._validation import check_fraction
 
 __all__ = ["l2_normalize", "center", "clip_outliers", "CLIP_SCOPES"]
 

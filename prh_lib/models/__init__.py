@@ -10,17 +10,17 @@ Pooling is named, not applied here: the extraction code pools.
 Modules: :mod:`~prh_lib.models.spec` (names, identities), :mod:`~prh_lib.models.loaded` (the loaded
 model, dtypes, placement), :mod:`~prh_lib.models.hf`, :mod:`~prh_lib.models.timm_cnn`,
 :mod:`~prh_lib.models.two_tower` (loaders), :mod:`~prh_lib.models.random_init`, :mod:`~prh_lib.models.load`
-(the dispatcher), :mod:`~prh_lib.models.zoo` and :mod:`~prh_lib.models.converters` (the offline zoo).
+(the dispatcher), :mod:`~prh_lib.models.zoo` and :mod:`~prh_lib.models.zoo.converters` (the offline zoo).
 """
 
-from .hf import CausalLM, load_causal_lm
-from .load import UnsafeWeightsError, describe, load_model, load_tokenizer
-from .loaded import DTYPES, LoadedModel, dtype_bytes, dtype_name, torch_dtype
-from .random_init import random_init
-from .spec import (JOINT_MODEL_TYPES, VISION_MODEL_TYPES, ModelIdentity, ModelSpec, parse_model_name,
-                   resolve_identity)
-from .two_tower import TextChunking
-from .zoo import ZOO, ModelNotAvailableError
+from prh_lib.models.hf import CausalLM, load_causal_lm
+from prh_lib.models.load import UnsafeWeightsError, describe, load_model, load_tokenizer
+from prh_lib.models.loaded import DTYPES, LoadedModel, dtype_bytes, dtype_name, torch_dtype
+from prh_lib.models.random_init import random_init
+from prh_lib.models.spec import (JOINT_MODEL_TYPES, VISION_MODEL_TYPES, ModelIdentity, ModelSpec, parse_model_name,
+    resolve_identity)
+from prh_lib.models.two_tower import TextChunking
+from prh_lib.models.zoo import ZOO, ModelNotAvailableError
 
 __all__ = ["LoadedModel", "describe", "load_model", "load_tokenizer", "load_causal_lm", "CausalLM", "resolve_identity", "parse_model_name",
            "ModelSpec", "ModelIdentity", "ModelNotAvailableError", "VISION_MODEL_TYPES", "JOINT_MODEL_TYPES",

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .loaded import LoadedModel, dtype_kwarg, freeze, hf_labels, input_device, placement, torch_dtype
-from .spec import ModelSpec, hf_config, infer_modality, is_causal_lm, location, parse_model_name, remote_code_kwargs
-from .zoo import ModelNotAvailableError
+from prh_lib.models.loaded import LoadedModel, dtype_kwarg, freeze, hf_labels, input_device, placement, torch_dtype
+from prh_lib.models.spec import (ModelSpec, hf_config, infer_modality, is_causal_lm, location, parse_model_name,
+    remote_code_kwargs)
+from prh_lib.models.zoo import ModelNotAvailableError
 
 __all__ = ["load_hf", "CausalLM", "load_causal_lm", "text_tokenizer"]
 

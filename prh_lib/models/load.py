@@ -14,13 +14,13 @@ from pathlib import Path
 
 import torch
 
-from . import zoo
-from .hf import load_hf
-from .loaded import MODALITIES, LoadedModel
-from .random_init import random_init
-from .spec import ModelSpec, is_timm_folder, location, parse_model_name, random_init_revision
-from .timm_cnn import build_timm, timm_source_name
-from .two_tower import load_joint
+from prh_lib.models import zoo
+from prh_lib.models.hf import load_hf
+from prh_lib.models.loaded import MODALITIES, LoadedModel
+from prh_lib.models.random_init import random_init
+from prh_lib.models.spec import ModelSpec, is_timm_folder, location, parse_model_name, random_init_revision
+from prh_lib.models.timm_cnn import build_timm, timm_source_name
+from prh_lib.models.two_tower import load_joint
 
 __all__ = ["load_model", "load_spec", "load_tokenizer", "describe", "UnsafeWeightsError"]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from ..validation import check_seed
-from .loaded import LoadedModel, freeze
+from prh_lib.validation import check_seed
+from prh_lib.models.loaded import LoadedModel, freeze
 
 __all__ = ["random_init"]
 

@@ -27,8 +27,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import standins, zoo
-from .zoo import ModelNotAvailableError
+from prh_lib.models import standins, zoo
+from prh_lib.models.zoo import ModelNotAvailableError
 
 __all__ = ["ModelSpec", "ModelIdentity", "parse_model_name", "resolve_identity", "VISION_MODEL_TYPES",
            "JOINT_MODEL_TYPES", "POOLING", "TOWER_MODALITY"]
@@ -312,7 +312,7 @@ def remote_code_kwargs(path_or_id: str) -> dict:
     """``{"trust_remote_code": True}`` for a paper model that needs its repository's code, if allowed; else ``{}``.
 
     Running a model repository's Python code is allowed only explicitly, with the environment variable
-    ``PRH_TRUST_REMOTE_CODE=1`` (:data:`prh_lib.paper.TRUST_REMOTE_CODE_ENV`), because the code runs with your
+    ``PRH_TRUST_REMOTE_CODE=1`` (:data:`prh_lib.data.paper.TRUST_REMOTE_CODE_ENV`), because the code runs with your
     permissions and the weights come under their own licence (NV-Embed-v2: CC-BY-NC-4.0).
 
     Raises
@@ -323,7 +323,7 @@ def remote_code_kwargs(path_or_id: str) -> dict:
     """
     import os
 
-    from .. import paper
+    from prh_lib.data import paper
 
     info = paper.model_info(str(path_or_id))
     needs = info and info.get("remote_code")

@@ -24,8 +24,9 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import paper, paths
-from . import integrity
+from prh_lib.data import paper
+from prh_lib import paths
+from prh_lib.models import integrity
 
 #: File in a stand-in folder recording the size, mtime and sha256 of its other files (checked on each use).
 MANIFEST_FILE = "prh_standin.json"
@@ -79,7 +80,7 @@ _R1_TOK = Tok("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<
 _LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
                 "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 
-#: The stand-in of every paper family (keys: :data:`prh_lib.paper.MODELS` ``family``).
+#: The stand-in of every paper family (keys: :data:`prh_lib.data.paper.MODELS` ``family``).
 STANDINS: dict[str, StandIn] = {
     "dinov2": StandIn("dinov2", "Dinov2Model", None, "CLS token at 0, no registers; layerscale"),
     "dinov3": StandIn("dinov3", "DINOv3ViTModel", None,

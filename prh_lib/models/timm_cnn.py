@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from .loaded import LoadedModel, freeze, timm_all_stages
-from .spec import hub_unreachable_hint
-from .zoo import ModelNotAvailableError
+from prh_lib.models.loaded import LoadedModel, freeze, timm_all_stages
+from prh_lib.models.spec import hub_unreachable_hint
+from prh_lib.models.zoo import ModelNotAvailableError
 
 __all__ = ["timm_source_name", "build_timm"]
 

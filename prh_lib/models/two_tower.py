@@ -17,12 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .loaded import LoadedModel, dtype_kwarg, freeze, hf_labels, input_device, placement
-from .spec import JOINT_MODEL_TYPES, TOWER_MODALITY, ModelSpec, joint_config
-from .hf import text_tokenizer
-from .standins import SUFFIX
-from .vlm import VLM_MODEL_TYPES, load_vlm
-from .zoo import ModelNotAvailableError
+from prh_lib.models.loaded import LoadedModel, dtype_kwarg, freeze, hf_labels, input_device, placement
+from prh_lib.models.spec import JOINT_MODEL_TYPES, TOWER_MODALITY, ModelSpec, joint_config
+from prh_lib.models.hf import text_tokenizer
+from prh_lib.models.standins import SUFFIX
+from prh_lib.models.vlm import VLM_MODEL_TYPES, load_vlm
+from prh_lib.models.zoo import ModelNotAvailableError
 
 __all__ = ["TextChunking", "load_joint"]
 

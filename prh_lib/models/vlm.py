@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import torch
 
-from .loaded import LoadedModel, dtype_kwarg, freeze, hf_labels, input_device, placement, vlm_layer_outputs
-from .zoo import ModelNotAvailableError
+from prh_lib.models.loaded import (LoadedModel, dtype_kwarg, freeze, hf_labels, input_device, placement,
+    vlm_layer_outputs)
+from prh_lib.models.zoo import ModelNotAvailableError
 
 __all__ = ["VLM_MODEL_TYPES", "IMAGE_SIZE", "load_vlm", "vlm_layer_outputs"]
 

@@ -1,0 +1,133 @@
+"""Golden copy of a build's numbers and verdicts, and a diff of two copies (issue 40: moves change no number).
+
+    python benchmarks/golden.py save DEST [--book book] [--cache .cache]   # records + results table of a build
+    python benchmarks/golden.py diff OLD NEW                               # exit 1 when a number or verdict moved
+
+``save`` writes, for every executed notebook in the book folder, every record the notebook glued (its numbers,
+claims and verdicts) as sorted JSON, and the results table (latest run per chapter, params and draw; the
+provenance columns that name a run or a commit dropped) as CSV sorted on every remaining column. It reads the
+notebooks and the Parquet parts directly, so it works on a checkout before and after the library moves.
+``diff`` compares two such folders: records exactly (floats to 1e-12 relative), tables cell by cell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import math
+import sys
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+
+#: columns that name a run, a time, a commit or the library's version, not a number of the study
+VOLATILE = ("run_id", "created", "commit", "lib_version")
+#: record keys whose values are provenance (paths, times, commit), not numbers of the study
+VOLATILE_KEYS = {"commit", "run_id", "created", "lib_version", "elapsed_s", "seconds", "started", "finished"}
+
+
+def records(ipynb: Path) -> dict:
+    nb = nbformat.read(str(ipynb), as_version=4)
+    found = {}
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            scrap = out.get("metadata", {}).get("scrapbook", {})
+            if "name" in scrap:
+                found[scrap["name"]] = json.loads(ast.literal_eval(
+                    out["data"][scrap.get("mime_prefix", "") + "text/plain"]))
+    return found
+
+
+def latest_rows(cache: Path) -> pd.DataFrame:
+    """The results table's latest rows per (chapter, params_hash, dataset, draw), as results.load keeps them."""
+    parts = sorted((cache / "results").rglob("*.parquet"))
+    df = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True) if parts else pd.DataFrame()
+    if df.empty:
+        return df
+    key = ["chapter", "params_hash", "dataset", "draw"]
+    last = df.groupby(key, dropna=False)["created"].transform("max")
+    df = df[df["created"] == last].drop(columns=[c for c in VOLATILE if c in df])
+    df = df.astype({c: "string" for c in df.columns if df[c].dtype == object})
+    return df.sort_values(list(df.columns), kind="stable", na_position="last").reset_index(drop=True)
+
+
+def save(dest: Path, book: Path, cache: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for ipynb in sorted(book.glob("*.ipynb")):
+        rec = records(ipynb)
+        if rec:
+            (dest / f"{ipynb.stem}.json").write_text(json.dumps(rec, sort_keys=True, indent=1))
+    latest_rows(cache).to_csv(dest / "results.csv", index=False)
+    print(f"saved {len(list(dest.glob('*.json')))} notebooks' records and the results table to {dest}")
+
+
+def _walk(a, b, where: str, out: list[str]) -> None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            if key in VOLATILE_KEYS:
+                continue
+            if key not in a or key not in b:
+                out.append(f"{where}/{key}: only in {'new' if key in b else 'old'}")
+            else:
+                _walk(a[key], b[key], f"{where}/{key}", out)
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            _walk(x, y, f"{where}[{i}]", out)
+    elif isinstance(a, float) and isinstance(b, float):
+        if not (a == b or math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15)):
+            out.append(f"{where}: {a!r} -> {b!r}")
+    elif a != b:
+        out.append(f"{where}: {str(a)[:120]!r} -> {str(b)[:120]!r}")
+
+
+def diff(old: Path, new: Path) -> int:
+    out: list[str] = []
+    names = sorted({p.name for p in old.glob("*.json")} | {p.name for p in new.glob("*.json")})
+    n_values = 0
+    for name in names:
+        if not (old / name).exists() or not (new / name).exists():
+            out.append(f"{name}: only in {'new' if (new / name).exists() else 'old'}")
+            continue
+        a, b = json.loads((old / name).read_text()), json.loads((new / name).read_text())
+        n_values += len(json.dumps(a))
+        _walk(a, b, name, out)
+    ta, tb = pd.read_csv(old / "results.csv"), pd.read_csv(new / "results.csv")
+    # a cache may also hold other parameter sets' runs (tests, sweeps): compare the (chapter, params) in both
+    both = set(map(tuple, ta[["chapter", "params_hash"]].values)) & set(map(tuple, tb[["chapter", "params_hash"]].values))
+    ta, tb = (t[[tuple(r) in both for r in t[["chapter", "params_hash"]].values]].reset_index(drop=True)
+              for t in (ta, tb))
+    print(f"results.csv: {len(both)} (chapter, parameter set) runs in both copies")
+    if list(ta.columns) != list(tb.columns) or len(ta) != len(tb):
+        out.append(f"results.csv: {len(ta)} rows x {ta.shape[1]} -> {len(tb)} rows x {tb.shape[1]}")
+    else:
+        neq = ~((ta == tb) | (ta.isna() & tb.isna()))
+        for col in ta.columns[neq.any()]:
+            out.append(f"results.csv/{col}: {int(neq[col].sum())} of {len(ta)} cells differ")
+    for line in out[:200]:
+        print(line)
+    print(f"{len(names)} notebooks' records, {len(ta)} result rows compared: "
+          f"{'identical' if not out else f'{len(out)} differences'}")
+    return 1 if out else 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("save")
+    s.add_argument("dest", type=Path)
+    s.add_argument("--book", type=Path, default=Path("book"))
+    s.add_argument("--cache", type=Path, default=Path(".cache"))
+    d = sub.add_parser("diff")
+    d.add_argument("old", type=Path)
+    d.add_argument("new", type=Path)
+    args = ap.parse_args(argv)
+    if args.cmd == "save":
+        save(args.dest, args.book, args.cache)
+        return 0
+    return diff(args.old, args.new)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,2 @@
+"""Section 3.2 / App. F: caption detail (:mod:`.study`), image-level intervals (:mod:`.intervals`).
+"""

@@ -1,0 +1,297 @@
+"""Forward passes and pooling: one vector per sample and layer from a model's hidden states.
+
+:mod:`prh_lib.extract` (the public entry point, with the feature cache) calls these:
+
+- :func:`mean_pool` (language models: mean over real tokens), :func:`cls_pool` (ViTs: the CLS token),
+  :func:`gap_pool` (CNNs: global average pooling), and :func:`stack_layers` (layers of different widths);
+- the text pass (length-sorted batches, positions from the attention mask so padding never shifts them),
+  the text pass of a causal LM that shares token prefixes between texts (:func:`prefix_servers`), the
+  chunked text pass of two-tower text towers, and the image pass.
+
+References
+----------
+Huh et al. (2024), App. A (mean-pooled language-model hidden states, CLS / pooled vision features);
+Herbst et al., Section 2 (features of every layer).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from prh_lib import models
+from prh_lib.data import DataError, Pairs
+from prh_lib.progress import bar as progress_bar
+
+__all__ = ["mean_pool", "cls_pool", "gap_pool", "stack_layers", "prefix_servers", "shares_prefixes"]
+
+
+# --------------------------------------------------------------------------------------------------------
+# pooling
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Mean over real tokens: ``hidden`` (B, T, d), ``attention_mask`` (B, T) of 0/1 -> (B, d) float32.
+
+    Padded positions are excluded with ``masked_fill`` (not multiplication), so non-finite values that
+    some attention kernels leave at fully masked positions cannot leak into the mean.
+    """
+    mask = attention_mask.to(torch.bool).unsqueeze(-1)
+    summed = hidden.float().masked_fill(~mask, 0.0).sum(dim=1)
+    return summed / mask.sum(dim=1).clamp(min=1).float()
+
+
+def cls_pool(hidden: torch.Tensor) -> torch.Tensor:
+    """CLS token (position 0): ``hidden`` (B, T, d) -> (B, d) float32."""
+    return hidden[:, 0].float()
+
+
+def stack_layers(pooled: Sequence[torch.Tensor]) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """Stack per-layer ``(B, d_l)`` features into ``(L, B, max d_l)``, zero-padding narrower layers.
+
+    Returns the stack and the true widths ``d_l``.
+    """
+    dims = tuple(int(p.shape[-1]) for p in pooled)
+    width = max(dims)
+    return torch.stack([torch.nn.functional.pad(p, (0, width - p.shape[-1])) for p in pooled]), dims
+
+
+def gap_pool(fmap: torch.Tensor) -> torch.Tensor:
+    """Global average pool: ``fmap`` (B, C, H, W) -> (B, C) float32 (or (B, T, C) token maps -> mean over T)."""
+    if fmap.ndim == 4:
+        return fmap.float().mean(dim=(2, 3))
+    if fmap.ndim == 3:
+        return fmap.float().mean(dim=1)
+    raise ValueError(f"cannot global-average-pool a tensor of shape {tuple(fmap.shape)}")
+
+
+# --------------------------------------------------------------------------------------------------------
+# extraction
+
+
+def _accepts(module: torch.nn.Module, name: str) -> bool:
+    try:
+        return name in inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+@torch.inference_mode()
+def _extract_text(model, texts: Sequence[str], *, batch_size: int, padding_side: str, max_length: int | None, progress: bool):
+    tok = model.tokenizer
+    tok.padding_side = padding_side
+    enc_kwargs = {"truncation": max_length is not None}
+    if max_length is not None:
+        enc_kwargs["max_length"] = max_length
+    lengths = [len(ids) for ids in tok(list(texts), **enc_kwargs)["input_ids"]]
+    if min(lengths, default=1) == 0:
+        rows = [i for i, n in enumerate(lengths) if n == 0]
+        raise DataError(f"{len(rows)} texts tokenize to no token for {model.name!r} (rows {rows[:5]}, e.g. "
+                        f"{texts[rows[0]]!r:.60}); they would pool to all-zero feature rows")
+    order = np.argsort(lengths, kind="stable")  # length-sorted batches waste little padding
+    pass_positions = _accepts(model.module, "position_ids")
+    out = None
+    bar = progress_bar(total=len(texts), desc=f"{model.name} (text)", unit="caption", show=progress)
+    for start in range(0, len(texts), batch_size):
+        rows = order[start : start + batch_size]
+        enc = tok([texts[i] for i in rows], padding=True, return_tensors="pt", **enc_kwargs)
+        inputs = {"input_ids": enc["input_ids"].to(model.device), "attention_mask": enc["attention_mask"].to(model.device)}
+        if "token_type_ids" in enc:
+            inputs["token_type_ids"] = enc["token_type_ids"].to(model.device)
+        if pass_positions:
+            # positions count real tokens only, so left padding does not shift them
+            inputs["position_ids"] = (inputs["attention_mask"].long().cumsum(-1) - 1).clamp(min=0)
+        layers = model.layer_outputs(**inputs)
+        # pool each layer where it lives (a sharded model spreads layers over GPUs)
+        # a (B, d) output (the last-token "projection" of a decoder-embedding VLM) is already pooled
+        pooled, dims = stack_layers([(mean_pool(h, inputs["attention_mask"].to(h.device)) if h.ndim == 3 else h.float()).cpu()
+                                     for h in layers])
+        if out is None:
+            out = torch.empty(len(layers), len(texts), pooled.shape[-1], dtype=torch.float32)
+        out[:, torch.as_tensor(rows)] = pooled
+        bar.update(len(rows))
+    bar.close()
+    return out, dims
+
+
+def prefix_servers(token_ids: Sequence[Sequence[int]]) -> np.ndarray:
+    """For each token sequence, the index of a sequence that starts with it and is not itself a prefix of another.
+
+    A causal language model's hidden state at position t depends only on tokens 0..t, so the mean-pooled
+    features of a text whose tokens are a prefix of another text's (a caption and the same caption with more
+    captions appended; a truncation of a longer text) can be read off the longer text's forward pass. In
+    lexicographic order a prefix is immediately followed by a sequence that starts with it, if any does, so one
+    sort and one backward sweep find every maximal sequence.
+
+    Parameters
+    ----------
+    token_ids : sequence of sequences of int, length n
+
+    Returns
+    -------
+    ndarray of int, shape (n,)
+        ``server[i]``: the sequence whose forward pass serves sequence i (``i`` itself when none extends it).
+        Identical sequences share one server.
+    """
+    seqs = [tuple(t) for t in token_ids]
+    order = sorted(range(len(seqs)), key=lambda i: seqs[i])
+    server = np.arange(len(seqs))
+    for a, b in zip(reversed(order[:-1]), reversed(order[1:])):
+        longer = seqs[b]
+        if longer[:len(seqs[a])] == seqs[a]:
+            server[a] = server[b]
+    return server
+
+
+def shares_prefixes(model) -> bool:
+    """Whether ``model`` is a causal language model whose mean-pooled features of a token prefix can be read off
+    a longer sequence's forward pass (:func:`prefix_servers`): decoder-only, mean pooling, no text chunking."""
+    if (getattr(model, "modality", None) != "language" or getattr(model, "pooling", None) != "mean"
+            or getattr(model, "text_chunking", None) is not None):
+        return False
+    config = getattr(model.module, "config", None)
+    return config is not None and models.spec.is_causal_lm(config)
+
+
+@torch.inference_mode()
+def prefix_tolerance(dtype: torch.dtype) -> float:
+    """Largest relative difference between a prefix read off a longer text and the prefix run alone that is
+    round-off: ``max(1e-3, 4 eps)`` of the weights' dtype (float32 1e-3, float16 3.9e-3, bfloat16 3.1e-2).
+
+    Float32 round-off is ~1e-6 here; bfloat16 weights give ~2e-3 (other GEMM shapes for the two lengths); a
+    model that is not causal differs by order 1.
+    """
+    return max(1e-3, 4 * torch.finfo(dtype).eps)
+
+
+def _extract_text_shared(model, texts: Sequence[str], *, batch_size: int, max_length: int | None, progress: bool,
+                         check: bool = True):
+    """:func:`_extract_text` for a causal LM, running only the texts that no other text extends.
+
+    Each text is served by the forward pass of a text whose tokens start with its tokens
+    (:func:`prefix_servers`): its features are the mean of the first ``len(text tokens)`` hidden states of that
+    pass, per layer (a cumulative sum over positions). A text served by itself is pooled exactly as in
+    :func:`_extract_text`. With ``check``, the first text served by a longer one is also run on its own, and a
+    difference beyond round-off (:func:`prefix_tolerance`: the model is not causal after all) raises
+    RuntimeError.
+
+    Returns
+    -------
+    (Tensor of shape (n_layers, n_texts, dim), tuple of int)
+        As :func:`_extract_text`; equal to it up to float32 round-off.
+    """
+    tok = model.tokenizer
+    tok.padding_side = "right"
+    enc_kwargs = {"truncation": max_length is not None}
+    if max_length is not None:
+        enc_kwargs["max_length"] = max_length
+    ids = tok(list(texts), **enc_kwargs)["input_ids"]
+    lengths = np.array([len(t) for t in ids])
+    if lengths.min(initial=1) == 0:
+        rows = np.flatnonzero(lengths == 0).tolist()
+        raise DataError(f"{len(rows)} texts tokenize to no token for {model.name!r} (rows {rows[:5]}, e.g. "
+                        f"{texts[rows[0]]!r:.60}); they would pool to all-zero feature rows")
+    server = prefix_servers(ids)
+    runs = np.unique(server)
+    served = {int(r): np.flatnonzero(server == r) for r in runs}
+    runs = runs[np.argsort(lengths[runs], kind="stable")]  # length-sorted batches waste little padding
+    pass_positions = _accepts(model.module, "position_ids")
+    out, dims, checked = None, None, not check
+    bar = progress_bar(total=len(texts), desc=f"{model.name} (text, shared prefixes)", unit="caption", show=progress)
+    for start in range(0, len(runs), batch_size):
+        rows = runs[start : start + batch_size]
+        enc = tok([texts[i] for i in rows], padding=True, return_tensors="pt", **enc_kwargs)
+        inputs = {"input_ids": enc["input_ids"].to(model.device), "attention_mask": enc["attention_mask"].to(model.device)}
+        if pass_positions:
+            inputs["position_ids"] = (inputs["attention_mask"].long().cumsum(-1) - 1).clamp(min=0)
+        layers = model.layer_outputs(**inputs)
+        # (text, batch row, tokens) of every text served by this batch
+        who = [(int(i), b, int(lengths[i])) for b, r in enumerate(rows) for i in served[int(r)]]
+        pooled = []
+        for h in layers:
+            mask = inputs["attention_mask"].to(h.device)
+            own = mean_pool(h, mask).cpu()  # (B, d): each run text on its own tokens, as _extract_text pools
+            csum = h.float().masked_fill(~mask.bool().unsqueeze(-1), 0.0).cumsum(dim=1).cpu()  # (B, T, d)
+            pooled.append(torch.stack([own[b] if n == int(lengths[rows[b]]) else csum[b, n - 1] / n
+                                       for _, b, n in who]))
+        pooled, dims = stack_layers(pooled)
+        if out is None:
+            out = torch.empty(len(layers), len(texts), pooled.shape[-1], dtype=torch.float32)
+        out[:, torch.as_tensor([i for i, _, _ in who])] = pooled
+        if not checked:
+            prefix = next((i for i, b, n in who if n < int(lengths[rows[b]])), None)
+            if prefix is not None:
+                alone, _ = _extract_text(model, [texts[prefix]], batch_size=1, padding_side="right",
+                                         max_length=max_length, progress=None)  # None: no bar of its own
+                err = float((alone[:, 0] - out[:, prefix]).abs().max() / alone[:, 0].abs().max().clamp(min=1e-12))
+                tol = prefix_tolerance(model.dtype)
+                if err > tol:
+                    raise RuntimeError(f"{model.name!r}: features of a token prefix read off a longer text differ "
+                                       f"from the prefix run alone (relative error {err:.2g}); the model is not "
+                                       "causal, so prefixes cannot be shared")
+                checked = True
+        bar.update(len(who))
+    bar.close()
+    return out, dims
+
+
+@torch.inference_mode()
+def _extract_text_chunked(model, texts: Sequence[str], *, batch_size: int, max_length: int | None, progress: bool):
+    """Text towers of two-tower models (``model.text_chunking``, Herbst et al. Section 3.3).
+
+    Each caption is split into consecutive token windows that fit the text context (each with the model's
+    special tokens; :class:`prh_lib.models.TextChunking`), every chunk is embedded, and each layer's pooled
+    chunk features are averaged per caption, weighted by the caption tokens in each chunk. Hidden states
+    are mean-pooled over the chunk's real tokens; the ``"projection"`` output (B, d) is already pooled.
+    A caption that fits is a single chunk with weight exactly 1, so its features equal the plain path's.
+    """
+    chunking = model.text_chunking
+    chunks, owner, n_tokens = chunking.encode(model.tokenizer, texts, max_length=max_length)
+    weight = torch.as_tensor(n_tokens / np.bincount(owner, weights=n_tokens)[owner], dtype=torch.float32)
+    order = np.argsort([len(c) for c in chunks], kind="stable")
+    out = None
+    bar = progress_bar(total=len(chunks), desc=f"{model.name} (text chunks)", unit="chunk", show=progress)
+    for start in range(0, len(chunks), batch_size):
+        rows = torch.as_tensor(order[start : start + batch_size])
+        inputs, real = chunking.collate([chunks[i] for i in rows.tolist()])
+        layers = model.layer_outputs(**inputs)
+        pooled, dims = stack_layers([(mean_pool(h, real.to(h.device)) if h.ndim == 3 else h.float()).cpu()
+                                     for h in layers])
+        if out is None:
+            out = torch.zeros(len(layers), len(texts), pooled.shape[-1], dtype=torch.float32)
+        out.index_add_(1, torch.as_tensor(owner)[rows], pooled * weight[rows].view(1, -1, 1))
+        bar.update(len(rows))
+    bar.close()
+    return out, dims
+
+
+@torch.inference_mode()
+def _extract_images(model, pairs: Pairs, *, batch_size: int, progress: bool):
+    pool = {"cls": lambda h: cls_pool(h), "gap": gap_pool, "mean": gap_pool}[model.pooling]
+    out = None
+    n = len(pairs)
+    bar = progress_bar(total=n, desc=f"{model.name} (images)", unit="image", show=progress)
+    for start in range(0, n, batch_size):
+        rows = list(range(start, min(start + batch_size, n)))
+        pixels = model.image_transform(pairs.load_images(rows)).to(model.device, model.dtype)
+        layers = model.layer_outputs(pixel_values=pixels)
+        # a (B, d) output (the "projection" of a two-tower model) is already pooled
+        pooled, dims = stack_layers([(pool(h) if h.ndim > 2 else h.float()).cpu() for h in layers])
+        if out is None:
+            out = torch.empty(len(layers), n, pooled.shape[-1], dtype=torch.float32)
+        out[:, start : start + len(rows)] = pooled
+        bar.update(len(rows))
+    bar.close()
+    return out, dims
+
+
+def _check_texts(pairs: Pairs) -> None:
+    """Refuse empty texts: a caption without tokens would pool to an all-zero feature row."""
+    blank = [sid for sid, text in zip(pairs.sample_ids, pairs.texts) if not isinstance(text, str) or not text.strip()]
+    if blank:
+        raise DataError(f"{len(blank)} of the {len(pairs)} texts of {pairs.dataset!r} ({pairs.caption_policy}) are "
+                        f"empty or not strings (samples {blank[:5]}); an empty text has no tokens to pool and "
+                        "would become an all-zero feature row")

@@ -1,0 +1,478 @@
+"""Section 3.1: where does alignment emerge? Every layer pair of each model pair, against chance and controls.
+
+:func:`compare_pairs` scores each comparison with :func:`~prh_lib.analysis.core.score_pair`.
+Over a study's datasets and draws, :func:`run_study` scores every draw and writes every score to the
+results table (:func:`pair_rows`, quantities :data:`QUANTITIES`), :func:`clip_variants` adds the peaks under
+other clipping choices; from the table, :func:`aggregate_peaks` gives mean ± std over draws,
+:func:`headline_table`, :func:`peak_locations` and :func:`clip_effect_table` the page's tables,
+:func:`findings` the rows of "The paper and this build" and :func:`describe_findings` the prose, generated
+from the numbers. :func:`summary_table` / :func:`describe_peaks` remain for one draw.
+
+The scoring and the study (:func:`compare_pairs`, :func:`run_study`, :func:`pair_rows`, :func:`clip_variants`,
+:func:`aggregate_peaks`) live in :mod:`~prh_lib.analysis.layerwise` and are re-exported here; this module
+holds the page: tables, findings, prose and the record.
+
+References
+----------
+Herbst et al., Section 3.1 and Figure 1; Huh et al. (2024), App. A (mutual k-NN); Groeger et al. (2026),
+Sec. 5 (calibration).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from prh_lib.results import expand_extra_columns
+from prh_lib.formatting import format_mean_std
+from prh_lib.formatting import format_number
+from prh_lib.analysis.core import AlignmentMatrix, PairResult
+from prh_lib.analysis.heldout import floor_margins
+from prh_lib.formatting import format_interval
+
+# the computation (scoring, the study over draws), re-exported: this module stays the chapter's one namespace
+from prh_lib.analysis.layerwise import (QUANTITIES, aggregate_peaks, clip_variants, compare_pairs, pair_rows,  # noqa: F401
+    regime_of, run_study)
+from prh_lib import formatting
+
+__all__ = ["compare_pairs", "peak_table", "summary_table", "describe_peaks", "to_record", "regime_of",
+           "pair_rows", "run_study", "clip_variants", "aggregate_peaks", "headline_table", "peak_locations",
+           "clip_effect_table", "describe_clip_effect", "findings", "describe_findings", "QUANTITIES", "draws_table",
+           "other_peaks", "in_paper_setting"]
+
+
+def peak_table(matrices: dict[str, AlignmentMatrix], controls: dict[str, AlignmentMatrix] | None = None,
+               chance: float | None = None) -> pd.DataFrame:
+    """One row per model pair: peak score and its layers, the final-layer score, controls.
+
+    Parameters
+    ----------
+    matrices : dict of str to AlignmentMatrix
+        Pair label -> alignment matrix.
+    controls : dict of str to AlignmentMatrix, optional
+        Pair label -> the same metric with shuffled pairing; its maximum over layer pairs is reported.
+    chance : float, optional
+        Analytic chance level (e.g. k/(N-1) for mutual k-NN).
+    """
+    rows = []
+    for label, m in matrices.items():
+        i, j, best = m.peak
+        dx, dy = m.relative_depth()
+        row = {
+            "pair": label,
+            "peak": best,
+            "peak layer x": m.x_labels[i],
+            "peak layer y": m.y_labels[j],
+            "peak depth x": dx,
+            "peak depth y": dy,
+            "final layers": m.final,
+            "peak / final": best / m.final if m.final > 0 else np.nan,
+        }
+        if controls and label in controls:
+            row["shuffled (max)"] = float(np.nanmax(controls[label].scores))
+            row["shuffled (mean)"] = float(np.nanmean(controls[label].scores))
+        if chance is not None:
+            row["chance"] = chance
+            row["peak / chance"] = best / chance
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("pair")
+
+
+def summary_table(results: list[PairResult], *, chance: float | None = None) -> pd.DataFrame:
+    """:func:`peak_table` of ``results`` plus the peak's bootstrap interval and calibrated scores.
+
+    Columns added: ``peak 95% CI`` ("–" for results scored without a bootstrap), ``calibrated (max)``
+    and ``p (max)`` (selection-aware null over all layer pairs), ``calibrated (final)`` and ``p (final)``
+    (the final-layer pair against its own null).
+    """
+    table = peak_table({r.label: r.matrix for r in results}, {r.label: r.control for r in results}, chance=chance)
+    ci, cal_max, p_max, cal_last, p_last = [], [], [], [], []
+    for r in results:
+        ci.append("–" if r.peak_ci is None else f"[{r.peak_ci.low:.3f}, {r.peak_ci.high:.3f}]")  # n_boot = 0
+        cal_max.append(r.calibration.calibrated_max)
+        p_max.append(r.calibration.p_max)
+        cal_last.append(float(r.calibration.calibrated[-1, -1]))
+        p_last.append(float(r.calibration.p_value[-1, -1]))
+    table.insert(1, "peak 95% CI", ci)
+    table["calibrated (max)"] = cal_max
+    table["p (max)"] = p_max
+    table["calibrated (final)"] = cal_last
+    table["p (final)"] = p_last
+    return table
+
+
+def describe_peaks(table: pd.DataFrame) -> str:
+    """A Markdown paragraph per model pair stating what :func:`summary_table` measured, in figures."""
+    lines = []
+    for pair, row in table.iterrows():
+        where = ("at the final layers" if row["peak depth x"] == 1 and row["peak depth y"] == 1 else
+                 f"at {row['peak layer x']} × {row['peak layer y']} (relative depth {row['peak depth x']:.2f} "
+                 f"× {row['peak depth y']:.2f})")
+        text = f"- **{pair}**: peak {row['peak']:.3f} {row['peak 95% CI']} {where}; final layers {row['final layers']:.3f}"
+        if "chance" in row:
+            text += (f"; {row['peak / chance']:.1f}× chance ({row['chance']:.3f}; chance-corrected (s − c)/(1 − c) "
+                     f"{(row['peak'] - row['chance']) / (1 - row['chance']):.3f})")
+        if "shuffled (max)" in row:
+            text += f"; shuffled-pairs control at most {row['shuffled (max)']:.3f}"
+        if "p (max)" in row:
+            text += f"; calibrated {row['calibrated (max)']:.3f}, p = {row['p (max)']:.3g}"
+        lines.append(text + ".")
+    return "\n".join(lines)
+
+
+#: ``"mean ± std"`` over draws (``"mean"`` for one draw), the cells of the page's tables
+_ms = partial(format_mean_std, count=False)
+
+
+def _modal_text(r: pd.Series, col: str, sep: str = " of ") -> str:
+    """``"layer.1 (3/5)"``, or for a tie ``"layer.10 × layer.2 and layer.9 × layer.1 (2/5 each)"``: the modal
+    value(s) of an :func:`aggregate_peaks` column and in how many draws (``sep`` "/" or " of ")."""
+    each = " each" if r.get(f"{col}_ties", 1) > 1 else ""
+    draws = "" if sep == "/" else " draws"
+    return f"{r[col]} ({r[f'{col}_draws']}{sep}{r['n_draws']}{draws}{each})"
+
+
+def headline_table(agg: pd.DataFrame, *, n_permutations: int | None = None) -> pd.DataFrame:
+    """The page's summary table: one row per (dataset, pair), values as mean ± std over draws.
+
+    Columns: draws, peak, peak layers (most frequent, in how many draws; every pair that ties for most
+    frequent, "2/5 each"), final layers, chance
+    k/(N-1), shuffled-pairs control (max over layer pairs), calibrated (max), p (the largest over draws,
+    :func:`prh_lib.pages.formatting.format_p`).
+    """
+    from prh_lib.formatting import format_p
+
+    rows = []
+    for _, r in agg.iterrows():
+        rows.append({
+            "dataset": r["dataset"], "pair": r["pair"],
+            "draws": f"{r['n_draws']}" + (" (not repeatable)" if r["single_draw"] else ""),
+            "peak": _ms(r["peak_mean"], r["peak_std"], r["n_draws"]),
+            "peak layers": _modal_text(r, "peak_layers", "/"),
+            "final": _ms(r["final_mean"], r["final_std"], r["n_draws"]),
+            "chance": f"{r['chance']:.3f}",
+            "shuffled (max)": f"{r['shuffled_max_mean']:.3f}",
+            "calibrated": _ms(r["calibrated_mean"], r["calibrated_std"], r["n_draws"]),
+            "p (largest)": format_p(r["p_largest"], n_permutations).replace("p ", "", 1).replace("= ", ""),
+        })
+    return pd.DataFrame(rows).set_index(["dataset", "pair"])
+
+
+def peak_locations(df: pd.DataFrame, *, dataset: str, preprocessing: str | None = None) -> pd.DataFrame:
+    """Peak layer pair and score of every draw of ``dataset``: rows model pairs, columns draws."""
+    df = expand_extra_columns(df)
+    if preprocessing is None:
+        preprocessing = df.loc[df["quantity"] == "layer_pair", "preprocessing"].iloc[0]
+    p = df[(df["quantity"] == "peak") & (df["dataset"] == dataset) & (df["preprocessing"] == preprocessing)]
+    cells = {}
+    for _, r in p.iterrows():
+        cells.setdefault(f"{r['model_x']} × {r['model_y']}", {})[f"draw {int(r['draw'])}"] = (
+            f"{r['layer_x']} × {r['layer_y']}: {r['score']:.3f}")
+    return pd.DataFrame.from_dict(cells, orient="index").rename_axis("pair")
+
+
+def _clip_name(label: str) -> str:
+    return label.split("(")[1].split(",")[0] if label.startswith("clip(") else label
+
+
+def clip_effect_table(df: pd.DataFrame, *, dataset: str) -> pd.DataFrame:
+    """Peak scores (mean ± std over draws) and peak layers of ``dataset`` under each clipping choice.
+
+    Returns
+    -------
+    DataFrame
+        Rows model pairs; a column per clipping choice (``"stack"``, ``"layer"``, ``"none"``: the peak as
+        mean ± std), ``"<choice> − <main>"`` (difference of the means to the main run's) and ``"peak layers"``
+        (the most frequent peak layer pair under each choice, in the same order, joined by ``" | "``).
+    """
+    df = expand_extra_columns(df)
+    df = df[df["dataset"] == dataset]
+    main = df.loc[df["quantity"] == "layer_pair", "preprocessing"].iloc[0]
+    labels = [main] + [p for p in dict.fromkeys(df.loc[df["quantity"] == "peak", "preprocessing"]) if p != main]
+    aggs = {lab: aggregate_peaks(df, preprocessing=lab).set_index("pair") for lab in labels}
+    pairs = [p for p in aggs[main].index if all(p in a.index for a in aggs.values())]
+    table = pd.DataFrame(index=pd.Index(pairs, name="pair"))
+    for lab, a in aggs.items():
+        a = a.loc[pairs]
+        table[_clip_name(lab) + (" (reference)" if lab == main else "")] = [
+            _ms(m, s, n) for m, s, n in zip(a["peak_mean"], a["peak_std"], a["n_draws"])]
+    for lab, a in list(aggs.items())[1:]:
+        table[f"{_clip_name(lab)} − {_clip_name(main)}"] = [
+            format_number(v, 3, sign=True) for v in (a.loc[pairs, "peak_mean"] - aggs[main].loc[pairs, "peak_mean"])]
+    table[" | ".join(_clip_name(lab) for lab in labels) + ": peak layers"] = [
+        " | ".join(aggs[lab].loc[p, "peak_layers"] for lab in labels) for p in pairs]
+    return table
+
+
+def _best(agg: pd.DataFrame, regime: str):
+    sub = agg[agg["regime"] == regime]
+    return None if sub.empty else sub.loc[sub["peak_mean"].idxmax()]
+
+
+#: "far more": a vision-vision held-out peak at least this many times the best cross-modal one
+FAR_MORE = 2.0
+
+#: Each 3.1 claim's test, in one sentence (shown on the page and the front page)
+RULES = {
+    "3.1/cross-modal-peak": "every cross-modal pair's held-out peak is above chance and above its bag-of-words "
+                            "floors (paired 95 % interval over images above 0), every selection-aware p ≤ alpha, "
+                            "and the best held-out peak is below 0.5 (its interval too)",
+    "3.1/later-layers": "for every cross-modal pair the held-out peak's mean relative depth is above 0.5 on both "
+                        "sides, interval included, and the share of selections in the late third of both models "
+                        "exceeds the share in the early third of both (interval above 0)",
+    "3.1/final-not-max": "for every cross-modal pair the held-out peak exceeds the final-layer pair on the same "
+                         "halves (paired interval above 0)",
+    "3.1/vision-vision": f"the best vision-vision held-out peak is at least {FAR_MORE:g}× the best cross-modal one "
+                         "(paired ratio's interval above it), beats each random-init floor (paired interval above "
+                         "0), and its held-out peak's relative depth is above 0.5 on both sides (the depth "
+                         "interval's lower end above 0.5)",
+    "3.1/language-language": "the best language-language held-out peak beats the best cross-modal one and each "
+                             "of its floors (random-init twins, bag of words; paired intervals above 0), and its "
+                             "held-out peak's relative depth is below 0.6 on both sides (the depth interval's upper "
+                             "end below 0.6: early-middle layers)",
+}
+
+
+def findings(agg: pd.DataFrame, heldout: pd.DataFrame, *, dataset: str, alpha: float = 0.05,
+             paper_setting: bool = False) -> list[dict]:
+    """The rows of "The paper and this build" for the claims ``3.1/*``, from held-out estimates.
+
+    Parameters
+    ----------
+    agg : DataFrame
+        :func:`aggregate_peaks` (in-sample peaks, mean ± std over caption draws; shown, never a margin).
+    heldout : DataFrame
+        :func:`prh_lib.analysis.heldout.heldout_summary` of ``dataset``: held-out peaks of the comparisons
+        and their floors with 95 % intervals over images (:mod:`prh_lib.pages.verdicts`).
+    dataset : str
+    alpha : float
+        Level of the selection-aware permutation p-values.
+    paper_setting : bool
+        Whether the run is in the paper's setting (its models, N = 1024), so values compare.
+
+    Returns
+    -------
+    list of dict
+        :func:`prh_lib.pages.claims.finding` rows; the tests of each claim are :data:`RULES`. Without held-out
+        estimates every claim is "not testable" with that reason: no verdict rests on in-sample peaks alone.
+    """
+    from prh_lib.pages import claims
+    from prh_lib.pages import verdicts as V
+
+    a = agg[agg["dataset"] == dataset]
+    comps = V.comparisons_of(heldout)
+    if comps.empty:
+        why = "no held-out estimates in this run (heldout_boot = 0)"
+        return [claims.finding(cid, this_build=None, holds=None, note=why) for cid in RULES]
+    cross = comps[comps["regime"] == "cross-modal"]
+    ins = a.set_index("pair")
+    rows = []
+
+    def row(cid, tests, this_build, **kw):
+        power = V.power_note(tests)
+        rows.append(claims.finding(cid, this_build=this_build, tests=tests, rule=RULES[cid],
+                                   note="; ".join(t for t in (kw.pop("note", ""), power) if t), **kw))
+
+    if len(cross):
+        best = cross.loc[cross["score"].idxmax()]
+        tests = []
+        for _, r in cross.iterrows():
+            tests.append(V.above_chance(r))
+            tests += V.above_floors(heldout, r)
+            p = float(ins.loc[r["pair"], "p_largest"]) if r["pair"] in ins.index else float("nan")
+            if np.isfinite(p):
+                tests.append(claims.Test(f"{r['pair']} alpha − p (largest over draws)", alpha - p + 1e-12,
+                                         alpha - p + 1e-12, alpha - p + 1e-12, 0.0))
+        tests.append(claims.Test(f"best held-out peak ({best['pair']})", float(best["score"]), float(best["ci_low"]),
+                                 float(best["ci_high"]), 0.5, "<"))
+        fl = []
+        for _, r in cross.iterrows():
+            fm = floor_margins(heldout, r["pair"])
+            fl.append(f"{r['pair']} {r['score']:.3f} vs highest floor "
+                      + (f"{fm.iloc[0]['floor_score']:.3f} ({fm.iloc[0]['kind']})" if len(fm) else "–"))
+        insample = ins.loc[best["pair"]] if best["pair"] in ins.index else None
+        row("3.1/cross-modal-peak", tests,
+            f"best {best['pair']}: {V.held_text(best)}, chance {best['chance']:.3f}"
+            + (f"; in-sample peak on all N {_ms(insample['peak_mean'], insample['peak_std'], insample['n_draws'])} "
+               f"(± over caption draws)" if insample is not None else "") + "; " + "; ".join(fl),
+            value=float(best["score"]), interval=(float(best["ci_low"]), float(best["ci_high"])),
+            comparable=paper_setting)
+        tests = [t for _, r in cross.iterrows() for t in (*V.depth_tests(r, 0.5, ">"), V.late_over_early(r))]
+        row("3.1/later-layers", tests, "; ".join(
+            f"{r['pair']}: modal held-out pair {r['modal']} ({r['modal_share']:.0%} of selections), mean depth "
+            f"{_depths(r, 3)}, late-third minus early-third share "
+            f"{format_interval(r['late_minus_early'], r['lme_low'], r['lme_high'], 2)}" for _, r in cross.iterrows()))
+        tests = [V.peak_above_final(r) for _, r in cross.iterrows()]
+        n_final = int(a.loc[a["regime"] == "cross-modal", "final_is_peak"].sum()) if len(a) else 0
+        n_pd = int(a.loc[a["regime"] == "cross-modal", "n_draws"].sum()) if len(a) else 0
+        row("3.1/final-not-max", tests,
+            f"in-sample, the final pair is the maximum in {n_final} of {n_pd} pair-draws; held-out peak − final: "
+            + "; ".join(f"{r['pair']} {format_interval(t.estimate, t.low, t.high, 3, sign=True)}"
+                        for (_, r), t in zip(cross.iterrows(), tests)))
+    best_cross = cross.loc[cross["score"].idxmax()] if len(cross) else None
+    for cid, regime in (("3.1/vision-vision", "vision-vision"), ("3.1/language-language", "language-language")):
+        part = comps[comps["regime"] == regime]
+        if part.empty:
+            continue
+        r = part.loc[part["score"].idxmax()]
+        tests = V.above_floors(heldout, r)
+        if regime == "vision-vision":
+            if best_cross is not None:
+                tests.insert(0, V.ratio_above(heldout, r["pair"], best_cross["pair"], FAR_MORE))
+            tests += V.depth_tests(r, 0.5, ">")
+        else:
+            if best_cross is not None:
+                tests.insert(0, V.above_pair(heldout, r["pair"], best_cross["pair"]))
+            tests += V.depth_tests(r, 0.6, "<")
+        ratio = (f"; {r['score'] / best_cross['score']:.2f}× the best cross-modal held-out peak"
+                 if best_cross is not None and best_cross["score"] > 0 else "")
+        fm = floor_margins(heldout, r["pair"])
+        floor_txt = (f"; highest floor {fm.iloc[0]['floor']} {fm.iloc[0]['floor_score']:.3f}, margin "
+                     f"{format_interval(fm.iloc[0]['margin'], fm.iloc[0]['low'], fm.iloc[0]['high'])}"
+                     if len(fm) else "")
+        row(cid, tests,
+            f"{r['pair']}: {V.held_text(r)}{ratio}; depth {_depths(r)}{floor_txt}",
+            value=float(r["score"]), interval=(float(r["ci_low"]), float(r["ci_high"])), comparable=paper_setting)
+    return rows
+
+
+def _depths(r: pd.Series, digits: int = 2) -> str:
+    """``"0.32 [0.20, 0.45] × 0.22 [0.10, 0.40]"``: a held-out peak's mean relative depth on each side with its
+    95 % interval over images (the intervals the depth tests read, :func:`prh_lib.pages.verdicts.depth_tests`;
+    centred half-sampling intervals, clipped to [0, 1])."""
+    return " × ".join(format_interval(r[f"depth_{s}"], r[f"depth_{s}_low"], r[f"depth_{s}_high"], digits)
+                      for s in "xy")
+
+
+def _layer_phrase(label: str, depth: float) -> str:
+    if depth == 1.0:
+        return f"its last layer ({label})"
+    if depth == 0.0:
+        return f"its input embedding ({label})"
+    return f"{label} (depth {depth:.2f})"
+
+
+def describe_findings(agg: pd.DataFrame, rows: list[dict], *, dataset: str, n_permutations: int | None = None) -> str:
+    """Markdown generated from the numbers: where each pair peaks, and where this build agrees with the paper.
+
+    Nothing here restates the paper: each sentence is computed from ``agg`` (:func:`aggregate_peaks`) and the
+    verdicts of ``rows`` (:func:`findings`).
+    """
+    from prh_lib.formatting import format_p
+
+    a = agg[agg["dataset"] == dataset]
+    lines = [f"On **{dataset}** (N = {int(a['n'].iloc[0])}, k = {int(a['k'].iloc[0])}, chance "
+             f"{a['chance'].iloc[0]:.3f}; in-sample means ± std over {int(a['n_draws'].max())} caption draws, the spread of "
+             "caption choice only; the verdicts use the held-out estimates and their intervals over images):", ""]
+    for _, r in a.iterrows():
+        dxm, dym = r["depth_x_mean"], r["depth_y_mean"]
+
+        def where(s, depth):  # a model's modal peak layer (every one that ties), never one side of a tie
+            if r[f"peak_layer_{s}_draws"] == r["n_draws"]:
+                return _layer_phrase(r[f"peak_layer_{s}"], depth)
+            return f"{_modal_text(r, f'peak_layer_{s}')[:-1]}; mean depth {depth:.2f})"
+
+        pairs = ("" if r["peak_layers_draws"] == r["n_draws"] else
+                 f" (modal layer pair{'s' if r['peak_layers_ties'] > 1 else ''} "
+                 f"{_modal_text(r, 'peak_layers', '/')[:-1].replace(' (', ', ', 1)})")
+        lines.append(
+            f"- **{r['pair']}** ({r['regime']}): peak {_ms(r['peak_mean'], r['peak_std'], r['n_draws'])}, "
+            f"{r['peak_mean'] / r['chance']:.1f}× chance (chance-corrected (s − c)/(1 − c) "
+            f"{(r['peak_mean'] - r['chance']) / (1 - r['chance']):.3f}), calibrated {r['calibrated_mean']:.3f}, "
+            f"{format_p(r['p_largest'], n_permutations)} (largest over draws). {r['model_y']} peaks at "
+            f"{where('y', dym)} with {r['model_x']} at {where('x', dxm)}{pairs}; "
+            f"the final-layer pair scores {r['final_mean']:.3f}."
+            + (" Its score is identical in every draw: what varies between the draws (here the captions) does not "
+               "enter a pair without a language model." if r["n_draws"] > 1 and r["peak_std"] == 0
+               and r["regime"] == "vision-vision" else ""))
+    lines.append("")
+    agree = [r["id"] for r in rows if r["verdict"].startswith("reproduces")]
+    differ = [r["id"] for r in rows if r["verdict"] == "differs"]
+    if agree:
+        lines.append(f"This build agrees with the paper in kind on {', '.join(agree)}.")
+    if differ:
+        lines.append(f"It does **not** on {', '.join(differ)}: see the rows above for the numbers.")
+    undecided = [r["id"] for r in rows if r["verdict"] == "inconclusive"]
+    if undecided:
+        lines.append(f"It cannot decide {', '.join(undecided)}: an interval over images includes the claim's "
+                     "threshold (the notes name the test and the smallest difference this build detects).")
+    untestable = [r["id"] for r in rows if r["verdict"].startswith("not testable")]
+    if untestable:
+        lines.append(f"It does not test {', '.join(untestable)} (the rows say why).")
+    comparable = any(r["verdict"] == "reproduces" for r in rows)
+    if not comparable:
+        lines.append("None of the values is comparable with the paper's: the models and the data (Flickr8k and COCO, not "
+                     "WIT) differ, and N (1,000 and 239, not 1,024), so only the qualitative pattern is tested.")
+    return "\n".join(lines)
+
+
+def draws_table(draws) -> pd.DataFrame:
+    """One row per dataset of a study: its draws, N, whether they repeat, and what varies between them."""
+    rows = {}
+    for d in draws:
+        r = rows.setdefault(d.dataset, {"draws": 0, "N": len(d.pairs), "repeatable": d.repeatable,
+                                        "what varies": d.what_varies, "example caption": d.pairs.texts[0]})
+        r["draws"] += 1
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("dataset")
+
+
+def other_peaks(scored: dict, *, dataset: str, draw: int) -> dict:
+    """Pair label -> (row, column) of the peak in every other draw of ``dataset`` (:func:`run_study` output)."""
+    out = {}
+    for (ds, dr), res in scored.items():
+        if ds != dataset or dr == draw:
+            continue
+        for r in res:
+            out.setdefault(r.label, []).append(r.matrix.peak[:2])
+    return out
+
+
+def in_paper_setting(agg: pd.DataFrame, paper_models: Sequence[str]) -> bool:
+    """True when every score is on N = 1024 pairs between the paper's models (values then compare)."""
+    models = set(agg["model_x"]) | set(agg["model_y"])
+    return bool((agg["n"] == 1024).all() and models <= set(paper_models))
+
+
+def describe_clip_effect(df: pd.DataFrame, *, dataset: str) -> str:
+    """Markdown: how much the clipping choice moves each pair's peak (means over draws) and its location."""
+    df = expand_extra_columns(df)
+    df = df[df["dataset"] == dataset]
+    main = df.loc[df["quantity"] == "layer_pair", "preprocessing"].iloc[0]
+    labels = [p for p in dict.fromkeys(df.loc[df["quantity"] == "peak", "preprocessing"]) if p != main]
+    base = aggregate_peaks(df, preprocessing=main).set_index("pair")
+    lines = []
+    for lab in labels:
+        other = aggregate_peaks(df, preprocessing=lab).set_index("pair").reindex(base.index)
+        diff = other["peak_mean"] - base["peak_mean"]
+        moved = [p for p in base.index if other.loc[p, "peak_layers"] != base.loc[p, "peak_layers"]]
+        worst = diff.abs().idxmax()
+        lines.append(
+            f"- `{lab}` instead of `{main}`: peaks change by {format_number(diff.min(), 3, sign=True)} to "
+            f"{format_number(diff.max(), 3, sign=True)} "
+            f"(largest for {worst}: {base.loc[worst, 'peak_mean']:.3f} → {other.loc[worst, 'peak_mean']:.3f}); "
+            + (f"the most frequent peak layer pair moves for {', '.join(moved)}." if moved else
+               "no pair's most frequent peak layer pair moves."))
+    return "\n".join(lines)
+
+
+def _records(obj):
+    return obj.to_dict(orient="records") if isinstance(obj, pd.DataFrame) and isinstance(obj.index, pd.RangeIndex) else obj
+
+
+def to_record(results: list[PairResult], table: pd.DataFrame, *, n_pairs: int, k: int, chance: float,
+              clip_q: float | None, **more) -> dict:
+    """What the Section 3.1 page records for the book and the tests (:func:`prh_lib.pages.report.record`).
+
+    ``results`` are the heatmap's draw; ``table`` the aggregated numbers (:func:`aggregate_peaks`); ``more``
+    further JSON-ready entries (claims rows, the clipping comparison, ...).
+    """
+    return {
+        "n_pairs": n_pairs, "k": k, "chance": chance, "clip_q": clip_q, "summary": _records(table),
+        **{key: _records(v) for key, v in more.items()},
+        "matrices": {r.label: {"scores": r.matrix.scores, "x_labels": r.matrix.x_labels,
+                               "y_labels": r.matrix.y_labels} for r in results},
+    }

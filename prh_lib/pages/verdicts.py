@@ -1,0 +1,155 @@
+"""The tests behind the verdicts, built from held-out estimates and their image-level intervals.
+
+Every test here reads :func:`prh_lib.analysis.heldout.heldout_summary` (held-out peaks, selected on one
+half of the images and scored on the other; 95 % intervals from half-samples of the images that re-select
+the peak in each replicate) and returns :class:`prh_lib.pages.claims.Test` objects, which
+:func:`prh_lib.pages.claims.combine` turns into a verdict. A comparison is read against its floors with *paired*
+intervals (the same image half-samples), so a floor whose paired interval overlaps the comparison's never lets a
+claim pass. The caption-draw spread is shown on the pages, but it is not a margin anywhere.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from prh_lib.pages import claims
+from prh_lib.stats.selection import detectable_difference, paired_interval
+from prh_lib.analysis.heldout import QUANTITY, floor_margins, margin
+from prh_lib.formatting import format_interval
+
+__all__ = ["PAPER_N", "PAPER_K", "at_paper_scale", "comparisons_of", "above_chance", "above_floors", "above_pair", "ratio_above", "depth_tests",
+           "peak_above_final", "detectable", "power_note", "held_text", "fisher_n_for_r"]
+
+
+#: The paper's sample size and neighbourhood size (Herbst et al., Sec. 2: N = 1024 pairs, k = 10).
+PAPER_N, PAPER_K = 1024, 10
+
+
+def at_paper_scale(n: int, k: int, *, rel: float = 0.05) -> bool:
+    """Whether a run's N and k put its scores on the paper's scale, so a paper threshold (e.g. 0.3) applies.
+
+    True when ``k == 10`` and N is within ``rel`` (default 5 %) of 1024: chance k/(N-1) then differs from the
+    paper's 0.0098 by at most 5 %, and App. G's N sweep moves a score by far less across such a range. Offline,
+    ``flickr8k-1k`` (N = 1,000, chance 0.0100) is at the paper's scale and ``coco-mini`` (N = 239, chance
+    0.042) is not. The *values* still compare with the paper's only in its own setting (its models too):
+    that is the ``comparable`` flag of :func:`prh_lib.pages.claims.verdict`, which needs N = 1024 exactly.
+
+    Raises
+    ------
+    ValueError
+        If ``n < 2``, ``k < 1`` or ``rel`` is negative.
+    """
+    if int(n) < 2 or int(k) < 1 or rel < 0:
+        raise ValueError(f"at_paper_scale needs n >= 2, k >= 1 and rel >= 0; got n={n}, k={k}, rel={rel}")
+    return int(k) == PAPER_K and abs(int(n) - PAPER_N) <= rel * PAPER_N
+
+
+def comparisons_of(summary: pd.DataFrame, regime: str | None = None) -> pd.DataFrame:
+    """The trained comparisons (not floors) of a held-out summary, optionally of one regime."""
+    if summary.empty:
+        return summary
+    c = summary[summary["quantity"] == QUANTITY]
+    return c if regime is None else c[c["regime"] == regime]
+
+
+def above_chance(r: pd.Series) -> claims.Test:
+    """Held-out peak above chance k/(N-1) (its interval's lower bound above it)."""
+    ch = float(r["chance"])
+    return claims.Test(f"{r['pair']} held-out peak − chance", float(r["score"]) - ch, float(r["ci_low"]) - ch,
+                       float(r["ci_high"]) - ch, 0.0)
+
+
+def above_floors(summary: pd.DataFrame, r: pd.Series, kinds=None) -> list[claims.Test]:
+    """One test per floor of the comparison ``r`` (optionally of some kinds): paired margin above 0."""
+    fm = floor_margins(summary, r["pair"])
+    if kinds is not None:
+        fm = fm[fm["kind"].isin(kinds)]
+    return [claims.Test(f"{r['pair']} − {f['floor']} ({f['kind']} floor)", f["margin"], f["low"], f["high"], 0.0)
+            for _, f in fm.iterrows()]
+
+
+def above_pair(summary: pd.DataFrame, a: str, b: str) -> claims.Test:
+    """Paired difference ``a − b`` of two comparisons on the same images, above 0."""
+    m = margin(summary, a, b)
+    return claims.Test(f"{a} − {b}", m["estimate"], m["low"], m["high"], 0.0)
+
+
+def ratio_above(summary: pd.DataFrame, a: str, b: str, threshold: float) -> claims.Test:
+    """Paired ratio ``a / b`` of two held-out peaks above ``threshold``."""
+    m = margin(summary, a, b, ratio=True)
+    return claims.Test(f"{a} / {b}", m["estimate"], m["low"], m["high"], threshold)
+
+
+def depth_tests(r: pd.Series, threshold: float, side: str) -> list[claims.Test]:
+    """The held-out peak's mean relative depth on each side against ``threshold`` (with intervals)."""
+    return [claims.Test(f"{r['pair']} depth of {r[f'model_{s}']}", float(r[f"depth_{s}"]),
+                        float(r[f"depth_{s}_low"]), float(r[f"depth_{s}_high"]), threshold, side)
+            for s in ("x", "y")]
+
+
+def late_over_early(r: pd.Series) -> claims.Test:
+    """Share of the held-out selections in the late third of both models minus the share in the early third of
+    both (relative depth > 2/3, resp. < 1/3), with its interval over images, above 0: a mean depth above 0.5 can
+    average a late and an early choice, this cannot."""
+    return claims.Test(f"{r['pair']} late-third minus early-third share of selections", float(r["late_minus_early"]),
+                       float(r["lme_low"]), float(r["lme_high"]), 0.0)
+
+
+def peak_above_final(r: pd.Series) -> claims.Test:
+    """Held-out peak minus the final-layer pair's score on the same halves (paired), above 0."""
+    lo, hi = paired_interval(r["reps"], r["final_reps"], estimates=(r["score"], r["final_half"]))
+    return claims.Test(f"{r['pair']} held-out peak − final layers", float(r["score"]) - float(r["final_half"]),
+                       lo, hi, 0.0)
+
+
+def detectable(tests) -> float:
+    """The smallest difference the widest of ``tests``' intervals detects at 80 % power (NaN if none).
+
+    Only differences against 0 count (margins over floors, chance or another pair); ratios and depths are in
+    other units.
+    """
+    widths = [detectable_difference(t.low, t.high) for t in tests if t.threshold == 0 and t.side == ">"]
+    widths = [w for w in widths if np.isfinite(w)]
+    return max(widths) if widths else float("nan")
+
+
+def power_note(tests) -> str:
+    """The note on what ``tests`` could detect, the figure attached to the test it belongs to.
+
+    ``"smallest difference from 0 this build detects at 80 % power, on its widest interval (<test name>):
+    0.070"``, for the difference tests against 0 (:func:`detectable`); "" when none has a finite interval or
+    when every such test is undecided (each undecided test already names its own figure in
+    :func:`prh_lib.pages.claims.combine`'s note, so a second, unattached figure would only compete with it).
+    """
+    cand = [(t.detectable(), t) for t in tests if t.threshold == 0 and t.side == ">"]
+    cand = [(d, t) for d, t in cand if np.isfinite(d)]
+    if not cand:
+        return ""
+    d, t = max(cand, key=lambda c: c[0])
+    if t.outcome == "inconclusive":  # combine's note already gives this test's figure, next to its name
+        return ""
+    return f"smallest difference from 0 this build detects at 80 % power, on its widest interval ({t.name}): {d:.3f}"
+
+
+def held_text(r: pd.Series) -> str:
+    """``"held-out 0.151 [0.120, 0.180] (in-sample on the halves 0.170)"`` for a summary row."""
+    return (f"held-out {format_interval(r['score'], r['ci_low'], r['ci_high'])} (in-sample on the same halves "
+            f"{r['insample_half']:.3f})")
+
+
+def fisher_n_for_r(r: float, *, alpha: float = 0.05, power: float = 0.8) -> int:
+    """Independent models needed to detect a Pearson correlation ``r`` (two-sided, Fisher z approximation).
+
+    ``n = ((z_{1-alpha/2} + z_power) / atanh(r))^2 + 3``, rounded up: 16 for the paper's r = 0.66 at 80 % power.
+
+    References
+    ----------
+    Cohen (1988), "Statistical Power Analysis for the Behavioral Sciences", Ch. 3.
+    """
+    from scipy.stats import norm
+
+    if not -1 < r < 1 or r == 0:
+        raise ValueError(f"r must be in (-1, 1) and not 0; got {r}")
+    z = norm.ppf(1 - alpha / 2) + norm.ppf(power)
+    return int(np.ceil((z / np.arctanh(abs(r))) ** 2 + 3))
