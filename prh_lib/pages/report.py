@@ -111,6 +111,42 @@ def declared_defaults(chapter: str) -> dict[str, str]:
     return defaults
 
 
+def setup_page(chapter: str, namespace: dict, *, blas_threads: int | None = None, dpi: int | None = None) -> dict:
+    """A notebook's one set-up call: quiet logs and warnings, page tables and display options; its parameters.
+
+    Silences what is not for a reader (tqdm's "IProgress not found", the NaN scores of a ViT's constant
+    embedding-output CLS token, which each page explains, and ``prh_lib``'s log below ERROR), shows every
+    DataFrame through :func:`page_table` with three decimals and whole cells, and, with ``blas_threads``, limits
+    BLAS to that many threads (small matrices on a shared CPU gain nothing from more). ``dpi`` sets
+    matplotlib's figure resolution.
+
+    Returns
+    -------
+    dict
+        :func:`page_parameters` of ``chapter``: what :func:`prh_lib.results.write` hashes.
+    """
+    import logging
+    import warnings
+
+    import pandas as pd
+
+    warnings.filterwarnings("ignore", message="IProgress not found")
+    warnings.filterwarnings("ignore", message=".*degenerate.*")
+    logging.getLogger("prh_lib").setLevel(logging.ERROR)
+    pd.set_option("display.precision", 3)
+    pd.set_option("display.max_colwidth", None)
+    use_page_tables()
+    if blas_threads is not None:
+        import threadpoolctl
+
+        namespace["_blas_limits"] = threadpoolctl.threadpool_limits(blas_threads)
+    if dpi is not None:
+        import matplotlib
+
+        matplotlib.rcParams["figure.dpi"] = dpi
+    return page_parameters(chapter, namespace)
+
+
 def page_parameters(chapter: str, namespace: dict) -> dict:
     """The values of a notebook's declared parameters as the kernel holds them (after papermill's injection).
 
