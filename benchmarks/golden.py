@@ -1,6 +1,6 @@
 """Golden copy of a build's numbers and verdicts, and a diff of two copies (issue 40: moves change no number).
 
-    python benchmarks/golden.py save DEST [--book book] [--cache .cache]   # records + results table of a build
+    python benchmarks/golden.py save DEST [--book book] [--cache .cache] [--since TIME]  # a build's records, rows
     python benchmarks/golden.py diff OLD NEW                               # exit 1 when a number or verdict moved
 
 ``save`` writes, for every executed notebook in the book folder, every record the notebook glued (its numbers,
@@ -40,12 +40,15 @@ def records(ipynb: Path) -> dict:
     return found
 
 
-def latest_rows(cache: Path) -> pd.DataFrame:
-    """The results table's latest rows per (chapter, params_hash, dataset, draw), as results.load keeps them."""
+def latest_rows(cache: Path, since: str | None = None) -> pd.DataFrame:
+    """The results table's latest rows per (chapter, params_hash, dataset, draw), as results.load keeps them;
+    with ``since`` (an ISO time), only rows written since then (the run being saved, not older ones)."""
     parts = sorted((cache / "results").rglob("*.parquet"))
     df = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True) if parts else pd.DataFrame()
     if df.empty:
         return df
+    if since is not None:
+        df = df[df["created"] >= pd.Timestamp(since, tz="UTC")]
     key = ["chapter", "params_hash", "dataset", "draw"]
     last = df.groupby(key, dropna=False)["created"].transform("max")
     df = df[df["created"] == last].drop(columns=[c for c in VOLATILE if c in df])
@@ -53,13 +56,13 @@ def latest_rows(cache: Path) -> pd.DataFrame:
     return df.sort_values(list(df.columns), kind="stable", na_position="last").reset_index(drop=True)
 
 
-def save(dest: Path, book: Path, cache: Path) -> None:
+def save(dest: Path, book: Path, cache: Path, since: str | None = None) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     for ipynb in sorted(book.glob("*.ipynb")):
         rec = records(ipynb)
         if rec:
             (dest / f"{ipynb.stem}.json").write_text(json.dumps(rec, sort_keys=True, indent=1))
-    latest_rows(cache).to_csv(dest / "results.csv", index=False)
+    latest_rows(cache, since).to_csv(dest / "results.csv", index=False)
     print(f"saved {len(list(dest.glob('*.json')))} notebooks' records and the results table to {dest}")
 
 
@@ -119,12 +122,13 @@ def main(argv=None) -> int:
     s.add_argument("dest", type=Path)
     s.add_argument("--book", type=Path, default=Path("book"))
     s.add_argument("--cache", type=Path, default=Path(".cache"))
+    s.add_argument("--since", default=None, help="only rows written since this UTC time (e.g. 2026-12-05T08:55)")
     d = sub.add_parser("diff")
     d.add_argument("old", type=Path)
     d.add_argument("new", type=Path)
     args = ap.parse_args(argv)
     if args.cmd == "save":
-        save(args.dest, args.book, args.cache)
+        save(args.dest, args.book, args.cache, args.since)
         return 0
     return diff(args.old, args.new)
 
