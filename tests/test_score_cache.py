@@ -1,6 +1,7 @@
 """The score cache: keyed by feature content and options, identical to a recomputation, healing, atomic."""
 
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -292,3 +293,22 @@ def test_score_pair_control_is_the_shuffled_pairing_recomputed(cache, seed):
         np.testing.assert_array_equal(r.control.scores, ref.scores)
         assert (r.control.x_labels, r.control.y_labels, r.control.options) == (ref.x_labels, ref.y_labels, ref.options)
     assert np.isnan(ref.scores[:, 0]).all() and not np.array_equal(ref.scores, with_null.matrix.scores)
+
+
+def test_the_digest_covers_the_computation_recursively_and_never_the_pages(tmp_path):
+    import shutil
+
+    pkg = tmp_path / "prh_lib"
+    shutil.copytree(Path(score_cache.__file__).resolve().parent.parent, pkg,
+                    ignore=shutil.ignore_patterns("__pycache__", "resources"))
+    files = {f.relative_to(pkg).as_posix() for f in score_cache.score_code_files(pkg)}
+    assert {"metrics/knn.py", "stats/calibration.py", "analysis/core.py", "analysis/ablation/study.py",
+            "extract/features.py"} <= files
+    assert not any(f.startswith(("pages/", "run/")) for f in files)
+    before = score_cache.score_code_digest(pkg)
+    page = pkg / "pages" / "sec3_1_layerwise.py"
+    page.write_text(page.read_text() + "\n# a sentence of page prose edited\n")
+    assert score_cache.score_code_digest.__wrapped__(pkg) == before  # editing a page recomputes nothing
+    study = pkg / "analysis" / "ablation" / "study.py"  # a file in a subfolder of analysis/ is covered
+    study.write_text(study.read_text() + "\n# edited\n")
+    assert score_cache.score_code_digest.__wrapped__(pkg) != before

@@ -76,10 +76,11 @@ def score_code_files(root: Path | None = None) -> list[Path]:
     return files
 
 
-@lru_cache(maxsize=1)
-def score_code_digest() -> str:
-    """SHA-256 (hex) of the source of the code that computes scores (:func:`score_code_files`)."""
-    root = Path(__file__).resolve().parent.parent
+@lru_cache(maxsize=4)
+def score_code_digest(root: Path | None = None) -> str:
+    """SHA-256 (hex) of the source of the code that computes scores (:func:`score_code_files` under ``root``,
+    default this package)."""
+    root = Path(__file__).resolve().parent.parent if root is None else Path(root)
     h = hashlib.sha256()
     for f in score_code_files(root):
         h.update(f.relative_to(root).as_posix().encode() + b"\x00" + f.read_bytes() + b"\x00")
