@@ -26,8 +26,9 @@ from prh_lib.extract import torch_threads
 from prh_lib.extract.features import LayerFeatures
 from prh_lib.parallel import available_cores, map_threads
 from prh_lib.results import expand_extra_columns
-from prh_lib.analysis.core import (PairResult, check_comparisons, layerwise_alignment, prefetch_features,
-    prepare_features, preprocessing_label, score_pair)
+from prh_lib.analysis.core import (PairResult, check_comparisons, layerwise_alignment, prepare_features,
+    preprocessing_label, score_pair)
+from prh_lib.analysis.study import run_draws
 
 
 def compare_pairs(features: dict[str, LayerFeatures], comparisons, *, k: int = 10, n_permutations: int = 200,
@@ -165,53 +166,30 @@ def run_study(draws, comparisons, *, chapter: str, params: dict, k: int = 10, n_
         replaces it).
     clip_q, clip
         Outlier clipping (:func:`prh_lib.analysis.clip_features`); stored as ``preprocessing``.
-    device, dtype, batch_size
-        Feature extraction (:func:`prepare_features`); scoring runs on ``device`` unless it is ``"cpu"``.
-    write : bool
-        Write the rows (:func:`prh_lib.results.write`); False only for tests.
-    num_threads : int, optional
-        Torch intra-op threads while scoring (:func:`prh_lib.extract.torch_threads`; on a busy shared CPU one
-        thread is many times faster than two); None: unchanged.
+    device, dtype, batch_size, write, num_threads, root
+        As in :func:`prh_lib.analysis.study.run_draws`; scoring runs on ``device`` unless it is ``"cpu"``.
     workers : int, optional
-        Draws scored side by side, each on its own thread (:func:`prh_lib.parallel.map_threads`: the same
-        results, warnings and errors as one after another); None: :func:`score_workers`. The rows are
-        written once every draw is scored, so a failing draw leaves no rows of this run (its finished scores
-        are in the score cache, and a rerun serves them).
-    root : path, optional
-        Results table folder (tests).
+        Draws scored side by side (:func:`prh_lib.analysis.study.run_draws`: the rows are written once every
+        draw is scored, and a rerun serves a failed run's finished scores from the score cache); None:
+        :func:`score_workers`.
 
     Returns
     -------
     dict
         ``(dataset, draw) -> list of PairResult``, in draw order.
     """
-    from prh_lib import results as results_table
-
-    prefetch_features(comparisons, draws, device=device, dtype=dtype, batch_size=batch_size)
-    label = preprocessing_label(clip_q, clip)
     score_device = None if device == "cpu" else device
 
-    reading = threading.Lock()
-
-    def score(d):  # one draw: its features read from the cache and clipped, every comparison scored
-        with reading:  # one draw's features at a time: caption draws share files (a bad one is re-extracted once)
-            feats = prepare_features(comparisons, d.pairs, clip_q=clip_q, clip=clip, device=device, dtype=dtype,
-                                     batch_size=batch_size)
+    def score(d, feats):  # one draw: every comparison scored
         res = compare_pairs(feats, comparisons, k=k, n_permutations=n_permutations, alpha=alpha, n_boot=n_boot,
                             seed=d.seed, device=score_device)
-        return res, {m: feats[m].meta.get("modality", "") for m in feats}
+        return res, [row for (x, y), r in zip(comparisons, res) for row in pair_rows(
+            r, x_modality=feats[x].meta.get("modality", ""), y_modality=feats[y].meta.get("modality", ""))]
 
-    with torch_threads(num_threads):
-        scored = map_threads(score, draws, workers=score_workers(device, workers))
-    out = {}
-    for d, (res, modality) in zip(draws, scored):
-        out[(d.dataset, d.draw)] = res
-        if write:
-            rows = [row for (x, y), r in zip(comparisons, res)
-                    for row in pair_rows(r, x_modality=modality[x], y_modality=modality[y])]
-            results_table.write(rows, chapter=chapter, params=params, dataset=d.dataset, draw=d.draw, seed=d.seed,
-                                n=len(d.pairs), k=k, metric="mutual_knn", preprocessing=label, root=root)
-    return out
+    return run_draws(draws, comparisons, score, chapter=chapter, params=params, clip_q=clip_q, clip=clip,
+                     device=device, dtype=dtype, batch_size=batch_size, workers=score_workers(device, workers),
+                     num_threads=num_threads, write=write, root=root, k=k, metric="mutual_knn",
+                     preprocessing=preprocessing_label(clip_q, clip))
 
 
 def clip_variants(draws, comparisons, *, chapter: str, params: dict, k: int = 10, clip_q: float | None = 0.95,

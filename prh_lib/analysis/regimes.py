@@ -24,6 +24,7 @@ from prh_lib.extract.features import LayerFeatures
 from prh_lib.validation import check_model_pairs, check_seeds
 from prh_lib.analysis.controls import random_init_name
 from prh_lib.analysis.layerwise import compare_pairs
+from prh_lib.analysis.study import run_draws
 
 #: Regime keys in the order of the paper's Figure 5.
 REGIMES = ("random-init", "unimodal", "aligned", "same-modality")
@@ -323,12 +324,10 @@ def run_study(draws, comparisons: Sequence[Comparison], *, chapter: str, params:
     dict of str to str
         Modality (``"vision"`` / ``"language"``) of every trained model named by the comparisons.
     """
-    from prh_lib import results
     from prh_lib.analysis.controls import control_floors, random_init_name
-    from prh_lib.analysis.core import prefetch_features, prepare_features
+    from prh_lib.analysis.core import prefetch_features
     from prh_lib.data import is_text_only
 
-    modality = {}
     image_draws = [d for d in draws if not is_text_only(d.pairs)]
     text_draws = [d for d in draws if is_text_only(d.pairs)]
     text_comparisons = language_only(comparisons) if text_draws else []
@@ -341,19 +340,22 @@ def run_study(draws, comparisons: Sequence[Comparison], *, chapter: str, params:
         twins = sorted({random_init_name(m, control_seed) for pair in trained for m in pair})
         if group:
             prefetch_features(comps, group, models=twins, device=device, dtype=dtype, batch_size=batch_size)
-    for d in draws:
-        comps = text_comparisons if is_text_only(d.pairs) else list(comparisons)
-        trained = control_pairs(comps)
-        feats = prepare_features(comps, d.pairs, clip_q=clip_q, device=device, dtype=dtype,
-                                 batch_size=batch_size)
+
+    def comparisons_of(d):
+        return text_comparisons if is_text_only(d.pairs) else list(comparisons)
+
+    def score(d, feats):
+        comps = comparisons_of(d)
         table = regime_table(feats, comps, k=k, n_permutations=n_permutations, alpha=alpha, n_boot=n_boot,
                              seed=d.seed, device=device)
-        results.write(regime_rows(table, k=k, n=len(d.pairs), clip_q=clip_q), chapter=chapter, params=params,
-                      dataset=d.dataset, draw=d.draw, seed=d.seed, root=root)
-        if trained:
-            control_floors(feats, trained, d.pairs, chapter=chapter, params=params, dataset=d.dataset, draw=d.draw,
-                           draw_seed=d.seed, k=k, n_permutations=n_permutations, alpha=alpha, seed=control_seed,
-                           svd_components=svd_components, clip_q=clip_q, device=device, dtype=dtype,
-                           batch_size=batch_size, root=root)
-        modality.update({m: f.meta.get("modality") for m, f in feats.items() if "@random-init:" not in m})
-    return modality
+        if control_pairs(comps):
+            control_floors(feats, control_pairs(comps), d.pairs, chapter=chapter, params=params, dataset=d.dataset,
+                           draw=d.draw, draw_seed=d.seed, k=k, n_permutations=n_permutations, alpha=alpha,
+                           seed=control_seed, svd_components=svd_components, clip_q=clip_q, device=device,
+                           dtype=dtype, batch_size=batch_size, root=root)
+        return ({m: f.meta.get("modality") for m, f in feats.items() if "@random-init:" not in m},
+                regime_rows(table, k=k, n=len(d.pairs), clip_q=clip_q))
+
+    out = run_draws(draws, comparisons_of, score, chapter=chapter, params=params, clip_q=clip_q, device=device,
+                    dtype=dtype, batch_size=batch_size, prefetch=False, n_from_draw=False, root=root)
+    return {m: modality for per_draw in out.values() for m, modality in per_draw.items()}

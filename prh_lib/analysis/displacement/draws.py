@@ -30,7 +30,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from prh_lib.analysis.core import find_peak, prefetch_features, preprocessing_label, prepare_features
+from prh_lib.analysis.core import find_peak, preprocessing_label
+from prh_lib.analysis.study import run_draws
 from prh_lib.analysis.displacement.study import MEASURE_NAMES, ViewComparison, compare_views
 
 __all__ = ["METRICS", "QUANTITIES", "BEST", "StudyDraw", "view_rows", "run_study", "load_rows", "aggregate_best",
@@ -169,24 +170,18 @@ def run_study(draws, comparisons: Sequence, *, chapter: str, params: dict, k: in
     ValueError
         If a Cross-Model matrix is NaN everywhere.
     """
-    from prh_lib import results as results_table
-
     keep = {tuple(x) for x in keep}
-    label = preprocessing_label(clip_q, clip)
-    prefetch_features(comparisons, draws, device=device, dtype=dtype, batch_size=batch_size)
-    out = {}
-    for d in draws:
-        key = (d.dataset, d.draw)
-        feats = prepare_features(comparisons, d.pairs, models=models if key in keep else (), clip_q=clip_q,
-                                 clip=clip, device=device, dtype=dtype, batch_size=batch_size)
+
+    def score(d, feats):
         views = compare_views(feats, comparisons, k=k, n_components=n_components, test_fraction=test_fraction,
                               n_pairs=n_pairs, seed=split_seed)
-        out[key] = StudyDraw(d, views, feats if key in keep else None)
-        if write:
-            rows = [row for comp in views for row in view_rows(comp, k=k)]
-            results_table.write(rows, chapter=chapter, params=params, dataset=d.dataset, draw=d.draw, seed=d.seed,
-                                n=len(d.pairs), preprocessing=label, root=root)
-    return out
+        rows = [row for comp in views for row in view_rows(comp, k=k)] if write else []
+        return StudyDraw(d, views, feats if (d.dataset, d.draw) in keep else None), rows
+
+    return run_draws(draws, comparisons, score, chapter=chapter, params=params, clip_q=clip_q, clip=clip,
+                     device=device, dtype=dtype, batch_size=batch_size,
+                     models=lambda d: models if (d.dataset, d.draw) in keep else (), write=write, root=root,
+                     preprocessing=preprocessing_label(clip_q, clip))
 
 
 def load_rows(*, chapter: str, params: dict, run_id: str | None = None, root=None) -> pd.DataFrame:
