@@ -155,10 +155,9 @@ def test_section_3_1_study_on_two_threads_is_the_serial_study_bit_for_bit(tmp_pa
         [Draw("b", 0, 9, list(range(N)), False, "nothing")]
     feats = {id(d.pairs): _features(d.seed) for d in draws}
     monkeypatch.setattr(study, "prefetch_features", lambda *a, **kw: None)
-    for module in (ls, study):  # clip_variants reads its own features; run_study reads them in the study loop
-        monkeypatch.setattr(module, "prepare_features", lambda comparisons, pairs, clip=None, **kw: {
-            m: LayerFeatures(f.values.clamp(-1, 1) if clip else f.values, f.layer_labels, f.sample_ids, f.meta)
-            for m, f in feats[id(pairs)].items()})
+    monkeypatch.setattr(study, "prepare_features", lambda comparisons, pairs, clip=None, **kw: {
+        m: LayerFeatures(f.values.clamp(-1, 1) if clip else f.values, f.layer_labels, f.sample_ids, f.meta)
+        for m, f in feats[id(pairs)].items()})
     opts = dict(comparisons=COMPARISONS, params={"p": 1}, k=4, n_permutations=19, n_boot=7, clip_q=0.95)
     out, tables = {}, {}
     for workers in (2, 1):  # each its own score cache: both compute every score (recording in the workers)

@@ -25,6 +25,7 @@ from prh_lib.extract.features import LayerFeatures, check_aligned
 from prh_lib.metrics import mutual_knn_chance, mutual_knn_layerwise
 from prh_lib.stats import permutation_test
 from prh_lib.analysis.core import check_comparisons, find_peak, preprocessing_label
+from prh_lib.analysis.layerwise import regime_of
 from prh_lib.analysis.study import run_draws
 
 #: Default neighbourhood sizes of the k sweep (those above N - 1 are dropped by :func:`k_grid`).
@@ -442,8 +443,6 @@ def run_study(draws, comparisons, *, chapter: str, params: dict, ks=None, ns=Non
     dict
         ``(dataset, draw) -> run_ablation output``.
     """
-    from prh_lib.analysis.layerwise import regime_of
-
     def score(d, feats):
         regimes = {f"{x} × {y}": regime_of(feats[x].meta.get("modality", ""), feats[y].meta.get("modality", ""))
                    for x, y in comparisons}

@@ -13,11 +13,13 @@ the Platonic Representation Hypothesis", Section 3.1, Figure 2, Appendix C.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
+from threadpoolctl import threadpool_limits
 
 from prh_lib.results import score_cache
 from prh_lib.extract.features import check_aligned
@@ -472,13 +474,7 @@ def sweep_rows(sweep: CompressionSweep) -> list[dict]:
 
 def _blas_threads(n):
     """BLAS threads of scikit-learn's PCA limited to ``n`` while the body runs (None: unchanged)."""
-    import contextlib
-
-    if n is None:
-        return contextlib.nullcontext()
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(int(n))
+    return contextlib.nullcontext() if n is None else threadpool_limits(int(n))
 
 
 def run_study(draws, comparisons, *, chapter: str, params: dict, roles=LAYER_ROLES, k: int = 10,
