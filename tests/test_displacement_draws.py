@@ -10,6 +10,7 @@ from threadpoolctl import threadpool_limits
 
 from prh_lib import results
 from prh_lib.pages import ch_displacement as da
+from prh_lib.analysis import study
 from prh_lib.analysis.displacement import draws as ds
 from prh_lib.data.study import Draw
 from prh_lib.extract import LayerFeatures
@@ -61,8 +62,8 @@ def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("results")
     feats = {d.seed: _features(d.seed) for d in DRAWS}
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(ds, "prepare_features", lambda comparisons, pairs, **kw: feats[_current[0]])
-        mp.setattr(ds, "prefetch_features", lambda comparisons, draws, **kw: None)  # fake features: nothing to fetch
+        mp.setattr(study, "prepare_features", lambda comparisons, pairs, **kw: feats[_current[0]])
+        mp.setattr(study, "prefetch_features", lambda comparisons, draws, **kw: None)  # fake features: nothing to fetch
         out = {}
         for d in DRAWS:  # one draw at a time so the fake extraction knows which draw it serves
             _current[0] = d.seed
@@ -170,8 +171,8 @@ def test_headline_table_and_prose_say_when_a_draw_cannot_be_repeated(run):
 def test_a_rerun_replaces_its_rows_and_a_run_id_selects_one_run(run, tmp_path):
     _, feats, _ = run
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(ds, "prepare_features", lambda comparisons, pairs, **kw: feats[0])
-        mp.setattr(ds, "prefetch_features", lambda comparisons, draws, **kw: None)
+        mp.setattr(study, "prepare_features", lambda comparisons, pairs, **kw: feats[0])
+        mp.setattr(study, "prefetch_features", lambda comparisons, draws, **kw: None)
         for run_id in ("run-1", "run-2"):
             mp.setenv("PRH_RUN_ID", run_id)
             ds.run_study(DRAWS[:2], COMPARISONS, chapter="demo", params={"p": 2}, root=tmp_path, **OPTS)

@@ -14,7 +14,7 @@ import torch
 
 from prh_lib import parallel, results
 from prh_lib.results import score_cache
-from prh_lib.analysis import layerwise as ls
+from prh_lib.analysis import layerwise as ls, study
 from prh_lib.data.study import Draw
 from prh_lib.extract import LayerFeatures
 
@@ -154,8 +154,8 @@ def test_section_3_1_study_on_two_threads_is_the_serial_study_bit_for_bit(tmp_pa
     draws = [Draw("a", r, r, list(range(N)), True, "captions") for r in range(4)] + \
         [Draw("b", 0, 9, list(range(N)), False, "nothing")]
     feats = {id(d.pairs): _features(d.seed) for d in draws}
-    monkeypatch.setattr(ls, "prefetch_features", lambda *a, **kw: None)
-    monkeypatch.setattr(ls, "prepare_features", lambda comparisons, pairs, clip=None, **kw: {
+    monkeypatch.setattr(study, "prefetch_features", lambda *a, **kw: None)
+    monkeypatch.setattr(study, "prepare_features", lambda comparisons, pairs, clip=None, **kw: {
         m: LayerFeatures(f.values.clamp(-1, 1) if clip else f.values, f.layer_labels, f.sample_ids, f.meta)
         for m, f in feats[id(pairs)].items()})
     opts = dict(comparisons=COMPARISONS, params={"p": 1}, k=4, n_permutations=19, n_boot=7, clip_q=0.95)

@@ -103,6 +103,11 @@ class AlignmentMatrix:
         return i / max(len(self.x_labels) - 1, 1), j / max(len(self.y_labels) - 1, 1)
 
 
+def layer_depths(n: int) -> np.ndarray:
+    """Depth of each of ``n`` layers as a fraction of the model's layers (0 = embedding output, 1 = last layer)."""
+    return np.arange(n) / max(n - 1, 1)
+
+
 def layerwise_alignment(x: LayerFeatures, y: LayerFeatures, *, metric: str = "mutual_knn", **options) -> AlignmentMatrix:
     """Alignment of every layer of ``x`` with every layer of ``y``.
 

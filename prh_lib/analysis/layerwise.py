@@ -15,19 +15,18 @@ from __future__ import annotations
 
 import math
 import os
-import threading
 from collections import Counter
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
-from prh_lib.extract import torch_threads
 from prh_lib.extract.features import LayerFeatures
-from prh_lib.parallel import available_cores, map_threads
+from prh_lib.parallel import available_cores
 from prh_lib.results import expand_extra_columns
-from prh_lib.analysis.core import (PairResult, check_comparisons, layerwise_alignment, prefetch_features,
-    prepare_features, preprocessing_label, score_pair)
+from prh_lib.analysis.core import (PairResult, check_comparisons, clip_features, layer_depths, layerwise_alignment,
+    preprocessing_label, score_pair)
+from prh_lib.analysis.study import run_draws
 
 
 def compare_pairs(features: dict[str, LayerFeatures], comparisons, *, k: int = 10, n_permutations: int = 200,
@@ -101,10 +100,6 @@ def regime_of(x_modality: str, y_modality: str) -> str:
     return "cross-modal"
 
 
-def _depths(n: int) -> np.ndarray:
-    return np.arange(n) / max(n - 1, 1)
-
-
 def pair_rows(result: PairResult, *, x_modality: str = "", y_modality: str = "") -> list[dict]:
     """The results-table rows of one scored model pair (:data:`QUANTITIES`).
 
@@ -123,7 +118,7 @@ def pair_rows(result: PairResult, *, x_modality: str = "", y_modality: str = "")
         the peak row).
     """
     m = result.matrix
-    dx, dy = _depths(len(m.x_labels)), _depths(len(m.y_labels))
+    dx, dy = layer_depths(len(m.x_labels)), layer_depths(len(m.y_labels))
     base = {"model_x": m.x_name, "model_y": m.y_name, "regime": regime_of(x_modality, y_modality)}
     rows = [base | {"layer_x": m.x_labels[i], "layer_y": m.y_labels[j], "depth_x": float(dx[i]),
                     "depth_y": float(dy[j]), "score": float(m.scores[i, j]), "quantity": "layer_pair"}
@@ -155,63 +150,34 @@ def run_study(draws, comparisons, *, chapter: str, params: dict, k: int = 10, n_
 
     Parameters
     ----------
-    draws : sequence of prh_lib.data.study.Draw
-        From :func:`prh_lib.data.study.study_draws`.
-    comparisons : sequence of (str, str)
-    chapter, params : str, dict
-        As in :func:`prh_lib.results.write` (``params`` from :func:`prh_lib.pages.report.page_parameters`).
+    draws, comparisons, chapter, params, dtype, batch_size, write, num_threads, root
+        As in :func:`prh_lib.analysis.study.run_draws`.
     k, n_permutations, alpha, n_boot
         As in :func:`compare_pairs` (``n_boot`` = 0 skips the per-draw bootstrap: the spread over draws
         replaces it).
     clip_q, clip
         Outlier clipping (:func:`prh_lib.analysis.clip_features`); stored as ``preprocessing``.
-    device, dtype, batch_size
-        Feature extraction (:func:`prepare_features`); scoring runs on ``device`` unless it is ``"cpu"``.
-    write : bool
-        Write the rows (:func:`prh_lib.results.write`); False only for tests.
-    num_threads : int, optional
-        Torch intra-op threads while scoring (:func:`prh_lib.extract.torch_threads`; on a busy shared CPU one
-        thread is many times faster than two); None: unchanged.
+    device : str
+        Feature extraction, and scoring unless it is ``"cpu"``.
     workers : int, optional
-        Draws scored side by side, each on its own thread (:func:`prh_lib.parallel.map_threads`: the same
-        results, warnings and errors as one after another); None: :func:`score_workers`. The rows are
-        written once every draw is scored, so a failing draw leaves no rows of this run (its finished scores
-        are in the score cache, and a rerun serves them).
-    root : path, optional
-        Results table folder (tests).
+        As in :func:`~prh_lib.analysis.study.run_draws` (a rerun serves a failed run's finished scores from the
+        score cache); None: :func:`score_workers`.
 
     Returns
     -------
     dict
         ``(dataset, draw) -> list of PairResult``, in draw order.
     """
-    from prh_lib import results as results_table
-
-    prefetch_features(comparisons, draws, device=device, dtype=dtype, batch_size=batch_size)
-    label = preprocessing_label(clip_q, clip)
-    score_device = None if device == "cpu" else device
-
-    reading = threading.Lock()
-
-    def score(d):  # one draw: its features read from the cache and clipped, every comparison scored
-        with reading:  # one draw's features at a time: caption draws share files (a bad one is re-extracted once)
-            feats = prepare_features(comparisons, d.pairs, clip_q=clip_q, clip=clip, device=device, dtype=dtype,
-                                     batch_size=batch_size)
+    def score(d, feats):  # one draw: every comparison scored
         res = compare_pairs(feats, comparisons, k=k, n_permutations=n_permutations, alpha=alpha, n_boot=n_boot,
-                            seed=d.seed, device=score_device)
-        return res, {m: feats[m].meta.get("modality", "") for m in feats}
+                            seed=d.seed, device=None if device == "cpu" else device)
+        return res, [row for (x, y), r in zip(comparisons, res) for row in pair_rows(
+            r, x_modality=feats[x].meta.get("modality", ""), y_modality=feats[y].meta.get("modality", ""))]
 
-    with torch_threads(num_threads):
-        scored = map_threads(score, draws, workers=score_workers(device, workers))
-    out = {}
-    for d, (res, modality) in zip(draws, scored):
-        out[(d.dataset, d.draw)] = res
-        if write:
-            rows = [row for (x, y), r in zip(comparisons, res)
-                    for row in pair_rows(r, x_modality=modality[x], y_modality=modality[y])]
-            results_table.write(rows, chapter=chapter, params=params, dataset=d.dataset, draw=d.draw, seed=d.seed,
-                                n=len(d.pairs), k=k, metric="mutual_knn", preprocessing=label, root=root)
-    return out
+    return run_draws(draws, comparisons, score, chapter=chapter, params=params, clip_q=clip_q, clip=clip,
+                     device=device, dtype=dtype, batch_size=batch_size, workers=score_workers(device, workers),
+                     num_threads=num_threads, write=write, root=root, k=k, metric="mutual_knn",
+                     preprocessing=preprocessing_label(clip_q, clip))
 
 
 def clip_variants(draws, comparisons, *, chapter: str, params: dict, k: int = 10, clip_q: float | None = 0.95,
@@ -222,40 +188,26 @@ def clip_variants(draws, comparisons, *, chapter: str, params: dict, k: int = 10
 
     For each draw and each ``clip`` in ``variants`` (``"stack"``, ``"layer"`` or None), the layer-wise matrix is
     recomputed and its ``"peak"`` and ``"final"`` rows written with that ``preprocessing`` label, so
-    :func:`clip_effect_table` can compare them with the main run's. ``workers``: (draw, variant) items scored
-    side by side, as in :func:`run_study`.
+    :func:`clip_effect_table` can compare them with the main run's. ``workers``: draws scored side by side, as
+    in :func:`run_study`, each draw's features read once and clipped for every variant.
     """
-    from prh_lib import results as results_table
+    score_device, variants = None if device == "cpu" else device, list(variants)
 
-    score_device = None if device == "cpu" else device
-
-    reading = threading.Lock()
-
-    def score(item):  # one draw under one clipping choice: the peak and final rows of every comparison
-        d, clip = item
-        with reading:  # as in run_study
-            feats = prepare_features(comparisons, d.pairs, clip_q=clip_q, clip=clip, device=device, dtype=dtype,
-                                     batch_size=batch_size)
+    def score(d, raw):  # one draw under every clipping choice: the peak and final rows of every comparison
         rows = []
-        for x, y in comparisons:
-            m = layerwise_alignment(feats[x], feats[y], metric="mutual_knn", k=k, device=score_device)
-            r = PairResult(f"{x} × {y}", m, None, None, None)
-            rows += [row for row in pair_rows(r, x_modality=feats[x].meta.get("modality", ""),
-                                              y_modality=feats[y].meta.get("modality", ""))
-                     if row["quantity"] in ("peak", "final")]
-        return rows
+        for clip in variants:
+            feats = {m: clip_features(f, q=clip_q, clip=clip) for m, f in raw.items()}
+            for x, y in comparisons:
+                r = PairResult(f"{x} × {y}", layerwise_alignment(feats[x], feats[y], metric="mutual_knn", k=k,
+                                                                  device=score_device), None, None, None)
+                rows += [row | {"preprocessing": preprocessing_label(clip_q, clip)} for row in pair_rows(
+                    r, x_modality=feats[x].meta.get("modality", ""), y_modality=feats[y].meta.get("modality", ""))
+                    if row["quantity"] in ("peak", "final")]
+        return None, rows
 
-    variants = list(variants)
-    items = [(d, clip) for d in draws for clip in variants]
-    with torch_threads(num_threads):
-        scored = map_threads(score, items, workers=score_workers(device, workers))
-    for i, d in enumerate(draws):  # items are draw-major: this draw's variants are one slice of them
-        rows_by_label: dict[str, list] = {}
-        for clip, rows in zip(variants, scored[i * len(variants):(i + 1) * len(variants)]):
-            rows_by_label.setdefault(preprocessing_label(clip_q, clip), []).extend(rows)
-        for label, rows in rows_by_label.items():
-            results_table.write(rows, chapter=chapter, params=params, dataset=d.dataset, draw=d.draw, seed=d.seed,
-                                n=len(d.pairs), k=k, metric="mutual_knn", preprocessing=label, root=root)
+    run_draws(draws, comparisons, score, chapter=chapter, params=params, clip=None, device=device, dtype=dtype,
+              batch_size=batch_size, workers=score_workers(device, workers), num_threads=num_threads, root=root,
+              k=k, metric="mutual_knn")
 
 
 def modal(values) -> tuple[list, int]:

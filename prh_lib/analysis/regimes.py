@@ -22,8 +22,10 @@ import pandas as pd
 
 from prh_lib.extract.features import LayerFeatures
 from prh_lib.validation import check_model_pairs, check_seeds
-from prh_lib.analysis.controls import random_init_name
+from prh_lib.analysis.controls import control_floors, random_init_name
+from prh_lib.analysis.core import prefetch_features
 from prh_lib.analysis.layerwise import compare_pairs
+from prh_lib.analysis.study import run_draws
 
 #: Regime keys in the order of the paper's Figure 5.
 REGIMES = ("random-init", "unimodal", "aligned", "same-modality")
@@ -300,35 +302,25 @@ def run_study(draws, comparisons: Sequence[Comparison], *, chapter: str, params:
 
     Parameters
     ----------
-    draws : sequence of prh_lib.data.Draw
-        From :func:`prh_lib.data.study.study_draws`. A text-only dataset (captions without images,
+    draws, chapter, params, device, dtype, batch_size, root
+        As in :func:`prh_lib.analysis.study.run_draws`. A text-only dataset (captions without images,
         :func:`prh_lib.data.is_text_only`) scores only the language × language comparisons and their floors.
     comparisons : sequence of Comparison
         From :func:`regime_comparisons`.
-    chapter, params
-        Passed to :func:`prh_lib.results.write` (a rerun with the same parameters replaces its rows).
     k, clip_q, n_permutations, alpha, n_boot
         As in :func:`regime_table` and :func:`prh_lib.analysis.prepare_features`; the draw's seed seeds
         the permutations, the bootstrap and the shuffled control.
     control_seed, svd_components
         Initialisation seed of the random-init controls and size of the SVD bag of words
         (:func:`prh_lib.analysis.controls.control_floors`).
-    device, dtype, batch_size
-        Feature extraction.
-    root : path, optional
-        Results-table folder (tests).
 
     Returns
     -------
     dict of str to str
         Modality (``"vision"`` / ``"language"``) of every trained model named by the comparisons.
     """
-    from prh_lib import results
-    from prh_lib.analysis.controls import control_floors, random_init_name
-    from prh_lib.analysis.core import prefetch_features, prepare_features
     from prh_lib.data import is_text_only
 
-    modality = {}
     image_draws = [d for d in draws if not is_text_only(d.pairs)]
     text_draws = [d for d in draws if is_text_only(d.pairs)]
     text_comparisons = language_only(comparisons) if text_draws else []
@@ -336,24 +328,28 @@ def run_study(draws, comparisons: Sequence[Comparison], *, chapter: str, params:
         raise ValueError(f"text-only dataset(s) {sorted({d.dataset for d in text_draws})} need a language × language "
                          "comparison (same_modality_pairs); none of the comparisons has two language models")
     for group, comps in ((image_draws, list(comparisons)), (text_draws, text_comparisons)):
-        trained = control_pairs(comps)
         # every model and every control's random-init twin, on every draw, before the loop: each loaded once
-        twins = sorted({random_init_name(m, control_seed) for pair in trained for m in pair})
+        twins = sorted({random_init_name(m, control_seed) for pair in control_pairs(comps) for m in pair})
         if group:
             prefetch_features(comps, group, models=twins, device=device, dtype=dtype, batch_size=batch_size)
-    for d in draws:
-        comps = text_comparisons if is_text_only(d.pairs) else list(comparisons)
-        trained = control_pairs(comps)
-        feats = prepare_features(comps, d.pairs, clip_q=clip_q, device=device, dtype=dtype,
-                                 batch_size=batch_size)
-        table = regime_table(feats, comps, k=k, n_permutations=n_permutations, alpha=alpha, n_boot=n_boot,
-                             seed=d.seed, device=device)
-        results.write(regime_rows(table, k=k, n=len(d.pairs), clip_q=clip_q), chapter=chapter, params=params,
-                      dataset=d.dataset, draw=d.draw, seed=d.seed, root=root)
-        if trained:
-            control_floors(feats, trained, d.pairs, chapter=chapter, params=params, dataset=d.dataset, draw=d.draw,
-                           draw_seed=d.seed, k=k, n_permutations=n_permutations, alpha=alpha, seed=control_seed,
-                           svd_components=svd_components, clip_q=clip_q, device=device, dtype=dtype,
-                           batch_size=batch_size, root=root)
+
+    def comparisons_of(d):
+        return text_comparisons if is_text_only(d.pairs) else list(comparisons)
+
+    def score(d, feats):
+        table = regime_table(feats, comparisons_of(d), k=k, n_permutations=n_permutations, alpha=alpha,
+                             n_boot=n_boot, seed=d.seed, device=device)
+        return None, regime_rows(table, k=k, n=len(d.pairs), clip_q=clip_q)
+
+    def floors(d, feats):  # after the draw's rows: the control floors write their own
+        if trained := control_pairs(comparisons_of(d)):
+            control_floors(feats, trained, d.pairs, chapter=chapter, params=params,
+                           dataset=d.dataset, draw=d.draw, draw_seed=d.seed, k=k, n_permutations=n_permutations,
+                           alpha=alpha, seed=control_seed, svd_components=svd_components, clip_q=clip_q,
+                           device=device, dtype=dtype, batch_size=batch_size, root=root)
         modality.update({m: f.meta.get("modality") for m, f in feats.items() if "@random-init:" not in m})
+
+    modality = {}
+    run_draws(draws, comparisons_of, score, chapter=chapter, params=params, clip_q=clip_q, device=device, dtype=dtype,
+              batch_size=batch_size, prefetch=False, then=floors, n_from_draw=False, root=root)
     return modality

@@ -24,7 +24,9 @@ from prh_lib.results import score_cache
 from prh_lib.extract.features import LayerFeatures, check_aligned
 from prh_lib.metrics import mutual_knn_chance, mutual_knn_layerwise
 from prh_lib.stats import permutation_test
-from prh_lib.analysis.core import check_comparisons, find_peak
+from prh_lib.analysis.core import check_comparisons, find_peak, preprocessing_label
+from prh_lib.analysis.layerwise import regime_of
+from prh_lib.analysis.study import run_draws
 
 #: Default neighbourhood sizes of the k sweep (those above N - 1 are dropped by :func:`k_grid`).
 DEFAULT_KS = (1, 2, 5, 10, 20, 30, 50, 75, 100, 150, 200)
@@ -441,26 +443,16 @@ def run_study(draws, comparisons, *, chapter: str, params: dict, ks=None, ns=Non
     dict
         ``(dataset, draw) -> run_ablation output``.
     """
-    from prh_lib import results as results_table
-    from prh_lib.extract import torch_threads
-    from prh_lib.analysis.core import prefetch_features, prepare_features, preprocessing_label
-    from prh_lib.analysis.layerwise import regime_of
-
-    prefetch_features(comparisons, draws, device=device, dtype=dtype, batch_size=batch_size)
-    out = {}
-    for d in draws:
-        feats = prepare_features(comparisons, d.pairs, clip_q=clip_q, clip=clip, device=device, dtype=dtype,
-                                 batch_size=batch_size)
+    def score(d, feats):
         regimes = {f"{x} × {y}": regime_of(feats[x].meta.get("modality", ""), feats[y].meta.get("modality", ""))
                    for x, y in comparisons}
-        with torch_threads(num_threads):
-            res = run_ablation(feats, comparisons, ks=ks, ns=ns, k=k, n_seeds=n_seeds, seed=100 * d.seed,
-                               n_permutations=n_permutations, device=None if device == "cpu" else device)
-        out[(d.dataset, d.draw)] = res
-        results_table.write(sweep_rows(res, regimes=regimes), chapter=chapter, params=params, dataset=d.dataset,
-                            draw=d.draw, seed=d.seed, metric="mutual_knn",
-                            preprocessing=preprocessing_label(clip_q, clip), root=root)
-    return out
+        res = run_ablation(feats, comparisons, ks=ks, ns=ns, k=k, n_seeds=n_seeds, seed=100 * d.seed,
+                           n_permutations=n_permutations, device=None if device == "cpu" else device)
+        return res, sweep_rows(res, regimes=regimes)
+
+    return run_draws(draws, comparisons, score, chapter=chapter, params=params, clip_q=clip_q, clip=clip,
+                     device=device, dtype=dtype, batch_size=batch_size, num_threads=num_threads, n_from_draw=False,
+                     root=root, metric="mutual_knn", preprocessing=preprocessing_label(clip_q, clip))
 
 
 def aggregate_sweeps(df: pd.DataFrame) -> pd.DataFrame:

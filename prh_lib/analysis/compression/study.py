@@ -13,17 +13,20 @@ the Platonic Representation Hypothesis", Section 3.1, Figure 2, Appendix C.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
+from threadpoolctl import threadpool_limits
 
 from prh_lib.results import score_cache
 from prh_lib.extract.features import check_aligned
 from prh_lib.metrics import mutual_knn, mutual_knn_chance, mutual_knn_layerwise
 from prh_lib.validation import as_float64_matrix
-from prh_lib.analysis.core import check_comparisons, layerwise_alignment
+from prh_lib.analysis.core import check_comparisons, layerwise_alignment, preprocessing_label
+from prh_lib.analysis.study import run_draws
 from prh_lib.analysis.compression.pca import components_for_variance, default_dims, fit_pca, max_components
 
 COMPRESS = ("x", "y", "both")
@@ -471,13 +474,7 @@ def sweep_rows(sweep: CompressionSweep) -> list[dict]:
 
 def _blas_threads(n):
     """BLAS threads of scikit-learn's PCA limited to ``n`` while the body runs (None: unchanged)."""
-    import contextlib
-
-    if n is None:
-        return contextlib.nullcontext()
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(int(n))
+    return contextlib.nullcontext() if n is None else threadpool_limits(int(n))
 
 
 def run_study(draws, comparisons, *, chapter: str, params: dict, roles=LAYER_ROLES, k: int = 10,
@@ -495,27 +492,18 @@ def run_study(draws, comparisons, *, chapter: str, params: dict, roles=LAYER_ROL
     dict
         ``(dataset, draw) -> list of CompressionSweep``.
     """
-    from prh_lib import results as results_table
-    from prh_lib.extract import torch_threads
-    from prh_lib.analysis.core import prefetch_features, prepare_features, preprocessing_label
-
-    prefetch_features(comparisons, draws, device=device, dtype=dtype, batch_size=batch_size)
-    out = {}
-    for d in draws:
-        feats = prepare_features(comparisons, d.pairs, clip_q=clip_q, clip=clip, device=device, dtype=dtype,
-                                 batch_size=batch_size)
-        with torch_threads(num_threads), _blas_threads(num_threads):
+    def score(d, feats):
+        with _blas_threads(num_threads):
             sweeps = compress_comparisons(feats, comparisons, roles=roles, k=k, variance=variance, dims=dims,
                                           space=space, device=None if device == "cpu" else device)
-        out[(d.dataset, d.draw)] = sweeps
-        rows = [r for sw in sweeps for r in sweep_rows(sw)]
-        if n_boot and d.draw == min(e.draw for e in draws if e.dataset == d.dataset):
-            with torch_threads(num_threads), _blas_threads(num_threads):
+            rows = [r for sw in sweeps for r in sweep_rows(sw)]
+            if n_boot and d.draw == min(e.draw for e in draws if e.dataset == d.dataset):
                 rows += _interval_rows(feats, sweeps, k=k, n_boot=n_boot, seed=seed, space=space)
-        results_table.write(rows, chapter=chapter, params=params, dataset=d.dataset, draw=d.draw, seed=d.seed,
-                            n=len(d.pairs), k=k, metric="mutual_knn", preprocessing=preprocessing_label(clip_q, clip),
-                            root=root)
-    return out
+        return sweeps, rows
+
+    return run_draws(draws, comparisons, score, chapter=chapter, params=params, clip_q=clip_q, clip=clip,
+                     device=device, dtype=dtype, batch_size=batch_size, num_threads=num_threads, root=root, k=k,
+                     metric="mutual_knn", preprocessing=preprocessing_label(clip_q, clip))
 
 
 def _interval_rows(feats: dict, sweeps, *, k: int, n_boot: int, seed: int, space: str) -> list[dict]:

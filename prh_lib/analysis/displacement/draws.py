@@ -1,9 +1,7 @@
 """The displacement chapter over the study's datasets and draws, with every score a row of the results table.
 
-Every other chapter takes the study's shape (:mod:`prh_lib.data.study`): several datasets, several draws of
-pairs from each, every score written to the one results table (:mod:`prh_lib.results`) and the page's
-numbers computed back from it as mean ± std over draws. This module gives the displacement chapter that
-shape, on top of :mod:`prh_lib.pages.ch_displacement` (the two views of one draw):
+The study's shape (:mod:`prh_lib.data.study`, the loop :func:`prh_lib.analysis.study.run_draws`), on top of
+:mod:`prh_lib.pages.ch_displacement` (the two views of one draw):
 
 - :func:`run_study` scores both views (mutual k-NN and the three displacement measures) over all layer pairs
   on every draw and writes the rows (:func:`view_rows`, quantities in :data:`QUANTITIES`);
@@ -30,7 +28,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from prh_lib.analysis.core import find_peak, prefetch_features, preprocessing_label, prepare_features
+from prh_lib.analysis.core import find_peak, layer_depths, preprocessing_label
+from prh_lib.analysis.study import run_draws
 from prh_lib.analysis.displacement.study import MEASURE_NAMES, ViewComparison, compare_views
 
 __all__ = ["METRICS", "QUANTITIES", "BEST", "StudyDraw", "view_rows", "run_study", "load_rows", "aggregate_best",
@@ -50,10 +49,6 @@ QUANTITIES = {
     "control:shuffled-max": "the largest shuffled-pairing Cross-Model over all layer pairs (includes the selection)",
 }
 _DISPLAY = {**MEASURE_NAMES, "mutual_knn": "mutual k-NN"}
-
-
-def _depths(n: int) -> np.ndarray:
-    return np.arange(n) / max(n - 1, 1)
 
 
 def view_rows(comp: ViewComparison, *, k: int) -> list[dict]:
@@ -82,7 +77,7 @@ def view_rows(comp: ViewComparison, *, k: int) -> list[dict]:
     """
     cm = comp.cross_model
     xl, yl = cm.x_labels, cm.y_labels
-    dx, dy = _depths(len(xl)), _depths(len(yl))
+    dx, dy = layer_depths(len(xl)), layer_depths(len(yl))
     r = np.asarray(cm.options["r"])
     base = {"model_x": cm.x_name, "model_y": cm.y_name, "kind": comp.kind,
             "n_components": int(cm.options["n_components"]), "test_fraction": float(cm.options["test_fraction"]),
@@ -133,11 +128,8 @@ def run_study(draws, comparisons: Sequence, *, chapter: str, params: dict, k: in
 
     Parameters
     ----------
-    draws : sequence of prh_lib.data.study.Draw
-        From :func:`prh_lib.data.study.study_draws`.
-    comparisons : sequence of (str, str)
-    chapter, params : str, dict
-        As in :func:`prh_lib.results.write` (``params`` from :func:`prh_lib.pages.report.page_parameters`).
+    draws, comparisons, chapter, params, device, dtype, batch_size, write, root
+        As in :func:`prh_lib.analysis.study.run_draws`.
     k, n_components, test_fraction, n_pairs
         As in :func:`~prh_lib.pages.ch_displacement.compare_views` (``n_pairs``: sampled ``(i, j)`` pairs).
     split_seed : int
@@ -145,17 +137,11 @@ def run_study(draws, comparisons: Sequence, *, chapter: str, params: dict, k: in
     clip_q, clip
         Outlier clipping before both views (:func:`prh_lib.analysis.clip_features`); the rows'
         ``preprocessing``.
-    device, dtype, batch_size
-        Feature extraction (:func:`prh_lib.analysis.prepare_features`).
     keep : sequence of (str, int)
         ``(dataset, draw)`` whose features are returned (for the analyses of one draw); only they also
         extract ``models``.
     models : sequence of str
         Further models extracted on the kept draws (e.g. the consensus models).
-    write : bool
-        Write the rows (:func:`prh_lib.results.write`); False only for tests.
-    root : path, optional
-        Results table folder (tests).
 
     Returns
     -------
@@ -169,24 +155,18 @@ def run_study(draws, comparisons: Sequence, *, chapter: str, params: dict, k: in
     ValueError
         If a Cross-Model matrix is NaN everywhere.
     """
-    from prh_lib import results as results_table
-
     keep = {tuple(x) for x in keep}
-    label = preprocessing_label(clip_q, clip)
-    prefetch_features(comparisons, draws, device=device, dtype=dtype, batch_size=batch_size)
-    out = {}
-    for d in draws:
-        key = (d.dataset, d.draw)
-        feats = prepare_features(comparisons, d.pairs, models=models if key in keep else (), clip_q=clip_q,
-                                 clip=clip, device=device, dtype=dtype, batch_size=batch_size)
+
+    def score(d, feats):
         views = compare_views(feats, comparisons, k=k, n_components=n_components, test_fraction=test_fraction,
                               n_pairs=n_pairs, seed=split_seed)
-        out[key] = StudyDraw(d, views, feats if key in keep else None)
-        if write:
-            rows = [row for comp in views for row in view_rows(comp, k=k)]
-            results_table.write(rows, chapter=chapter, params=params, dataset=d.dataset, draw=d.draw, seed=d.seed,
-                                n=len(d.pairs), preprocessing=label, root=root)
-    return out
+        rows = [row for comp in views for row in view_rows(comp, k=k)] if write else []
+        return StudyDraw(d, views, feats if (d.dataset, d.draw) in keep else None), rows
+
+    return run_draws(draws, comparisons, score, chapter=chapter, params=params, clip_q=clip_q, clip=clip,
+                     device=device, dtype=dtype, batch_size=batch_size,
+                     models=lambda d: models if (d.dataset, d.draw) in keep else (), write=write, root=root,
+                     preprocessing=preprocessing_label(clip_q, clip))
 
 
 def load_rows(*, chapter: str, params: dict, run_id: str | None = None, root=None) -> pd.DataFrame:
