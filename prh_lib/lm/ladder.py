@@ -170,10 +170,6 @@ class LanguageModelResult:
     features: object
     bpb: BitsPerByte
 
-    def with_features(self, features) -> "LanguageModelResult":
-        """The same result with other features (e.g. clipped by :func:`prh_lib.analysis.clip_features`)."""
-        return dataclasses.replace(self, features=features)
-
 
 def _features_and_bpb(build, name: str, revision: str, pairs, bpb_texts, *, dtype: str, batch_size: int,
                       progress: bool):
