@@ -102,24 +102,8 @@ def check_columns(table, columns) -> None:
 
 
 def as_float64_matrix(X, name: str = "X") -> np.ndarray:
-    """``X`` (ndarray or torch tensor of shape (n_samples, n_features)) as a finite float64 ndarray.
+    """``X`` (ndarray or torch tensor of shape (n_samples, n_features)) as a finite float64 ndarray
+    (:func:`prh_lib.metrics._validation.as_float64`, which raises ``TypeError`` and ``ValueError``)."""
+    from prh_lib.metrics._validation import as_float64
 
-    Raises
-    ------
-    TypeError
-        If ``X`` is neither an ndarray nor a tensor, or does not hold real numbers.
-    ValueError
-        If ``X`` is not 2-D and non-empty, or holds NaN or infinite values.
-    """
-    if hasattr(X, "detach"):
-        X = X.detach().cpu().numpy()
-    if not isinstance(X, np.ndarray):
-        raise TypeError(f"{name} must be a numpy.ndarray or torch.Tensor; got {type(X).__name__}")
-    if X.ndim != 2 or min(X.shape) == 0:
-        raise ValueError(f"{name} must be 2-D (n_samples, n_features) and non-empty; got shape {X.shape}")
-    if X.dtype.kind not in "fiu":
-        raise TypeError(f"{name} must hold real numbers; got dtype {X.dtype}")
-    X = X.astype(np.float64)
-    if not np.isfinite(X).all():
-        raise ValueError(f"{name} of shape {X.shape} holds NaN or infinite values")
-    return X
+    return as_float64(X, name, 2, "(n_samples, n_features)")

@@ -9,17 +9,9 @@ Usage (console script ``prh-batch`` or ``python -m prh_lib.batch``)::
     prh-batch plan --models vision --datasets coco --repetitions 2 --location coco=/data/coco
     prh-batch models                                    # the paper's model list
 
-A :class:`Job` is one model on one set of pairs (dataset, N, seed, caption policy) and produces one feature
-file in the extraction cache, the very file :func:`prh_lib.extract.get_features` reads when a notebook later
-runs with the same parameters (``prh-run --params paper``). Jobs are idempotent: a worker skips a job whose
-file exists and writes through :func:`prh_lib.extract.save_features`, which renames a complete file into
-place, so a rerun after a failure or preemption repeats no finished job and never reads a half-written one.
-
-Execution goes through submitit (the engine; Rapin & Paszke, facebookincubator/submitit): ``"slurm"``
-submits one job array per GPU count (a model larger than one GPU gets several, sharded by
-``device_map="auto"`` in :func:`prh_lib.models.load_model`), ``"local"`` runs submitit's local executor (one
-subprocess per lane of GPUs), ``"debug"`` runs submitit's in-process debug executor, and ``"inline"`` calls
-the same task function directly. All of them run :class:`StudyTask` on groups of jobs of one model.
+The plan (:class:`Job`: one model on one set of pairs, one feature file, the one ``prh-run --params paper``
+reads) is :mod:`prh_lib.batch.plan`; running it (idempotent jobs through submitit, :class:`StudyTask` on the
+jobs of one model; a model larger than one GPU is sharded by ``device_map="auto"``) is :mod:`prh_lib.batch.run`.
 """
 
 

@@ -50,9 +50,6 @@ class Job:
         """The job's pairs (the dataset is loaded once per process)."""
         return study_pairs(self.dataset, self.seed)
 
-    def cache_path(self) -> Path | None:
-        return None if self.cache_file is None else Path(self.cache_file)
-
     def is_done(self) -> bool:
         """Whether the job's feature file exists and its header is sound (safetensors header, metadata, shape).
 

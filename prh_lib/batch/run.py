@@ -1,11 +1,8 @@
 """Running the study's jobs: one job (:func:`run_job`), and many through submitit (:func:`run_jobs`).
 
-Jobs are idempotent: a worker skips a job whose file exists and writes through
-:func:`prh_lib.extract.save_features`, which renames a complete file into place, so a rerun after a failure
-or preemption repeats no finished job and never reads a half-written one. Execution goes through submitit
-(Rapin & Paszke, facebookincubator/submitit): ``"slurm"`` submits one job array per GPU count, ``"local"``
-runs submitit's local executor (one subprocess per lane of GPUs), ``"debug"`` its in-process debug
-executor, and ``"inline"`` calls the same task function directly.
+Jobs are idempotent: a worker skips a job whose file exists and writes atomically
+(:func:`prh_lib.extract.save_features`), so a rerun after a failure or preemption repeats no finished job.
+Execution goes through submitit (Rapin & Paszke, facebookincubator/submitit; see :func:`run_jobs`).
 """
 
 from __future__ import annotations

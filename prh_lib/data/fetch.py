@@ -79,13 +79,7 @@ def load_manifest(name: str = "coco-mini") -> dict:
     return json.loads(text)
 
 
-def sha256_file(path: str | Path) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
+sha256_file = paths.sha256_file
 
 
 def build_manifest(folder: str | Path, *, name: str = "coco-mini") -> dict:

@@ -1,21 +1,9 @@
 """Text-only caption sets: the COCO val2017 captions without their images.
 
-The official COCO caption annotations (``captions_val2017.json``: 5,000 images, 25,014 captions) are
-useful without the photographs: language-language comparisons and their lexical floors at N = 1,024, and
-held-out caption text for bits per byte. :func:`load_coco_captions_text` (source ``"coco-captions-text"``
-in :data:`prh_lib.data.SOURCES`) reads such a file into an :class:`~prh_lib.data.ImageCaptionDataset`
-whose images are :class:`TextOnlyImage` placeholders, so a study names it like any other dataset; anything
-that opens or fingerprints an image of it (a vision model, an image cache key) raises a
-:class:`~prh_lib.data.DataError` that names the dataset and says it is text-only.
-
-Two helpers make the draws the issue asks for:
-
-- :func:`disjoint_pairs`: draw r of ``n_draws`` disjoint draws of N images (one seeded permutation,
-  draw r is its r-th block of N; ``DatasetSpec(draws="disjoint")`` uses it);
-- :func:`heldout_texts`: captions of images outside a given set of ids (e.g. every image any draw aligns),
-  for bits per byte on text disjoint from the alignment.
-
-The file is only read, never written (``../shared`` is read-only).
+``captions_val2017.json`` (5,000 images, 25,014 captions) serves language-language comparisons at N = 1,024
+and held-out text for bits per byte. :func:`load_coco_captions_text` (source ``"coco-captions-text"``) reads
+it into a dataset whose images are :class:`TextOnlyImage` placeholders; :func:`disjoint_pairs` makes disjoint
+draws and :func:`heldout_texts` the captions of images outside a set of ids. The file is only read.
 
 References
 ----------

@@ -89,11 +89,9 @@ def ladder_tag(t: float, seed: int) -> str:
 def ladder_weights(model: CausalLM, random: RandomWeights, t: float, *, out: torch.nn.Module | None = None) -> CausalLM:
     """The model with every parameter set to ``(1 - t) * random + t * trained``.
 
-    Float32 parameters are mixed in place as ``random * (1 - t) + trained * t``; other dtypes are mixed in
-    float32 and cast back. Either way ``t = 1`` gives the trained weights and ``t = 0`` the random ones
-    exactly. Buffers (e.g. rotary frequencies) are the trained model's; a tied head stays tied (it is the
-    interpolated input embedding). The result's ``name`` is ``"<name>@interp:t=<t>:seed=<seed>"`` and its
-    revision records ``t``, the seed and the trained revision, so its features cache apart.
+    Mixed in float32 (other dtypes cast back), so ``t = 1`` and ``t = 0`` give the trained and random weights
+    exactly. Buffers are the trained model's; a tied head stays tied. The result's ``name`` is
+    ``"<name>@interp:t=<t>:seed=<seed>"`` and its revision records ``t``, the seed and the trained revision.
 
     Parameters
     ----------
@@ -170,10 +168,6 @@ class LanguageModelResult:
     features: object
     bpb: BitsPerByte
 
-    def with_features(self, features) -> "LanguageModelResult":
-        """The same result with other features (e.g. clipped by :func:`prh_lib.analysis.clip_features`)."""
-        return dataclasses.replace(self, features=features)
-
 
 def _features_and_bpb(build, name: str, revision: str, pairs, bpb_texts, *, dtype: str, batch_size: int,
                       progress: bool):
@@ -215,12 +209,9 @@ def ladder_models(model: str, fractions: Sequence[float], *, seed: int, pairs, b
                   progress: bool = False) -> list[LanguageModelResult]:
     """Features and bits per byte along the interpolation ladder of one trained causal LM.
 
-    For each ``t`` in ``fractions`` the weights are ``(1 - t) theta_random(seed) + t theta_trained``
-    (:func:`ladder_weights`); the same weights give the features (hidden states of the base model, on
-    ``pairs``) and the bits per byte (with the LM head, on ``bpb_texts``). Both are cached (features as in
-    :mod:`prh_lib.extract`, bits per byte as JSON under ``cache_dir("bpb")``) and a model is only built
-    when a cache misses. ``t = 1`` is the trained model under its own identity (its weights are exactly
-    the trained ones), so it shares the trained model's feature cache.
+    The same weights (:func:`ladder_weights`) give the features on ``pairs`` and the bits per byte on
+    ``bpb_texts``, both cached; a model is built only when a cache misses. ``t = 1`` is the trained model
+    under its own identity, so it shares the trained model's feature cache.
 
     Parameters
     ----------
@@ -249,10 +240,6 @@ def ladder_models(model: str, fractions: Sequence[float], *, seed: int, pairs, b
         If ``fractions`` is empty, has duplicates or values outside [0, 1].
     TypeError
         If ``seed`` is not an int.
-
-    References
-    ----------
-    Herbst et al., Section 3.2 (capability versus alignment); the ladder is this package's offline proxy.
     """
     dtype = models.dtype_name(dtype)  # one spelling in cache keys
     fractions = [float(t) for t in fractions]

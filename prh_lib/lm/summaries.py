@@ -221,12 +221,9 @@ def summarize_texts(texts: Sequence[str], *, fractions: Sequence[float] = DEFAUL
                     num_threads: int | None = None) -> dict[float, Summaries]:
     """Shorten each text to about each fraction of its words with a causal language model (cached per fraction).
 
-    Each (text, fraction) gets the prompt ``prompt.format(text=text, n_words=target_words(text, fraction))`` in
-    the model's chat template (with ``system``; a model without one gets the plain prompt), greedy decoding
-    (deterministic) with at most :func:`max_new_tokens_for` ``(n_words)`` new tokens (:func:`greedy_generate`,
-    which runs the part of a text's prompts shared by all fractions once). Each generation is cleaned
-    (:func:`clean_generation`); degenerate rows (empty, or not shorter than the source in words) fall back to
-    :func:`truncate_text` and are recorded in :attr:`Summaries.fallback` (:func:`finalize_summaries`).
+    Each (text, fraction) gets ``prompt.format(text=text, n_words=target_words(text, fraction))`` in the model's
+    chat template, greedy decoding within :func:`max_new_tokens_for` tokens (:func:`greedy_generate`), then
+    :func:`clean_generation`; degenerate rows fall back to truncation (:func:`finalize_summaries`).
 
     Parameters
     ----------
@@ -236,10 +233,8 @@ def summarize_texts(texts: Sequence[str], *, fractions: Sequence[float] = DEFAUL
         Target lengths as fractions of each source's words.
     model : str
         Zoo name, local folder or Hugging Face id of a causal LM (the paper: ``"Qwen/Qwen3-8B"``).
-    prompt : str
-        Template with ``{text}`` and ``{n_words}`` fields (text first, so prompts share a prefix).
-    system : str
-        System turn ("" for none).
+    prompt, system : str
+        Template with ``{text}`` and ``{n_words}`` fields (text first, so prompts share a prefix); system turn.
     device, dtype : str
         Where and in which precision the generator runs (only when generating).
     batch_size : int >= 1

@@ -194,13 +194,9 @@ def unpack_counts(planes, nbits: int, bk: Backend):
     return total
 
 
-def column_counts(W, nbits: int, bk: Backend):
-    """For each of the low ``nbits`` bit positions, how many words of ``W`` (..., M) have it set."""
-    return column_counts_axis(W, nbits, bk, axis=W.ndim - 1)
-
-
 def column_counts_axis(W, nbits: int, bk: Backend, axis: int, stop: int = 8):
-    """:func:`column_counts` along ``axis``: shape ``W.shape`` without ``axis``, plus ``(nbits,)``.
+    """For each of the low ``nbits`` bit positions, how many words of ``W`` along ``axis`` have it set: shape
+    ``W.shape`` without ``axis``, plus ``(nbits,)``.
 
     The last few halvings (fewer than ``stop`` counters left) are replaced by unpacking the partial
     counters and summing them, which takes fewer (Python-level) operations on tiny arrays.

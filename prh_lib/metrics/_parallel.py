@@ -1,11 +1,8 @@
-"""Pure computations on several threads, with what a serial loop gives: results, warnings and errors (private;
-public as :mod:`prh_lib.parallel`).
+"""Pure computations on several threads, with what a serial loop gives: results, warnings and errors (public
+as :mod:`prh_lib.parallel`; here because the metric kernels, which run in the threads, use it).
 
-It lives in ``metrics`` because the metric kernels run in the threads and must silence warnings through
-it, and ``metrics`` imports nothing else from the package.
-
-NumPy and torch release the GIL inside their kernels, so scoring two draws on two threads uses two cores
-for most of the work (:func:`map_threads`). Python's warning machinery is process-wide
+NumPy and torch release the GIL inside their kernels, so threads use several cores for most of the work
+(:func:`map_threads`). Python's warning machinery is process-wide
 (:class:`warnings.catch_warnings` swaps module globals and is safe in one thread only), so code that may run
 in a worker records and silences warnings through this module instead:
 

@@ -1,43 +1,30 @@
 """Displacement geometry: do models share the *directions between* samples?
 
-The companion result [1]_ argues that what vision and language models share is the
-direction of differences between samples rather than where samples sit. This module
-measures that for one pair of representations and layer by layer, as pure functions on
-arrays. Pipeline (each step is public, so a caller can compose it):
+The companion result [1]_ argues that what vision and language models share is the direction of differences
+between samples rather than where samples sit. Pipeline (each step public, so a caller can compose it):
 
 1. :func:`split_indices` - seeded train/test split of the shared sample axis.
-2. :func:`fit_whitening` - centre, PCA to at most ``n_components`` and whiten, fitted on
-   the training rows only; near-zero-variance components are *dropped* (see there).
+2. :func:`fit_whitening` - centre, PCA to at most ``n_components`` and whiten, fitted on the training rows
+   only; near-zero-variance components are *dropped* (see there).
 3. :func:`procrustes` - orthogonal map (rotation and reflection) fitted on training rows.
-4. :func:`cosine_measures` - Pointwise, Cross-Model and Cross-Object cosines on the
-   held-out rows, with shuffled-pairing controls.
+4. :func:`cosine_measures` - Pointwise, Cross-Model and Cross-Object cosines on the held-out rows, with
+   shuffled-pairing controls.
 
-:func:`displacement_similarity` runs 1-4 for one pair, :func:`displacement_layerwise` for
-all layer pairs (each layer's whitening fitted once). The consensus (shared/private)
-decomposition is :mod:`prh_lib.analysis.displacement.consensus`; the public reference code's own
-procedure, which adds the projected means back before the measures, is
-:mod:`prh_lib.analysis.displacement.procedures`.
+:func:`displacement_similarity` runs 1-4 for one pair, :func:`displacement_layerwise` for all layer pairs
+(each layer's whitening fitted once). The consensus decomposition is
+:mod:`prh_lib.analysis.displacement.consensus`; the public reference code's procedure (projected means added
+back) is :mod:`prh_lib.analysis.displacement.procedures`.
 
-Degenerate inputs: a representation with zero variance on the training rows (a ViT's CLS
-token at hidden state 0 is the same vector for every image) has nothing to whiten.
-:func:`fit_whitening` raises ``ValueError`` for it; :func:`displacement_similarity` and
-:func:`displacement_layerwise` return NaN for every measure involving it and warn once
-(``RuntimeWarning``), as the k-NN family does.
+A representation with zero variance on the training rows (a ViT's CLS token at hidden state 0) has nothing
+to whiten: :func:`fit_whitening` raises ``ValueError``; the two drivers return NaN for every measure
+involving it and warn once (``RuntimeWarning``), as the k-NN family does.
 
-Reading the numbers: whitening gives every kept component unit variance, so a measure is
-roughly (shared dimensions) / (kept dimensions ``r``) once ``r`` exceeds the shared
-dimension. With a 16-dimensional shared latent, ``cross_model`` is 0.99 at
-``n_components=16`` and 0.24 at ``n_components=100``: compare values only at the same ``r``
-(``DisplacementResult`` records it). ``cross_object`` compares residuals ``a_i - b_i`` of
-different samples; after per-model centring its expectation is ~0 unless the residuals
-share a direction.
-
-Everything is computed in float64 on purpose: whitening divides by the square root of
-variances that can be ``1e-6`` of the largest, where float32 rounding would dominate.
-Random streams: ``seed`` feeds ``np.random.default_rng([seed, 0])`` for the split and
-``np.random.default_rng([seed, 1])`` for pairs and the shuffled pairing, so
-:func:`split_indices` and :func:`cosine_measures` with a seed reproduce exactly what
-:func:`displacement_similarity` uses with that seed.
+Whitening gives every kept component unit variance, so a measure is roughly (shared dimensions) / (kept
+dimensions ``r``) once ``r`` exceeds the shared dimension (16 shared: ``cross_model`` 0.99 at
+``n_components=16``, 0.24 at 100): compare values only at the same ``r`` (``DisplacementResult`` records it).
+Everything is float64 on purpose (whitening divides by square roots of variances down to ``1e-6`` of the
+largest). ``seed`` feeds ``np.random.default_rng([seed, 0])`` for the split and ``[seed, 1]`` for pairs and
+the shuffled pairing, so the steps with a seed reproduce what :func:`displacement_similarity` uses.
 
 References
 ----------

@@ -12,22 +12,20 @@ first sorted column, which goes wrong when rows are duplicated.
 
 Ties
 ----
-Exact ties are common in real data: duplicate samples (the same image or caption twice), quantised or
-categorical features, all-zero rows. When a tie *straddles* the ``k``-th place (``r`` of ``t`` equally
-similar samples must be chosen), any particular choice is arbitrary, and a choice made the same way in
-``X`` and ``Y`` (say, lowest index first) makes the two neighbourhoods agree for no reason in the data.
-That inflates the observed score, and a permutation null, which relabels samples, does not reproduce
-the inflation: the test then rejects far more often than ``alpha`` on independent data.
+Exact ties are common (duplicate samples, quantised features, all-zero rows). When a tie *straddles* the
+``k``-th place (``r`` of ``t`` equally similar samples must be chosen), a choice made the same way in ``X``
+and ``Y`` (say, lowest index first) makes the neighbourhoods agree for no reason in the data, an inflation
+a permutation null does not reproduce.
 
 - ``mutual_knn`` and ``jaccard_knn`` use **tie-averaged membership**: sample ``j`` belongs to
   ``N(i)`` with weight 1 if it is strictly among the ``k`` nearest, ``r / t`` if it is one of the ``t``
   samples tied at the ``k``-th place, 0 otherwise. The per-sample overlap
   ``m_i = sum_j w_X(i, j) w_Y(i, j)`` is the *expected* overlap under independent, uniformly random
-  tie-breaking in ``X`` and ``Y``; without straddling ties it is the usual count. The definition does
-  not depend on sample order, so the re-paired null equals recomputation and the permutation test is
-  exact; unrelated tied data stay at the chance level ``k / (N - 1)`` in expectation. A representation
-  with straddling ties scores below 1 against itself (its neighbourhoods are not determined by the
-  data). Jaccard uses the same ``m_i`` in ``m_i / (2k - m_i)``.
+  tie-breaking in ``X`` and ``Y`` (:func:`prh_lib.metrics.reference.mutual_knn` computes it with plain
+  loops); without straddling ties it is the usual count. It does not depend on sample order, so the
+  re-paired null equals recomputation; unrelated tied data stay at chance, ``k / (N - 1)``, in
+  expectation; a representation with straddling ties scores below 1 against itself. Jaccard uses the
+  same ``m_i`` in ``m_i / (2k - m_i)``.
 - ``cycle_knn`` and ``cknna`` are not linear in the memberships, so an expectation over tie-breaks has
   no cheap closed form; they keep the deterministic **lowest-index** rule of :func:`knn_indices` (as
   ``torch.topk`` in the PRH code does in practice), and their permutation nulls re-apply it in the
@@ -38,13 +36,8 @@ All counting is integer or exact fixed-point arithmetic (resolution ``2**-36`` o
 at the paper's size; :mod:`._bits`): given the same similarity matrices, results are deterministic and identical on
 CPU and GPU, and a layer-wise score equals the pairwise one bit for bit.
 
-Computation
------------
-Layer-wise forms take stacks ``(L_x, N, d_x)`` and ``(L_y, N, d_y)``, form each layer's Gram matrix once
-(the unavoidable ``O(N^2 d)`` part; one layer at a time, so memory stays at one ``(N, N)`` matrix per
-layer plus ``O(L N k)`` neighbour lists), take its top ``k + 1`` similarities per row, and count the
-overlaps of all ``L_x L_y`` pairs with bit-sliced popcounts over packed membership words (63 layers
-per int64 word). Permutation nulls reuse the same kernels with relabelled neighbour lists.
+Layer-wise forms take each layer's top ``k + 1`` similarities per row once and count the overlaps of all
+``L_x L_y`` pairs with bit-sliced popcounts (:mod:`._overlap`); permutation nulls relabel the same lists.
 
 References
 ----------
@@ -90,18 +83,11 @@ __all__ = [
 _KIND = {"mutual_knn": "cosine", "jaccard_knn": "cosine", "cycle_knn": "cosine", "cknna": "linear"}
 
 
-#: Neighbourhoods of recently seen feature stacks, by the identity and version of the caller's tensor:
-#: a model's stack meets many partners (every pair, the permutation null, the shuffled control), and
-#: its neighbourhoods do not depend on the partner. An entry is used only while that very tensor is
-#: alive and unmodified (torch bumps ``_version`` on every in-place write through torch, views
-#: included), and goes when the tensor does. Not memoised: NumPy inputs and inference-mode tensors (no
-#: version counter). Writes that bypass torch's counter (through a NumPy array sharing the tensor's
-#: memory, or through ``.data``) are not seen: after such a write, pass a new tensor. At most
-#: :data:`_HOODS_MEMO_SIZE` entries and :data:`_HOODS_MEMO_BYTES` of neighbour lists are kept; the packed
-#: tables a score builds from them are not kept.
-#: Safe to use from several threads at once (:func:`prh_lib.parallel.map_threads` scores draws side by
-#: side): every look-up, insertion and eviction holds :data:`_HOODS_LOCK`, and the bytes held are a running
-#: total, so no step iterates over the entries.
+#: Neighbourhoods of recently seen feature stacks (a stack meets many partners), by the identity and
+#: ``_version`` of the caller's tensor: used only while that tensor is alive and unmodified through torch
+#: (a write through a NumPy view or ``.data`` is not seen: pass a new tensor). NumPy and inference-mode
+#: inputs are not memoised. Bounded by :data:`_HOODS_MEMO_SIZE` and :data:`_HOODS_MEMO_BYTES`; every access
+#: holds :data:`_HOODS_LOCK` (draws are scored on several threads).
 _HOODS_MEMO: "OrderedDict[tuple, tuple]" = OrderedDict()
 _HOODS_MEMO_SIZE = 64
 _HOODS_MEMO_BYTES = 256 * 2**20
@@ -149,12 +135,8 @@ def _hoods(XL: torch.Tensor, *, k: int, kind: str, name: str, source=None) -> Ho
 
 
 def _prepare(XL: torch.Tensor, *, k: int, metric: str, name: str = "X", source=None):
-    """Neighbourhood state of a stack ``XL`` (L, N, d) for ``metric``.
-
-    ``source`` is the caller's tensor that ``XL`` was made from (the same values, perhaps a view or a
-    copy on ``XL``'s device); with it the neighbourhoods are memoised (:data:`_HOODS_MEMO`). The
-    neighbourhoods are the same bits either way; a memoised state warns as a computed one does.
-    """
+    """Neighbourhood state of a stack ``XL`` (L, N, d) for ``metric``, memoised by ``source``, the caller's
+    tensor ``XL`` was made from (:data:`_HOODS_MEMO`; the same bits and warnings either way)."""
     kind = _KIND[metric]
     h = _hoods(XL, k=k, kind=kind, name=name, source=source)
     warn_zero_rows(h, name, stacklevel=5)

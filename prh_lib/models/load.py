@@ -78,11 +78,8 @@ def load_model(
     Parameters
     ----------
     name_or_path : str
-        Zoo name (see ``prh-zoo list``), ``"timm:<arch>[.<tag>]"``, ``"timm/<hub-id>"``, a local folder
-        (Hugging Face or timm layout) or a Hugging Face Hub id; a two-tower image-text model (CLIP,
-        SigLIP) as ``"<folder or id>:vision"`` or ``"<folder or id>:text"``. A trailing
-        ``"@random-init:<seed>"`` gives :func:`~prh_lib.models.random_init` of the named model, with
-        revision ``"random-init:seed=<seed>:<trained revision>"`` (as its identity says without loading).
+        Any name :mod:`prh_lib.models.spec` reads (zoo, timm, folder, Hub id, ``:vision``/``:text`` tower,
+        ``@random-init:<seed>`` for :func:`~prh_lib.models.random_init` of the named model).
     device : str or torch.device, default "cpu"
     dtype : torch.dtype, default torch.float32
         Parameter dtype; inputs are cast to it in :meth:`LoadedModel.layer_outputs`.

@@ -1,18 +1,13 @@
 """Which dtype a model extracts features in on a CPU: the bf16 gate (issue 25, item 3).
 
-bfloat16 forward passes are 2-3.5x faster than float32 on a CPU with native bf16 (AVX512-BF16 / AMX), but
-they move the hidden states (per-layer relative errors of 1-7 %). A model may use bf16 on a CPU only where
-a benchmark showed that this does not move the numbers: its row in the committed table
-``prh_lib/resources/bf16_allowed.json`` (written from ``benchmarks/bf16_extraction.py``) says ``allowed``,
-and that row carries the evidence (speed ratio, largest per-layer relative error of the pooled features,
-largest change of a headline score, and the threshold it had to stay below: a quarter of that score's own
-image-level interval half-width, on both offline datasets; issue 42 dropped issue 25's absolute cap of 0.005,
-which held 4-bit-quantised language models to a precision their weights do not have). Everywhere else: float32.
+bfloat16 is 2-3.5x faster than float32 on a CPU with native bf16 but moves the hidden states (1-7 % per
+layer). A model uses bf16 on a CPU only where its row in ``prh_lib/resources/bf16_allowed.json`` (from
+``benchmarks/bf16_extraction.py``) says ``allowed``, with the evidence: speed ratio, largest per-layer error,
+largest change of a headline score and its threshold (a quarter of that score's image-level interval
+half-width, on both offline datasets). Everywhere else: float32.
 
-:func:`cpu_default_dtype` picks the dtype; :func:`feature_dtype` resolves the chapters' ``dtype="auto"``
-(per model: that pick on a CPU, float32 elsewhere; ``"float32"`` asks for float32 for every model and
-reproduces the float32 numbers bit for bit); :func:`check_cpu_dtype` refuses bf16 for a model whose row
-does not allow it.
+:func:`cpu_default_dtype` picks the dtype; :func:`feature_dtype` resolves ``dtype="auto"`` (``"float32"``
+reproduces the float32 numbers bit for bit); :func:`check_cpu_dtype` refuses bf16 where the row does not allow it.
 """
 
 from __future__ import annotations

@@ -30,11 +30,9 @@ def _fresh_module(module: torch.nn.Module, family: str) -> torch.nn.Module:
 def random_init(model: LoadedModel, *, seed: int) -> LoadedModel:
     """The same architecture, tokenizer and preprocessing with seeded random weights.
 
-    Weights come from the architecture's own initialiser (Hugging Face ``_init_weights`` / timm's
-    constructor), drawn inside :func:`torch.random.fork_rng` seeded with ``seed``, so the result depends
-    only on ``seed`` and the global RNG state is left untouched. The returned model's ``name`` gets the
-    suffix ``@random-init:<seed>`` and its ``revision`` records the architecture and seed, so its features
-    cache apart from the trained model's.
+    The architecture's own initialiser, drawn inside :func:`torch.random.fork_rng` seeded with ``seed`` (the
+    global RNG state is untouched). ``name`` gets the suffix ``@random-init:<seed>`` and ``revision`` records
+    the architecture and seed, so its features cache apart.
 
     Parameters
     ----------

@@ -10,27 +10,18 @@ A **run** is one execution of a notebook (one Python process, or one ``PRH_RUN_I
 the same chapter and parameters: for every ``(chapter, params_hash, dataset, draw)`` it wrote, its rows
 replace those of earlier runs when the table is read, so rerunning a notebook never duplicates rows.
 
-Concurrency. Each file is written under a temporary name in the same folder, flushed to disk and renamed
-into place with :func:`os.replace`, which is atomic on POSIX file systems (local and NFS/Lustre). Two
-processes never write the same file name (the run id holds a timestamp and a random token), so concurrent
-writers (sweep workers, SLURM array tasks on a shared file system) lose no rows, and a reader sees each
-file either complete or not at all. :func:`load` combines the files it finds, skips temporary names and
-files that vanish while it reads (:func:`compact` deletes superseded ones), and drops superseded runs by a
-rule that depends only on the table's content: for each ``(chapter, params_hash, dataset, draw)`` the run
-whose first row there was created last wins (ties broken by run id).
+Concurrency. Each file is written under a temporary name and renamed into place (atomic on POSIX, NFS and
+Lustre included); file names never collide (the run id holds a timestamp and a random token), so concurrent
+writers lose no rows and a reader sees each file complete or not at all. :func:`load` drops superseded runs
+by content alone: for each ``(chapter, params_hash, dataset, draw)`` the run whose first row there was
+created last wins (ties broken by run id).
 
-Runs of ``prh-run``: all or nothing. A notebook calls :func:`write` once per part as it goes, so a run killed
-(``kill -9``, out of memory, a failing cell) between two parts would leave its first parts looking like a
-complete rerun. ``prh-run`` (:func:`prh_lib.run.runner.run_notebook`) therefore brackets every notebook with a
-marker in the table's :data:`RUNS` folder: :func:`start_run` before the kernel starts (``<run_id>.started``),
-:func:`complete_run` once the notebook finished (the marker renamed to ``<run_id>.complete``, one atomic
-step). The rule, in this one place: **a run that has a ``.started`` marker is invisible** to :func:`load`
-and :func:`compact` (its parts are neither returned nor allowed to supersede anything), so the previous
-complete run of that configuration stays the latest; rerunning the same command replaces it as usual. The
-run itself still reads its own rows while it runs (the kernel's ``PRH_RUN_ID``), and
-``load(include_superseded=True)`` shows every part on disk, those of unfinished runs included. Runs that
-have no marker (a notebook executed by plain papermill or in Jupyter, a script calling :func:`write`) are
-visible from their first part, as before.
+Runs of ``prh-run``: all or nothing. A run killed between two parts would leave its first parts looking like
+a complete rerun, so ``prh-run`` brackets every notebook with :func:`start_run` and :func:`complete_run`
+(markers in :data:`RUNS`). **A run with a ``.started`` marker is invisible** to :func:`load` and
+:func:`compact` (returned by neither, superseding nothing) except to itself (its ``PRH_RUN_ID``) and to
+``load(include_superseded=True)``. Runs without a marker (plain papermill, a script) are visible from their
+first part.
 
 Columns (``COLUMNS``; types after :func:`load`):
 

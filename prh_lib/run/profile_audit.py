@@ -87,12 +87,6 @@ def audit_rows() -> list[dict]:
     return rows
 
 
-def audit_table() -> pd.DataFrame:
-    """:func:`audit_rows` indexed by setting (columns ``paper``, ``profile``, ``difference``)."""
-    t = pd.DataFrame(audit_rows()).set_index("setting")
-    return t[["paper", "profile", "difference"]]
-
-
 def audit_markdown() -> str:
     """The audit as a Markdown table for the front page (``|`` escaped)."""
     def cell(s):

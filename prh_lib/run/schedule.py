@@ -1,14 +1,9 @@
 """Executing several notebooks side by side: ``prh-run --jobs N``.
 
-Lanes and threads follow the cores this process may use (``os.sched_getaffinity``; :func:`plan_lanes`):
-on a CPU most of a chapter's time is its draws scored side by side, one torch thread each (the notebooks'
-``num_threads`` and ``workers``), so a machine runs several notebooks at once, each kernel told its share of
-the cores (``PRH_CORES``, read by :func:`available_cores`). Notebooks share nothing but content-keyed caches (features,
-scores, summaries), each written atomically, and each writes its own chapter's rows of the results table,
-so the order in which they run changes no number. The longest run first (the wall times of the last
-``prh-run``, remembered in ``PRH_CACHE_DIR/index/notebook-seconds.json``; :data:`TYPICAL_SECONDS` before
-any was timed, then the table of contents' order), so that the last to finish is a short one. Each kernel gets cores / jobs threads
-(:data:`THREAD_VARIABLES`), so the kernels never oversubscribe the cores.
+Lanes follow the cores this process may use (:func:`plan_lanes`); each kernel is told its share
+(``PRH_CORES`` and :data:`THREAD_VARIABLES`), so kernels never oversubscribe the cores. Notebooks share only
+content-keyed caches, written atomically, so their order changes no number; the longest runs first (the last
+``prh-run``'s wall times in ``PRH_CACHE_DIR/index/notebook-seconds.json``, else :data:`TYPICAL_SECONDS`).
 
 A stopped run stops everything it started: :func:`stopping_on_signals` turns SIGTERM, SIGINT and SIGHUP
 into :class:`RunStopped` after ending every descendant process (workers and notebook kernels), so no page or

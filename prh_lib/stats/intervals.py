@@ -34,12 +34,8 @@ def bootstrap_interval(estimate: float, reps, ci: float = 0.95, *, method: str =
 
     ``"centred"`` (default; for half-sampled replicates, :func:`resampled_halves`)
         ``(θ̂ + q_{(1-ci)/2} − med, θ̂ + q_{(1+ci)/2} − med)``, ``q`` the replicates' quantiles and ``med`` their
-        median: the replicates' spread, placed around the estimate. Subsampling replicates estimate the
-        statistic at a smaller size, whose *level* differs (fewer images: a noisier selection, a smaller
-        ``k``), so only their spread is read (Politis, Romano & Wolf 1999, Sec. 2.2, with the spread at
-        ``m = n/2`` needing no rescaling, see the module docstring). It makes no bias correction: the held-out
-        peak needs none (it is not selected on the images it is scored on); an in-sample maximum keeps its
-        upward bias, and is labelled as such wherever it is shown.
+        median: the replicates' spread (their level differs at the smaller size) placed around the estimate
+        (:mod:`prh_lib.stats.selection`). No bias correction: an in-sample maximum keeps its upward bias.
     ``"basic"`` (the "reverse percentile" interval)
         ``(2 θ̂ − q_{(1+ci)/2}, 2 θ̂ − q_{(1-ci)/2})``: the distribution of ``θ* − θ̂`` stands in for that of
         ``θ̂ − θ`` (Davison & Hinkley 1997, Sec. 5.2, eq. 5.6). With bootstrap replicates *with replacement*

@@ -11,10 +11,8 @@ Cross-fitted (held-out) peak
     random splits (and over the caption draws, which share the images). A half has about ``N/2`` samples,
     so each half is scored with ``k_half = round(k (n_half - 1) / (N - 1))`` neighbours: the chance level
     ``k/(N-1)`` of mutual k-NN stays the same as on all ``N`` (Herbst et al., App. G: at a fixed ``k/N``
-    mutual k-NN is stable across ``N``). The in-sample maximum on the same halves is kept too, so the
-    optimism of selecting and reporting on the same images is a number (``insample_half - heldout``).
-    How often each layer pair is selected (over splits, directions and draws) says how stable the peak
-    location is.
+    mutual k-NN is stable across ``N``). The in-sample maximum on the same halves is kept too
+    (``insample_half``), and how often each layer pair is selected.
 Image-level intervals by half-sampling, paired
     Replicate ``b`` draws half of the images *without replacement* and repeats the whole cross-fitted
     procedure on them, selection included, for every caption draw: ``rep_splits`` random splits of the
@@ -25,14 +23,10 @@ Image-level intervals by half-sampling, paired
     itself, so the replicates' spread needs no rescaling (Shao & Wu 1989). A subsample scores at its own
     level (half the images: a noisier selection, a higher chance level at the same ``k``), so the intervals
     read only the replicates' spread, never their level: they are centred (:func:`bootstrap_interval`,
-    ``"centred"``). The bootstrap with replacement is not used: a resample holds about 63 % distinct images
-    and duplicates change every neighbourhood, so its replicates sit below the estimate even for a statistic
-    nothing selects (final layers), and the bootstrap is known to fail for nearest-neighbour statistics
-    (Abadie & Imbens 2008). Against the true sampling spread (``benchmarks/crossfit_interval_coverage.py``:
-    a synthetic population at n = 239 and 1,000, and real features with flickr8k-1k as the population) the
-    half-sampling interval is centred and errs wide by 1.1–1.3× (its replicates average 3 splits, the
-    estimate 10), where the bootstrap's reflected interval was 1.6–2.2× wide and, for held-out peaks, sat
-    about one standard error above the estimate. ``resampling="bootstrap"`` keeps that scheme for comparison.
+    ``"centred"``). Not the bootstrap with replacement (kept as ``resampling="bootstrap"`` for comparison):
+    duplicates change every neighbourhood, and it fails for nearest-neighbour statistics (Abadie & Imbens
+    2008); against the true spread (``benchmarks/crossfit_interval_coverage.py``) half-sampling errs wide by
+    1.1–1.3×, the bootstrap's reflected interval was 1.6–2.2× wide and off-centre.
     The subsamples depend only on ``(N, n_boot, seed, rep_splits)``, so two comparisons on the same images
     scored in separate calls get the *same* replicates: the difference of their replicate vectors is the
     paired replicate of their difference (:func:`paired_interval`).
@@ -42,10 +36,8 @@ References
 Politis & Romano (1994), "Large sample confidence regions based on subsamples under minimal assumptions",
 Annals of Statistics 22 (subsampling); Abadie & Imbens (2008), "On the failure of the bootstrap for matching
 estimators", Econometrica 76; Shao & Wu (1989), "A general theory for jackknife variance estimation", Annals
-of Statistics 17 (delete-d, half-sampling); Efron & Tibshirani (1993), "An Introduction to the Bootstrap", Sec. 8.4 (stratified resampling), 10.6
-(bias) and 14.3 (bias-corrected interval); Davison & Hinkley (1997), Sec. 5.2 (the basic interval);
-Chernozhukov et al.
-(2018), "Double/debiased machine learning", Econometrics Journal 21 (cross-fitting); Kriegeskorte et al.
+of Statistics 17 (delete-d, half-sampling); Efron & Tibshirani (1993), "An Introduction to the Bootstrap", Sec. 8.4, 10.6 and 14.3; Davison & Hinkley
+(1997), Sec. 5.2; Chernozhukov et al. (2018), "Double/debiased machine learning", Econometrics Journal 21; Kriegeskorte et al.
 (2009), "Circular analysis in systems neuroscience", Nature Neuroscience 12 (selection and reporting on the
 same data); Herbst et al. (arXiv 2611.12869), App. G.
 """
@@ -195,11 +187,6 @@ class CrossFitPeak:
     seed: int = 0
     n_draws: int = 1
     resampling: str = "subsample"
-
-    @property
-    def optimism(self) -> float:
-        """``insample_half - heldout``: what selecting and reporting on the same images adds."""
-        return self.insample_half - self.heldout
 
     def interval(self, quantity: str = "heldout", ci: float = 0.95, *, method: str = "centred") -> tuple[float, float]:
         """Interval of a quantity from its point estimate and replicates (:func:`bootstrap_interval`).

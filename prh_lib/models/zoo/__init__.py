@@ -12,26 +12,14 @@ says so. :func:`convert` turns the weight file, once, into a standard folder und
 * a timm folder (``config.json`` with ``architecture`` and ``pretrained_cfg``, ``model.safetensors``) that
   ``timm.create_model("local-dir:<folder>", pretrained=True)`` loads,
 
-so that every model, zoo or not, then goes through the same loading code (:func:`prh_lib.models.load_model`).
-The registry is :mod:`prh_lib.models.zoo.registry`, the converters :mod:`prh_lib.models.zoo.converters`.
+so that every model, zoo or not, goes through :func:`prh_lib.models.load_model`
+(registry: :mod:`.registry`, converters: :mod:`.converters`).
 
-Provenance: every entry pins the sha256 of its (assembled) weight file. A split file is concatenated into a
-temporary file next to the cache, hashed while it is written, and converted only if the hash matches
-(:class:`ChecksumError` otherwise); a single file is hashed in place. Each converted folder holds
-``prh_zoo.json`` with the packages and versions it came from and that sha256; ``"sha256:" + sha256[:16]``
-(``+ "+c<n>"`` once an entry's conversion changed, ``ZooEntry.conversion``) is the model revision used in
-cache keys.
-
-Every converted file's size, modification time and sha256 are recorded in ``prh_zoo.json`` (``files``)
-and checked each time the folder is used (:mod:`prh_lib.models.integrity`); a damaged folder (cut short by
-a full disk, edited, a file missing) is moved aside and converted again with a
-:class:`~prh_lib.models.integrity.DamagedFolderWarning` naming it, or, when the packages are gone, refused
-with an error naming the folder and ``prh-zoo install <name>``.
-
-The folder is written atomically (:func:`prh_lib.paths.atomic_path`) and the temporary assembled file is
-removed whatever happens, so an interrupted conversion leaves nothing that looks complete. A folder is
-reused while its ``prh_zoo.json`` matches the entry's sha256 and conversion, :data:`ZOO_FORMAT` and the
-versions of the packages that are installed; otherwise it is rebuilt.
+Provenance: every entry pins the sha256 of its (assembled) weight file, checked before conversion
+(:class:`ChecksumError`). The folder, written atomically, holds ``prh_zoo.json`` (packages, versions, that
+sha256, and each file's size, time and sha256, checked on use by :mod:`prh_lib.models.integrity`);
+``"sha256:" + sha256[:16]`` (``+ "+c<n>"`` after a conversion change) is the revision in cache keys. A folder
+is rebuilt when its record no longer matches the entry, :data:`ZOO_FORMAT` or the installed packages.
 
 Install groups: ``"default"`` models are what the offline build needs (``prh-zoo install``);
 ``"large"`` ones (Qwen2.5-Coder-1.5B: 1.1 GB download, 6.7 GB float32 folder, ~9.5 GB peak memory while
