@@ -39,7 +39,7 @@ from prh_lib.stats.correlation import CorrelationResult, correlate, exact_p_floo
 from prh_lib.analysis.capability.study import (BENCHMARK_DIRECTION, OFFLINE_CAPABILITY, QUANTITIES, DegenerateLayers,  # noqa: F401
     StudySets, alignment_table, bpb_table, capability_columns, capability_rows, correlation_table, heldout_texts,
     join_capabilities, ladder_is_monotone, paper_setting, study_alignment, study_sets, vision_features)
-from prh_lib.analysis.capability.intervals import image_correlations, image_display  # noqa: F401
+from prh_lib.analysis.capability.intervals import image_correlations, image_display, verdict_correlations  # noqa: F401
 from prh_lib import formatting
 
 __all__ = ["join_capabilities", "capability_columns", "bpb_table", "ladder_is_monotone", "describe_ladder",
@@ -638,3 +638,27 @@ def describe_study(corr: pd.DataFrame, ladder: pd.DataFrame, summary: pd.DataFra
                    f"{sub['peak'].max():.3f}, {ratio.min():.1f} to {ratio.max():.1f} times chance k/(N-1) = "
                    f"{sub['chance'].iloc[0]:.4f}.")
     return "\n".join(out)
+
+
+def draws_table(draws) -> pd.DataFrame:
+    """One row per dataset of the study: its draws, N, what varies between draws and whether a draw repeats."""
+    return pd.DataFrame([{"dataset": d.dataset, "draws": sum(e.dataset == d.dataset for e in draws), "N": len(d.pairs),
+                          "what varies": d.what_varies, "repeatable": d.repeatable}
+                         for d in draws]).drop_duplicates("dataset").set_index("dataset")
+
+
+def heldout_note(n_texts: int, source: str, name: str) -> str:
+    """Which texts bits per byte and next-token accuracy are measured on (``source`` of :func:`heldout_texts`)."""
+    return (f"Bits per byte and next-token accuracy are measured on {n_texts} "
+            + (f"captions of `{name}` images that no draw aligns (one caption per image, images in the annotation "
+               "file's order; held out, disjoint from every aligned image)." if source == "heldout-images"
+               else "captions that no draw of any dataset aligns (held out)." if source == "heldout" else
+               "of the aligned captions themselves: every caption is used by some draw, so none is held out "
+               "(as Huh et al. 2024 measure it)."))
+
+
+def models_note(independent: Sequence[str], missing: dict) -> str:
+    """The independent language models that ran, and those not available here with how to install them."""
+    return ("Independent language models: " + ", ".join(f"`{m}`" for m in independent)
+            + (". **Not available here**: " + "; ".join(f"`{m}`: {h}" for m, h in missing.items()) + "."
+               if missing else "."))

@@ -657,3 +657,62 @@ def offline_scope(summary: pd.DataFrame, bands: dict, *, aligned_measured: bool,
                   f"DreamLIP captions): offline there are {quoted}, with short human captions only")
     return ("**What the offline models can tell:** " + "; ".join(can) + ".\n\n"
             "**What they cannot tell:** " + "; ".join(cannot) + ".")
+
+
+# ------------------------------------------------------------------------------------------- the page's steps
+
+
+def draws_table(draws) -> pd.DataFrame:
+    """One row per dataset of the study: its draws, N and what varies between draws."""
+    return pd.DataFrame([{"dataset": d.dataset, "draws": sum(e.dataset == d.dataset for e in draws),
+                          "N": len(d.pairs), "what varies between draws": d.what_varies}
+                         for d in draws if d.draw == 0]).set_index("dataset")
+
+
+def missing_notes(draws, note: str) -> dict[str, str]:
+    """What a regime's empty slot says per dataset: ``note``, or that a text-only dataset has no images."""
+    from prh_lib.data import is_text_only
+
+    return {d.dataset: ("text only: no images" if is_text_only(d.pairs) else note) for d in draws}
+
+
+def score_study(draws, comparisons, *, chapter: str, params: dict, control_seed: int, svd_components: int | None,
+                **kw) -> tuple[dict, pd.DataFrame, tuple]:
+    """:func:`run_study` (``kw`` passed on) with the Hub and the zoo's conversion messages silenced; returns its
+    modalities, the loaded results table and (:func:`with_floors` of :func:`study_summary`, :func:`floor_summary`,
+    :func:`regime_means`, :func:`floor_bands`, chance per dataset)."""
+    import contextlib
+    import io
+
+    from prh_lib import results
+    from prh_lib.lm.quiet import quiet_hub_for_session
+
+    quiet_hub_for_session()  # models load only when their features are not cached yet
+    with contextlib.redirect_stdout(io.StringIO()):  # the zoo reports conversions of models not yet cached
+        modality = run_study(draws, comparisons, chapter=chapter, params=params, control_seed=control_seed,
+                             svd_components=svd_components, **kw)
+    table = results.load(chapter=chapter, params=params, expand_extra=True)
+    floors = floor_summary(table)
+    summary = with_floors(study_summary(table), floors, modality, control_seed=control_seed,
+                          svd_components=svd_components)
+    chance = dict(zip(summary["dataset"], summary["chance"]))
+    return modality, table, (summary, floors, regime_means(summary), floor_bands(floors, modality), chance)
+
+
+def heldout_estimates(draws, comparisons, *, chapter: str, params: dict, n_boot: int, **kw) -> tuple[str, pd.DataFrame]:
+    """The verdicts' held-out peaks on the headline dataset (:func:`prh_lib.analysis.heldout.heldout_study`, ``kw``
+    passed on; none when ``n_boot`` is 0) and their :func:`~prh_lib.analysis.heldout.heldout_summary`."""
+    import contextlib
+    import io
+
+    from prh_lib import results
+    from prh_lib.analysis import heldout
+    from prh_lib.data.study import headline_dataset
+
+    headline = headline_dataset(draws)  # the paper's COCO, else the largest N (offline: flickr8k-1k)
+    if n_boot:
+        with contextlib.redirect_stdout(io.StringIO()):
+            heldout.heldout_study([d for d in draws if d.dataset == headline],
+                                  [(c.x, c.y) for c in comparisons if c.regime != "aligned"], chapter=chapter,
+                                  params=params, n_boot=n_boot, **kw)
+    return headline, heldout.heldout_summary(results.load(chapter=chapter, params=params), dataset=headline)
