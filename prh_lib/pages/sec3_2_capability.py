@@ -11,10 +11,8 @@ capability when captions are informative. The language models (features and bits
   :func:`correlation_table` applies it to every (vision model, alignment score, capability measure);
 - :func:`bpb_table`, :func:`describe_ladder`: bits per byte along the interpolation ladder.
 
-The computation (those tables and the study over datasets x draws) lives in
-:mod:`~prh_lib.analysis.capability.study` and is re-exported here, so that this module stays the chapter's one
-namespace; this module holds the page: summaries and correlations over draws (:func:`summary_table`,
-:func:`study_correlations`), their displays, findings and the record.
+The computation lives in :mod:`prh_lib.analysis.capability` (re-exported: the chapter's one namespace); this
+module holds the page: summaries and correlations over draws, their displays, findings, prose and the record.
 
 References
 ----------
@@ -44,7 +42,7 @@ from prh_lib import formatting
 
 __all__ = ["join_capabilities", "capability_columns", "bpb_table", "ladder_is_monotone", "describe_ladder",
            "alignment_table", "CorrelationResult", "correlate", "correlation_table", "correlation_note",
-           "describe_correlations", "to_record", "QUANTITIES", "StudySets", "study_sets", "heldout_texts", "DegenerateLayers", "paper_setting",
+           "describe_correlations", "QUANTITIES", "StudySets", "study_sets", "heldout_texts", "DegenerateLayers", "paper_setting",
            "vision_features",
            "study_alignment", "capability_rows", "summary_table", "summary_display", "study_correlations", "format_correlation",
            "correlation_display", "too_few_models", "findings", "describe_study", "study_record", "near_constant",
@@ -74,12 +72,8 @@ def correlation_note(res) -> str:
     :func:`correlation_table` (undefined parts are written "n/a")."""
     if isinstance(res, CorrelationResult):
         res = {"r": res.r, "p": res.p_value, "ci low": res.ci_low, "ci high": res.ci_high, "n": res.n}
-
-    def fmt(v, spec):
-        return "n/a" if v is None or not np.isfinite(v) else format(v, spec)
-
-    return (f"r = {fmt(res['r'], '.2f')} [{fmt(res['ci low'], '.2f')}, {fmt(res['ci high'], '.2f')}], "
-            f"p = {fmt(res['p'], '.2g')}, n = {int(res['n'])}")
+    return (f"r = {_fmt(res['r'])} [{_fmt(res['ci low'])}, {_fmt(res['ci high'])}], "
+            f"p = {_fmt(res['p'], '.2g')}, n = {int(res['n'])}")
 
 
 def describe_correlations(correlations: pd.DataFrame, *, by: str = "vision") -> str:
@@ -96,19 +90,6 @@ def describe_correlations(correlations: pd.DataFrame, *, by: str = "vision") -> 
             sign = " (alignment grows with capability)" if grows else " (alignment falls as capability grows)"
         lines.append(f"- **{row[by]}**, {row['alignment']} vs {row['capability']}: {correlation_note(row)}{sign}.")
     return "\n".join(lines)
-
-
-def to_record(*, n_pairs: int, k: int, chance: float, clip_q: float | None, n_heldout: int, bpb_texts: str,
-              vision_models: Sequence[str], language, bpb: pd.DataFrame, monotone: bool | None,
-              table: pd.DataFrame, correlations: pd.DataFrame, capabilities: pd.DataFrame) -> dict:
-    """What the Section 3.2 page records for the book and the tests (:func:`prh_lib.pages.report.record`)."""
-    return {
-        "n_pairs": n_pairs, "k": k, "chance": chance, "clip_q": clip_q, "n_heldout": n_heldout, "bpb_texts": bpb_texts,
-        "vision_models": list(vision_models), "language": [r.label for r in language],
-        "fractions": [r.fraction for r in language], "bpb": bpb, "ladder_monotone": monotone,
-        "alignment": table.to_dict(orient="records"), "correlations": correlations.to_dict(orient="records"),
-        "capability_missing": missing_counts(capabilities), "n_capability_models": len(capabilities),
-    }
 
 
 def summary_table(df: pd.DataFrame, capabilities: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -171,9 +152,6 @@ def summary_display(summary: pd.DataFrame, *, n_permutations: int | None = None,
     :func:`prh_lib.pages.formatting.format_p` (a bound at the permutation floor), no all-NaN columns, a value missing for
     some models written "not measured", columns named in words (:data:`DISPLAY_NAMES`), indexed by (dataset,
     vision, language)."""
-    from prh_lib.pages import report
-    from prh_lib import results
-
     sub = summary[summary["family"] == family].copy()
     counts = sorted({int(n) for n in sub["n_draws"]})
     same = len(counts) == 1  # one draw count for every row: said once, in the header, not in every cell

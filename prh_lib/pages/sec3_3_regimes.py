@@ -10,25 +10,10 @@ Mutual k-NN alignment of two models is compared across four regimes:
   embedding space (``"projection"``);
 - ``"same-modality"``: vision x vision and language x language pairs.
 
-Every comparison is scored as in Section 3.1 (:func:`prh_lib.pages.sec3_1_layerwise.compare_pairs`): the maximum of
-mutual k-NN over all layer pairs, the final-layer score, the selection-aware permutation-calibrated
-maximum (Groeger et al. 2026) and a bootstrap interval at the peak layer pair. Features are expected to
-be preprocessed by the caller (e.g. :func:`prh_lib.analysis.clip_features`).
-
-Over datasets × draws (the paper's study shape, issue 11): :func:`run_study` scores every comparison and
-its control floors (:mod:`prh_lib.analysis.controls`) on every draw and writes them to the results table
-(:mod:`prh_lib.results`; quantities ``"peak"``, ``"final"``, ``"projection"``, ``"control:shuffled"`` and
-``"control:<kind>"``); :func:`study_summary`, :func:`floor_summary` and :func:`with_floors` aggregate them
-back (mean ± std over draws); :func:`page_table`, :func:`floor_table`, :func:`describe_study`,
-:func:`regime_claims` and :func:`offline_scope` turn the aggregates into the page's tables, prose and
-verdicts.
-
-The comparisons, their single-draw tables and the study loop live in :mod:`~prh_lib.analysis.regimes`
-(re-exported here); this module reads the results table back and holds the page: aggregates over draws,
-figure data, tables, verdicts and the record.
-
-Functions here take features, comparison specs and result tables and return tables or text; they never
-load models (features come through :mod:`prh_lib.extract`) and never plot.
+The comparisons and the study loop (:func:`run_study`: every comparison and its control floors on every draw,
+written to the results table) live in :mod:`prh_lib.analysis.regimes` (re-exported); this module reads the
+results table back and holds the page: aggregates over draws (:func:`study_summary`, :func:`floor_summary`,
+:func:`with_floors`), figure data, tables, prose, verdicts and the record. It never loads models or plots.
 
 References
 ----------
@@ -244,8 +229,6 @@ def regime_floor_marks(summary: pd.DataFrame, *, regimes: Sequence[str] = REGIME
 
 
 def _ms(mean, std, n_draws, digits=3):
-    from prh_lib import results
-
     return formatting.format_mean_std(float(mean), float(std), int(n_draws), digits=digits)
 
 
