@@ -9,7 +9,7 @@ capability when captions are informative. The language models (features and bits
   :func:`~prh_lib.analysis.core.score_pair`;
 - :func:`correlate` gives Pearson's r with its p-value and a bootstrap interval over models;
   :func:`correlation_table` applies it to every (vision model, alignment score, capability measure);
-- :func:`bpb_table`, :func:`describe_ladder`: bits per byte along the interpolation ladder.
+- :func:`bpb_table`: bits per byte along the interpolation ladder.
 
 The computation lives in :mod:`prh_lib.analysis.capability` (re-exported: the chapter's one namespace); this
 module holds the page: summaries and correlations over draws, their displays, findings, prose and the record.
@@ -24,6 +24,7 @@ language-model performance measured in bits per byte).
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
@@ -38,11 +39,13 @@ from prh_lib.analysis.capability.study import (BENCHMARK_DIRECTION, OFFLINE_CAPA
     StudySets, alignment_table, bpb_table, capability_columns, capability_rows, correlation_table, heldout_texts,
     join_capabilities, ladder_is_monotone, paper_setting, study_alignment, study_sets, vision_features)
 from prh_lib.analysis.capability.intervals import image_correlations, image_display, verdict_correlations  # noqa: F401
+from prh_lib.pages import claims
+from prh_lib.pages.verdicts import fisher_n_for_r
 from prh_lib import formatting
 
-__all__ = ["join_capabilities", "capability_columns", "bpb_table", "ladder_is_monotone", "describe_ladder",
+__all__ = ["join_capabilities", "capability_columns", "bpb_table", "ladder_is_monotone",
            "alignment_table", "CorrelationResult", "correlate", "correlation_table", "correlation_note",
-           "describe_correlations", "QUANTITIES", "StudySets", "study_sets", "heldout_texts", "DegenerateLayers", "paper_setting",
+           "QUANTITIES", "StudySets", "study_sets", "heldout_texts", "DegenerateLayers", "paper_setting",
            "vision_features",
            "study_alignment", "capability_rows", "summary_table", "summary_display", "study_correlations", "format_correlation",
            "correlation_display", "too_few_models", "findings", "describe_study", "study_record", "near_constant",
@@ -53,20 +56,6 @@ __all__ = ["join_capabilities", "capability_columns", "bpb_table", "ladder_is_mo
 # page tables and records
 
 
-def describe_ladder(bpb: pd.DataFrame) -> str:
-    """One Markdown sentence on bits per byte along the ladder (rows of :func:`bpb_table` with a fraction);
-    empty when there are fewer than two ladder points."""
-    pts = bpb[bpb["fraction"].notna()].sort_values("fraction")
-    if len(pts) < 2:
-        return ""
-    steps = np.diff(pts["bpb"].to_numpy(float))
-    trend = ("falls at every step of t" if np.all(steps < 0) else
-             f"does not fall at every step of t ({int(np.sum(steps >= 0))} of {len(steps)} steps rise)")
-    first, last = pts.iloc[0], pts.iloc[-1]
-    return (f"Along the ladder, bits per byte {trend}: {first['bpb']:.3f} at t = {first['fraction']:g}, "
-            f"{last['bpb']:.3f} at t = {last['fraction']:g}.")
-
-
 def correlation_note(res) -> str:
     """``"r = 0.81 [0.42, 0.97], p = 0.02, n = 7"`` for a :class:`CorrelationResult` or a row of
     :func:`correlation_table` (undefined parts are written "n/a")."""
@@ -74,22 +63,6 @@ def correlation_note(res) -> str:
         res = {"r": res.r, "p": res.p_value, "ci low": res.ci_low, "ci high": res.ci_high, "n": res.n}
     return (f"r = {_fmt(res['r'])} [{_fmt(res['ci low'])}, {_fmt(res['ci high'])}], "
             f"p = {_fmt(res['p'], '.2g')}, n = {int(res['n'])}")
-
-
-def describe_correlations(correlations: pd.DataFrame, *, by: str = "vision") -> str:
-    """A Markdown line per row of :func:`correlation_table`, stating r, its interval, p and n.
-
-    Bits per byte falls as capability rises, so a negative r against ``bpb`` means alignment grows with
-    capability; against the benchmarks a positive r does.
-    """
-    lines = []
-    for _, row in correlations.iterrows():
-        sign = ""
-        if np.isfinite(row["r"]) and row["r"] != 0:
-            grows = (row["r"] < 0) if row["capability"] == "bpb" else (row["r"] > 0)
-            sign = " (alignment grows with capability)" if grows else " (alignment falls as capability grows)"
-        lines.append(f"- **{row[by]}**, {row['alignment']} vs {row['capability']}: {correlation_note(row)}{sign}.")
-    return "\n".join(lines)
 
 
 def summary_table(df: pd.DataFrame, capabilities: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -316,9 +289,6 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
     list of dict
         :func:`prh_lib.pages.claims.finding` rows (claims not covered are added by ``claims_table``).
     """
-    from prh_lib.pages import claims
-    from prh_lib.pages.verdicts import fisher_n_for_r
-
     rows = []
     why_short = (f"fewer than 3 independent language models ran" +
                  (f" (missing: {', '.join(missing_models)})" if missing_models else ""))
@@ -526,8 +496,6 @@ def too_few_models(n: int, *, methods=("pearson", "spearman"), alpha: float = 0.
     >>> too_few_models(6)
     ''
     """
-    from prh_lib.pages.verdicts import fisher_n_for_r
-
     floors = {m: exact_p_floor(n, m) for m in methods}
     if not any(np.isfinite(f) and f >= alpha for f in floors.values()):
         return ""
@@ -552,10 +520,6 @@ def describe_study(corr: pd.DataFrame, ladder: pd.DataFrame, summary: pd.DataFra
     missing : dict of str to str, optional
         Models asked for but not available (name -> how to install).
     """
-    import math
-
-    from prh_lib.pages.verdicts import fisher_n_for_r
-
     out = []
     indep = summary[summary["family"] == "independent"]
     n_models = indep["language"].nunique()

@@ -25,6 +25,8 @@ Groeger, Wen, Brbic (2026), arXiv:2602.14486, Sec. 5 (calibration).
 
 from __future__ import annotations
 
+import contextlib
+import io
 from typing import Sequence
 
 import numpy as np
@@ -36,7 +38,7 @@ from prh_lib.formatting import format_interval
 # the comparisons and the study, re-exported: this module stays the chapter's one namespace
 from prh_lib.analysis.regimes import (Comparison, FINAL, PEAK, PROJECTION, REGIMES, REGIME_LABELS, SHUFFLED,  # noqa: F401
     comparison_table, control_pairs, projection_table, regime_comparisons, regime_rows, regime_table, run_study)
-from prh_lib import formatting
+from prh_lib import formatting, results
 
 __all__ = ["regime_floor_marks", "REGIMES", "REGIME_LABELS", "Comparison", "regime_comparisons", "regime_table", "projection_table",
            "comparison_table", "regime_rows", "control_pairs", "run_study", "study_summary", "floor_summary",
@@ -94,8 +96,6 @@ def floor_summary(df: pd.DataFrame) -> pd.DataFrame:
 
 def _over_draws(part: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     """Mean ± std over draws of score and calibrated score per ``by`` group, with ``p_max`` (the largest p)."""
-    from prh_lib import results
-
     out = results.aggregate(part, by=by, values=["score", "calibrated", "p"])
     if out.empty:
         return out
@@ -664,10 +664,6 @@ def score_study(draws, comparisons, *, chapter: str, params: dict, control_seed:
     """:func:`run_study` (``kw`` passed on) with the Hub and the zoo's conversion messages silenced; returns its
     modalities, the loaded results table and (:func:`with_floors` of :func:`study_summary`, :func:`floor_summary`,
     :func:`regime_means`, :func:`floor_bands`, chance per dataset)."""
-    import contextlib
-    import io
-
-    from prh_lib import results
     from prh_lib.lm.quiet import quiet_hub_for_session
 
     quiet_hub_for_session()  # models load only when their features are not cached yet
@@ -685,10 +681,6 @@ def score_study(draws, comparisons, *, chapter: str, params: dict, control_seed:
 def heldout_estimates(draws, comparisons, *, chapter: str, params: dict, n_boot: int, **kw) -> tuple[str, pd.DataFrame]:
     """The verdicts' held-out peaks on the headline dataset (:func:`prh_lib.analysis.heldout.heldout_study`, ``kw``
     passed on; none when ``n_boot`` is 0) and their :func:`~prh_lib.analysis.heldout.heldout_summary`."""
-    import contextlib
-    import io
-
-    from prh_lib import results
     from prh_lib.analysis import heldout
     from prh_lib.data.study import headline_dataset
 
