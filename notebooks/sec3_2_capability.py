@@ -76,23 +76,13 @@ dtype = "float32"
 batch_size = 32
 
 # %% tags=["remove-cell"]
-import warnings
-
-import pandas as pd
 from IPython.display import Markdown
-
-warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto in a kernel without ipywidgets
-
-from prh_lib.pages import claims, figures, report
 from prh_lib import data, lm, results
-from prh_lib.pages import sec3_2_capability as capability
 from prh_lib.data import benchmarks
+from prh_lib.pages import claims, figures, report, sec3_2_capability as capability
 
-pd.set_option("display.precision", 3)
-pd.set_option("display.max_colwidth", None)
-report.use_page_tables()  # one header row per table: the index as named columns
-params = report.page_parameters("sec3_2_capability", globals())
 CHAPTER = "sec3_2_capability"
+params = report.setup_page(CHAPTER, globals())
 
 # %% [markdown]
 # ## Datasets, draws and held-out text
@@ -106,18 +96,10 @@ draws = data.study_draws(datasets, n_draws=n_draws)
 sets = capability.study_sets(datasets, draws)
 heldout, heldout_source = capability.heldout_texts(datasets, draws, per_image=heldout_per_image,
                                                   max_texts=n_heldout, text_dataset=heldout_text)
-draw_table = pd.DataFrame([{"dataset": d.dataset, "draws": sum(e.dataset == d.dataset for e in draws),
-                            "N": len(d.pairs), "what varies": d.what_varies,
-                            "repeatable": d.repeatable} for d in draws]).drop_duplicates("dataset")
-draw_table.set_index("dataset")
+capability.draws_table(draws)
 
 # %% tags=["hide-input"]
-Markdown(f"Bits per byte and next-token accuracy are measured on {len(heldout)} "
-         + (f"captions of `{heldout_text['name']}` images that no draw aligns (one caption per image, images in "
-            "the annotation file's order; held out, disjoint from every aligned image)." if heldout_source == "heldout-images"
-            else "captions that no draw of any dataset aligns (held out)." if heldout_source == "heldout" else
-            "of the aligned captions themselves: every caption is used by some draw, so none is held out "
-            "(as Huh et al. 2024 measure it)."))
+Markdown(capability.heldout_note(len(heldout), heldout_source, heldout_text["name"]))
 
 # %% [markdown]
 # ## Language models and their capability
@@ -137,9 +119,7 @@ ladder_parents = sets.parent_ids([draws[0].dataset])
 ladder = (lm.ladder_models(ladder_model, ladder_fractions, seed=ladder_seed,
                            pairs=[sets.parents[i] for i in ladder_parents], bpb_texts=heldout, device=device,
                            dtype=dtype, batch_size=batch_size) if ladder_fractions else [])
-Markdown("Independent language models: " + ", ".join(f"`{m}`" for m in independent)
-         + (". **Not available here**: " + "; ".join(f"`{m}`: {h}" for m, h in missing.items()) + "."
-            if missing else "."))
+Markdown(capability.models_note(independent, missing))
 
 # %% [markdown]
 # ## Alignment on every draw
@@ -199,21 +179,15 @@ ladder_corr = capability.study_correlations(summary, capability=["bpb"], alignme
 # interval over images.
 
 # %% tags=["hide-input"]
-# the capability axis of the verdicts: MMLU where the benchmark table has it for >= 3 models (the paper
-# profile, on DOCCI when it runs), else bits per byte on held-out captions (lower = more capable)
-img_axis, img_sign = ("mmlu_5shot", +1) if summary["mmlu_5shot"].notna().sum() >= 3 else ("bpb", -1)
-img_dataset = "docci" if img_axis == "mmlu_5shot" and "docci" in [d.dataset for d in draws] else draws[0].dataset
-image_corr = (capability.image_correlations(sets, vision, language, dict(zip(summary["language"], summary[img_axis])),
-                                            dataset=img_dataset, direction=img_sign, k=k, clip_q=clip_q,
-                                            n_splits=image_splits, n_boot=image_boot, table=table,
-                                            capability_name=img_axis)
-              if image_boot else pd.DataFrame())
+# the verdicts' capability axis (MMLU where known for >= 3 models, else bits per byte) and its interval over images
+main_x, image_corr = capability.verdict_correlations(sets, vision, language, summary, [d.dataset for d in draws],
+                                                     k=k, clip_q=clip_q, n_splits=image_splits, n_boot=image_boot,
+                                                     table=table)
 (capability.image_display(image_corr) if len(image_corr)
  else Markdown("No interval over images: fewer than 3 independent language models ran, or `image_boot` is 0."))
 
 # %% tags=["hide-input"]
-main_x = img_axis  # the paper's Fig. 3 axis (MMLU) when known, as the verdicts use
-if (summary["family"] == "independent").any():
+if (summary["family"] == "independent").any():  # x: the verdicts' axis (the paper's Fig. 3: MMLU)
     fig = figures.capability_panels(summary, x=main_x, y="peak", correlations=correlations[
         correlations["method"] == "pearson"])
     report.show_figure(fig, CHAPTER, params)

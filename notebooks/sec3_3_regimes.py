@@ -100,52 +100,33 @@ dtype = "auto"  # "auto": bfloat16 where a model's bf16 benchmark row allows it 
 batch_size = 32
 
 # %% tags=["remove-cell"]
-import contextlib
-import io
-import warnings
-
-warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm without ipywidgets, on import
-
-import pandas as pd
 from IPython.display import Markdown
-from prh_lib import analysis, models, results
-from prh_lib.pages import claims, figures, report
-from prh_lib.analysis.core import model_names as analysis_models
-from prh_lib.models.precision import dtype_statement
-from prh_lib.analysis import heldout
-from prh_lib.pages import sec3_3_regimes as regimes
-from prh_lib.data import is_text_only, study
-from prh_lib.lm.quiet import quiet_hub_for_session
+from prh_lib import analysis, data, models
+from prh_lib.pages import claims, figures, report, sec3_3_regimes as regimes
 
-warnings.filterwarnings("ignore", message=".*degenerate.*")  # the ViT embedding-output CLS token (Section 3.1)
-quiet_hub_for_session()  # models load only when their features are not cached yet (transformers not imported before)
-pd.set_option("display.max_colwidth", None)
-report.use_page_tables()  # one header row per table: the index as named columns
 CHAPTER = "sec3_3_regimes"
 MISSING = "needs the paper profile"
 CONTROL_SEED = 0  # random-init seed of the control floors
 SVD = 100  # dimensions of the truncated-SVD bag of words
-params = report.page_parameters(CHAPTER, globals())
+params = report.setup_page(CHAPTER, globals())
 
 # %% [markdown]
 # ## Data, draws and comparisons
 
 # %% tags=["hide-input"]
-draws = study.study_draws(datasets, n_draws=n_draws)
-# what a regime's empty slot says, per dataset: a text-only dataset has no images, so only language pairs run
-missing = {d.dataset: ("text only: no images" if is_text_only(d.pairs) else MISSING) for d in draws}
+draws = data.study_draws(datasets, n_draws=n_draws)
+missing = regimes.missing_notes(draws, MISSING)  # a text-only dataset has no images: only language pairs run
 comparisons = regimes.regime_comparisons(
     unimodal=unimodal_pairs, same_modality=same_modality_pairs, random_init=random_init_pairs,
     seeds=random_init_seeds, aligned=aligned_models,
 )
-pd.DataFrame([{"dataset": d.dataset, "draws": sum(e.dataset == d.dataset for e in draws), "N": len(d.pairs),
-               "what varies between draws": d.what_varies} for d in draws if d.draw == 0]).set_index("dataset")
+regimes.draws_table(draws)
 
 # %% tags=["hide-input"]
 regimes.comparison_table(comparisons)
 
 # %% tags=["hide-input"]
-Markdown(dtype_statement(analysis_models(comparisons), dtype, device))
+Markdown(models.precision.dtype_statement(analysis.model_names(comparisons), dtype, device))
 
 # %% [markdown]
 # ## Models and features
@@ -174,17 +155,9 @@ models.describe(analysis.model_names(comparisons))
 # (`prh_lib.results`); the tables and the figure below are computed from it.
 
 # %% tags=["hide-input"]
-with contextlib.redirect_stdout(io.StringIO()):  # the zoo reports conversions of models not yet cached
-    modality = regimes.run_study(draws, comparisons, chapter=CHAPTER, params=params, k=k, clip_q=clip_q,
-                                 n_permutations=n_permutations, alpha=alpha, n_boot=n_boot, control_seed=CONTROL_SEED,
-                                 svd_components=SVD, device=device, dtype=dtype, batch_size=batch_size)
-table = results.load(chapter=CHAPTER, params=params, expand_extra=True)
-summary = regimes.with_floors(regimes.study_summary(table), regimes.floor_summary(table), modality,
-                              control_seed=CONTROL_SEED, svd_components=SVD)
-floors = regimes.floor_summary(table)
-means = regimes.regime_means(summary)
-bands = regimes.floor_bands(floors, modality)
-chance = dict(zip(summary["dataset"], summary["chance"]))
+modality, table, (summary, floors, means, bands, chance) = regimes.score_study(
+    draws, comparisons, chapter=CHAPTER, params=params, k=k, clip_q=clip_q, n_permutations=n_permutations, alpha=alpha,
+    n_boot=n_boot, control_seed=CONTROL_SEED, svd_components=SVD, device=device, dtype=dtype, batch_size=batch_size)
 regimes.page_table(summary, n_permutations=n_permutations).set_index(["dataset", "comparison"])
 
 # %% [markdown]
@@ -217,14 +190,9 @@ _ = report.show_figure(fig, CHAPTER, params)
 # %% tags=["remove-cell"]
 # the verdicts' held-out estimates (shown and explained under "Selection-free estimates" below); computed here so
 # that the summary counts floors beaten from the same paired margins
-headline_ds = study.headline_dataset(draws)  # the paper's COCO, else the largest N (offline: flickr8k-1k)
-if heldout_boot:
-    with contextlib.redirect_stdout(io.StringIO()):
-        heldout.heldout_study([d for d in draws if d.dataset == headline_ds],
-                              [(c.x, c.y) for c in comparisons if c.regime != "aligned"], chapter=CHAPTER,
-                              params=params, k=k, n_splits=heldout_splits, n_boot=heldout_boot, seed=CONTROL_SEED,
-                              svd_components=SVD, clip_q=clip_q, device=device, dtype=dtype, batch_size=batch_size)
-held = heldout.heldout_summary(results.load(chapter=CHAPTER, params=params), dataset=headline_ds)
+headline_ds, held = regimes.heldout_estimates(
+    draws, comparisons, chapter=CHAPTER, params=params, k=k, n_splits=heldout_splits, n_boot=heldout_boot,
+    seed=CONTROL_SEED, svd_components=SVD, clip_q=clip_q, device=device, dtype=dtype, batch_size=batch_size)
 
 # %% [markdown]
 # ## Measured on this build
@@ -264,10 +232,10 @@ projection = regimes.study_summary(table, quantity="projection")
 # has a paired interval.
 
 # %% tags=["hide-input"]
-heldout.heldout_table(held)
+analysis.heldout.heldout_table(held)
 
 # %% tags=["hide-input"]
-heldout.floors_table(held)
+analysis.heldout.floors_table(held)
 
 # %% tags=["hide-input"]
 claim_rows = regimes.regime_claims(summary, projection, heldout=held, headline=headline_ds)

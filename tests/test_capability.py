@@ -117,9 +117,6 @@ def test_correlation_table_matches_correlate_per_group():
     assert out.iloc[0]["r"] == pytest.approx(direct.r) and out.iloc[0]["ci low"] == pytest.approx(direct.ci_low)
     with pytest.raises(ValueError, match="mmlu"):
         C.correlation_table(table, alignment=["peak"], capability=["mmlu"])
-    assert "alignment grows with capability" in C.describe_correlations(
-        pd.DataFrame([{"vision": "a", "alignment": "peak", "capability": "bpb", "r": -0.9, "p": 0.01,
-                       "ci low": -1.0, "ci high": -0.5, "n": 7}]))
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -416,7 +413,7 @@ def test_ladder_models_cache_features_and_bpb_apart(tiny_lm_folder, tmp_path, mo
         assert a.bpb.bpb == pytest.approx(b.bpb.bpb) and torch.equal(a.features.values, b.features.values)
     table = C.bpb_table(again)
     assert list(table.index) == ["t=0", "t=0.5", "t=1"] and (table["bytes"] > 0).all()
-    assert C.ladder_is_monotone(again) in (True, False) and "t = 0" in C.describe_ladder(table)
+    assert C.ladder_is_monotone(again) in (True, False)
     with pytest.raises(ValueError, match="distinct"):
         L.ladder_models(str(tiny_lm_folder), [0.5, 0.5], **kw)
 

@@ -9,12 +9,10 @@ capability when captions are informative. The language models (features and bits
   :func:`~prh_lib.analysis.core.score_pair`;
 - :func:`correlate` gives Pearson's r with its p-value and a bootstrap interval over models;
   :func:`correlation_table` applies it to every (vision model, alignment score, capability measure);
-- :func:`bpb_table`, :func:`describe_ladder`: bits per byte along the interpolation ladder.
+- :func:`bpb_table`: bits per byte along the interpolation ladder.
 
-The computation (those tables and the study over datasets x draws) lives in
-:mod:`~prh_lib.analysis.capability.study` and is re-exported here, so that this module stays the chapter's one
-namespace; this module holds the page: summaries and correlations over draws (:func:`summary_table`,
-:func:`study_correlations`), their displays, findings and the record.
+The computation lives in :mod:`prh_lib.analysis.capability` (re-exported: the chapter's one namespace); this
+module holds the page: summaries and correlations over draws, their displays, findings, prose and the record.
 
 References
 ----------
@@ -26,6 +24,7 @@ language-model performance measured in bits per byte).
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
@@ -39,14 +38,14 @@ from prh_lib.stats.correlation import CorrelationResult, correlate, exact_p_floo
 from prh_lib.analysis.capability.study import (BENCHMARK_DIRECTION, OFFLINE_CAPABILITY, QUANTITIES, DegenerateLayers,  # noqa: F401
     StudySets, alignment_table, bpb_table, capability_columns, capability_rows, correlation_table, heldout_texts,
     join_capabilities, ladder_is_monotone, paper_setting, study_alignment, study_sets, vision_features)
-from prh_lib.analysis.capability.intervals import image_correlations, image_display  # noqa: F401
-from prh_lib.pages.sec3_2_capability_prose import (DISPLAY_NAMES, _fmt, _pick, describe_study, format_correlation,  # noqa: F401
-    too_few_models)
+from prh_lib.analysis.capability.intervals import image_correlations, image_display, verdict_correlations  # noqa: F401
+from prh_lib.pages import claims
+from prh_lib.pages.verdicts import fisher_n_for_r
 from prh_lib import formatting
 
-__all__ = ["join_capabilities", "capability_columns", "bpb_table", "ladder_is_monotone", "describe_ladder",
+__all__ = ["join_capabilities", "capability_columns", "bpb_table", "ladder_is_monotone",
            "alignment_table", "CorrelationResult", "correlate", "correlation_table", "correlation_note",
-           "describe_correlations", "to_record", "QUANTITIES", "StudySets", "study_sets", "heldout_texts", "DegenerateLayers", "paper_setting",
+           "QUANTITIES", "StudySets", "study_sets", "heldout_texts", "DegenerateLayers", "paper_setting",
            "vision_features",
            "study_alignment", "capability_rows", "summary_table", "summary_display", "study_correlations", "format_correlation",
            "correlation_display", "too_few_models", "findings", "describe_study", "study_record", "near_constant",
@@ -57,60 +56,13 @@ __all__ = ["join_capabilities", "capability_columns", "bpb_table", "ladder_is_mo
 # page tables and records
 
 
-def describe_ladder(bpb: pd.DataFrame) -> str:
-    """One Markdown sentence on bits per byte along the ladder (rows of :func:`bpb_table` with a fraction);
-    empty when there are fewer than two ladder points."""
-    pts = bpb[bpb["fraction"].notna()].sort_values("fraction")
-    if len(pts) < 2:
-        return ""
-    steps = np.diff(pts["bpb"].to_numpy(float))
-    trend = ("falls at every step of t" if np.all(steps < 0) else
-             f"does not fall at every step of t ({int(np.sum(steps >= 0))} of {len(steps)} steps rise)")
-    first, last = pts.iloc[0], pts.iloc[-1]
-    return (f"Along the ladder, bits per byte {trend}: {first['bpb']:.3f} at t = {first['fraction']:g}, "
-            f"{last['bpb']:.3f} at t = {last['fraction']:g}.")
-
-
 def correlation_note(res) -> str:
     """``"r = 0.81 [0.42, 0.97], p = 0.02, n = 7"`` for a :class:`CorrelationResult` or a row of
     :func:`correlation_table` (undefined parts are written "n/a")."""
     if isinstance(res, CorrelationResult):
         res = {"r": res.r, "p": res.p_value, "ci low": res.ci_low, "ci high": res.ci_high, "n": res.n}
-
-    def fmt(v, spec):
-        return "n/a" if v is None or not np.isfinite(v) else format(v, spec)
-
-    return (f"r = {fmt(res['r'], '.2f')} [{fmt(res['ci low'], '.2f')}, {fmt(res['ci high'], '.2f')}], "
-            f"p = {fmt(res['p'], '.2g')}, n = {int(res['n'])}")
-
-
-def describe_correlations(correlations: pd.DataFrame, *, by: str = "vision") -> str:
-    """A Markdown line per row of :func:`correlation_table`, stating r, its interval, p and n.
-
-    Bits per byte falls as capability rises, so a negative r against ``bpb`` means alignment grows with
-    capability; against the benchmarks a positive r does.
-    """
-    lines = []
-    for _, row in correlations.iterrows():
-        sign = ""
-        if np.isfinite(row["r"]) and row["r"] != 0:
-            grows = (row["r"] < 0) if row["capability"] == "bpb" else (row["r"] > 0)
-            sign = " (alignment grows with capability)" if grows else " (alignment falls as capability grows)"
-        lines.append(f"- **{row[by]}**, {row['alignment']} vs {row['capability']}: {correlation_note(row)}{sign}.")
-    return "\n".join(lines)
-
-
-def to_record(*, n_pairs: int, k: int, chance: float, clip_q: float | None, n_heldout: int, bpb_texts: str,
-              vision_models: Sequence[str], language, bpb: pd.DataFrame, monotone: bool | None,
-              table: pd.DataFrame, correlations: pd.DataFrame, capabilities: pd.DataFrame) -> dict:
-    """What the Section 3.2 page records for the book and the tests (:func:`prh_lib.pages.report.record`)."""
-    return {
-        "n_pairs": n_pairs, "k": k, "chance": chance, "clip_q": clip_q, "n_heldout": n_heldout, "bpb_texts": bpb_texts,
-        "vision_models": list(vision_models), "language": [r.label for r in language],
-        "fractions": [r.fraction for r in language], "bpb": bpb, "ladder_monotone": monotone,
-        "alignment": table.to_dict(orient="records"), "correlations": correlations.to_dict(orient="records"),
-        "capability_missing": missing_counts(capabilities), "n_capability_models": len(capabilities),
-    }
+    return (f"r = {_fmt(res['r'])} [{_fmt(res['ci low'])}, {_fmt(res['ci high'])}], "
+            f"p = {_fmt(res['p'], '.2g')}, n = {int(res['n'])}")
 
 
 def summary_table(df: pd.DataFrame, capabilities: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -173,9 +125,6 @@ def summary_display(summary: pd.DataFrame, *, n_permutations: int | None = None,
     :func:`prh_lib.pages.formatting.format_p` (a bound at the permutation floor), no all-NaN columns, a value missing for
     some models written "not measured", columns named in words (:data:`DISPLAY_NAMES`), indexed by (dataset,
     vision, language)."""
-    from prh_lib.pages import report
-    from prh_lib import results
-
     sub = summary[summary["family"] == family].copy()
     counts = sorted({int(n) for n in sub["n_draws"]})
     same = len(counts) == 1  # one draw count for every row: said once, in the header, not in every cell
@@ -340,9 +289,6 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
     list of dict
         :func:`prh_lib.pages.claims.finding` rows (claims not covered are added by ``claims_table``).
     """
-    from prh_lib.pages import claims
-    from prh_lib.pages.verdicts import fisher_n_for_r
-
     rows = []
     why_short = (f"fewer than 3 independent language models ran" +
                  (f" (missing: {', '.join(missing_models)})" if missing_models else ""))
@@ -504,3 +450,157 @@ def study_record(*, summary: pd.DataFrame, correlations: pd.DataFrame, ladder: p
         rec["n_capability_models"] = len(capabilities)
     return rec
 
+
+# ------------------------------------------------------------------------------------------------- generated prose
+
+
+#: Column names as the page shows them (capability measures and benchmarks, not their identifiers)
+DISPLAY_NAMES = {"bpb": "bits per byte", "next_token_accuracy": "next-token accuracy", "gsm8k_5shot": "GSM8K (5-shot)",
+                 "mmlu_5shot": "MMLU (5-shot)", "arc_challenge_25shot": "ARC-Challenge (25-shot)",
+                 "arc_challenge": "ARC-Challenge", "arc_challenge_4shot": "ARC-Challenge (4-shot)"}
+
+
+def _fmt(v, spec=".2f") -> str:
+    return "n/a" if v is None or not np.isfinite(v) else format(v, spec)
+
+
+def format_correlation(row) -> str:
+    """``"r = -0.95 [-1.00, 0.10], exact p = 0.083 (n = 4)"`` for a row of :func:`study_correlations`."""
+    sym = "ρ" if row["method"] == "spearman" else "r"
+    interval = f" [{_fmt(row['ci low'])}, {_fmt(row['ci high'])}]" if np.isfinite(row["ci low"]) else ""
+    if not np.isfinite(row["p"]):
+        p = "no p-value" if str(row["p method"]).startswith("none") else "p = n/a"
+    else:
+        p = f"{'exact ' if row['p method'] == 'exact' else ''}p = {row['p']:.3g}"
+    return f"{sym} = {_fmt(row['r'])}{interval}, {p} (n = {int(row['n'])})"
+
+
+def _pick(corr: pd.DataFrame, **eq) -> pd.DataFrame:
+    sel = corr
+    for col, val in eq.items():
+        sel = sel[sel[col] == val]
+    return sel
+
+
+def too_few_models(n: int, *, methods=("pearson", "spearman"), alpha: float = 0.05, r: float = 0.66) -> str:
+    """Why a rule "exact permutation p < ``alpha`` over ``n`` models" cannot pass, in numbers ("" when it can).
+
+    The exact two-sided permutation p of ``n`` models is never below :func:`exact_p_floor` (1/n! for
+    Pearson's r, 2/n! for Spearman's ρ); when that floor is at least ``alpha`` for one of ``methods``, no data
+    can pass the rule, so the claim is not testable with these models rather than inconclusive. The reason
+    names ``n``, the floors and the number of models that detects the paper's ``r`` at 80 % power
+    (:func:`prh_lib.pages.verdicts.fisher_n_for_r`).
+
+    >>> too_few_models(3)[:33]
+    'n = 3 independent language models'
+    >>> too_few_models(6)
+    ''
+    """
+    floors = {m: exact_p_floor(n, m) for m in methods}
+    if not any(np.isfinite(f) and f >= alpha for f in floors.values()):
+        return ""
+    names = {"pearson": "Pearson's r", "spearman": "Spearman's ρ"}
+    shown = " and ".join(f"{f:.3g} for {names.get(m, m)}" for m, f in floors.items())
+    return (f"n = {n} independent language models: the smallest exact two-sided p is {shown}, so p < {alpha:g} "
+            f"cannot be reached; detecting the paper's r = {r:g} at 80 % power (two-sided, alpha {alpha:g}) takes "
+            f"{fisher_n_for_r(r, alpha=alpha)} models")
+
+
+def describe_study(corr: pd.DataFrame, ladder: pd.DataFrame, summary: pd.DataFrame, *, main_dataset: str,
+                   missing: dict | None = None) -> str:
+    """Markdown paragraphs, generated from the numbers, on what the correlations show and what they cannot.
+
+    Parameters
+    ----------
+    corr, ladder : DataFrame
+        :func:`study_correlations` of the independent models and of the ladder.
+    summary : DataFrame
+        :func:`summary_table`.
+    main_dataset : str
+    missing : dict of str to str, optional
+        Models asked for but not available (name -> how to install).
+    """
+    out = []
+    indep = summary[summary["family"] == "independent"]
+    n_models = indep["language"].nunique()
+    if missing:
+        out.append(f"Not available here (see above for how to install them): {', '.join(f'`{m}`' for m in missing)}; "
+                   f"the page runs with the {n_models} independent model(s) that are.")
+    cap_rows = _pick(corr, capability="bpb") if "bpb" in set(corr.get("capability", [])) else corr
+    main = _pick(cap_rows, dataset=main_dataset, alignment="peak")
+    if main.empty:
+        out.append(f"With {n_models} independently trained language model(s) no correlation across models is "
+                   "computed (at least 3 are needed).")
+    else:
+        n = int(main["n"].max())
+        f_pe, f_sp = exact_p_floor(n, "pearson"), exact_p_floor(n, "spearman")
+        for vision, g in main.groupby("vision", sort=False):
+            pe = g[g["method"] == "pearson"].iloc[0]
+            sp = g[g["method"] == "spearman"].iloc[0]
+            grows = pe["r (capability)"] > 0 and sp["r (capability)"] > 0
+            falls = pe["r (capability)"] < 0 and sp["r (capability)"] < 0
+            sig = pe["p"] < 0.05 and sp["p"] < 0.05
+            trend = ("is that of alignment growing with capability" if grows else
+                     "is that of alignment falling as capability grows" if falls else
+                     "is not consistent (Pearson and Spearman disagree in sign)")
+            out.append(f"- **{vision}**, {main_dataset}: across the {n} independently trained language models, the "
+                       f"direction of peak alignment against {DISPLAY_NAMES.get(pe['capability'], pe['capability'])} "
+                       f"{trend}: {format_correlation(pe)}; {format_correlation(sp)}"
+                       + ("." if sig or not (grows or falls) else ", a direction that these p-values cannot tell "
+                                                                  "from chance."))
+        if np.isfinite(f_pe):
+            reach = ("so no result here can be significant at 0.05" if f_pe >= 0.05 else
+                     "so only a perfectly ordered Pearson r could be significant at 0.05" if f_sp >= 0.05 else
+                     "so significance at 0.05 needs a near-perfect ordering")
+            out.append(f"With n = {n} models the exact two-sided permutation p-value cannot fall below "
+                       f"1/{n}! = {f_pe:.3f} for Pearson's r (the observed ordering is one of the {math.factorial(n)}) "
+                       f"and 2/{n}! = {f_sp:.3f} for Spearman's ρ (reversed ranks give −ρ), {reach}"
+                       + ("; a Fisher interval needs n > 3" if n <= 3 else "; the Fisher intervals span most of [-1, 1]")
+                       + ": the page reports a direction, not evidence of a trend."
+                       + (" The rule of 3.2/capability-trend and 3.2/final-less needs both p below 0.05, so with "
+                          f"these models they are not testable (detecting the paper's r = 0.66 at 80 % power takes "
+                          f"{fisher_n_for_r(0.66)} models)." if too_few_models(n) else ""))
+        others = _pick(cap_rows, alignment="peak", method="pearson")
+        others = others[others["dataset"] != main_dataset]
+        if not others.empty:
+            same = int((np.sign(others["r (capability)"]) == np.sign(
+                main[main["method"] == "pearson"].set_index("vision")["r (capability)"].reindex(others["vision"]).to_numpy())).sum())
+            out.append(f"On the other dataset(s) ({', '.join(dict.fromkeys(others['dataset']))}) the Pearson r has the "
+                       f"same sign as on {main_dataset} in {same} of {len(others)} vision models.")
+    if not ladder.empty:
+        lad = _pick(ladder, dataset=main_dataset, alignment="peak", capability="bpb")
+        for _, r in lad.iterrows():
+            out.append(f"- Control, the interpolation ladder ({int(r['n'])} points on one path in weight space), "
+                       f"**{r['vision']}**: Spearman ρ(peak, bits per byte) = {_fmt(r['r'])}. Any two quantities "
+                       "that change monotonically along one path correlate, so no p-value is given.")
+    if not indep.empty:
+        sub = indep[indep["dataset"] == main_dataset]
+        ratio = (sub["peak"] / sub["chance"])
+        out.append(f"Peak scores of the independent models on {main_dataset} lie between {sub['peak'].min():.3f} and "
+                   f"{sub['peak'].max():.3f}, {ratio.min():.1f} to {ratio.max():.1f} times chance k/(N-1) = "
+                   f"{sub['chance'].iloc[0]:.4f}.")
+    return "\n".join(out)
+
+
+def draws_table(draws) -> pd.DataFrame:
+    """One row per dataset of the study: its draws, N, what varies between draws and whether a draw repeats."""
+    return pd.DataFrame([{"dataset": d.dataset, "draws": sum(e.dataset == d.dataset for e in draws), "N": len(d.pairs),
+                          "what varies": d.what_varies, "repeatable": d.repeatable}
+                         for d in draws]).drop_duplicates("dataset").set_index("dataset")
+
+
+def heldout_note(n_texts: int, source: str, name: str) -> str:
+    """Which texts bits per byte and next-token accuracy are measured on (``source`` of :func:`heldout_texts`)."""
+    return (f"Bits per byte and next-token accuracy are measured on {n_texts} "
+            + (f"captions of `{name}` images that no draw aligns (one caption per image, images in the annotation "
+               "file's order; held out, disjoint from every aligned image)." if source == "heldout-images"
+               else "captions that no draw of any dataset aligns (held out)." if source == "heldout" else
+               "of the aligned captions themselves: every caption is used by some draw, so none is held out "
+               "(as Huh et al. 2024 measure it)."))
+
+
+def models_note(independent: Sequence[str], missing: dict) -> str:
+    """The independent language models that ran, and those not available here with how to install them."""
+    return ("Independent language models: " + ", ".join(f"`{m}`" for m in independent)
+            + (". **Not available here**: " + "; ".join(f"`{m}`: {h}" for m, h in missing.items()) + "."
+               if missing else "."))

@@ -10,25 +10,10 @@ Mutual k-NN alignment of two models is compared across four regimes:
   embedding space (``"projection"``);
 - ``"same-modality"``: vision x vision and language x language pairs.
 
-Every comparison is scored as in Section 3.1 (:func:`prh_lib.pages.sec3_1_layerwise.compare_pairs`): the maximum of
-mutual k-NN over all layer pairs, the final-layer score, the selection-aware permutation-calibrated
-maximum (Groeger et al. 2026) and a bootstrap interval at the peak layer pair. Features are expected to
-be preprocessed by the caller (e.g. :func:`prh_lib.analysis.clip_features`).
-
-Over datasets × draws (the paper's study shape, issue 11): :func:`run_study` scores every comparison and
-its control floors (:mod:`prh_lib.analysis.controls`) on every draw and writes them to the results table
-(:mod:`prh_lib.results`; quantities ``"peak"``, ``"final"``, ``"projection"``, ``"control:shuffled"`` and
-``"control:<kind>"``); :func:`study_summary`, :func:`floor_summary` and :func:`with_floors` aggregate them
-back (mean ± std over draws); :func:`page_table`, :func:`floor_table`, :func:`describe_study`,
-:func:`regime_claims` and :func:`offline_scope` turn the aggregates into the page's tables, prose and
-verdicts.
-
-The comparisons, their single-draw tables and the study loop live in :mod:`~prh_lib.analysis.regimes`
-(re-exported here); this module reads the results table back and holds the page: aggregates over draws,
-figure data, tables, verdicts and the record.
-
-Functions here take features, comparison specs and result tables and return tables or text; they never
-load models (features come through :mod:`prh_lib.extract`) and never plot.
+The comparisons and the study loop (:func:`run_study`: every comparison and its control floors on every draw,
+written to the results table) live in :mod:`prh_lib.analysis.regimes` (re-exported); this module reads the
+results table back and holds the page: aggregates over draws (:func:`study_summary`, :func:`floor_summary`,
+:func:`with_floors`), figure data, tables, prose, verdicts and the record. It never loads models or plots.
 
 References
 ----------
@@ -40,6 +25,8 @@ Groeger, Wen, Brbic (2026), arXiv:2602.14486, Sec. 5 (calibration).
 
 from __future__ import annotations
 
+import contextlib
+import io
 from typing import Sequence
 
 import numpy as np
@@ -51,9 +38,7 @@ from prh_lib.formatting import format_interval
 # the comparisons and the study, re-exported: this module stays the chapter's one namespace
 from prh_lib.analysis.regimes import (Comparison, FINAL, PEAK, PROJECTION, REGIMES, REGIME_LABELS, SHUFFLED,  # noqa: F401
     comparison_table, control_pairs, projection_table, regime_comparisons, regime_rows, regime_table, run_study)
-# the page's generated prose, re-exported
-from prh_lib.pages.sec3_3_regimes_prose import _cc, describe_study, held_out_floor_count, offline_scope  # noqa: F401
-from prh_lib import formatting
+from prh_lib import formatting, results
 
 __all__ = ["regime_floor_marks", "REGIMES", "REGIME_LABELS", "Comparison", "regime_comparisons", "regime_table", "projection_table",
            "comparison_table", "regime_rows", "control_pairs", "run_study", "study_summary", "floor_summary",
@@ -111,8 +96,6 @@ def floor_summary(df: pd.DataFrame) -> pd.DataFrame:
 
 def _over_draws(part: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     """Mean ± std over draws of score and calibrated score per ``by`` group, with ``p_max`` (the largest p)."""
-    from prh_lib import results
-
     out = results.aggregate(part, by=by, values=["score", "calibrated", "p"])
     if out.empty:
         return out
@@ -246,8 +229,6 @@ def regime_floor_marks(summary: pd.DataFrame, *, regimes: Sequence[str] = REGIME
 
 
 def _ms(mean, std, n_draws, digits=3):
-    from prh_lib import results
-
     return formatting.format_mean_std(float(mean), float(std), int(n_draws), digits=digits)
 
 
@@ -478,3 +459,235 @@ def study_record(summary: pd.DataFrame, floors: pd.DataFrame, means: pd.DataFram
             "comparisons": [c._asdict() for c in comparisons], "aligned_models": list(aligned_models),
             "summary": summary.to_dict(orient="records"), "floors": floors.to_dict(orient="records"),
             "means": means.to_dict(orient="records"), "claims": claim_rows, "params_hash": params_hash}
+
+
+# ------------------------------------------------------------------------------------------------- generated prose
+
+
+def _cc(score: float, chance: float) -> float:
+    """Chance-corrected score (s − c)/(1 − c): 0 at chance, 1 for identical neighbourhoods."""
+    return (score - chance) / (1 - chance)
+
+
+def describe_study(summary: pd.DataFrame, bands: dict, *, missing_note: "str | dict" = "not run with these parameters",
+                   word_floor: float = 1.5, heldout: pd.DataFrame | None = None) -> str:
+    """Markdown reading each dataset's regimes against chance and the control floors, in figures.
+
+    Parameters
+    ----------
+    summary : DataFrame
+        :func:`with_floors` of :func:`study_summary`.
+    bands : dict
+        :func:`floor_bands`.
+    missing_note : str or dict of str to str
+        Said of a regime without comparisons; a dict gives it per dataset ("not run with these parameters" for
+        a dataset it does not name).
+    word_floor : float
+        A floor is said to come partly from the words when trained vision × random-init language reaches
+        this multiple of chance.
+    heldout : DataFrame, optional
+        :func:`prh_lib.analysis.heldout.heldout_summary` (one dataset). For its dataset, the comparisons that
+        beat their floors are counted from the held-out paired margins, the numbers the verdicts use
+        (:func:`held_out_floor_count`); for any other dataset the count is of in-sample means, labelled so.
+
+    Returns
+    -------
+    str
+        Per dataset: one list item per regime (mean of the comparisons' means over draws, × chance, range),
+        the floors (× chance), how many trained comparisons clear every floor, and the order.
+    """
+    from prh_lib.analysis.controls import CONTROL_LABELS
+
+    out = []
+    for dataset, part in summary.groupby("dataset", sort=False):
+        chance = float(part["chance"].iloc[0])
+        nd = int(part["n_draws"].min())
+        draws = f"{nd} draws" if nd > 1 else "one draw, which cannot be repeated"
+        out.append(f"**{dataset}** (N = {int(part['n'].iloc[0])}, chance {chance:.3f}, {draws}):\n")
+        means = {}
+        for key in REGIMES:
+            g = part[part["regime"] == key]
+            if not len(g):
+                note = (missing_note.get(dataset, "not run with these parameters") if isinstance(missing_note, dict)
+                        else missing_note)
+                out.append(f"- {REGIME_LABELS[key]}: {note}.")
+                continue
+            m = float(g["score_mean"].mean())
+            means[key] = m
+            rng = (f", range {g['score_mean'].min():.3f}-{g['score_mean'].max():.3f} over {len(g)} comparisons"
+                   if len(g) > 1 else "")
+            out.append(f"- {REGIME_LABELS[key]}: {m:.3f} ({m / chance:.1f}× chance, chance-corrected "
+                       f"{_cc(m, chance):.3f}{rng}); calibrated "
+                       f"{g['calibrated_mean'].mean():.3f}.")
+        band = bands.get(dataset, {})
+        if band:
+            parts = [f"{CONTROL_LABELS.get(kind, kind)} {mean:.3f} ({mean / chance:.1f}× chance, chance-corrected "
+                     f"{_cc(mean, chance):.3f})"
+                     for kind, (mean, _, _) in band.items()]
+            out.append("- control floors of the vision × language pairs (mean over pairs): " + "; ".join(parts) + ".")
+            rl = band.get("random-language")
+            rl_cal = bands.get((dataset, "calibrated"), {}).get("random-language")
+            if rl and rl[0] >= word_floor * chance and rl_cal and rl_cal[0] > 0.01:
+                out.append(f"- The trained-vision × random-LM floor is {rl[0] / chance:.1f}× chance (calibrated "
+                           f"{rl_cal[0]:.3f}): part of any cross-modal score comes from the words (a random-init "
+                           "language model keeps token identity), not from learned alignment.")
+            elif rl and rl[0] >= word_floor * chance:
+                out.append(f"- The trained-vision × random-LM floor is {rl[0] / chance:.1f}× chance, but its "
+                           f"calibrated score is {rl_cal[0] if rl_cal else float('nan'):.3f}: the excess over chance "
+                           "is what choosing the best of many layer pairs gives, not evidence of shared structure.")
+            elif rl:
+                out.append(f"- The trained-vision × random-LM floor is {rl[0] / chance:.1f}× chance, close to chance.")
+        held_line = held_out_floor_count(heldout, dataset) if heldout is not None else ""
+        trained = part[part["above floors"].notna()] if "above floors" in part else part.iloc[:0]
+        if held_line:
+            out.append(held_line)
+        elif len(trained):
+            clear = trained[trained["above floors"].astype(bool)]
+            missing = ", ".join(f"{r['comparison']} ({r['score_mean']:.3f} against {r['floor']:.3f}, {r['floor kind']})"
+                                for _, r in trained[~trained["above floors"].astype(bool)].iterrows())
+            out.append(f"- In-sample, {len(clear)} of {len(trained)} trained comparisons lie above their highest "
+                       "control floor by more than the spread over draws" + (f" (not: {missing})" if missing else "")
+                       + ". This describes the means; it is not the test: the verdicts below read held-out peaks "
+                       "against each floor with paired intervals over images.")
+        if len(means) > 1:
+            order = " < ".join(f"{REGIME_LABELS[k]} ({v:.3f})" for k, v in sorted(means.items(), key=lambda kv: kv[1]))
+            out.append(f"- Order of the regime means: {order}.")
+        out.append("")
+    return "\n".join(out)
+
+
+def held_out_floor_count(heldout: pd.DataFrame, dataset: str) -> str:
+    """One Markdown item: how many trained comparisons beat *every* floor by a paired interval above 0.
+
+    Counted from :func:`prh_lib.analysis.heldout.floor_margins` of each trained comparison with floors (the
+    tests :func:`prh_lib.pages.verdicts.above_floors` gives the verdicts): a comparison clears its floors
+    when every paired 95 % interval of ``pair − floor`` over images lies above 0. Returns ``""`` when
+    ``heldout`` has no rows of ``dataset`` or no comparison has floors.
+    """
+    from prh_lib.pages import verdicts as V
+
+    if heldout is None or heldout.empty or "dataset" not in heldout or dataset not in set(heldout["dataset"]):
+        return ""
+    h = heldout[heldout["dataset"] == dataset]
+    clear, not_clear, random_vision = [], [], []
+    for _, r in V.comparisons_of(h).iterrows():
+        fm = floor_margins(h, r["pair"])
+        if fm.empty:
+            continue
+        worst = fm.loc[fm["low"].idxmin()] if fm["low"].notna().any() else fm.iloc[0]
+        (clear if bool((fm["low"] > 0).all()) else not_clear).append(
+            f"{r['pair']} − {worst['floor']} ({worst['kind']}): {format_interval(worst['margin'], worst['low'], worst['high'])}")
+        rv = fm[(fm["kind"] == "random-vision") & ~(fm["low"] > 0)]
+        if len(rv):
+            lowest = rv.loc[rv["margin"].idxmin()]
+            random_vision.append((r["pair"], float(lowest["margin"]), bool(lowest["high"] < 0)))
+    if not clear and not not_clear:
+        return ""
+    n = len(clear) + len(not_clear)
+    why = ""
+    if random_vision:
+        below = [(p, m, excl) for p, m, excl in random_vision if m < 0]
+        why = (f" A randomly initialised vision model is not beaten by its trained twin in {len(random_vision)} "
+               f"vision-vision comparison(s) ({', '.join(p for p, _, _ in random_vision)}"
+               + (f"; the random-init pair's held-out estimate is the higher one in {len(below)} of them, by "
+                  + " and ".join(f"{-m:.3f}" + (" (its paired interval excludes 0: significantly higher)" if excl
+                                                else " (within the interval)") for _, m, excl in below)
+                  if below else "")
+               + "). A likely reason, not tested here: a network with random weights is a random feature map of the "
+               "pixels and keeps much of the images' pixel-space neighbourhoods (colour, layout, texture), which a "
+               "trained vision model also ranks images by. Whatever the cause, a vision-vision score says little "
+               "about learned semantics unless it beats this floor; the verdicts that need it (3.1/vision-vision, "
+               "3.3/same-modality) require the margin's interval above 0.")
+    return (f"- Held out (the verdicts' numbers): {len(clear)} of {n} trained comparisons beat every one of their "
+            "floors, each paired 95 % interval over images above 0"
+            + (f"; not: {'; '.join(not_clear)}" if not_clear else "")
+            + ". Margins are held-out peak minus the floor's held-out peak, on the same image half-samples." + why)
+
+
+def offline_scope(summary: pd.DataFrame, bands: dict, *, aligned_measured: bool, dataset: str | None = None) -> str:
+    """Markdown: what this run's models can and cannot tell about the paper's Section 3.3 claims, from the numbers
+    of ``dataset`` (the verdicts' headline dataset; default: the first in ``summary``)."""
+    if summary.empty:
+        return "*No scores in this run.*"
+    first = dataset if dataset is not None else summary["dataset"].iloc[0]
+    s = summary[summary["dataset"] == first]
+    chance, n = float(s["chance"].iloc[0]), int(s["n"].iloc[0])
+    uni = s[s["regime"] == "unimodal"]
+    same = s[s["regime"] == "same-modality"]
+    rl = bands.get(first, {}).get("random-language")
+    lex = bands.get(first, {}).get("tfidf")
+    can = []
+    if len(uni) and len(same):
+        can.append(f"whether the *order* of the regimes holds for small models (here same-modality "
+                   f"{same['score_mean'].mean():.3f} against unimodal {uni['score_mean'].mean():.3f}, in-sample means; "
+                   "whether each same-modality pair also beats its random-init floors is the held-out test of "
+                   "3.3/same-modality in the table above)")
+    if rl or lex:
+        floors = [f"a random-init language model {rl[0]:.3f}" if rl else "", f"a bag of words {lex[0]:.3f}" if lex else ""]
+        can.append("how much of a cross-modal score needs no learned language model at all ("
+                   + " and ".join(f for f in floors if f) + f", against unimodal {uni['score_mean'].mean():.3f})")
+    trained = s[s["regime"].isin(["unimodal", "same-modality"])]
+    names = ", ".join(dict.fromkeys(list(trained["model_x"]) + list(trained["model_y"])))
+    cannot = [f"the paper's absolute values: N = {n} rather than 1024 puts chance at {chance:.3f} rather than "
+              f"0.0098, and the models ({names}) are not the paper's"] if n != 1024 else []
+    if not aligned_measured:
+        cannot.append("where explicitly aligned models (CLIP, SigLIP 2, Qwen3-VL-Embedding) sit: no such weights "
+                      "install offline, so the unimodal-versus-aligned comparison of Table 1 and the projection "
+                      "gap of Appendix E need the paper profile")
+    names_ds = list(dict.fromkeys(summary["dataset"]))
+    quoted = ", ".join(f"`{d}`" for d in names_ds)  # "coco-mini, 5 captions" is one dataset's name
+    cannot.append("whether the pattern holds across the paper's datasets (WIT, COCO at N = 1024, DOCCI, CC3M with "
+                  f"DreamLIP captions): offline there are {quoted}, with short human captions only")
+    return ("**What the offline models can tell:** " + "; ".join(can) + ".\n\n"
+            "**What they cannot tell:** " + "; ".join(cannot) + ".")
+
+
+# ------------------------------------------------------------------------------------------- the page's steps
+
+
+def draws_table(draws) -> pd.DataFrame:
+    """One row per dataset of the study: its draws, N and what varies between draws."""
+    return pd.DataFrame([{"dataset": d.dataset, "draws": sum(e.dataset == d.dataset for e in draws),
+                          "N": len(d.pairs), "what varies between draws": d.what_varies}
+                         for d in draws if d.draw == 0]).set_index("dataset")
+
+
+def missing_notes(draws, note: str) -> dict[str, str]:
+    """What a regime's empty slot says per dataset: ``note``, or that a text-only dataset has no images."""
+    from prh_lib.data import is_text_only
+
+    return {d.dataset: ("text only: no images" if is_text_only(d.pairs) else note) for d in draws}
+
+
+def score_study(draws, comparisons, *, chapter: str, params: dict, control_seed: int, svd_components: int | None,
+                **kw) -> tuple[dict, pd.DataFrame, tuple]:
+    """:func:`run_study` (``kw`` passed on) with the Hub and the zoo's conversion messages silenced; returns its
+    modalities, the loaded results table and (:func:`with_floors` of :func:`study_summary`, :func:`floor_summary`,
+    :func:`regime_means`, :func:`floor_bands`, chance per dataset)."""
+    from prh_lib.lm.quiet import quiet_hub_for_session
+
+    quiet_hub_for_session()  # models load only when their features are not cached yet
+    with contextlib.redirect_stdout(io.StringIO()):  # the zoo reports conversions of models not yet cached
+        modality = run_study(draws, comparisons, chapter=chapter, params=params, control_seed=control_seed,
+                             svd_components=svd_components, **kw)
+    table = results.load(chapter=chapter, params=params, expand_extra=True)
+    floors = floor_summary(table)
+    summary = with_floors(study_summary(table), floors, modality, control_seed=control_seed,
+                          svd_components=svd_components)
+    chance = dict(zip(summary["dataset"], summary["chance"]))
+    return modality, table, (summary, floors, regime_means(summary), floor_bands(floors, modality), chance)
+
+
+def heldout_estimates(draws, comparisons, *, chapter: str, params: dict, n_boot: int, **kw) -> tuple[str, pd.DataFrame]:
+    """The verdicts' held-out peaks on the headline dataset (:func:`prh_lib.analysis.heldout.heldout_study`, ``kw``
+    passed on; none when ``n_boot`` is 0) and their :func:`~prh_lib.analysis.heldout.heldout_summary`."""
+    from prh_lib.analysis import heldout
+    from prh_lib.data.study import headline_dataset
+
+    headline = headline_dataset(draws)  # the paper's COCO, else the largest N (offline: flickr8k-1k)
+    if n_boot:
+        with contextlib.redirect_stdout(io.StringIO()):
+            heldout.heldout_study([d for d in draws if d.dataset == headline],
+                                  [(c.x, c.y) for c in comparisons if c.regime != "aligned"], chapter=chapter,
+                                  params=params, n_boot=n_boot, **kw)
+    return headline, heldout.heldout_summary(results.load(chapter=chapter, params=params), dataset=headline)

@@ -208,3 +208,19 @@ def image_display(image_corr: pd.DataFrame) -> pd.DataFrame:
                     zip(image_corr["peak − final (capability)"], image_corr["peak − final low"],
                         image_corr["peak − final high"])])
     return out.set_index(["dataset", "vision", "method"])
+
+
+def verdict_correlations(sets, vision: dict, independent: Sequence, summary: pd.DataFrame, datasets: Sequence[str], *,
+                         n_boot: int = 50, **kw) -> tuple[str, pd.DataFrame]:
+    """:func:`image_correlations` (``kw`` passed on) on the verdicts' capability axis, and that axis.
+
+    The axis is MMLU where ``summary`` has it for at least 3 models (the paper profile, read on DOCCI when it is
+    among ``datasets``), else bits per byte on held-out captions (lower = more capable) on the first dataset. The
+    frame is empty when ``n_boot`` is 0.
+    """
+    axis, sign = ("mmlu_5shot", +1) if summary["mmlu_5shot"].notna().sum() >= 3 else ("bpb", -1)
+    dataset = "docci" if axis == "mmlu_5shot" and "docci" in datasets else datasets[0]
+    if not n_boot:
+        return axis, pd.DataFrame()
+    return axis, image_correlations(sets, vision, independent, dict(zip(summary["language"], summary[axis])),
+                                    dataset=dataset, direction=sign, n_boot=n_boot, capability_name=axis, **kw)
