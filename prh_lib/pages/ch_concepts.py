@@ -6,13 +6,8 @@ class's lemma (:data:`prh_lib.analysis.concepts.prompts.PROMPT`). Measures come 
 :mod:`prh_lib.analysis.concepts.study` (both procedures), the hierarchy from
 :mod:`prh_lib.analysis.concepts.hierarchy`, the ablation from :mod:`prh_lib.analysis.concepts.controllability`.
 
-Intervals of the measures are over *concepts* (:func:`concept_subsamples`): each replicate recomputes every
-measure on a random half of the concepts drawn without replacement (a bootstrap copy of a concept on both sides
-of a procedure's whitening split would leak it into the score, as at the sample level), and the interval is the
-replicates' spread around their median, rescaled to the full set with the finite-population factor
-``sqrt(f / (1 − f))`` for a subsample fraction ``f`` (1 at ``f = 1/2``: the spread of half-samples of ``n`` is the
-standard error at ``n``). Without subsamples (``n_sub = 0``) they fall back to the spread over the splits (2.5 and
-97.5 percentiles). The ablation's intervals are over its seeds.
+Intervals of the measures are over *concepts* (:func:`concept_subsamples`, :func:`summarise_measures`); the
+ablation's are over its seeds.
 
 References
 ----------
@@ -29,13 +24,10 @@ from prh_lib import extract
 from prh_lib.data.pairs import Pairs
 from prh_lib.analysis.concepts import prompts as cc
 from prh_lib.analysis.concepts.study import PAPER, concept_measures
+from prh_lib.analysis.displacement.heldout import subsample_interval
 from prh_lib.analysis.displacement.procedures import OURS, REFERENCE, reference_procedure
 from prh_lib.formatting import format_interval, format_number
 from prh_lib.pages import claims as _claims
-
-__all__ = ["KINDS", "lemma_vectors", "measures_with_controls", "concept_subsamples", "summarise_measures", "display_measures",
-           "measures_figure", "describe_measures", "describe_hierarchy", "ablation_figure", "describe_ablation",
-           "ablation_summary", "PAPER_ROWS", "ablation_verdicts", "hierarchy_figure", "claim_rows", "display_hierarchy"]
 
 def setup_page(chapter: str, namespace: dict, *, blas_threads: int | None = 1) -> dict:
     """:func:`prh_lib.pages.report.setup_page` (150 dpi, floats to three decimals), torch limited to
@@ -175,14 +167,6 @@ def concept_subsamples(pairs: dict, *, n_components: int = 32, seeds=(0, 1, 2), 
     return out
 
 
-def _subsample_interval(estimate: float, reps, fraction: float) -> tuple[float, float]:
-    """The 95 % interval of ``estimate`` from replicates on subsets of ``fraction`` of the rows (module docstring):
-    :func:`prh_lib.analysis.displacement.heldout.subsample_interval` at the finite-population ratio ``f/(1 − f)``."""
-    from prh_lib.analysis.displacement.heldout import subsample_interval
-
-    return subsample_interval(estimate, reps, fraction / (1 - fraction))
-
-
 def _interval(x) -> tuple[float, float, float]:
     x = np.asarray(x, dtype=np.float64)
     lo, hi = np.percentile(x, [2.5, 97.5]) if len(x) > 1 else (np.nan, np.nan)
@@ -197,8 +181,10 @@ def summarise_measures(table: pd.DataFrame, subsamples: pd.DataFrame | None = No
     table : DataFrame
         :func:`measures_with_controls` on all concepts (the estimates: means over its splits).
     subsamples : DataFrame, optional
-        :func:`concept_subsamples` of the same pairs: the intervals are then over concepts (module docstring),
-        and ``interval`` says so; without it they are the spread over splits.
+        :func:`concept_subsamples` of the same pairs: the intervals are then over concepts, the replicates'
+        spread around their median rescaled by ``sqrt(f / (1 − f))`` for a subset fraction ``f`` (1 at
+        ``f = 1/2``: half-samples of ``n`` spread as the standard error at ``n``), and ``interval`` says so;
+        without it they are the 2.5 and 97.5 percentiles over splits.
 
     Returns
     -------
@@ -222,7 +208,8 @@ def summarise_measures(table: pd.DataFrame, subsamples: pd.DataFrame | None = No
             row[m], row[m + "_low"], row[m + "_high"] = _interval(g[m])
             if sub is not None:
                 reps = sub.loc[(sub["pair"] == pair) & (sub["procedure"] == proc), m]
-                row[m + "_low"], row[m + "_high"] = _subsample_interval(row[m], reps, subsamples.attrs["fraction"])
+                f = subsamples.attrs["fraction"]
+                row[m + "_low"], row[m + "_high"] = subsample_interval(row[m], reps, f / (1 - f))
         row["paper_cross_model"], row["paper_pointwise"] = PAPER.get(key, (np.nan, np.nan))
         rows.append(row)
     return pd.DataFrame(rows)
@@ -569,10 +556,8 @@ def claim_rows(summary: pd.DataFrame, hier: pd.DataFrame | None, verdicts: pd.Da
                                     rule=f"our procedure's Cross-Model − Pointwise 95 % interval over {over} above {min_gap:g}, "
                                          "and Cross-Model above its shuffled-pairing control"))
     if hier is None:
-        rows.append(_claims.finding("C/hierarchy", this_build=None, holds=None,
-                                    note="WordNet 3.0 (Debian wordnet-base) is not installed"))
-        rows.append(_claims.finding("C/siblings", this_build=None, holds=None,
-                                    note="WordNet 3.0 (Debian wordnet-base) is not installed"))
+        rows += [_claims.finding(c, this_build=None, holds=None, note="WordNet 3.0 (Debian wordnet-base) is not installed")
+                 for c in ("C/hierarchy", "C/siblings")]
     else:
         w, sh = hier[hier["tree"] == "WordNet"], hier[hier["tree"] == "shuffled"].set_index("model")
         tests = []

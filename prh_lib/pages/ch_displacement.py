@@ -1,20 +1,10 @@
 """Displacement geometry beside mutual k-NN, layer by layer (the displacement chapter's analyses).
 
-Glue between :class:`~prh_lib.extract.LayerFeatures` and :mod:`prh_lib.metrics.displacement`:
-layer-pair matrices of the three cosine measures next to mutual k-NN, the measures at the best
-layer pair with their controls, a sweep over the whitened dimension, per-model best layers, and
-the verdict of the chapter's "The paper and this build" table (:func:`claim_verdict`). The
-shared/private decomposition is :mod:`prh_lib.analysis.displacement.consensus`; the public reference code's
-procedure is :mod:`prh_lib.analysis.displacement.procedures`. The last section draws the chapter's figures from
-these results (arrays and tables in, matplotlib figures out; it reuses
-:func:`prh_lib.pages.plots.alignment_heatmap` and :func:`prh_lib.pages.plots.line_plot`).
-
-The computations (matrices, views, the sweep, depth profiles, best layers) live in
-:mod:`~prh_lib.analysis.displacement.study` and are re-exported here; this module holds the page: figures,
-prose, the verdicts and the checklist rows.
-
-Nothing here loads models; callers clip outliers first (:func:`prh_lib.analysis.clip_features`),
-so both views score the same features.
+The displacement chapter's page (``notebooks/ch_displacement.py``): its figures, prose, verdicts (:func:`claim_verdict`)
+and checklist rows, and the steps its notebook calls. The computations (matrices, views, the sweep, depth profiles,
+best layers) live in :mod:`~prh_lib.analysis.displacement.study` and are re-exported here; the consensus
+decomposition is :mod:`~prh_lib.analysis.displacement.consensus`, the reference code's procedure
+:mod:`~prh_lib.analysis.displacement.procedures`. Nothing here loads models.
 
 References
 ----------
