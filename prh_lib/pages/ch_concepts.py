@@ -167,6 +167,11 @@ def concept_subsamples(pairs: dict, *, n_components: int = 32, seeds=(0, 1, 2), 
     return out
 
 
+def _subsample_interval(estimate: float, reps, fraction: float) -> tuple[float, float]:
+    """:func:`~prh_lib.analysis.displacement.heldout.subsample_interval` of subsets of ``fraction`` of the rows."""
+    return subsample_interval(estimate, reps, fraction / (1 - fraction))
+
+
 def _interval(x) -> tuple[float, float, float]:
     x = np.asarray(x, dtype=np.float64)
     lo, hi = np.percentile(x, [2.5, 97.5]) if len(x) > 1 else (np.nan, np.nan)
@@ -208,8 +213,7 @@ def summarise_measures(table: pd.DataFrame, subsamples: pd.DataFrame | None = No
             row[m], row[m + "_low"], row[m + "_high"] = _interval(g[m])
             if sub is not None:
                 reps = sub.loc[(sub["pair"] == pair) & (sub["procedure"] == proc), m]
-                f = subsamples.attrs["fraction"]
-                row[m + "_low"], row[m + "_high"] = subsample_interval(row[m], reps, f / (1 - f))
+                row[m + "_low"], row[m + "_high"] = _subsample_interval(row[m], reps, subsamples.attrs["fraction"])
         row["paper_cross_model"], row["paper_pointwise"] = PAPER.get(key, (np.nan, np.nan))
         rows.append(row)
     return pd.DataFrame(rows)
