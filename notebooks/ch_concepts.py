@@ -68,37 +68,14 @@ dtype = "float32"
 blas_threads = 1
 
 # %% tags=["remove-cell"]
-import warnings
+from IPython.display import Markdown
 
-import matplotlib
-import numpy as np
-import pandas as pd
-import threadpoolctl
-import torch
-from IPython.display import Markdown, display
-
-warnings.filterwarnings("ignore", message="IProgress not found")
-
-from prh_lib.pages import claims as paper_claims  # noqa: E402
 from prh_lib import extract
-from prh_lib.pages import report  # noqa: E402
-from prh_lib.analysis.concepts import subspaces as csub  # noqa: E402
-from prh_lib.analysis.concepts import prompts as cc  # noqa: E402
-from prh_lib.pages import ch_concepts as cp  # noqa: E402
-from prh_lib.analysis.concepts import study as cs  # noqa: E402
-from prh_lib.analysis.displacement import consensus as dc  # noqa: E402
-from prh_lib.analysis.concepts import hierarchy as H  # noqa: E402
-from prh_lib.analysis.displacement.procedures import OURS, REFERENCE  # noqa: E402
+from prh_lib.analysis.concepts import hierarchy as H, prompts as cc, study as cs, subspaces as csub
+from prh_lib.pages import ch_concepts as cp, claims as paper_claims, report
 
-blas_limits = threadpoolctl.threadpool_limits(blas_threads)
-torch.set_num_threads(max(1, blas_threads or 1))
-pd.set_option("display.float_format", "{:.3f}".format)
-pd.set_option("display.max_colwidth", None)
-report.use_page_tables()  # one header row per table: the index as named columns
-matplotlib.rcParams["figure.dpi"] = 150
-matplotlib.rcParams["font.size"] = 9
 CHAPTER = "ch_concepts"
-params = report.page_parameters(CHAPTER, globals())
+params = cp.setup_page(CHAPTER, globals(), blas_threads=blas_threads)
 seeds = list(range(n_seeds))
 
 # %% [markdown]
@@ -110,14 +87,7 @@ vectors = {m: extract.classifier_rows(m) for m in concept_vision_models}
 vectors |= cp.lemma_vectors(concept_language_models, concepts, template=prompt, depth=lm_depth, device=device, dtype=dtype)
 rows = cc.subsample(len(concepts), n_concepts, seed=0)
 concepts, vectors = concepts.iloc[rows].reset_index(drop=True), {m: V[rows] for m, V in vectors.items()}
-try:
-    hypernyms = H.read_hypernyms(wordnet_path)
-    wordnet_note = "WordNet 3.0 read from Debian's `wordnet-base`."
-except FileNotFoundError:
-    hypernyms = None
-    wordnet_note = ("**WordNet 3.0 is not installed here** (Debian's `wordnet-base`): the hierarchy statistics, the "
-                    "WordNet category labels and the probes are not computed; the fine-tuning task uses k-means "
-                    "clusters of the teacher instead.")
+hypernyms, wordnet_note = cp.read_wordnet(wordnet_path)
 Markdown(f"{len(concepts)} concepts; " + ", ".join(f"{m}: {V.shape[1]} dims" for m, V in vectors.items())
          + f"; language models at relative depth {lm_depth}, prompt `{prompt}`. " + wordnet_note)
 
@@ -129,12 +99,7 @@ Markdown(f"{len(concepts)} concepts; " + ", ".join(f"{m}: {V.shape[1]} dims" for
 # (its 44 models on ImageNet-22k ∩ CommonWords79k concepts); grey crosses: the shuffled-pairing control.
 
 # %% tags=["hide-input"]
-v0, v1 = concept_vision_models[0], concept_vision_models[-1]
-l0, l1 = concept_language_models[0], concept_language_models[-1]
-concept_pairs = {f"V-V: {v0} x {v1}": (vectors[v0], vectors[v1]),
-                 f"L-L: {l0} x {l1}": (vectors[l0], vectors[l1]),
-                 f"V-L: {v0} x {l0}": (vectors[v0], vectors[l0]),
-                 f"V-L: {v1} x {l1}": (vectors[v1], vectors[l1])}
+concept_pairs = cp.concept_pairs(vectors, concept_vision_models, concept_language_models)
 measures = cp.measures_with_controls(concept_pairs, n_components=n_components, seeds=seeds)
 subsamples = cp.concept_subsamples(concept_pairs, n_components=n_components, seeds=seeds, n_sub=n_sub)
 summary = cp.summarise_measures(measures, subsamples)
@@ -184,12 +149,7 @@ Markdown(cp.describe_hierarchy(hier))
 # nonlinearity can move the measures, and it is fitted on a few hundred concepts.
 
 # %% tags=["hide-input"]
-if hypernyms is not None:
-    labels = cs.category_labels(list(concepts.synset), hypernyms, depth=category_depth)
-else:
-    from sklearn.cluster import KMeans
-
-    labels = KMeans(10, n_init=4, random_state=0).fit_predict(vectors[ablation_teacher])
+labels = cs.ablation_labels(concepts.synset, hypernyms, vectors[ablation_teacher], depth=category_depth)
 ablation = cs.ablation(vectors[ablation_student], vectors[ablation_teacher], labels, seeds=ablation_seeds,
                        n_components=n_components, steps=ablation_steps)
 ablation_table = cp.ablation_summary(ablation)
@@ -211,20 +171,8 @@ Markdown(cp.describe_ablation(verdicts, ablation_table))
 # linear probe of the WordNet categories on each (5-fold accuracy, beside the majority class).
 
 # %% tags=["hide-input"]
-cons = dc.consensus_subspaces([vectors[m] for m in vectors], n_components=n_components, n_shared=n_shared,
-                              n_private=n_private, seed=0)
-test = cons.test_idx
-sub_rows = []
-for m, Z in zip(vectors, cons.features):
-    S, P = dc.project(Z[test], cons.shared_basis), dc.project(Z[test], cons.private_basis)
-    row = {"model": m, "HSIC(shared, private)": csub.hsic_rbf(S, P)}
-    if hypernyms is not None:
-        y = pd.factorize(labels[test])[0]
-        keep = np.isin(y, np.flatnonzero(np.bincount(y) >= 5))
-        row["probe shared"], row["majority"] = csub.linear_probe(S[keep], pd.factorize(y[keep])[0])
-        row["probe private"], _ = csub.linear_probe(P[keep], pd.factorize(y[keep])[0])
-    sub_rows.append(row)
-subspaces = pd.DataFrame(sub_rows).set_index("model")
+subspaces = csub.subspace_table(vectors, labels if hypernyms is not None else None, n_components=n_components,
+                                n_shared=n_shared, n_private=n_private)
 subspaces
 
 # %% [markdown]

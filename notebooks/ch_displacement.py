@@ -99,42 +99,14 @@ batch_size = 32
 blas_threads = 1  # BLAS/OpenMP threads in this kernel; None: the libraries' default (see below)
 
 # %% tags=["remove-cell"]
-import warnings
+from IPython.display import Markdown
 
-import matplotlib
-import pandas as pd
-import threadpoolctl
-from IPython.display import Markdown, display
+from prh_lib.analysis.displacement import consensus as dc, draws as ds, heldout as dh, procedures as dr
+from prh_lib.models import precision, zoo
+from prh_lib.pages import ch_displacement as da, claims as paper_claims, report, sec3_1_layerwise as layerwise
 
-warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm without widgets: not for the page
-
-from prh_lib.pages import report
-from prh_lib import results  # noqa: E402
-from prh_lib.analysis.core import model_names as analysis_models  # noqa: E402
-from prh_lib.models.precision import dtype_statement  # noqa: E402
-from prh_lib.pages import ch_displacement as da  # noqa: E402
-from prh_lib.analysis.displacement import consensus as dc  # noqa: E402
-from prh_lib.analysis.displacement import procedures as dr  # noqa: E402
-from prh_lib.analysis.displacement import draws as ds  # noqa: E402
-from prh_lib.analysis.displacement import heldout as dh  # noqa: E402
-from prh_lib.pages import sec3_1_layerwise as layerwise  # noqa: E402
-from prh_lib.data.study import headline_dataset, study_draws  # noqa: E402
-from prh_lib.metrics import knn  # noqa: E402
-from prh_lib.models import zoo  # noqa: E402
-
-# the constant CLS token of a ViT's embedding output gives NaN scores by design (explained below)
-warnings.filterwarnings("ignore", message=".*degenerate.*")
-# Every matrix here is small (at most a few hundred rows): multi-threaded BLAS gains nothing and, on a
-# shared CPU, its threads spin-wait against other processes (10-20x slower measured). One thread is the
-# caller's choice, made here, not inside the library.
-blas_limits = threadpoolctl.threadpool_limits(blas_threads)
-
-pd.set_option("display.float_format", "{:.3f}".format)
-pd.set_option("display.max_colwidth", None)  # claim and table texts are shown whole
-report.use_page_tables()  # one header row per table: the index as named columns
-matplotlib.rcParams["figure.dpi"] = 150  # figures readable at page width
 CHAPTER = "ch_displacement"
-params = report.page_parameters(CHAPTER, globals())
+params = report.setup_page(CHAPTER, globals(), blas_threads=blas_threads, dpi=150, float_format="{:.3f}")
 
 # %% [markdown]
 # ## Data: datasets and draws
@@ -146,13 +118,8 @@ params = report.page_parameters(CHAPTER, globals())
 # every draw.
 
 # %% tags=["hide-input"]
-draws = study_draws(datasets, n_draws=n_draws)
-heatmap_dataset = heatmap_dataset or headline_dataset(draws)  # the paper's COCO, else the largest N
-shown_draw = next((d for d in draws if (d.dataset, d.draw) == (heatmap_dataset, heatmap_draw)), None)
-if shown_draw is None:
-    raise ValueError(f"no draw {heatmap_draw} of dataset {heatmap_dataset!r}; draws: "
-                     f"{[(d.dataset, d.draw) for d in draws]}")
-pairs = shown_draw.pairs
+draws, heatmap_dataset, pairs, chance = da.shown_draw(datasets, n_draws=n_draws, dataset=heatmap_dataset,
+                                                      draw=heatmap_draw, k=k)
 layerwise.draws_table(draws)
 
 # %% [markdown]
@@ -165,12 +132,11 @@ layerwise.draws_table(draws)
 # undefined there, and there is nothing to whiten, so the displacement measures are NaN too (blank rows).
 
 # %% tags=["hide-input"]
-chance = knn.mutual_knn_chance(len(pairs), k)
 models = list(dict.fromkeys([m for pair in displacement_comparisons for m in pair] + list(consensus_models)))
 zoo.describe(models)
 
 # %% tags=["hide-input"]
-Markdown(dtype_statement(models, dtype, device))
+Markdown(precision.dtype_statement(models, dtype, device))
 
 # %% tags=["hide-input"]
 # both views on every draw, written to the results table; the features of the heatmaps' draw are kept
@@ -220,8 +186,7 @@ _ = report.show_figure(fig, CHAPTER, params)
 # same layers with its chance level k/(N-1).
 
 # %% tags=["hide-input"]
-table = ds.load_rows(chapter=CHAPTER, params=params, run_id=results.current_run_id())
-study_summary = ds.aggregate_best(table, datasets=list(dict.fromkeys(d.dataset for d in draws)))
+study_summary = da.study_summary(draws, chapter=CHAPTER, params=params)
 ds.headline_table(study_summary)
 
 # %% tags=["hide-input"]
@@ -283,9 +248,7 @@ views.T
 sweep = da.n_components_sweep(shown, features, n_components=n_components_sweep)
 fig = da.sweep_figure(sweep)
 _ = report.show_figure(fig, CHAPTER, params)
-r_table = sweep.pivot(index="pair", columns="n_components", values="cross_model")
-r_table.columns = [f"Cross-Model, r = {c}" for c in r_table.columns]
-r_table
+da.sweep_table(sweep)
 
 # %% [markdown]
 # `r` also changes *where* Cross-Model is high. Below, both views along the second model's depth, with the
@@ -492,8 +455,6 @@ claims = da.paper_table(procedures, tol=claim_tol)
 claims[[c for c in claims.columns if not c.endswith("draws")]]
 
 # %% tags=["remove-cell"]
-from prh_lib.pages import claims as paper_claims  # noqa: E402
-
 # the front page's checklist: verdicts on the held-out gaps with their intervals over images (above)
 checklist = da.checklist_rows(claims, heldout=held_best, kinds=best["kind"].to_dict())
 _ = report.record(paper_claims.RECORD_NAME, checklist)
@@ -502,35 +463,4 @@ _ = report.record(paper_claims.RECORD_NAME, checklist)
 paper_claims.claims_table(checklist, chapter=CHAPTER)
 
 # %% tags=["remove-cell"]
-record = report.record("ch_displacement", {
-    "n_pairs": len(pairs), "k": k, "chance": chance, "clip_q": clip_q, "n_components": n_components,
-    "test_fraction": test_fraction, "n_displacement_pairs": n_displacement_pairs,
-    "heatmap_dataset": heatmap_dataset, "heatmap_draw": heatmap_draw, "split_seed": split_seed,
-    "best": best, "views": views,
-    "heldout_best": {label: {"heldout": r.heldout, "insample_half": r.insample_half,
-                             "reps": {m: v.tolist() for m, v in r.reps.items()}, "selected": r.selected.tolist(),
-                             "n_splits": r.n_splits, "n_boot": r.n_boot, "interval": list(r.interval()),
-                             "gap_interval": list(r.gap_interval())} for label, r in held_best.items()
-                    if isinstance(r, dh.HeldoutBestPair)},
-    "study": {"params_hash": results.params_hash(params), "run_id": results.current_run_id(),
-              "draws": [{"dataset": d.dataset, "draw": d.draw, "seed": d.seed, "n": len(d.pairs),
-                         "repeatable": d.repeatable} for d in draws],
-              "summary": study_summary.to_dict(orient="records")},
-    "sweep": sweep.to_dict(orient="records"),
-    "depth_profiles": {label: {"layer x": f.attrs["layer x"], **f.to_dict(orient="list")}
-                       for label, f in profiles.items()},
-    "consensus": {
-        "layers": list(consensus.layers.items()), "n_shared": n_shared, "n_private": n_private,
-        "chance": consensus.chance,
-        "eigenvalues": consensus.result.eigenvalues, "held_out_eigenvalues": consensus.held_out_eigenvalues,
-        "table": {f"{view} | {sub}": col for (view, sub), col in consensus.table.to_dict().items()},
-    },
-    "procedures": procedures.to_dict(orient="records"),
-    "synthetic": synthetic.to_dict(orient="records"),
-    "procedure_verdict": dr.procedure_verdict(procedures, synthetic, tol=claim_tol),
-    "claims": claims.reset_index().to_dict(orient="records"), "claim_tol": claim_tol,
-    "matrices": {r.label: {"mutual_knn": r.knn.scores, "cross_model": r.cross_model.scores,
-                           "pointwise": r.displacement["pointwise"].scores,
-                           "cross_model_shuffled": r.displacement["cross_model_shuffled"].scores,
-                           "x_labels": r.knn.x_labels, "y_labels": r.knn.y_labels} for r in shown},
-})
+record = report.record("ch_displacement", da.page_record(globals()))

@@ -1,20 +1,10 @@
 """Displacement geometry beside mutual k-NN, layer by layer (the displacement chapter's analyses).
 
-Glue between :class:`~prh_lib.extract.LayerFeatures` and :mod:`prh_lib.metrics.displacement`:
-layer-pair matrices of the three cosine measures next to mutual k-NN, the measures at the best
-layer pair with their controls, a sweep over the whitened dimension, per-model best layers, and
-the verdict of the chapter's "The paper and this build" table (:func:`claim_verdict`). The
-shared/private decomposition is :mod:`prh_lib.analysis.displacement.consensus`; the public reference code's
-procedure is :mod:`prh_lib.analysis.displacement.procedures`. The last section draws the chapter's figures from
-these results (arrays and tables in, matplotlib figures out; it reuses
-:func:`prh_lib.pages.plots.alignment_heatmap` and :func:`prh_lib.pages.plots.line_plot`).
-
-The computations (matrices, views, the sweep, depth profiles, best layers) live in
-:mod:`~prh_lib.analysis.displacement.study` and are re-exported here; this module holds the page: figures,
-prose, the verdicts and the checklist rows.
-
-Nothing here loads models; callers clip outliers first (:func:`prh_lib.analysis.clip_features`),
-so both views score the same features.
+The displacement chapter's page (``notebooks/ch_displacement.py``): its figures, prose, verdicts (:func:`claim_verdict`)
+and checklist rows, and the steps its notebook calls. The computations (matrices, views, the sweep, depth profiles,
+best layers) live in :mod:`~prh_lib.analysis.displacement.study` and are re-exported here; the consensus
+decomposition is :mod:`~prh_lib.analysis.displacement.consensus`, the reference code's procedure
+:mod:`~prh_lib.analysis.displacement.procedures`. Nothing here loads models.
 
 References
 ----------
@@ -414,3 +404,79 @@ def describe_consensus(summary: ConsensusSummary) -> str:
             f"top {n_sh} eigenvalues of S_cross {ev[0]:.2f} to {ev[n_sh - 1]:.2f} on the training rows "
             f"({summary.held_out_eigenvalues[:n_sh].mean():.2f} on average held out), bottom {ev[-1]:.2f}; "
             f"mean over model pairs, Cross-Model / mutual k-NN: {parts} (k-NN chance {summary.chance:.3f}).")
+
+
+# --------------------------------------------------------------------------- the notebook's steps
+def shown_draw(datasets: list, *, n_draws=None, dataset: str | None = None, draw: int = 0, k: int = 10) -> tuple:
+    """The study's draws (:func:`prh_lib.data.study.study_draws`), the heatmaps' dataset (None: the paper's COCO,
+    else the largest N), that draw's pairs and their mutual k-NN chance.
+
+    Raises
+    ------
+    ValueError
+        If the draws hold no draw ``draw`` of ``dataset``.
+    """
+    from prh_lib.data.study import headline_dataset, study_draws
+    from prh_lib.metrics import mutual_knn_chance
+
+    draws = study_draws(datasets, n_draws=n_draws)
+    dataset = dataset or headline_dataset(draws)
+    shown = next((d for d in draws if (d.dataset, d.draw) == (dataset, draw)), None)
+    if shown is None:
+        raise ValueError(f"no draw {draw} of dataset {dataset!r}; draws: {[(d.dataset, d.draw) for d in draws]}")
+    return draws, dataset, shown.pairs, mutual_knn_chance(len(shown.pairs), k)
+
+
+def study_summary(draws: list, *, chapter: str, params: dict) -> pd.DataFrame:
+    """:func:`~prh_lib.analysis.displacement.draws.aggregate_best` of this run's rows in the results table."""
+    from prh_lib import results
+    from prh_lib.analysis.displacement import draws as ds
+
+    table = ds.load_rows(chapter=chapter, params=params, run_id=results.current_run_id())
+    return ds.aggregate_best(table, datasets=list(dict.fromkeys(d.dataset for d in draws)))
+
+
+def sweep_table(sweep: pd.DataFrame) -> pd.DataFrame:
+    """:func:`n_components_sweep` as the page shows it: Cross-Model per pair (rows) and ``r`` (columns)."""
+    out = sweep.pivot(index="pair", columns="n_components", values="cross_model")
+    out.columns = [f"Cross-Model, r = {c}" for c in out.columns]
+    return out
+
+
+def page_record(ns: dict) -> dict:
+    """The page's record (:func:`prh_lib.pages.report.record`) from the notebook's namespace ``ns``."""
+    from prh_lib import results
+    from prh_lib.analysis.displacement import heldout as dh, procedures as dr
+
+    consensus, params, tol = ns["consensus"], ns["params"], ns["claim_tol"]
+    return {
+        **{key: ns[key] for key in ("k", "chance", "clip_q", "n_components", "test_fraction", "n_displacement_pairs",
+                                    "heatmap_dataset", "heatmap_draw", "split_seed", "best", "views")},
+        "n_pairs": len(ns["pairs"]), "claim_tol": tol,
+        "heldout_best": {label: {"heldout": r.heldout, "insample_half": r.insample_half,
+                                 "reps": {m: v.tolist() for m, v in r.reps.items()}, "selected": r.selected.tolist(),
+                                 "n_splits": r.n_splits, "n_boot": r.n_boot, "interval": list(r.interval()),
+                                 "gap_interval": list(r.gap_interval())} for label, r in ns["held_best"].items()
+                         if isinstance(r, dh.HeldoutBestPair)},
+        "study": {"params_hash": results.params_hash(params), "run_id": results.current_run_id(),
+                  "draws": [{"dataset": d.dataset, "draw": d.draw, "seed": d.seed, "n": len(d.pairs),
+                             "repeatable": d.repeatable} for d in ns["draws"]],
+                  "summary": ns["study_summary"].to_dict(orient="records")},
+        "sweep": ns["sweep"].to_dict(orient="records"),
+        "depth_profiles": {label: {"layer x": f.attrs["layer x"], **f.to_dict(orient="list")}
+                           for label, f in ns["profiles"].items()},
+        "consensus": {
+            "layers": list(consensus.layers.items()), "n_shared": ns["n_shared"], "n_private": ns["n_private"],
+            "chance": consensus.chance,
+            "eigenvalues": consensus.result.eigenvalues, "held_out_eigenvalues": consensus.held_out_eigenvalues,
+            "table": {f"{view} | {sub}": col for (view, sub), col in consensus.table.to_dict().items()},
+        },
+        "procedures": ns["procedures"].to_dict(orient="records"),
+        "synthetic": ns["synthetic"].to_dict(orient="records"),
+        "procedure_verdict": dr.procedure_verdict(ns["procedures"], ns["synthetic"], tol=tol),
+        "claims": ns["claims"].reset_index().to_dict(orient="records"),
+        "matrices": {r.label: {"mutual_knn": r.knn.scores, "cross_model": r.cross_model.scores,
+                               "pointwise": r.displacement["pointwise"].scores,
+                               "cross_model_shuffled": r.displacement["cross_model_shuffled"].scores,
+                               "x_labels": r.knn.x_labels, "y_labels": r.knn.y_labels} for r in ns["shown"]},
+    }

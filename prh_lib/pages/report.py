@@ -111,14 +111,15 @@ def declared_defaults(chapter: str) -> dict[str, str]:
     return defaults
 
 
-def setup_page(chapter: str, namespace: dict, *, blas_threads: int | None = None, dpi: int | None = None) -> dict:
+def setup_page(chapter: str, namespace: dict, *, blas_threads: int | None = None, dpi: int | None = None,
+               float_format: str | None = None) -> dict:
     """A notebook's one set-up call: quiet logs and warnings, page tables and display options; its parameters.
 
     Silences what is not for a reader (tqdm's "IProgress not found", the NaN scores of a ViT's constant
     embedding-output CLS token, which each page explains, and ``prh_lib``'s log below ERROR), shows every
     DataFrame through :func:`page_table` with three decimals and whole cells, and, with ``blas_threads``, limits
     BLAS to that many threads (small matrices on a shared CPU gain nothing from more). ``dpi`` sets
-    matplotlib's figure resolution.
+    matplotlib's figure resolution; ``float_format`` (e.g. ``"{:.3f}"``) replaces the three-decimal precision.
 
     Returns
     -------
@@ -134,6 +135,8 @@ def setup_page(chapter: str, namespace: dict, *, blas_threads: int | None = None
     warnings.filterwarnings("ignore", message=".*degenerate.*")
     logging.getLogger("prh_lib").setLevel(logging.ERROR)
     pd.set_option("display.precision", 3)
+    if float_format is not None:
+        pd.set_option("display.float_format", float_format.format)
     pd.set_option("display.max_colwidth", None)
     use_page_tables()
     if blas_threads is not None:

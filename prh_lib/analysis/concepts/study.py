@@ -128,3 +128,13 @@ def ablation(X, teacher, labels, *, methods=C.METHODS, seeds=(0, 1, 2), n_compon
             rows += [{"method": m, "seed": s, "stage": "after", **r}
                      for r in _both(Z, Ts[test], n_components=n_components, seed=s)]
     return pd.DataFrame(rows)
+
+
+def ablation_labels(synsets, hypernyms: dict | None, teacher, *, depth: int = 6) -> np.ndarray:
+    """The fine-tuning task's labels: :func:`category_labels` at ``depth``, or without WordNet (``hypernyms``
+    None) 10 k-means clusters of the ``teacher``'s concept vectors."""
+    if hypernyms is not None:
+        return category_labels(list(synsets), hypernyms, depth=depth)
+    from sklearn.cluster import KMeans
+
+    return KMeans(10, n_init=4, random_state=0).fit_predict(teacher)

@@ -71,3 +71,29 @@ def linear_probe(X, y, *, cv: int = 5, seed: int = 0) -> tuple[float, float]:
     acc = cross_val_score(clf, np.asarray(X, dtype=np.float64), y,
                           cv=StratifiedKFold(cv, shuffle=True, random_state=seed))
     return float(acc.mean()), float(np.bincount(y).max() / len(y))
+
+
+def subspace_table(vectors: dict, labels=None, *, n_components: int = 32, n_shared: int = 8, n_private: int = 8,
+                   seed: int = 0):
+    """Per model, on held-out concepts: HSIC between its shared and private projections and, with ``labels``,
+    a linear probe of them on each (classes with at least 5 held-out concepts) beside the majority class.
+
+    ``vectors`` maps model -> (n_concepts, d) concept vectors; returns a DataFrame indexed by ``model``.
+    """
+    import pandas as pd
+
+    from prh_lib.analysis.displacement import consensus as dc
+
+    cons = dc.consensus_subspaces(list(vectors.values()), n_components=n_components, n_shared=n_shared,
+                                  n_private=n_private, seed=seed)
+    test, rows = cons.test_idx, []
+    for m, Z in zip(vectors, cons.features):
+        S, P = dc.project(Z[test], cons.shared_basis), dc.project(Z[test], cons.private_basis)
+        row = {"model": m, "HSIC(shared, private)": hsic_rbf(S, P)}
+        if labels is not None:
+            y = pd.factorize(labels[test])[0]
+            keep = np.isin(y, np.flatnonzero(np.bincount(y) >= 5))
+            row["probe shared"], row["majority"] = linear_probe(S[keep], pd.factorize(y[keep])[0])
+            row["probe private"], _ = linear_probe(P[keep], pd.factorize(y[keep])[0])
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("model")
