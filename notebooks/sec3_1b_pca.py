@@ -85,11 +85,11 @@ params = report.setup_page(CHAPTER, globals())
 # scores are undefined and it is never the peak.
 
 # %% tags=["hide-input"]
-draws, main_dataset, main_draw = page.study_draws(datasets, n_draws=n_draws)  # offline main: flickr8k-1k
+draws, main_dataset, main_draw = layerwise.study_draws(datasets, n_draws=n_draws)  # offline main: flickr8k-1k
 layerwise.draws_table(draws)
 
 # %% tags=["hide-input"]
-Markdown(page.dtype_note(comparisons, dtype, device))
+Markdown(layerwise.dtype_note(comparisons, dtype, device))
 
 # %% [markdown]
 # ## Compression sweeps, every draw

@@ -410,6 +410,23 @@ def describe_findings(agg: pd.DataFrame, rows: list[dict], *, dataset: str, n_pe
     return "\n".join(lines)
 
 
+def study_draws(datasets, *, n_draws=None):
+    """The study's draws, the headline dataset (the paper's COCO, else the largest N) and its first draw."""
+    from prh_lib.data.study import headline_dataset, study_draws as draws_of
+
+    draws = draws_of(datasets, n_draws=n_draws)
+    main = headline_dataset(draws)
+    return draws, main, next(d for d in draws if d.dataset == main and d.draw == 0)
+
+
+def dtype_note(comparisons, dtype: str, device: str) -> str:
+    """Markdown: the precision each model of ``comparisons`` runs in."""
+    from prh_lib.analysis.core import model_names
+    from prh_lib.models.precision import dtype_statement
+
+    return dtype_statement(model_names(comparisons), dtype, device)
+
+
 def draws_table(draws) -> pd.DataFrame:
     """One row per dataset of a study: its draws, N, whether they repeat, and what varies between them."""
     rows = {}

@@ -94,23 +94,6 @@ def summary_table(sweeps: Sequence[CompressionSweep], *, fraction: float = 0.95,
     return pd.DataFrame(list(rows.values()), index=index)
 
 
-def study_draws(datasets, *, n_draws=None):
-    """The study's draws, the headline dataset (the paper's COCO, else the largest N) and its first draw."""
-    from prh_lib.data.study import headline_dataset, study_draws as draws_of
-
-    draws = draws_of(datasets, n_draws=n_draws)
-    main = headline_dataset(draws)
-    return draws, main, next(d for d in draws if d.dataset == main and d.draw == 0)
-
-
-def dtype_note(comparisons, dtype: str, device: str) -> str:
-    """Markdown: the precision each model of ``comparisons`` runs in."""
-    from prh_lib.analysis.core import model_names
-    from prh_lib.models.precision import dtype_statement
-
-    return dtype_statement(model_names(comparisons), dtype, device)
-
-
 def study_frames(chapter: str, params: dict, *, fraction: float) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The study read back: :func:`aggregate_sweeps` and :func:`study_table` with its intervals."""
     from prh_lib import results
