@@ -30,9 +30,6 @@ from prh_lib.analysis.captions.study import (detail_alignment, detail_variants, 
 from prh_lib.analysis.captions.intervals import order_display, order_intervals  # noqa: F401
 from prh_lib import formatting
 
-__all__ = ["detail_variants", "detail_alignment", "summary_report", "detail_summary", "describe", "example_texts",
-           "to_record", "study_variants", "study_alignment", "study_summary", "findings", "describe_study",
-           "study_record", "control_of", "order_intervals", "order_display", "variant_features"]
 
 
 def summary_report(summaries: dict, sources: Sequence[str]) -> pd.DataFrame:

@@ -39,10 +39,6 @@ from prh_lib.analysis.layerwise import (QUANTITIES, aggregate_peaks, clip_varian
     regime_of, run_study)
 from prh_lib import formatting
 
-__all__ = ["compare_pairs", "peak_table", "summary_table", "describe_peaks", "to_record", "regime_of",
-           "pair_rows", "run_study", "clip_variants", "aggregate_peaks", "headline_table", "peak_locations",
-           "clip_effect_table", "describe_clip_effect", "findings", "describe_findings", "QUANTITIES", "draws_table",
-           "other_peaks", "in_paper_setting"]
 
 
 def peak_table(matrices: dict[str, AlignmentMatrix], controls: dict[str, AlignmentMatrix] | None = None,
@@ -206,11 +202,6 @@ def clip_effect_table(df: pd.DataFrame, *, dataset: str) -> pd.DataFrame:
     table[" | ".join(_clip_name(lab) for lab in labels) + ": peak layers"] = [
         " | ".join(aggs[lab].loc[p, "peak_layers"] for lab in labels) for p in pairs]
     return table
-
-
-def _best(agg: pd.DataFrame, regime: str):
-    sub = agg[agg["regime"] == regime]
-    return None if sub.empty else sub.loc[sub["peak_mean"].idxmax()]
 
 
 #: "far more": a vision-vision held-out peak at least this many times the best cross-modal one

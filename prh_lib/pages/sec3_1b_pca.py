@@ -41,10 +41,6 @@ from prh_lib.analysis.compression.study import (COMPRESS, DEFAULT_VARIANCE, LAYE
     SPACES, CompressionSweep, aggregate_sweeps, compress_comparisons, compress_layer_pairs, interval_table,
     pca_sweep, probe_dims, relative_intervals, run_study, select_layer_pairs, sweep_rows)
 
-__all__ = ["COMPRESS", "SPACES", "DEFAULT_VARIANCE", "DENSE_DIMS", "max_components", "fit_pca", "default_dims",
-           "components_for_variance", "CompressionSweep", "pca_sweep", "LAYER_ROLES", "select_layer_pairs",
-           "compress_layer_pairs", "compress_comparisons", "describe", "summary_table", "to_record", "run_study",
-           "sweep_rows", "aggregate_sweeps", "study_table", "findings", "describe_study", "claim_marks"]
 
 
 def describe(table: pd.DataFrame, *, fraction: float = 0.95) -> str:
