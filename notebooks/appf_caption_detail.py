@@ -68,23 +68,14 @@ dtype = "auto"  # "auto": bfloat16 where a model's bf16 benchmark row allows it 
 batch_size = 32
 
 # %% tags=["remove-cell"]
-import warnings
-
-import pandas as pd
 from IPython.display import Markdown, display
 
-warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto in a kernel without ipywidgets
+from prh_lib import data, lm, results
+from prh_lib.analysis.captions import study
+from prh_lib.pages import appf_caption_detail as captions, claims, figures, report
 
-from prh_lib.pages import claims, figures, report
-from prh_lib import data, extract, lm, results
-from prh_lib.models.precision import dtype_statement
-from prh_lib.pages import appf_caption_detail as captions
-
-pd.set_option("display.precision", 3)
-pd.set_option("display.max_colwidth", None)  # captions are shown whole: concatenations must not look alike
-report.use_page_tables()  # one header row per table: the index as named columns
-params = report.page_parameters("appf_caption_detail", globals())
 CHAPTER = "appf_caption_detail"
+params = report.setup_page(CHAPTER, globals())
 
 # %% [markdown]
 # ## Datasets, draws and caption variants
@@ -96,31 +87,24 @@ variants, summaries = captions.study_variants(
     summary_pairs=summary_pairs, summary_draws=summary_draws, summary_datasets=summary_datasets, seed=summary_seed,
     device=device,
     batch_size=summary_batch_size, num_threads=num_threads, progress=False)
-pd.DataFrame([{"dataset": d.dataset, "draws": sum(e.dataset == d.dataset for e in draws), "N": len(d.pairs),
-               "what varies": d.what_varies} for d in draws]).drop_duplicates("dataset").set_index("dataset")
+captions.draws_table(draws)
 
 # %% tags=["hide-input"]
-Markdown(dtype_statement(list(vision_models) + list(language_models), dtype, device))
+Markdown(captions.dtype_note(vision_models, language_models, dtype, device))
 
 # %% [markdown]
 # How the summaries came out, per summarised draw: the words they reached against the target, and how many
 # rows fell back to truncation (and why).
 
 # %% tags=["hide-input"]
-summary_tables = {key: captions.summary_report(s, variants[f"{key[0]}/{key[1]}/summary-1"]["pairs"].texts)
-                  for key, s in summaries.items()}
-(pd.concat({f"{ds}, draw {dr}": t.drop(columns=["cached file"]) for (ds, dr), t in summary_tables.items()},
-           names=["draw"]) if summary_tables else Markdown("No summaries were made (`summary_model = None`)."))
+summary_tables = captions.summary_tables(summaries, variants)
+captions.summaries_display(summary_tables)
 
 # %% [markdown]
 # One image's texts under every variant (the first summarised image, or the first image of the first draw):
 
 # %% tags=["hide-input"]
-first = next(iter(summaries), (draws[0].dataset, draws[0].draw))
-one = {name: v for name, v in variants.items() if v["score"] and (v["dataset"], v["draw"]) == first}
-sid = (one.get(f"{first[0]}/{first[1]}/summary-1") or next(iter(one.values())))["pairs"].sample_ids[0]
-pd.DataFrame({"text": {v["variant"]: v["pairs"].texts[v["pairs"].sample_ids.index(sid)]
-                       for v in one.values() if sid in v["pairs"].sample_ids}}).rename_axis(f"image {sid}")
+captions.example_texts(variants, summaries, draws)
 
 # %% [markdown]
 # ## Alignment against caption length
@@ -130,23 +114,14 @@ pd.DataFrame({"text": {v["variant"]: v["pairs"].texts[v["pairs"].sample_ids.inde
 # every draw's score is written to the results table and the figures show mean ± std over draws.
 
 # %% tags=["hide-input"]
-vision = {}
-with lm.quiet():
-    for ds in dict.fromkeys(d.dataset for d in draws):
-        parent = next(v["pairs"] for v in variants.values() if v["dataset"] == ds and not v["score"])
-        vision[ds] = extract.features_for_models(vision_models, parent, device=device, dtype=dtype,
-                                                 batch_size=batch_size, progress=False)
-parts = [captions.study_alignment(vision[ds], {n: v for n, v in variants.items() if v["dataset"] == ds},
-                                  language_models, k=k, clip_q=clip_q, num_threads=num_threads, device=device,
-                                  dtype=dtype, batch_size=batch_size, progress=False) for ds in vision]
-rows = pd.concat(parts, ignore_index=True)
-results.write(rows.drop(columns=["vision model", "language model", "variant", "peak"]), chapter=CHAPTER,
-              params=params)
-summary = captions.study_summary(results.load(chapter=CHAPTER, params=params, expand_extra=True))
+vision, parts = study.score_study(draws, variants, vision_models, language_models, chapter=CHAPTER, params=params,
+                                 k=k, clip_q=clip_q, num_threads=num_threads, device=device, dtype=dtype,
+                                 batch_size=batch_size)
+summary, degenerate = captions.study_frames(CHAPTER, params, parts)
 drawn, left_out = figures.figure_pairs_of([[v, m] for v in vision_models for m in language_models], figure_pairs,
                                           panels_per_pair=summary["dataset"].nunique())
-summary_drawn = summary[[(v, m) in set(drawn) for v, m in zip(summary["vision model"], summary["language model"])]]
-Markdown(" ".join(dict.fromkeys(p.attrs["degenerate"] for p in parts if p.attrs.get("degenerate"))))
+summary_drawn = captions.drawn_rows(summary, drawn)
+Markdown(degenerate)
 
 # %% [markdown]
 # Raw peak scores, mean ± std over draws; each control's chance level k/(N-1) is the dotted line in its colour
@@ -189,22 +164,14 @@ Markdown(captions.describe_study(summary))
 # half-sample.
 
 # %% tags=["hide-input"]
-control = captions.control_of(summary)
-# the first draw of each dataset that has the shortening the verdict reads
-first_draws = list({d.dataset: d for d in reversed(draws) if control != "summary" or (d.dataset, d.draw) in summaries}
-                   .values())[::-1]
-order_iv = (pd.concat([captions.order_intervals(
-    vision[fd.dataset], {n: v for n, v in variants.items() if v["dataset"] == fd.dataset}, language_models,
-    control=control, dataset=fd.dataset, draw=fd.draw, k=k, clip_q=clip_q, n_splits=image_splits, n_boot=image_boot,
-    num_threads=num_threads, device=device, dtype=dtype, batch_size=batch_size, progress=False)
-    for fd in first_draws], ignore_index=True) if image_boot and first_draws else pd.DataFrame())
+order_iv = captions.order_study(draws, summaries, vision, variants, language_models, summary, n_boot=image_boot, k=k,
+                               clip_q=clip_q, n_splits=image_splits, num_threads=num_threads, device=device,
+                               dtype=dtype, batch_size=batch_size)
 (captions.order_display(order_iv) if len(order_iv)
  else Markdown("No interval over images (fewer than two language models, or `image_boot` is 0)."))
 
 # %% tags=["hide-input"]
-claim_rows = captions.findings(summary, paper_setting=summary_model == "Qwen/Qwen3-8B"
-                               and any(str(d.dataset).startswith("docci") for d in draws),
-                               order_intervals=order_iv)
+claim_rows = captions.claim_rows(summary, draws, summary_model=summary_model, order_intervals=order_iv)
 claims.claims_table(claim_rows, chapter=CHAPTER)
 
 # %% tags=["remove-cell"]

@@ -70,29 +70,12 @@ num_threads = 1  # torch threads while scoring (one is fastest on a busy shared 
 image_boot = 100  # image half-samples of the chance-corrected k sweep on the first draw (paired intervals); 0: none
 
 # %% tags=["remove-cell"]
-import logging
-import warnings
-
-warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm in a kernel without widgets
-warnings.filterwarnings("ignore", message=".*degenerate.*")  # a ViT's constant embed CLS token (see below)
-
-import pandas as pd
 from IPython.display import Markdown, display
 
-from prh_lib.pages import claims, figures, report
-from prh_lib import results
-from prh_lib.analysis.core import model_names as analysis_models
-from prh_lib.models.precision import dtype_statement
-from prh_lib.pages import appg_k_n_ablation as ablation, sec3_1_layerwise as layerwise
-from prh_lib.analysis.ablation import intervals as ablation_intervals
-from prh_lib.data.study import headline_dataset, study_draws
+from prh_lib.pages import appg_k_n_ablation as page, claims, figures, report, sec3_1_layerwise as layerwise
 
-logging.getLogger("prh_lib").setLevel(logging.ERROR)
-pd.set_option("display.precision", 3)
-pd.set_option("display.max_colwidth", None)  # claim and table texts are shown whole
-report.use_page_tables()  # one header row per table: the index as named columns
 CHAPTER = "appg_k_n_ablation"
-params = report.page_parameters(CHAPTER, globals())
+params = report.setup_page(CHAPTER, globals())
 
 # %% [markdown]
 # ## Data, draws and features
@@ -105,29 +88,22 @@ params = report.page_parameters(CHAPTER, globals())
 # enter the maximum.
 
 # %% tags=["hide-input"]
-draws = study_draws(datasets, n_draws=n_draws)
-main_dataset = headline_dataset(draws)  # the paper's COCO, else the largest N (offline: flickr8k-1k)
-main_draw = next(d for d in draws if d.dataset == main_dataset and d.draw == 0)
+draws, main_dataset, main_draw = layerwise.study_draws(datasets, n_draws=n_draws)  # offline main: flickr8k-1k
 layerwise.draws_table(draws)
 
 # %% tags=["hide-input"]
-Markdown(dtype_statement(analysis_models(comparisons), dtype, device))
+Markdown(layerwise.dtype_note(comparisons, dtype, device))
 
 # %% [markdown]
 # ## Sweeps, every draw
 
 # %% tags=["hide-input"]
-runs = ablation.run_study(draws, comparisons, chapter=CHAPTER, params=params, ks=ks, ns=n_sizes, k=k,
-                          n_seeds=n_seeds, n_permutations=n_permutations, clip_q=clip_q, clip=clip, device=device,
-                          dtype=dtype, batch_size=batch_size, num_threads=num_threads)
-raw = results.load(chapter=CHAPTER, params=params, expand_extra=True)
-agg = ablation.aggregate_sweeps(raw)
-table = ablation.study_table(agg)
+runs = page.run_study(draws, comparisons, chapter=CHAPTER, params=params, ks=ks, ns=n_sizes, k=k,
+                      n_seeds=n_seeds, n_permutations=n_permutations, clip_q=clip_q, clip=clip, device=device,
+                      dtype=dtype, batch_size=batch_size, num_threads=num_threads)
+raw, agg, table = page.study_frames(CHAPTER, params)
 drawn, left_out = figures.figure_pairs_of(comparisons, figure_pairs, panels_per_pair=2)  # a row of 2-3 panels each
-drawn_labels = {f"{x} × {y}" for x, y in drawn}
-pooled = {sweep: {label: pd.concat([runs[key][sweep][label] for key in runs if key[0] == main_dataset])
-                  for label in runs[(main_dataset, 0)][sweep] if label in drawn_labels}
-          for sweep in runs[(main_dataset, 0)]}
+pooled = page.pooled_sweeps(runs, drawn, dataset=main_dataset)
 
 
 def show(fig):
@@ -164,8 +140,7 @@ show(figures.plot_sweep(pooled["n fixed k/N"], x="n"))
 # Fixed-pair scores at both ends of every sweep, mean ± std over draws (subsets averaged within a draw).
 
 # %% tags=["hide-input"]
-shown = ["dataset", "pair", "sweep", "k or N", "raw", "chance", "chance-corrected"]
-table[shown].set_index(["dataset", "pair", "sweep"])
+page.headline(table)
 
 # %% [markdown]
 # ## Chance-corrected scores with intervals over images
@@ -178,15 +153,13 @@ table[shown].set_index(["dataset", "pair", "sweep"])
 # N/2 − 2 gets no interval. The std over caption draws above is caption choice only.
 
 # %% tags=["hide-input"]
-intervals = (ablation_intervals.draw_intervals(main_draw, comparisons, runs[(main_dataset, 0)], n_boot=image_boot,
-                                               clip_q=clip_q, clip=clip, device=device, dtype=dtype,
-                                               batch_size=batch_size) if image_boot else pd.DataFrame())
-ablation_intervals.intervals_display(intervals) if len(intervals) else Markdown("No intervals (`image_boot` is 0).")
+intervals = page.image_intervals(main_draw, comparisons, runs[(main_dataset, 0)], n_boot=image_boot, clip_q=clip_q,
+                                 clip=clip, device=device, dtype=dtype, batch_size=batch_size)
+page.intervals_display(intervals)
 
 # %% tags=["hide-input"]
-ratio_intervals = ablation_intervals.fixed_ratio_intervals(raw, dataset=main_dataset)
-rows = ablation.findings(agg, table, dataset=main_dataset, intervals=intervals, ratio_intervals=ratio_intervals)
-Markdown(ablation.describe_study(table, rows, dataset=main_dataset))
+rows, ratio_intervals = page.claim_rows(raw, agg, table, dataset=main_dataset, intervals=intervals)
+Markdown(page.describe_study(table, rows, dataset=main_dataset))
 
 # %% [markdown]
 # ## The paper and this build
@@ -202,10 +175,6 @@ Markdown(ablation.describe_study(table, rows, dataset=main_dataset))
 claims.claims_table(rows, chapter=CHAPTER)
 
 # %% tags=["remove-cell"]
-first = runs[(main_dataset, 0)]
-record = report.record(CHAPTER, {
-    **ablation.to_record(first, ablation.summary_table(first), n=len(main_draw.pairs), k=k),
-    "params_hash": results.params_hash(params), "study": table.to_dict(orient="records"), "claims": rows,
-    "intervals": intervals.drop(columns="reps", errors="ignore").to_dict(orient="records"),
-    "ratio_intervals": ratio_intervals.to_dict(orient="records")})
+report.record(CHAPTER, page.to_record(runs[(main_dataset, 0)], n=len(main_draw.pairs), k=k, params=params,
+                                      study=table, rows=rows, intervals=intervals, ratio_intervals=ratio_intervals))
 report.record(claims.RECORD_NAME, rows);

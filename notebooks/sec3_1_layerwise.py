@@ -78,31 +78,13 @@ num_threads = 1  # torch threads while scoring (one is fastest on a busy shared 
 workers = None  # draws scored side by side, one thread each, same results (None: 2 on a CPU, 1 on a GPU)
 
 # %% tags=["remove-cell"]
-import logging
-import warnings
-
-warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm in a kernel without widgets
-
-import pandas as pd
 from IPython.display import Markdown, display
 
-from prh_lib.pages import claims, figures, report
 from prh_lib import models, results
-from prh_lib.data import paper
-from prh_lib.analysis.core import model_names as analysis_models
-from prh_lib.models.precision import dtype_statement
-from prh_lib.analysis import heldout
-from prh_lib.pages import sec3_1_layerwise as layerwise
-from prh_lib.data.study import headline_dataset, study_draws
+from prh_lib.pages import claims, figures, report, sec3_1_layerwise as page
 
-# a ViT's constant embedding-output CLS token gives NaN scores by design (explained below), not a warning
-warnings.filterwarnings("ignore", message=".*degenerate.*")
-logging.getLogger("prh_lib").setLevel(logging.ERROR)
-pd.set_option("display.precision", 3)
-pd.set_option("display.max_colwidth", None)
-report.use_page_tables()  # one header row per table: the index as named columns
 CHAPTER = "sec3_1_layerwise"
-params = report.page_parameters(CHAPTER, globals())
+params = report.setup_page(CHAPTER, globals())
 
 # %% [markdown]
 # ## Data: datasets and draws
@@ -115,12 +97,11 @@ params = report.page_parameters(CHAPTER, globals())
 # are one draw that cannot be repeated.
 
 # %% tags=["hide-input"]
-draws = study_draws(datasets, n_draws=n_draws)
-heatmap_dataset = heatmap_dataset or headline_dataset(draws)  # the paper's COCO, else the largest N
-layerwise.draws_table(draws)
+draws, heatmap_dataset, _ = page.study_draws(datasets, n_draws=n_draws, dataset=heatmap_dataset)
+page.draws_table(draws)
 
 # %% tags=["hide-input"]
-Markdown(dtype_statement(analysis_models(comparisons), dtype, device))
+Markdown(page.dtype_note(comparisons, dtype, device))
 
 # %% [markdown]
 # (model-zoo)=
@@ -144,20 +125,17 @@ models.describe(sorted({m for pair in comparisons for m in pair}))
 # ## Mutual k-NN over all layer pairs, every draw
 
 # %% tags=["hide-input"]
-scored = layerwise.run_study(draws, comparisons, chapter=CHAPTER, params=params, k=k, n_permutations=n_permutations,
-                             alpha=alpha, n_boot=n_boot, clip_q=clip_q, clip=clip, device=device, dtype=dtype,
-                             batch_size=batch_size, num_threads=num_threads, workers=workers)
-layerwise.clip_variants([d for d in draws if d.dataset == heatmap_dataset], comparisons, chapter=CHAPTER,
-                        params=params, k=k, clip_q=clip_q, variants=clip_compare, device=device, dtype=dtype,
+scored = page.run_study(draws, comparisons, chapter=CHAPTER, params=params, k=k, n_permutations=n_permutations,
+                        alpha=alpha, n_boot=n_boot, clip_q=clip_q, clip=clip, device=device, dtype=dtype,
                         batch_size=batch_size, num_threads=num_threads, workers=workers)
+page.clip_variants(page.draws_of(draws, heatmap_dataset), comparisons, chapter=CHAPTER, params=params, k=k,
+                   clip_q=clip_q, variants=clip_compare, device=device, dtype=dtype, batch_size=batch_size,
+                   num_threads=num_threads, workers=workers)
 table = results.load(chapter=CHAPTER, params=params)
-agg = layerwise.aggregate_peaks(table)
+agg = page.aggregate_peaks(table)
 drawn, left_out = figures.figure_pairs_of(comparisons, figure_pairs)
-shown = {r.label: r.matrix for r in scored[(heatmap_dataset, heatmap_draw)]
-         if r.label in {f"{x} × {y}" for x, y in drawn}}
-others = {label: p for label, p in layerwise.other_peaks(scored, dataset=heatmap_dataset, draw=heatmap_draw).items()
-          if label in shown}
-chance = float(agg.loc[agg["dataset"] == heatmap_dataset, "chance"].iloc[0])
+shown, others, chance = page.heatmaps(scored, agg, drawn, dataset=heatmap_dataset, draw=heatmap_draw)
+
 
 # %% [markdown]
 # ### Figure 1: every model pair on one colour scale
@@ -173,7 +151,7 @@ fig = figures.heatmap_grid(shown, chance=chance, ncols=2, other_peaks=others)
 _ = report.show_figure(fig, CHAPTER, params)
 
 # %% tags=["hide-input"]
-layerwise.peak_locations(table, dataset=heatmap_dataset)
+page.peak_locations(table, dataset=heatmap_dataset)
 
 # %% [markdown]
 # ### The cross-modal pairs on a scale of their own
@@ -181,8 +159,7 @@ layerwise.peak_locations(table, dataset=heatmap_dataset)
 # cross-modal score, far below the same-modality ones above), so their layer structure is visible.
 
 # %% tags=["hide-input"]
-regime = dict(zip(agg["pair"], agg["regime"]))
-cross = {label: m for label, m in shown.items() if regime[label] == "cross-modal"}
+cross = page.cross_modal(shown, agg)
 fig_cross = figures.heatmap_grid(cross, chance=chance, ncols=2, other_peaks=others)
 _ = report.show_figure(fig_cross, CHAPTER, params)
 
@@ -197,7 +174,7 @@ _ = report.show_figure(fig_cross, CHAPTER, params)
 # largest p-value of that null over the draws, written p ≤ 1/(K+1) at the floor of K permutations.
 
 # %% tags=["hide-input"]
-layerwise.headline_table(agg, n_permutations=n_permutations)
+page.headline_table(agg, n_permutations=n_permutations)
 
 # %% [markdown]
 # ## Selection-free estimates, with intervals over images
@@ -220,27 +197,25 @@ layerwise.headline_table(agg, n_permutations=n_permutations)
 # model, and, for pairs within one modality, each model replaced by its random-init twin.
 
 # %% tags=["hide-input"]
-if heldout_boot:
-    heldout.heldout_study([d for d in draws if d.dataset == heatmap_dataset], comparisons, chapter=CHAPTER,
-                          params=params, k=k, n_splits=heldout_splits, n_boot=heldout_boot, clip_q=clip_q,
-                          clip=clip, device=device, dtype=dtype, batch_size=batch_size)
-held = heldout.heldout_summary(results.load(chapter=CHAPTER, params=params), dataset=heatmap_dataset)
-heldout.heldout_table(held, agg[agg["dataset"] == heatmap_dataset])
+held, held_table = page.heldout_tables(draws, comparisons, agg, chapter=CHAPTER, params=params, dataset=heatmap_dataset,
+                                       n_boot=heldout_boot, k=k, n_splits=heldout_splits, clip_q=clip_q, clip=clip,
+                                       device=device, dtype=dtype, batch_size=batch_size)
+held_table
+
 
 # %% [markdown]
 # Each pair against each of its floors: the floor's held-out peak, the pair's margin over it with a paired
 # interval, and the smallest margin this build could detect (80 % power, from the interval's width).
 
 # %% tags=["hide-input"]
-heldout.floors_table(held)
+page.floors_table(held)
 
 # %% [markdown]
 # ## Measured on this build
 
 # %% tags=["hide-input"]
-rows = layerwise.findings(agg, held, dataset=heatmap_dataset, alpha=alpha,
-                          paper_setting=layerwise.in_paper_setting(agg, paper.models()))
-Markdown(layerwise.describe_findings(agg, rows, dataset=heatmap_dataset, n_permutations=n_permutations))
+rows = page.claim_rows(agg, held, dataset=heatmap_dataset, alpha=alpha)
+Markdown(page.describe_findings(agg, rows, dataset=heatmap_dataset, n_permutations=n_permutations))
 
 # %% [markdown]
 # (clipping)=
@@ -250,18 +225,18 @@ Markdown(layerwise.describe_findings(agg, rows, dataset=heatmap_dataset, n_permu
 # every layer its own threshold (the same statistic computed on that layer alone), `none` does not clip.
 
 # %% tags=["hide-input"]
-clip_table = layerwise.clip_effect_table(table, dataset=heatmap_dataset)
+clip_table = page.clip_effect_table(table, dataset=heatmap_dataset)
 clip_table
 
 # %% tags=["hide-input"]
-Markdown(layerwise.describe_clip_effect(table, dataset=heatmap_dataset))
+Markdown(page.describe_clip_effect(table, dataset=heatmap_dataset))
 
 # %% [markdown]
 # ## The paper and this build
 # One row per claim of Section 3.1; the verdict is computed from the held-out estimates and their intervals
 # over images ("reproduces in kind": the qualitative claim holds here, but the models, data and N are not the
 # paper's, so the values do not compare; "inconclusive": the estimates point the paper's way but an interval
-# reaches the threshold). Each row's test is stated in its `test` column (`prh_lib.pages.sec3_1_layerwise.RULES`).
+# reaches the threshold). Each row's test is stated in its `test` column (`prh_lib.pages.sec3_1_page.RULES`).
 
 # %% tags=["hide-input"]
 claims.claims_table(rows, chapter=CHAPTER)
@@ -276,8 +251,8 @@ claims.claims_table(rows, chapter=CHAPTER)
 # paper's qualitative pattern appears at all; they cannot confirm or refute the paper's values.
 
 # %% tags=["remove-cell"]
-record = report.record(CHAPTER, layerwise.to_record(
-    scored[(heatmap_dataset, heatmap_draw)], agg, n_pairs=int(agg.loc[agg["dataset"] == heatmap_dataset, "n"].iloc[0]),
+record = report.record(CHAPTER, page.to_record(
+    scored[(heatmap_dataset, heatmap_draw)], agg, heatmap_dataset=heatmap_dataset,
     k=k, chance=chance, clip_q=clip_q, clip=clip, params_hash=results.params_hash(params),
-    heatmap_dataset=heatmap_dataset, heatmap_draw=heatmap_draw, clip_effect=clip_table, claims=rows))
+    heatmap_draw=heatmap_draw, clip_effect=clip_table, claims=rows))
 report.record(claims.RECORD_NAME, rows);

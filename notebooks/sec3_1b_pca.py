@@ -67,29 +67,12 @@ batch_size = 32
 num_threads = 1  # torch threads while scoring (one is fastest on a busy shared CPU); None: unchanged
 
 # %% tags=["remove-cell"]
-import logging
-import warnings
-
-warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm in a kernel without widgets
-warnings.filterwarnings("ignore", message=".*degenerate.*")  # a ViT's constant embed CLS token (see below)
-
-import pandas as pd
 from IPython.display import Markdown, display
 
-from prh_lib.pages import claims, figures, report
-from prh_lib.data import paper
-from prh_lib import results
-from prh_lib.analysis.core import model_names as analysis_models
-from prh_lib.models.precision import dtype_statement
-from prh_lib.pages import sec3_1b_pca as compression, sec3_1_layerwise as layerwise
-from prh_lib.data.study import headline_dataset, study_draws
+from prh_lib.pages import claims, figures, report, sec3_1b_pca as page, sec3_1_layerwise as layerwise
 
-logging.getLogger("prh_lib").setLevel(logging.ERROR)
-pd.set_option("display.precision", 3)
-pd.set_option("display.max_colwidth", None)  # claim and table texts are shown whole
-report.use_page_tables()  # one header row per table: the index as named columns
 CHAPTER = "sec3_1b_pca"
-params = report.page_parameters(CHAPTER, globals())
+params = report.setup_page(CHAPTER, globals())
 
 # %% [markdown]
 # ## Data, draws and features
@@ -102,13 +85,11 @@ params = report.page_parameters(CHAPTER, globals())
 # scores are undefined and it is never the peak.
 
 # %% tags=["hide-input"]
-draws = study_draws(datasets, n_draws=n_draws)
-main_dataset = headline_dataset(draws)  # the paper's COCO, else the largest N (offline: flickr8k-1k)
-main_draw = next(d for d in draws if d.dataset == main_dataset and d.draw == 0)
+draws, main_dataset, main_draw = layerwise.study_draws(datasets, n_draws=n_draws)  # offline main: flickr8k-1k
 layerwise.draws_table(draws)
 
 # %% tags=["hide-input"]
-Markdown(dtype_statement(analysis_models(comparisons), dtype, device))
+Markdown(layerwise.dtype_note(comparisons, dtype, device))
 
 # %% [markdown]
 # ## Compression sweeps, every draw
@@ -116,17 +97,12 @@ Markdown(dtype_statement(analysis_models(comparisons), dtype, device))
 # components kept, for each side; every grid point of every draw is a row of the results table.
 
 # %% tags=["hide-input"]
-sweeps = compression.run_study(draws, comparisons, chapter=CHAPTER, params=params, roles=layer_roles, k=k,
-                               variance=variance_grid, dims=pca_dims, space=pca_space, clip_q=clip_q, clip=clip,
-                               device=device, dtype=dtype, batch_size=batch_size, num_threads=num_threads,
-                               n_boot=n_boot)
-loaded = results.load(chapter=CHAPTER, params=params, expand_extra=True)
-agg = compression.aggregate_sweeps(loaded)
-table = compression.study_table(agg, fraction=keep_fraction, intervals=compression.interval_table(loaded))
+sweeps = page.run_study(draws, comparisons, chapter=CHAPTER, params=params, roles=layer_roles, k=k,
+                        variance=variance_grid, dims=pca_dims, space=pca_space, clip_q=clip_q, clip=clip,
+                        device=device, dtype=dtype, batch_size=batch_size, num_threads=num_threads, n_boot=n_boot)
+agg, table = page.study_frames(CHAPTER, params, fraction=keep_fraction)
 drawn, left_out = figures.figure_pairs_of(comparisons, figure_pairs, panels_per_pair=agg["dataset"].nunique())
-agg_drawn = agg[[(x, y) in set(drawn) for x, y in zip(agg["model_x"], agg["model_y"])]]
-shown = [c for c in table.columns if not c.startswith(("rel_", "dims_", "max_dims", "n_draws", "reference", "ci_"))]
-table[shown].set_index(["dataset", "pair", "layers", "compressed"])
+page.headline(table)
 
 # %% [markdown]
 # ## Alignment against variance retained
@@ -138,9 +114,7 @@ if left_out:  # which pairs the figures leave to the tables; nothing when every 
     display(Markdown(left_out))
 
 # %% tags=["hide-input"]
-n_main = int(agg.loc[agg["dataset"] == main_dataset, "n"].iloc[0])
-fig_variance = figures.plot_sweep_bands(agg_drawn, sweep="variance", role="peak",
-                                        thresholds=compression.claim_marks("variance", n=n_main))
+fig_variance = figures.plot_sweep_bands(**page.sweep_bands(agg, drawn, sweep="variance", dataset=main_dataset))
 _ = report.show_figure(fig_variance, CHAPTER, params)
 
 # %% [markdown]
@@ -148,18 +122,15 @@ _ = report.show_figure(fig_variance, CHAPTER, params)
 # The same on a log scale of components kept (every number up to 32, then a geometric grid to min(N, d)).
 
 # %% tags=["hide-input"]
-fig_dims = figures.plot_sweep_bands(agg_drawn, sweep="dims", role="peak",
-                                    thresholds=compression.claim_marks("dims", n=n_main))
+fig_dims = figures.plot_sweep_bands(**page.sweep_bands(agg, drawn, sweep="dims", dataset=main_dataset))
 _ = report.show_figure(fig_dims, CHAPTER, params)
 
 # %% [markdown]
 # ## Measured on this build
 
 # %% tags=["hide-input"]
-rows = compression.findings(table, dataset=main_dataset, role="peak",
-                            paper_setting=layerwise.in_paper_setting(
-                                agg.assign(n=agg["n"].astype(int)), paper.models()))
-Markdown(compression.describe_study(table, rows, dataset=main_dataset))
+rows = page.claim_rows(table, agg, dataset=main_dataset)
+Markdown(page.describe_study(table, rows, dataset=main_dataset))
 
 # %% [markdown]
 # ## The paper and this build
@@ -176,8 +147,7 @@ claims.claims_table(rows, chapter=CHAPTER)
 
 # %% tags=["remove-cell"]
 first = sweeps[(main_dataset, 0)]
-record = report.record(CHAPTER, {
-    **compression.to_record(first, compression.summary_table(first, fraction=keep_fraction), n=len(main_draw.pairs),
-                            k=k, chance=first[0].chance, space=pca_space, keep_fraction=keep_fraction),
-    "params_hash": results.params_hash(params), "study": table.to_dict(orient="records"), "claims": rows})
+report.record(CHAPTER, page.to_record(first, page.summary_table(first, fraction=keep_fraction), n=len(main_draw.pairs),
+                                      k=k, space=pca_space, keep_fraction=keep_fraction, params=params, study=table,
+                                      rows=rows))
 report.record(claims.RECORD_NAME, rows);

@@ -30,9 +30,6 @@ from prh_lib.analysis.captions.study import (detail_alignment, detail_variants, 
 from prh_lib.analysis.captions.intervals import order_display, order_intervals  # noqa: F401
 from prh_lib import formatting
 
-__all__ = ["detail_variants", "detail_alignment", "summary_report", "detail_summary", "describe", "example_texts",
-           "to_record", "study_variants", "study_alignment", "study_summary", "findings", "describe_study",
-           "study_record", "control_of", "order_intervals", "order_display", "variant_features"]
 
 
 def summary_report(summaries: dict, sources: Sequence[str]) -> pd.DataFrame:
@@ -305,6 +302,78 @@ def describe_study(summary: pd.DataFrame) -> str:
                      f"chance-corrected {lo['corrected peak']:.3f} → {hi['corrected peak']:.3f}; Spearman ρ with "
                      f"length = {rho:.2f}.")
     return "\n".join(lines)
+
+
+def draws_table(draws) -> pd.DataFrame:
+    """One row per dataset: its draws, N and what varies between them."""
+    return pd.DataFrame([{"dataset": d.dataset, "draws": sum(e.dataset == d.dataset for e in draws), "N": len(d.pairs),
+                          "what varies": d.what_varies} for d in draws]).drop_duplicates("dataset").set_index("dataset")
+
+
+def summary_tables(summaries: dict, variants: dict) -> dict:
+    """(dataset, draw) -> :func:`summary_report` of its summaries against the captions they summarise."""
+    return {key: summary_report(s, variants[f"{key[0]}/{key[1]}/summary-1"]["pairs"].texts)
+            for key, s in summaries.items()}
+
+
+def summaries_display(tables: dict):
+    """The page's table of every draw's summaries (or a note when none were made)."""
+    from IPython.display import Markdown
+
+    if not tables:
+        return Markdown("No summaries were made (`summary_model = None`).")
+    return pd.concat({f"{ds}, draw {dr}": t.drop(columns=["cached file"]) for (ds, dr), t in tables.items()},
+                     names=["draw"])
+
+
+def example_texts(variants: dict, summaries: dict, draws) -> pd.DataFrame:
+    """Every scored text variant of one image (the first summarised draw's, else the first draw's first image)."""
+    first = next(iter(summaries), (draws[0].dataset, draws[0].draw))
+    one = {name: v for name, v in variants.items() if v["score"] and (v["dataset"], v["draw"]) == first}
+    sid = (one.get(f"{first[0]}/{first[1]}/summary-1") or next(iter(one.values())))["pairs"].sample_ids[0]
+    return pd.DataFrame({"text": {v["variant"]: v["pairs"].texts[v["pairs"].sample_ids.index(sid)]
+                                  for v in one.values() if sid in v["pairs"].sample_ids}}).rename_axis(f"image {sid}")
+
+
+def dtype_note(vision_models, language_models, dtype: str, device: str) -> str:
+    """Markdown: the precision each model runs in."""
+    from prh_lib.models.precision import dtype_statement
+
+    return dtype_statement(list(vision_models) + list(language_models), dtype, device)
+
+
+def study_frames(chapter: str, params: dict, parts) -> tuple[pd.DataFrame, str]:
+    """The study read back (:func:`study_summary`) and the note on the degenerate layers of ``parts``
+    (:func:`prh_lib.analysis.captions.study.score_study`)."""
+    from prh_lib import results
+
+    summary = study_summary(results.load(chapter=chapter, params=params, expand_extra=True))
+    return summary, " ".join(dict.fromkeys(p.attrs["degenerate"] for p in parts if p.attrs.get("degenerate")))
+
+
+def drawn_rows(summary: pd.DataFrame, drawn) -> pd.DataFrame:
+    """The rows of ``summary`` whose (vision, language) pair is among ``drawn``."""
+    return summary[[(v, m) in set(drawn) for v, m in zip(summary["vision model"], summary["language model"])]]
+
+
+def order_study(draws, summaries: dict, vision: dict, variants: dict, language_models, summary: pd.DataFrame, *,
+                n_boot: int, **options) -> pd.DataFrame:
+    """:func:`order_intervals` on the first draw of each dataset that has the shortening the verdict reads
+    (``options`` passed on); empty when ``n_boot`` is 0 or no draw qualifies."""
+    control = control_of(summary)
+    firsts = list({d.dataset: d for d in reversed(draws) if control != "summary" or (d.dataset, d.draw) in summaries}
+                  .values())[::-1]
+    if not (n_boot and firsts):
+        return pd.DataFrame()
+    return pd.concat([order_intervals(vision[fd.dataset], {n: v for n, v in variants.items() if v["dataset"] == fd.dataset},
+                                      language_models, control=control, dataset=fd.dataset, draw=fd.draw, n_boot=n_boot,
+                                      progress=False, **options) for fd in firsts], ignore_index=True)
+
+
+def claim_rows(summary: pd.DataFrame, draws, *, summary_model, order_intervals: pd.DataFrame) -> list[dict]:
+    """:func:`findings`, in the paper's setting when its summariser (Qwen3-8B) ran on DOCCI."""
+    paper = summary_model == "Qwen/Qwen3-8B" and any(str(d.dataset).startswith("docci") for d in draws)
+    return findings(summary, paper_setting=paper, order_intervals=order_intervals)
 
 
 def study_record(summary: pd.DataFrame, summary_tables: dict, claims_rows: list, draws, *, k: int,

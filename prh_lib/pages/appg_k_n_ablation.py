@@ -72,8 +72,68 @@ def describe(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def to_record(results: dict, table: pd.DataFrame, *, n: int, k: int) -> dict:
-    """What the Appendix G page records for the book and the tests (:func:`prh_lib.pages.report.record`)."""
+def study_frames(chapter: str, params: dict) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The study read back: its rows (with the extra columns), :func:`aggregate_sweeps` and :func:`study_table`."""
+    from prh_lib import results
+
+    raw = results.load(chapter=chapter, params=params, expand_extra=True)
+    agg = aggregate_sweeps(raw)
+    return raw, agg, study_table(agg)
+
+
+def pooled_sweeps(runs: dict, drawn, *, dataset: str) -> dict:
+    """Sweep -> pair label -> every draw of ``dataset`` stacked, for the ``drawn`` pairs ([x, y] each)."""
+    labels = {f"{x} × {y}" for x, y in drawn}
+    first = runs[(dataset, 0)]
+    return {sweep: {label: pd.concat([runs[key][sweep][label] for key in runs if key[0] == dataset])
+                    for label in first[sweep] if label in labels} for sweep in first}
+
+
+def headline(table: pd.DataFrame) -> pd.DataFrame:
+    """:func:`study_table`'s raw, chance and chance-corrected scores, indexed by dataset, pair and sweep."""
+    shown = ["dataset", "pair", "sweep", "k or N", "raw", "chance", "chance-corrected"]
+    return table[shown].set_index(["dataset", "pair", "sweep"])
+
+
+def image_intervals(draw, comparisons, run: dict, *, n_boot: int, **options) -> pd.DataFrame:
+    """:func:`prh_lib.analysis.ablation.intervals.draw_intervals` (``options`` passed on); empty when ``n_boot`` is 0."""
+    from prh_lib.analysis.ablation.intervals import draw_intervals
+
+    return draw_intervals(draw, comparisons, run, n_boot=n_boot, **options) if n_boot else pd.DataFrame()
+
+
+def intervals_display(intervals: pd.DataFrame):
+    """The page's table: chance-corrected score [95 % CI over images] per pair (rows) and k (columns)."""
+    from IPython.display import Markdown
+
+    from prh_lib.formatting import format_interval
+
+    if intervals.empty:
+        return Markdown("No intervals (`image_boot` is 0).")
+    cell = [format_interval(c, lo, hi) for c, lo, hi in zip(intervals["corrected"], intervals["low"], intervals["high"])]
+    out = intervals.assign(cell=cell).pivot_table(index=["regime", "pair"], columns="k", values="cell", aggfunc="first")
+    out.columns = [f"k = {k}" for k in out.columns]
+    return out
+
+
+def claim_rows(raw: pd.DataFrame, agg: pd.DataFrame, table: pd.DataFrame, *, dataset: str,
+               intervals: pd.DataFrame) -> tuple[list[dict], pd.DataFrame]:
+    """:func:`findings` on ``dataset`` with the fixed-ratio sweep's intervals over subsets; both returned."""
+    from prh_lib.analysis.ablation.intervals import fixed_ratio_intervals
+
+    ratio = fixed_ratio_intervals(raw, dataset=dataset)
+    return findings(agg, table, dataset=dataset, intervals=intervals, ratio_intervals=ratio), ratio
+
+
+def to_record(results: dict, *, n: int, k: int, params: dict, study: pd.DataFrame, rows: list[dict],
+              intervals: pd.DataFrame, ratio_intervals: pd.DataFrame) -> dict:
+    """What the Appendix G page records for the book and the tests (:func:`prh_lib.pages.report.record`).
+
+    ``results`` is the headline dataset's first draw, ``study`` the :func:`study_table`, ``rows`` the claim rows.
+    """
+    from prh_lib.results import params_hash
+
+    table = summary_table(results)
     full = {label: df[df["n"] == df["n"].max()] for label, df in results["n fixed k"].items()}
     return {
         "n": n, "k": k,
@@ -88,6 +148,9 @@ def to_record(results: dict, table: pd.DataFrame, *, n: int, k: int) -> dict:
                                 for label, df in results["n fixed k"].items()},
         "n_fixed_ratio": {label: summarize(df)[("raw fixed", "mean")].to_dict()
                           for label, df in results["n fixed k/N"].items()},
+        "params_hash": params_hash(params), "study": study.to_dict(orient="records"), "claims": rows,
+        "intervals": intervals.drop(columns="reps", errors="ignore").to_dict(orient="records"),
+        "ratio_intervals": ratio_intervals.to_dict(orient="records"),
     }
 
 

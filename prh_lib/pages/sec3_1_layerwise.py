@@ -31,7 +31,7 @@ from prh_lib.results import expand_extra_columns
 from prh_lib.formatting import format_mean_std
 from prh_lib.formatting import format_number
 from prh_lib.analysis.core import AlignmentMatrix, PairResult
-from prh_lib.analysis.heldout import floor_margins
+from prh_lib.analysis.heldout import floor_margins, floors_table  # noqa: F401 (the page's floors table)
 from prh_lib.formatting import format_interval
 
 # the computation (scoring, the study over draws), re-exported: this module stays the chapter's one namespace
@@ -39,10 +39,6 @@ from prh_lib.analysis.layerwise import (QUANTITIES, aggregate_peaks, clip_varian
     regime_of, run_study)
 from prh_lib import formatting
 
-__all__ = ["compare_pairs", "peak_table", "summary_table", "describe_peaks", "to_record", "regime_of",
-           "pair_rows", "run_study", "clip_variants", "aggregate_peaks", "headline_table", "peak_locations",
-           "clip_effect_table", "describe_clip_effect", "findings", "describe_findings", "QUANTITIES", "draws_table",
-           "other_peaks", "in_paper_setting"]
 
 
 def peak_table(matrices: dict[str, AlignmentMatrix], controls: dict[str, AlignmentMatrix] | None = None,
@@ -206,11 +202,6 @@ def clip_effect_table(df: pd.DataFrame, *, dataset: str) -> pd.DataFrame:
     table[" | ".join(_clip_name(lab) for lab in labels) + ": peak layers"] = [
         " | ".join(aggs[lab].loc[p, "peak_layers"] for lab in labels) for p in pairs]
     return table
-
-
-def _best(agg: pd.DataFrame, regime: str):
-    sub = agg[agg["regime"] == regime]
-    return None if sub.empty else sub.loc[sub["peak_mean"].idxmax()]
 
 
 #: "far more": a vision-vision held-out peak at least this many times the best cross-modal one
@@ -410,6 +401,65 @@ def describe_findings(agg: pd.DataFrame, rows: list[dict], *, dataset: str, n_pe
     return "\n".join(lines)
 
 
+def study_draws(datasets, *, n_draws=None, dataset: str | None = None):
+    """The study's draws, its headline dataset (``dataset``, else the paper's COCO, else the largest N) and that
+    dataset's first draw (None when it has no draw 0)."""
+    from prh_lib.data.study import headline_dataset, study_draws as draws_of
+
+    draws = draws_of(datasets, n_draws=n_draws)
+    main = dataset or headline_dataset(draws)
+    return draws, main, next((d for d in draws if d.dataset == main and d.draw == 0), None)
+
+
+def dtype_note(comparisons, dtype: str, device: str) -> str:
+    """Markdown: the precision each model of ``comparisons`` runs in."""
+    from prh_lib.analysis.core import model_names
+    from prh_lib.models.precision import dtype_statement
+
+    return dtype_statement(model_names(comparisons), dtype, device)
+
+
+def draws_of(draws, dataset: str) -> list:
+    """The draws of one dataset."""
+    return [d for d in draws if d.dataset == dataset]
+
+
+def heatmaps(scored: dict, agg: pd.DataFrame, drawn, *, dataset: str, draw: int) -> tuple[dict, dict, float]:
+    """The heatmaps' matrices (pair label -> matrix) of the ``drawn`` pairs in one draw, their peaks in every
+    other draw (:func:`other_peaks`) and ``dataset``'s chance level."""
+    labels = {f"{x} × {y}" for x, y in drawn}
+    shown = {r.label: r.matrix for r in scored[(dataset, draw)] if r.label in labels}
+    others = {label: p for label, p in other_peaks(scored, dataset=dataset, draw=draw).items() if label in shown}
+    return shown, others, float(agg.loc[agg["dataset"] == dataset, "chance"].iloc[0])
+
+
+def cross_modal(matrices: dict, agg: pd.DataFrame) -> dict:
+    """The cross-modal pairs of ``matrices`` (pair label -> matrix), by :func:`aggregate_peaks`' regime."""
+    regime = dict(zip(agg["pair"], agg["regime"]))
+    return {label: m for label, m in matrices.items() if regime[label] == "cross-modal"}
+
+
+def heldout_tables(draws, comparisons, agg: pd.DataFrame, *, chapter: str, params: dict, dataset: str, n_boot: int,
+                   **options) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Held-out peaks on ``dataset`` (:func:`prh_lib.analysis.heldout.heldout_study`, run when ``n_boot``;
+    ``options`` passed on), read back: their summary and the page's table against the in-sample peaks."""
+    from prh_lib import results
+    from prh_lib.analysis import heldout
+
+    if n_boot:
+        heldout.heldout_study(draws_of(draws, dataset), comparisons, chapter=chapter, params=params, n_boot=n_boot,
+                              **options)
+    held = heldout.heldout_summary(results.load(chapter=chapter, params=params), dataset=dataset)
+    return held, heldout.heldout_table(held, agg[agg["dataset"] == dataset])
+
+
+def claim_rows(agg: pd.DataFrame, held: pd.DataFrame, *, dataset: str, alpha: float) -> list[dict]:
+    """:func:`findings` on ``dataset``, knowing whether this build runs the paper's models."""
+    from prh_lib.data import paper
+
+    return findings(agg, held, dataset=dataset, alpha=alpha, paper_setting=in_paper_setting(agg, paper.models()))
+
+
 def draws_table(draws) -> pd.DataFrame:
     """One row per dataset of a study: its draws, N, whether they repeat, and what varies between them."""
     rows = {}
@@ -463,16 +513,17 @@ def _records(obj):
     return obj.to_dict(orient="records") if isinstance(obj, pd.DataFrame) and isinstance(obj.index, pd.RangeIndex) else obj
 
 
-def to_record(results: list[PairResult], table: pd.DataFrame, *, n_pairs: int, k: int, chance: float,
+def to_record(results: list[PairResult], table: pd.DataFrame, *, heatmap_dataset: str, k: int, chance: float,
               clip_q: float | None, **more) -> dict:
     """What the Section 3.1 page records for the book and the tests (:func:`prh_lib.pages.report.record`).
 
     ``results`` are the heatmap's draw; ``table`` the aggregated numbers (:func:`aggregate_peaks`); ``more``
     further JSON-ready entries (claims rows, the clipping comparison, ...).
     """
+    n_pairs = int(table.loc[table["dataset"] == heatmap_dataset, "n"].iloc[0])
     return {
         "n_pairs": n_pairs, "k": k, "chance": chance, "clip_q": clip_q, "summary": _records(table),
-        **{key: _records(v) for key, v in more.items()},
+        "heatmap_dataset": heatmap_dataset, **{key: _records(v) for key, v in more.items()},
         "matrices": {r.label: {"scores": r.matrix.scores, "x_labels": r.matrix.x_labels,
                                "y_labels": r.matrix.y_labels} for r in results},
     }

@@ -41,10 +41,6 @@ from prh_lib.analysis.compression.study import (COMPRESS, DEFAULT_VARIANCE, LAYE
     SPACES, CompressionSweep, aggregate_sweeps, compress_comparisons, compress_layer_pairs, interval_table,
     pca_sweep, probe_dims, relative_intervals, run_study, select_layer_pairs, sweep_rows)
 
-__all__ = ["COMPRESS", "SPACES", "DEFAULT_VARIANCE", "DENSE_DIMS", "max_components", "fit_pca", "default_dims",
-           "components_for_variance", "CompressionSweep", "pca_sweep", "LAYER_ROLES", "select_layer_pairs",
-           "compress_layer_pairs", "compress_comparisons", "describe", "summary_table", "to_record", "run_study",
-           "sweep_rows", "aggregate_sweeps", "study_table", "findings", "describe_study", "claim_marks"]
 
 
 def describe(table: pd.DataFrame, *, fraction: float = 0.95) -> str:
@@ -94,12 +90,50 @@ def summary_table(sweeps: Sequence[CompressionSweep], *, fraction: float = 0.95,
     return pd.DataFrame(list(rows.values()), index=index)
 
 
-def to_record(sweeps: Sequence[CompressionSweep], table: pd.DataFrame, *, n: int, k: int, chance: float,
-              space: str, keep_fraction: float) -> dict:
-    """What the Section 3.1 PCA page records for the book and the tests (:func:`prh_lib.pages.report.record`)."""
+def study_frames(chapter: str, params: dict, *, fraction: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The study read back: :func:`aggregate_sweeps` and :func:`study_table` with its intervals."""
+    from prh_lib import results
+
+    loaded = results.load(chapter=chapter, params=params, expand_extra=True)
+    agg = aggregate_sweeps(loaded)
+    return agg, study_table(agg, fraction=fraction, intervals=interval_table(loaded))
+
+
+def headline(table: pd.DataFrame) -> pd.DataFrame:
+    """:func:`study_table` without its claim columns, indexed by dataset, pair, layers and compressed side."""
+    shown = [c for c in table.columns if not c.startswith(("rel_", "dims_", "max_dims", "n_draws", "reference", "ci_"))]
+    return table[shown].set_index(["dataset", "pair", "layers", "compressed"])
+
+
+def sweep_bands(agg: pd.DataFrame, drawn, *, sweep: str, dataset: str) -> dict:
+    """Arguments of :func:`prh_lib.pages.figures.plot_sweep_bands`: the ``drawn`` pairs' peak layer pairs
+    against ``sweep``, with :func:`claim_marks` at ``dataset``'s N."""
+    n = int(agg.loc[agg["dataset"] == dataset, "n"].iloc[0])
+    return {"agg": agg[[(x, y) in set(drawn) for x, y in zip(agg["model_x"], agg["model_y"])]], "sweep": sweep,
+            "role": "peak", "thresholds": claim_marks(sweep, n=n)}
+
+
+def claim_rows(table: pd.DataFrame, agg: pd.DataFrame, *, dataset: str) -> list[dict]:
+    """:func:`findings` at the peak layer pair of ``dataset``, knowing whether this build runs the paper's models."""
+    from prh_lib.data import paper
+    from prh_lib.pages.sec3_1_layerwise import in_paper_setting
+
+    return findings(table, dataset=dataset, role="peak",
+                    paper_setting=in_paper_setting(agg.assign(n=agg["n"].astype(int)), paper.models()))
+
+
+def to_record(sweeps: Sequence[CompressionSweep], table: pd.DataFrame, *, n: int, k: int, space: str,
+              keep_fraction: float, params: dict, study: pd.DataFrame, rows: list[dict]) -> dict:
+    """What the Section 3.1 PCA page records for the book and the tests (:func:`prh_lib.pages.report.record`).
+
+    ``sweeps`` are the headline dataset's first draw, ``table`` their :func:`summary_table`, ``study`` the
+    :func:`study_table` and ``rows`` the claim rows.
+    """
+    from prh_lib.results import params_hash
+
     min_col = f"min dims ({keep_fraction:.0%})"
     return {
-        "n": n, "k": k, "chance": chance, "space": space, "keep_fraction": keep_fraction,
+        "n": n, "k": k, "chance": sweeps[0].chance, "space": space, "keep_fraction": keep_fraction,
         "rows": [
             {"pair": pair, "layers": role, "compress": side, "layer_x": row["layer x"], "layer_y": row["layer y"],
              "uncompressed": row["uncompressed"], "max_dims": row["max dims"], "min_dims": row[min_col],
@@ -109,6 +143,7 @@ def to_record(sweeps: Sequence[CompressionSweep], table: pd.DataFrame, *, n: int
         ],
         "full_rank_scores": [float(s.scores[-1]) for s in sweeps if s.labels["sweep"] == "dims"],
         "references": [float(s.reference) for s in sweeps if s.labels["sweep"] == "dims"],
+        "params_hash": params_hash(params), "study": study.to_dict(orient="records"), "claims": rows,
     }
 
 

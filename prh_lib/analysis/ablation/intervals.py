@@ -30,7 +30,7 @@ from prh_lib.stats.decision import Test
 from prh_lib.stats.selection import bootstrap_interval, paired_interval
 from prh_lib.analysis.ablation.study import chance_corrected
 
-__all__ = ["k_sweep_intervals", "draw_intervals", "regime_order_tests", "intervals_display", "fixed_ratio_intervals"]
+__all__ = ["k_sweep_intervals", "draw_intervals", "regime_order_tests", "fixed_ratio_intervals"]
 
 
 def _half_size(n: int) -> int:
@@ -165,19 +165,6 @@ def regime_order_tests(intervals: pd.DataFrame):
             tests.append(Test(f"k = {k}: {a} − {b} (mean chance-corrected, interval over images)",
                                      ea - eb, lo, hi, 0.0))
     return tests, tuple(first)
-
-
-def intervals_display(intervals: pd.DataFrame) -> pd.DataFrame:
-    """The page's table: chance-corrected score [95 % CI over images] per pair (rows) and k (columns)."""
-    from prh_lib.formatting import format_interval
-
-    if intervals.empty:
-        return pd.DataFrame()
-    cell = [format_interval(c, lo, hi) for c, lo, hi in zip(intervals["corrected"], intervals["low"], intervals["high"])]
-    shown = intervals.assign(cell=cell)
-    out = shown.pivot_table(index=["regime", "pair"], columns="k", values="cell", aggfunc="first")
-    out.columns = [f"k = {k}" for k in out.columns]
-    return out
 
 
 def fixed_ratio_intervals(rows: pd.DataFrame, *, dataset: str, quantity: str = "n-sweep:fixed-ratio:fixed",

@@ -416,3 +416,25 @@ def study_alignment(vision: dict, variants: dict, language_models: Sequence[str]
     table["preprocessing"] = f"clip_outliers(q={clip_q})" if clip_q is not None else "none"
     table.attrs["degenerate"] = degenerate.sentence()
     return table
+
+
+def score_study(draws, variants: dict, vision_models: Sequence[str], language_models: Sequence[str], *, chapter: str,
+                params: dict, device: str = "cpu", dtype: str = "float32", batch_size: int = 32,
+                **options) -> tuple[dict, list[pd.DataFrame]]:
+    """:func:`study_alignment` on every dataset of ``draws`` (``options`` passed on), its rows written to the
+    results table; returns the vision features per dataset and the per-dataset frames."""
+    from prh_lib import results
+
+    vision = {}
+    with lm.quiet():
+        for ds in dict.fromkeys(d.dataset for d in draws):
+            parent = next(v["pairs"] for v in variants.values() if v["dataset"] == ds and not v["score"])
+            vision[ds] = extract.features_for_models(vision_models, parent, device=device, dtype=dtype,
+                                                     batch_size=batch_size, progress=False)
+    parts = [study_alignment(vision[ds], {n: v for n, v in variants.items() if v["dataset"] == ds}, language_models,
+                             device=device, dtype=dtype, batch_size=batch_size, progress=False, **options)
+             for ds in vision]
+    rows = pd.concat(parts, ignore_index=True)
+    results.write(rows.drop(columns=["vision model", "language model", "variant", "peak"]), chapter=chapter,
+                  params=params)
+    return vision, parts
