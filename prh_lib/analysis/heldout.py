@@ -37,9 +37,8 @@ import numpy as np
 import pandas as pd
 
 from prh_lib.results import score_cache
-from prh_lib.formatting import format_interval, format_number
-from prh_lib.stats.selection import (crossfit_peak, crossfit_peaks, detectable_difference, paired_interval,
-    percentile_interval)
+from prh_lib.formatting import format_interval
+from prh_lib.stats.selection import crossfit_peak, crossfit_peaks, detectable_difference, paired_interval
 from prh_lib.progress import note
 from prh_lib.analysis.controls import control_comparisons, control_features
 from prh_lib.analysis.core import prepare_features
@@ -356,11 +355,6 @@ def floor_margins(summary: pd.DataFrame, pair: str) -> pd.DataFrame:
                      "margin": m["estimate"], "low": m["low"], "high": m["high"], "detectable": m["detectable"]})
     out = pd.DataFrame(rows, columns=["floor", "kind", "floor_score", "margin", "low", "high", "detectable"])
     return out.sort_values("floor_score", ascending=False).reset_index(drop=True)
-
-
-def interval_of(values) -> tuple[float, float]:
-    """Percentile 95 % interval of replicate values (re-exported for pages)."""
-    return percentile_interval(values)
 
 
 def heldout_table(summary: pd.DataFrame, agg: pd.DataFrame | None = None) -> pd.DataFrame:

@@ -18,12 +18,9 @@ from prh_lib.data.study import DRAW_KINDS, DatasetSpec, Draw, study_draws, study
 from prh_lib.data.tables import TableImage, load_hf_table, open_table, table_to_dataset
 from prh_lib.data.text_only import TextOnlyImage, disjoint_pairs, heldout_texts, is_text_only, load_coco_captions_text
 
-__all__ = [
-    "CAPTION_POLICIES", "DataError", "DataWarning", "ImageCaptionDataset", "Pairs", "sample_pairs",
-    "load_coco_folder", "load_coco_official", "read_coco_captions",
-    "DRAW_KINDS", "DatasetSpec", "Draw", "study_draws", "study_pairs",
-    "TableImage", "open_table", "table_to_dataset", "load_hf_table",
-    "DEFAULTS", "DREAMLIP_COLUMNS", "DREAMLIP_LONG", "SOURCES", "load_dataset", "load_wit", "load_coco_captions",
-    "load_docci", "load_cc3m_dreamlip",
-    "TextOnlyImage", "is_text_only", "load_coco_captions_text", "disjoint_pairs", "heldout_texts",
-]
+__all__ = ["CAPTION_POLICIES", "DataError", "DataWarning", "ImageCaptionDataset", "Pairs", "sample_pairs",
+           "load_coco_folder", "load_coco_official", "read_coco_captions", "DRAW_KINDS", "DatasetSpec", "Draw",
+           "study_draws", "study_pairs", "TableImage", "open_table", "table_to_dataset", "load_hf_table", "DEFAULTS",
+           "DREAMLIP_COLUMNS", "DREAMLIP_LONG", "SOURCES", "load_dataset", "load_wit", "load_coco_captions",
+           "load_docci", "load_cc3m_dreamlip", "TextOnlyImage", "is_text_only", "load_coco_captions_text",
+           "disjoint_pairs", "heldout_texts"]

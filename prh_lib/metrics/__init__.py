@@ -69,33 +69,8 @@ def get_layerwise_metric(name: str) -> Callable:
     return _lookup(LAYERWISE_METRICS, name, "layer-wise metric")
 
 
-__all__ = [
-    "METRICS",
-    "LAYERWISE_METRICS",
-    "KNN_METRICS",
-    "get_metric",
-    "get_layerwise_metric",
-    # preprocessing
-    "l2_normalize",
-    "clip_outliers",
-    "center",
-    # k-NN family
-    "knn_indices",
-    "mutual_knn",
-    "mutual_knn_layerwise",
-    "mutual_knn_chance",
-    "jaccard_knn",
-    "jaccard_knn_layerwise",
-    "jaccard_knn_chance",
-    "cycle_knn",
-    "cycle_knn_layerwise",
-    "cknna",
-    "cknna_layerwise",
-    # kernel family
-    "cka_linear",
-    "cka_linear_layerwise",
-    "cka_linear_unbiased",
-    "cka_linear_unbiased_layerwise",
-    "cka_rbf",
-    "cka_rbf_layerwise",
-]
+__all__ = ["METRICS", "LAYERWISE_METRICS", "KNN_METRICS", "get_metric", "get_layerwise_metric", "l2_normalize",
+           "clip_outliers", "center", "knn_indices", "mutual_knn", "mutual_knn_layerwise", "mutual_knn_chance",
+           "jaccard_knn", "jaccard_knn_layerwise", "jaccard_knn_chance", "cycle_knn", "cycle_knn_layerwise", "cknna",
+           "cknna_layerwise", "cka_linear", "cka_linear_layerwise", "cka_linear_unbiased",
+           "cka_linear_unbiased_layerwise", "cka_rbf", "cka_rbf_layerwise"]

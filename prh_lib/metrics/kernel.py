@@ -34,15 +34,8 @@ import torch
 
 from prh_lib.metrics import _validation as V
 
-__all__ = [
-    "cka_linear",
-    "cka_linear_unbiased",
-    "cka_rbf",
-    "cka_linear_layerwise",
-    "cka_linear_unbiased_layerwise",
-    "cka_rbf_layerwise",
-    "BANDWIDTHS",
-]
+__all__ = ["cka_linear", "cka_linear_unbiased", "cka_rbf", "cka_linear_layerwise", "cka_linear_unbiased_layerwise",
+           "cka_rbf_layerwise", "BANDWIDTHS"]
 
 BANDWIDTHS = ("median", "absolute")
 

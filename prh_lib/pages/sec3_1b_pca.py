@@ -1,26 +1,7 @@
-"""How many dimensions does cross-modal alignment need? PCA compression sweeps (Section 3.1, Figure 2, App. C).
+"""The PCA-compression page (Section 3.1, Figure 2, App. C): summary tables, prose, verdicts and the record.
 
-One side (or both) of a vision-language layer pair is replaced by its projection onto its own top principal
-components, and mutual k-NN against the other modality is recomputed. Two sweeps: by the number of
-components kept and by the fraction of variance retained.
-
-PCA is scikit-learn's, exact and fitted on each layer alone (:mod:`prh_lib.analysis.compression.pca`, whose helpers are
-re-exported here).
-
-Where the projection lives (``space``):
-
-- ``"original"`` (default): the rank-``m`` reconstruction ``mean + Z[:, :m] V[:m]`` in the layer's own
-  coordinates (``PCA.inverse_transform``). It removes the variance outside the top ``m`` directions and
-  changes nothing else, so at full rank it *is* the uncompressed layer and the score equals the uncompressed
-  score exactly (tested). Mutual k-NN uses cosine similarity, which is not invariant to centring, so this
-  matters.
-- ``"pca"``: the PCA coordinates ``Z[:, :m]`` (``PCA.transform``), centred. At full rank this equals the
-  *centred* layer up to a rotation; the reference score is then that of the centred layer.
-
-Functions take arrays (one layer per side) or :class:`~prh_lib.extract.features.LayerFeatures` and never plot
-(figures: :func:`prh_lib.pages.figures.plot_sweeps`). The sweeps and the study over datasets x draws live in
-:mod:`~prh_lib.analysis.compression.study` (re-exported here); this module holds the page: summary tables,
-prose, verdicts and the record.
+The sweeps, the projection ``space`` and the study over datasets x draws are
+:mod:`prh_lib.analysis.compression.study`'s (re-exported here); figures: :func:`prh_lib.pages.figures.plot_sweeps`.
 """
 
 from __future__ import annotations

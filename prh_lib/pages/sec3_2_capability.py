@@ -43,11 +43,10 @@ from prh_lib.pages import claims
 from prh_lib.pages.verdicts import fisher_n_for_r
 from prh_lib import formatting
 
-__all__ = ["join_capabilities", "capability_columns", "bpb_table", "ladder_is_monotone",
-           "alignment_table", "CorrelationResult", "correlate", "correlation_table", "correlation_note",
-           "QUANTITIES", "StudySets", "study_sets", "heldout_texts", "DegenerateLayers", "paper_setting",
-           "vision_features",
-           "study_alignment", "capability_rows", "summary_table", "summary_display", "study_correlations", "format_correlation",
+__all__ = ["join_capabilities", "capability_columns", "bpb_table", "ladder_is_monotone", "alignment_table",
+           "CorrelationResult", "correlate", "correlation_table", "correlation_note", "QUANTITIES", "StudySets",
+           "study_sets", "heldout_texts", "DegenerateLayers", "paper_setting", "vision_features", "study_alignment",
+           "capability_rows", "summary_table", "summary_display", "study_correlations", "format_correlation",
            "correlation_display", "too_few_models", "findings", "describe_study", "study_record", "near_constant",
            "image_correlations", "image_display"]
 

@@ -79,7 +79,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Mapping
 
-import numpy as np
 import pandas as pd
 
 from prh_lib import __version__, paths

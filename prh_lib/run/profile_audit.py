@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-from prh_lib.data import paper
 from prh_lib.data import benchmarks
 
 #: The paper's protocol, setting by setting (arXiv 2611.12869)

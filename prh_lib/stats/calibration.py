@@ -42,15 +42,8 @@ import torch
 from prh_lib.metrics import _validation as V
 from prh_lib.metrics._engines import resolve
 
-__all__ = [
-    "CalibratedScore",
-    "LayerwiseCalibration",
-    "calibrate",
-    "permutation_test",
-    "permutation_test_layerwise",
-    "benjamini_hochberg",
-    "min_permutations",
-]
+__all__ = ["CalibratedScore", "LayerwiseCalibration", "calibrate", "permutation_test", "permutation_test_layerwise",
+           "benjamini_hochberg", "min_permutations"]
 
 
 @dataclass(frozen=True)

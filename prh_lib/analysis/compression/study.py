@@ -1,9 +1,20 @@
 """The computation of the PCA-compression chapter (Section 3.1, Figure 2, App. C): sweeps and the study.
 
 :func:`pca_sweep` on one layer pair (by dimension or by retained variance, ``space`` ``"original"`` or
-``"pca"``: see :mod:`prh_lib.pages.sec3_1b_pca`), :func:`select_layer_pairs` / :func:`compress_layer_pairs` /
+``"pca"``, below), :func:`select_layer_pairs` / :func:`compress_layer_pairs` /
 :func:`compress_comparisons` over the comparisons, :func:`run_study` over draws (rows: :func:`sweep_rows`) and
-:func:`aggregate_sweeps` reading the results table back. Re-exported by :mod:`prh_lib.pages.sec3_1b_pca`.
+:func:`aggregate_sweeps` reading the results table back. PCA is scikit-learn's, exact and fitted on each layer alone
+(:mod:`prh_lib.analysis.compression.pca`).
+
+Where the projection lives (``space``):
+
+- ``"original"`` (default): the rank-``m`` reconstruction ``mean + Z[:, :m] V[:m]`` in the layer's own
+  coordinates (``PCA.inverse_transform``). It removes the variance outside the top ``m`` directions and
+  changes nothing else, so at full rank it *is* the uncompressed layer and the score equals the uncompressed
+  score exactly (tested). Mutual k-NN uses cosine similarity, which is not invariant to centring, so this
+  matters.
+- ``"pca"``: the PCA coordinates ``Z[:, :m]`` (``PCA.transform``), centred. At full rank this equals the
+  *centred* layer up to a rotation; the reference score is then that of the centred layer.
 
 References
 ----------

@@ -13,7 +13,6 @@ import torch
 from prh_lib.metrics import displacement as D
 from prh_lib.analysis.concepts import controllability as C
 from prh_lib.analysis.displacement.procedures import OURS, REFERENCE, reference_procedure
-from prh_lib.analysis.concepts.hierarchy import ancestors
 
 __all__ = ["PAPER", "concept_measures", "category_labels", "ablation"]
 
