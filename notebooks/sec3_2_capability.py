@@ -99,7 +99,7 @@ heldout, heldout_source = capability.heldout_texts(datasets, draws, per_image=he
 capability.draws_table(draws)
 
 # %% tags=["hide-input"]
-Markdown(capability.heldout_note(len(heldout), heldout_source, heldout_text["name"]))
+Markdown(capability.heldout_note(len(heldout), heldout_source, heldout_text))
 
 # %% [markdown]
 # ## Language models and their capability

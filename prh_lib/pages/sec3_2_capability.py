@@ -588,8 +588,10 @@ def draws_table(draws) -> pd.DataFrame:
                          for d in draws]).drop_duplicates("dataset").set_index("dataset")
 
 
-def heldout_note(n_texts: int, source: str, name: str) -> str:
-    """Which texts bits per byte and next-token accuracy are measured on (``source`` of :func:`heldout_texts`)."""
+def heldout_note(n_texts: int, source: str, text_dataset: dict | None) -> str:
+    """Which texts bits per byte and next-token accuracy are measured on (``source`` of :func:`heldout_texts`;
+    ``text_dataset`` its text-only dataset spec, or ``None``)."""
+    name = (text_dataset or {}).get("name", "")
     return (f"Bits per byte and next-token accuracy are measured on {n_texts} "
             + (f"captions of `{name}` images that no draw aligns (one caption per image, images in the annotation "
                "file's order; held out, disjoint from every aligned image)." if source == "heldout-images"
