@@ -54,7 +54,8 @@ def test_the_capability_verdict_uses_the_interval_over_images(p):
     row = verdict(_img(-0.2, 0.95))
     assert row["verdict"] == "inconclusive" and "over images" in row["note"] and "[-0.200, 0.950]" in row["note"]
     # the estimate over images has the other sign: the trend differs
-    assert verdict(_img(-0.9, 0.2, r_cap=-0.5))["verdict"] == "differs"
+    assert verdict(_img(-0.9, -0.1, r_cap=-0.5))["verdict"] == "differs"  # the whole interval below 0
+    assert verdict(_img(-0.9, 0.2, r_cap=-0.5))["verdict"] == "inconclusive"  # symmetric: it reaches 0
     assert "interval over images" in capability.RULES["3.2/capability-trend"]
 
 
@@ -122,7 +123,8 @@ def test_final_less_reads_the_paired_interval_of_peak_minus_final_over_images(p)
     assert row["verdict"] == "inconclusive" and "held-out peak − final layers" in row["note"]
     assert "[-0.100, 0.600]" in row["note"] and "+0.40 [+0.10" not in row["this build"]
     assert "v +0.40 [-0.10, +0.60]" in row["this build"]
-    assert verdict(-0.6, 0.1, -0.2)["verdict"] == "differs"  # the final layers predict better over images
+    assert verdict(-0.6, -0.1, -0.2)["verdict"] == "differs"  # the final layers predict better over images
+    assert verdict(-0.6, 0.1, -0.2)["verdict"] == "inconclusive"  # the interval reaches 0
     assert "interval over images of (peak − final)" in capability.RULES["3.2/final-less"]
 
 

@@ -2,6 +2,8 @@
 
 import math
 
+import numpy as np
+
 import pytest
 
 from prh_lib.pages import claims
@@ -43,16 +45,34 @@ def test_a_verdict_takes_no_caption_draw_std_as_its_margin():
         claims.finding("3.1/cross-modal-peak", this_build="x", holds=True, value=0.17, std=0.015)
 
 
+def test_differs_is_never_given_with_an_interval_that_reaches_the_claims_side():
+    rng = np.random.default_rng(0)
+    for est, half, thr in rng.uniform([-1, 0, -0.5], [1, 0.5, 0.5], (2000, 3)):
+        lo, hi = est - half, est + half
+        for side in (">", "<"):
+            o = claims.outcome(est, lo, hi, thr, side=side)
+            reaches = hi >= thr if side == ">" else lo <= thr
+            if o == "differs":
+                assert not reaches
+            holds_side = lo > thr if side == ">" else hi < thr
+            assert (o == "holds") == holds_side
+            assert o == "differs" or o == "holds" or reaches
+
+
 @pytest.mark.parametrize("estimate, low, high, threshold, side, expected", [
     (0.05, 0.01, 0.09, 0.0, ">", "holds"),
     (0.05, -0.01, 0.09, 0.0, ">", "inconclusive"),   # the interval reaches the threshold
-    (-0.01, -0.05, 0.03, 0.0, ">", "differs"),       # the estimate itself is on the wrong side
-    (0.0, -0.01, 0.01, 0.0, ">", "differs"),         # on the threshold is not above it
+    (-0.01, -0.05, 0.03, 0.0, ">", "inconclusive"),  # the estimate is off the claim's side, the interval is not
+    (0.0, -0.01, 0.01, 0.0, ">", "inconclusive"),
+    (-0.05, -0.08, -0.01, 0.0, ">", "differs"),      # the whole interval off the claim's side
+    (-0.0002, -0.0048, 0.0051, 0.0, ">", "inconclusive"),  # 3.1/final-not-max, "differs" before the symmetric rule
     (0.30, 0.25, 0.35, 0.5, "<", "holds"),
     (0.45, 0.40, 0.55, 0.5, "<", "inconclusive"),
-    (0.55, 0.50, 0.60, 0.5, "<", "differs"),
+    (0.55, 0.50, 0.60, 0.5, "<", "inconclusive"),
+    (0.309, 0.0, 0.794, 0.25, "<", "inconclusive"),  # G/fixed-ratio, "differs" before the symmetric rule
+    (0.60, 0.55, 0.65, 0.5, "<", "differs"),
     (0.05, math.nan, math.nan, 0.0, ">", "inconclusive"),  # no interval: cannot decide
-    (math.nan, 0.0, 0.1, 0.0, ">", "differs"),
+    (math.nan, 0.0, 0.1, 0.0, ">", "inconclusive"),
 ])
 def test_three_way_outcome_of_a_test(estimate, low, high, threshold, side, expected):
     assert claims.outcome(estimate, low, high, threshold, side=side) == expected
@@ -62,15 +82,15 @@ def test_three_way_outcome_of_a_test(estimate, low, high, threshold, side, expec
 def test_a_claim_passes_only_when_every_test_holds():
     ok = claims.Test("margin over floor", 0.05, 0.02, 0.08)
     overlap = claims.Test("margin over random-init", 0.04, -0.01, 0.09)
-    wrong = claims.Test("vision-vision − random-init", -0.04, -0.08, 0.0)
+    wrong = claims.Test("vision-vision − random-init", -0.04, -0.08, -0.01)
     assert claims.combine([ok])[:2] == (True, True)
     holds, conclusive, note = claims.combine([ok, overlap])
     assert (holds, conclusive) == (True, False) and "margin over random-init" in note
     holds, conclusive, note = claims.combine([ok, overlap, wrong])
     assert (holds, conclusive) == (False, True) and "vision-vision − random-init" in note
     # the undecided test is named after the failing one, with what it could detect
-    assert note.index("fails: vision-vision") < note.index("; also undecided: margin over random-init")
-    assert "at 80 % power" in note.split("also undecided")[1]
+    assert note.index("fails: vision-vision") < note.index("; cannot decide: margin over random-init")
+    assert "at 80 % power" in note.split("cannot decide")[1] and note.endswith("holds: 1 of 3 parts")
     row = claims.finding("3.1/vision-vision", this_build="x", tests=[ok, wrong], rule="r")
     assert row["verdict"] == "differs" and row["rule"] == "r"
     row = claims.finding("3.1/vision-vision", this_build="x", tests=[ok, overlap])
@@ -117,7 +137,8 @@ def test_checklist_covers_every_claim_and_marks_chapters_not_run():
     assert table.loc["3.1/cross-modal-peak", "this build"] == "0.167"
     assert table.loc["3.3/unimodal", "verdict"] == "not run in this build"
     counts = claims.verdict_counts([row, claims.finding("3.3/clip", this_build=None, holds=None)])
-    assert counts == {"reproduces": 0, "reproduces in kind": 1, "inconclusive": 0, "differs": 0, "not testable offline": 1}
+    assert counts == {"reproduces": 0, "reproduces in kind": 1, "inconclusive": 0, "differs": 0, "explained": 0,
+                      "control failed": 0, "not testable offline": 1}
 
 
 def test_checklist_markdown_links_each_claim_to_its_page_and_tallies_verdicts():
@@ -125,7 +146,7 @@ def test_checklist_markdown_links_each_claim_to_its_page_and_tallies_verdicts():
     text = claims.checklist_markdown({"sec3_1_layerwise": [row], "sec3_3_regimes": None})
     lines = [line for line in text.splitlines() if line.startswith("| {doc}")]
     assert len(lines) == len(claims.CLAIMS)
-    assert "{doc}`Cross-modal alignment is real but small </sec3_1_layerwise>`" in lines[0]
+    assert "{doc}`3.1/cross-modal-peak Cross-modal alignment is real but small </sec3_1_layerwise>`" in lines[0]
     assert "0.167 \\| x" in lines[0]  # cell text is escaped
     assert text.startswith("This build: **1** reproduces in kind")
     n_31 = len(claims.claims_for("sec3_1_layerwise"))
@@ -135,7 +156,8 @@ def test_checklist_markdown_links_each_claim_to_its_page_and_tallies_verdicts():
 
 def test_a_result_that_points_the_papers_way_but_cannot_be_told_from_chance_is_inconclusive():
     assert claims.verdict("3.2/capability-trend", holds=True, conclusive=False) == "inconclusive"
-    assert claims.verdict("3.2/capability-trend", holds=False, conclusive=False) == "differs"
+    assert claims.verdict("3.2/capability-trend", holds=False, conclusive=False) == "inconclusive"
+    assert claims.verdict("3.2/capability-trend", holds=False) == "differs"
     row = claims.finding("3.2/capability-trend", this_build="r = 0.6, exact p = 0.67 (n = 3)", holds=True,
                          conclusive=False)
     assert row["verdict"] == "inconclusive"
@@ -155,7 +177,7 @@ def test_an_undecided_test_says_what_difference_this_build_could_detect():
     _, _, none = claims.combine([claims.Test("x", 0.05, math.nan, math.nan)])
     assert "power" not in none and "(no interval)" in none
     # a failing test says how it fails, with no power statement (it was decided)
-    _, _, fails = claims.combine([claims.Test("x", -0.05, -0.2, 0.1)])
+    _, _, fails = claims.combine([claims.Test("x", -0.15, -0.2, -0.1)])
     assert fails.startswith("fails: ") and "power" not in fails
 
 
@@ -207,3 +229,27 @@ def test_an_interval_end_that_would_print_as_the_threshold_gets_one_more_digit()
     assert claims.Test("m", 0.004, -0.0004, 0.008).describe() == "m: needs > 0, got 0.0040 [-0.0004, 0.0080]"
     assert claims.Test("m", 0.04, 0.01, 0.08).describe() == "m: needs > 0, got 0.040 [0.010, 0.080]"
     assert claims.Test("m", 0.04, 0.0, 0.08).describe() == "m: needs > 0, got 0.040 [0.000, 0.080]"  # exactly 0
+
+
+def test_two_readings_a_claim_that_holds_by_the_papers_test_but_not_beyond_a_floor_says_so():
+    paper_part = claims.Test("peak − chance", 0.09, 0.08, 0.10)
+    floor = claims.Test("peak − TF-IDF (bag-of-words floor)", 0.002, -0.002, 0.006, control=True)
+    row = claims.finding("3.1/cross-modal-peak", this_build="x", tests=[paper_part, floor])
+    assert row["paper reading"] == "reproduces in kind" and row["verdict"] == "inconclusive"
+    assert "TF-IDF" in row["note"] and "peak − chance" not in row["note"]
+    table = claims.claims_table([row])
+    assert table.loc["3.1/cross-modal-peak", "paper's criterion"] == "reproduces in kind"
+    md = claims.checklist_markdown({"sec3_1_layerwise": [row]})
+    assert "reproduces in kind / **inconclusive**" in md
+    # every test a control: the paper reading is the same as the full one
+    only = claims.finding("3.1/cross-modal-peak", this_build="x", tests=[floor])
+    assert only["paper reading"] == only["verdict"] == "inconclusive"
+
+
+def test_explained_and_control_failed_are_labels_of_their_own_defined_once():
+    row = claims.finding("D/vision-vision", this_build="x", tests=[claims.Test("gap", -0.01, -0.02, -0.005)],
+                         explained="centring makes Cross-Model equal Pointwise")
+    assert row["verdict"] == "explained" and row["note"].startswith("centring")
+    row = claims.finding("C/hierarchy", this_build="x", holds=True, control_failed="the shuffled tree does too")
+    assert row["verdict"] == "control failed"
+    assert set(claims.LABELS) == set(claims.VERDICTS)

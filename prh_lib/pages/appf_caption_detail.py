@@ -273,7 +273,7 @@ def findings(summary: pd.DataFrame, *, paper_setting: bool = False,
     else:
         order = "; one language model: no order to compare"
     return [claims.finding("F/detail", this_build=f"{control}: " + "; ".join(parts) + order + over, holds=holds,
-                           conclusive=not (few and holds and not margins) and t_conclusive,
+                           conclusive=not all(lower) or (not (few and holds and not margins) and t_conclusive),
                            comparable=paper_setting, rule=RULE, note="; ".join(x for x in notes if x))]
 
 

@@ -10,30 +10,11 @@ arXiv 2611.12869; for the displacement chapter, arXiv 2609.24209).
 
 Verdicts
 --------
-``"reproduces"``
-    The qualitative claim holds here *and* this build ran in the paper's setting (its models, data and
-    N), with the value within tolerance of the paper's (``max(claim.tolerance, h)``, ``h`` the half-width of
-    the value's 95 % interval over *images*; the spread over caption draws never enters a margin).
-``"reproduces in kind"``
-    The qualitative claim holds here, but the setting differs (offline models; flickr8k-1k and coco-mini), so the
-    value itself is not comparable, or it is comparable and outside tolerance.
-``"inconclusive"``
-    This build's numbers point the paper's way (e.g. a correlation of the paper's sign), but they cannot
-    separate it from chance or from the relevant floor (e.g. three models: no exact test reaches p < 0.05;
-    a paired interval against a floor that includes 0), so nothing is claimed; the row says why in numbers.
-
-Tests
------
-A claim's qualitative statement is a conjunction of :class:`Test` s, each a statistic with its 95 %
-interval over images against a threshold: it *holds* when the whole interval is on the claim's side, is
-*inconclusive* when only the estimate is, and *differs* when the estimate is not (:func:`outcome`). A claim
-holds when every test holds, differs when any test differs, and is inconclusive otherwise
-(:func:`combine`). Margins against floors are paired intervals (the same image half-samples for the pair and
-its floor), so a floor whose paired interval overlaps the pair's never lets a claim pass.
-``"differs"``
-    The qualitative claim does not hold on this build's numbers.
-``"not testable offline"``
-    This build has no numbers for it (the reason says what is missing).
+Each label means one thing; the front page defines them once (:data:`LABELS`). A claim is read twice
+(:func:`prh_lib.stats.decision.readings`): by the paper's own criterion, and with this book's added
+controls (floors: random-init twins, a bag of words); ``verdict`` is the second reading, ``paper reading``
+the first. Tests are symmetric (:func:`prh_lib.stats.decision.outcome`): a part holds when its 95 %
+interval over images lies on the claim's side, differs when it lies off it, and is inconclusive otherwise.
 
 This module imports nothing else from :mod:`prh_lib`.
 """
@@ -52,7 +33,25 @@ if TYPE_CHECKING:  # pandas is imported where a table is built: the book build r
 PAPER = "Herbst et al. 2026, arXiv 2611.12869"
 COMPANION = "arXiv 2609.24209"
 
-VERDICTS = ("reproduces", "reproduces in kind", "inconclusive", "differs", "not testable offline")
+VERDICTS = ("reproduces", "reproduces in kind", "inconclusive", "differs", "explained", "control failed",
+            "not testable offline")
+
+#: The definition of each verdict label, shown once on the front page.
+LABELS = {
+    "reproduces": "every part of the claim's test holds and this build ran in the paper's setting (its models, "
+                  "data and N), with the value within tolerance of the paper's (the larger of the claim's "
+                  "tolerance and the half-width of the value's interval over images)",
+    "reproduces in kind": "every part holds, but the setting differs (small offline models, 1,000 Flickr8k and "
+                          "239 COCO pairs), so the value is not compared with the paper's",
+    "inconclusive": "the test ran but an interval over images reaches its threshold: the data cannot decide, and "
+                    "the row gives the smallest difference this build could detect at 80 % power",
+    "differs": "the interval of some part lies entirely on the wrong side of its threshold",
+    "explained": "this build reproduces the paper's number with the paper's own procedure and traces it to a "
+                 "cause the page derives (the claim as stated does not hold under the book's procedure)",
+    "control failed": "the experiment's own control does not separate (a positive or shuffled control "
+                      "fails), so the test is invalid here and says nothing about the claim",
+    "not testable offline": "the weights or data it needs are not available offline (the row says which)",
+}
 
 
 @dataclass(frozen=True)
@@ -215,8 +214,8 @@ def verdict(claim: Claim | str, *, holds: bool | None, value: float | None = Non
     comparable : bool
         Whether this build ran in the paper's setting (its models, dataset and N), so that values compare.
     conclusive : bool, default True
-        False when the numbers that make ``holds`` True cannot be told apart from chance (then the verdict is
-        "inconclusive", never a reproduction).
+        False when the numbers cannot decide ``holds`` (then the verdict is "inconclusive", never a
+        reproduction or a difference).
 
     Returns
     -------
@@ -231,10 +230,10 @@ def verdict(claim: Claim | str, *, holds: bool | None, value: float | None = Non
     claim = CLAIMS[claim] if isinstance(claim, str) else claim
     if holds is None:
         return "not testable offline"
-    if not holds:
-        return "differs"
     if not conclusive:
         return "inconclusive"
+    if not holds:
+        return "differs"
     if comparable and claim.value is not None and value is not None and math.isfinite(value):
         lo, hi = interval if interval is not None else (math.nan, math.nan)
         spread = (hi - lo) / 2 if math.isfinite(lo) and math.isfinite(hi) else 0.0
@@ -245,27 +244,41 @@ def verdict(claim: Claim | str, *, holds: bool | None, value: float | None = Non
 
 def finding(claim: Claim | str, *, this_build: str | None, holds: bool | None = None, value: float | None = None,
             interval: tuple[float, float] | None = None, comparable: bool = False, note: str = "",
-            conclusive: bool = True, tests=None, rule: str = "", reason: str = "") -> dict:
+            conclusive: bool = True, tests=None, rule: str = "", reason: str = "", explained: str = "",
+            control_failed: str = "", headline: dict | None = None) -> dict:
     """One row of a chapter's "The paper and this build" table.
 
     ``this_build`` is the displayed value; with ``holds=None`` the verdict says why the claim is not testable
-    offline: ``reason`` when given (then ``note`` stays a note, e.g. the direction of numbers that cannot
-    decide), else ``note``, else the claim's ``offline`` reason. With ``tests`` (a list of :class:`Test`),
-    ``holds`` and ``conclusive`` come from :func:`combine` and the failing or undecided tests are added to the
-    note. ``rule`` is the claim's test in one sentence (shown in the chapter's table and on the front page).
+    offline: ``reason`` when given (then ``note`` stays a note), else ``note``, else the claim's ``offline``
+    reason. With ``tests`` (a list of :class:`Test`), ``holds`` and ``conclusive`` come from
+    :func:`prh_lib.stats.decision.readings`: ``verdict`` reads every test, ``paper reading`` only the paper's
+    own (non-control) ones, and the parts that fail or cannot decide are added to the note. ``explained`` or
+    ``control_failed`` (the reason, in words) set those labels instead (:data:`LABELS`). ``rule`` is the
+    claim's test in one sentence; ``headline`` (``estimate``, ``low``, ``high`` and any context) is what the
+    front page's findings read.
     """
+    from prh_lib.stats.decision import readings
+
     claim = CLAIMS[claim] if isinstance(claim, str) else claim
+    paper_v = None
     if tests is not None:
-        holds, conclusive, why = combine(tests)
+        read = readings(tests)
+        holds, conclusive, why = read["controls"]
         note = "; ".join(t for t in (note, why) if t)
+        if "paper" in read:
+            ph, pc, _ = read["paper"]
+            paper_v = verdict(claim, holds=ph, value=value, interval=interval, comparable=comparable, conclusive=pc)
     v = verdict(claim, holds=holds, value=value, interval=interval, comparable=comparable, conclusive=conclusive)
-    if v == "not testable offline":
+    if explained or control_failed:
+        v = "explained" if explained else "control failed"
+        note = "; ".join(t for t in (explained or control_failed, note) if t)
+    elif v == "not testable offline":
         why = reason or note or claim.offline or "this build has no numbers for it"
         v = f"not testable offline ({why})"
         note = note if reason else ""
     return {"id": claim.id, "chapter": claim.chapter, "claim": claim.text, "paper": claim.paper,
             "source": f"{claim.source}, arXiv {claim.arxiv}", "this build": this_build or "–", "verdict": v,
-            "note": note, "rule": rule}
+            "paper reading": paper_v or v, "note": note, "rule": rule, "headline": headline or {}}
 
 
 def untested(chapter: str, done: list[dict]) -> list[dict]:
@@ -278,7 +291,8 @@ def claims_table(rows: list[dict], *, chapter: str | None = None) -> pd.DataFram
     """The table shown under "The paper and this build".
 
     With ``chapter``, claims of that chapter missing from ``rows`` are added as not testable, so every
-    claim of the chapter appears. Columns: claim, paper (with source), this build, verdict.
+    claim of the chapter appears. Columns: claim, paper (with source), this build, test, the verdict by the
+    paper's criterion, and ``verdict`` (with this book's controls).
 
     Raises
     ------
@@ -301,6 +315,7 @@ def claims_table(rows: list[dict], *, chapter: str | None = None) -> pd.DataFram
         "paper": f"{r['paper']} [{r['source']}]",
         "this build": r["this build"],
         "test": r.get("rule") or "none: no numbers here",
+        "paper's criterion": r.get("paper reading", r["verdict"]),
         "verdict": r["verdict"],
     } for r in rows], index=pd.Index([r["id"] for r in rows], name="id"))
     return frame
@@ -318,48 +333,55 @@ def verdict_counts(rows: list[dict]) -> dict[str, int]:
     """How many rows have each verdict (the 'not testable offline (reason)' rows counted together)."""
     counts = dict.fromkeys(VERDICTS, 0)
     for r in rows:
-        key = "not testable offline" if r["verdict"].startswith("not testable") else r["verdict"]
-        counts[key] += 1
+        counts[label_of(r["verdict"])] += 1
     return counts
 
 
 def _checklist_rows(rows_by_chapter: dict[str, list[dict] | None]) -> list[dict]:
-    """The checklist's rows (id, page, claim, paper, this build, verdict), one per claim in :data:`CLAIMS` order."""
+    """The checklist's rows, one per claim in :data:`CLAIMS` order (a chapter not run: "not run in this build")."""
     rows = []
     for claim in CLAIMS.values():
         recorded = rows_by_chapter.get(claim.chapter)
         match = [r for r in (recorded or []) if r["id"] == claim.id]
         if recorded is None:
             row = finding(claim, this_build=None, holds=None) | {"verdict": "not run in this build"}
-        elif match:
-            row = match[0]
         else:
-            row = finding(claim, this_build=None, holds=None)
+            row = match[0] if match else finding(claim, this_build=None, holds=None)
         rows.append({"id": row["id"], "page": claim.chapter, "claim": row["claim"],
-                     "paper": f"{row['paper']} [{row['source']}]", "this build": row["this build"],
-                     "verdict": row["verdict"], "note": row.get("note", ""), "rule": row.get("rule", "")})
+                     "paper": f"{row['paper']} [{row['source']}]", "paper value": row["paper"],
+                     "this build": row["this build"], "headline": headline_text(row),
+                     "verdict": row["verdict"], "paper reading": row.get("paper reading", row["verdict"]),
+                     "note": row.get("note", ""), "rule": row.get("rule", "")})
     return rows
 
 
+def headline_text(row: dict, width: int = 70) -> str:
+    """The short form of a row's value for the front page: its ``headline`` (``"0.099 [0.091, 0.111]"``, with
+    its ``label``) when the chapter gave one, else the first clause of ``this build`` cut at ``width``."""
+    h = row.get("headline") or {}
+    if h.get("estimate") is not None:
+        from prh_lib.formatting import format_interval
+
+        text = format_interval(h["estimate"], h.get("low", math.nan), h.get("high", math.nan), h.get("digits", 3))
+        return f"{text} ({h['label']})" if h.get("label") else text
+    first = str(row.get("this build") or "–").split("; ")[0]
+    return first if len(first) <= width else first[:width - 1].rstrip() + "…"
+
+
+def label_of(verdict: str) -> str:
+    """The label of a verdict cell (a "not testable offline (why)" cell is "not testable offline")."""
+    return "not testable offline" if verdict.startswith("not testable") else verdict
+
+
 def checklist(rows_by_chapter: dict[str, list[dict] | None]) -> pd.DataFrame:
-    """The front page's claims checklist over the whole book.
-
-    Parameters
-    ----------
-    rows_by_chapter : dict
-        Chapter name -> the rows its page recorded, or None for a chapter not run in this build (its
-        claims are then listed with the verdict "not run in this build").
-
-    Returns
-    -------
-    DataFrame
-        One row per claim, indexed by claim id; columns page, claim, paper (with source), this build, verdict.
-    """
+    """The front page's claims checklist: one row per claim, indexed by claim id; columns page, claim, paper,
+    this build, paper reading, verdict. ``rows_by_chapter`` maps a chapter to the rows its page recorded, or
+    None for a chapter not run in this build."""
     import pandas as pd
 
     rows = _checklist_rows(rows_by_chapter)
-    return pd.DataFrame([{k: r[k] for k in ("page", "claim", "paper", "this build", "verdict")} for r in rows],
-                        index=pd.Index([r["id"] for r in rows], name="id"))
+    return pd.DataFrame([{k: r[k] for k in ("page", "claim", "paper", "this build", "paper reading", "verdict")}
+                         for r in rows], index=pd.Index([r["id"] for r in rows], name="id"))
 
 
 #: Name under which each chapter records its "The paper and this build" rows (``report.record``).
@@ -367,26 +389,29 @@ RECORD_NAME = "claims"
 
 
 def _md_cell(text) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    return str(text).replace("|", "\\|").replace("\n", " ").replace("`", "'").replace("<", "‹")
+
+
+def tally(rows_by_chapter: dict[str, list[dict] | None]) -> dict[str, int]:
+    """How many claims have each label, by the reading with this book's controls (zeros left out)."""
+    counts = dict.fromkeys([*VERDICTS, "not run in this build"], 0)
+    for r in _checklist_rows(rows_by_chapter):
+        counts[label_of(r["verdict"])] += 1
+    return {v: n for v, n in counts.items() if n}
 
 
 def checklist_markdown(rows_by_chapter: dict[str, list[dict] | None]) -> str:
-    """The front page's checklist as a Markdown table with a one-line tally above it.
-
-    Each row links to its chapter page; verdicts are the ones the chapters computed in this build.
-    """
+    """The front page's checklist as a Markdown table, one short line per claim: the claim (linking to its
+    chapter, where its test and notes are), the paper's value, this build's headline with its interval, and
+    the verdict by the paper's criterion and with this book's controls (one word where they agree)."""
     rows = _checklist_rows(rows_by_chapter)  # not checklist(): the book build need not import pandas
-    tally = dict.fromkeys([*VERDICTS, "not run in this build"], 0)
+    counts = tally(rows_by_chapter)
+    lines = ["This build: " + ", ".join(f"**{n}** {v}" for v, n in counts.items()) + f" (of {len(rows)} claims).",
+             "", "| claim | paper | this build | verdict: paper's criterion / with controls |",
+             "| --- | --- | --- | --- |"]
     for r in rows:
-        v = r["verdict"]
-        tally["not testable offline" if v.startswith("not testable") else v] += 1
-    lines = ["This build: " + ", ".join(f"**{n}** {v}" for v, n in tally.items() if n) + f" (of {len(rows)} claims).",
-             "", "| claim | paper | this build | verdict |", "| --- | --- | --- | --- |"]
-    for r in rows:
-        text = _md_cell(r["claim"]).replace("`", "'").replace("<", "‹")
-        why = " ".join(t for t in (f"Test: {r['rule']}." if r.get("rule") else "",
-                                   f"Note: {r['note']}." if r.get("note") else "") if t)
-        lines.append(f"| {{doc}}`{text} </{r['page']}>` | {_md_cell(r['paper'])} | "
-                     f"{_md_cell(r['this build'])} | **{_md_cell(r['verdict'])}**"
-                     + (f" — {_md_cell(why)}" if why else "") + " |")
+        paper_v, v = label_of(r["paper reading"]), label_of(r["verdict"])
+        word = f"**{v}**" if paper_v == v else f"{paper_v} / **{v}**"
+        lines.append(f"| {{doc}}`{r['id']} {_md_cell(r['claim'])} </{r['page']}>` | {_md_cell(r['paper value'])} | "
+                     f"{_md_cell(r['headline'])} | {word} |")
     return "\n".join(lines) + "\n"

@@ -395,7 +395,7 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
     else:
         rows.append(claims.finding(
             "3.2/capability-trend", this_build=f"peak vs bits per byte, {main_dataset}{n_img}: {shown}{over_images}",
-            holds=grows and img_holds, comparable=False, conclusive=significant and img_conclusive,
+            holds=grows and img_holds, comparable=False, conclusive=(significant and img_conclusive) or not img_holds,
             note="; ".join(t for t in (note_models, img_note) if t)))
     final = _pick(main, alignment="final", method="pearson").set_index("vision")["r (capability)"]
     pk = _pick(peak, method="pearson").set_index("vision")["r (capability)"]
@@ -428,7 +428,7 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
         else:
             rows.append(claims.finding(
                 "3.2/final-less", this_build=this, holds=less and d_holds, comparable=False,
-                conclusive=significant and d_conclusive, note="; ".join(t for t in (note_final, d_note) if t)))
+                conclusive=(significant and d_conclusive) or not d_holds, note="; ".join(t for t in (note_final, d_note) if t)))
     return rows
 
 

@@ -61,12 +61,13 @@ def above_chance(r: pd.Series) -> claims.Test:
 
 
 def above_floors(summary: pd.DataFrame, r: pd.Series, kinds=None) -> list[claims.Test]:
-    """One test per floor of the comparison ``r`` (optionally of some kinds): paired margin above 0."""
+    """One test per floor of the comparison ``r`` (optionally of some kinds): paired margin above 0, marked as
+    this book's control (:func:`prh_lib.stats.decision.readings`)."""
     fm = floor_margins(summary, r["pair"])
     if kinds is not None:
         fm = fm[fm["kind"].isin(kinds)]
-    return [claims.Test(f"{r['pair']} − {f['floor']} ({f['kind']} floor)", f["margin"], f["low"], f["high"], 0.0)
-            for _, f in fm.iterrows()]
+    return [claims.Test(f"{r['pair']} − {f['floor']} ({f['kind']} floor)", f["margin"], f["low"], f["high"], 0.0,
+                        control=True) for _, f in fm.iterrows()]
 
 
 def above_pair(summary: pd.DataFrame, a: str, b: str) -> claims.Test:

@@ -62,8 +62,10 @@ def enabled() -> bool:
     return os.environ.get("PRH_SCORE_CACHE", "1") != "0"
 
 
-#: The code that computes scores, relative to the package: folders (every ``.py`` below them) and files.
+#: The code that computes scores, relative to the package: folders (every ``.py`` below them) and files. The
+#: verdict rule (``stats/decision.py``) only reads scores, so editing it recomputes none.
 SCORE_CODE = ("metrics", "stats", "analysis", "extract/features.py", "validation.py")
+_NOT_SCORE_CODE = ("stats/decision.py",)
 
 
 def score_code_files(root: Path | None = None) -> list[Path]:
@@ -73,7 +75,7 @@ def score_code_files(root: Path | None = None) -> list[Path]:
     for part in SCORE_CODE:
         path = root / part
         files += sorted(path.rglob("*.py")) if path.is_dir() else [path]
-    return files
+    return [f for f in files if f.relative_to(root).as_posix() not in _NOT_SCORE_CODE]
 
 
 @lru_cache(maxsize=4)

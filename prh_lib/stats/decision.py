@@ -1,8 +1,10 @@
 """The decision rule of a claim: each part a statistic with its interval over images against a threshold.
 
-:class:`Test` is one part, :func:`outcome` reads it three ways ("holds", "inconclusive", "differs") and
-:func:`combine` reads a claim made of several parts. Pages turn the result into a verdict word
-(:mod:`prh_lib.pages.claims`).
+:class:`Test` is one part, :func:`outcome` reads it three ways ("holds", "inconclusive", "differs"),
+symmetrically: the whole interval on the claim's side holds, the whole interval off it differs, anything else
+is inconclusive. :func:`combine` reads a claim made of several parts, and :func:`readings` reads it twice: by
+the paper's own criterion (the tests not marked ``control``) and with this book's added controls (all tests).
+Pages turn the result into a verdict word (:mod:`prh_lib.pages.claims`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ class Test:
     bounds : (float, float) or None
         The range the statistic can take (``(-1, 1)`` for a correlation, ``(-2, 2)`` for a difference of two),
         when it has one: a detectable difference that reaches beyond it is reported as none (:meth:`power`).
+    control : bool
+        True for a control this book adds to the paper's criterion (a floor: random-init twin, bag of words),
+        False for a part of the paper's own test (:func:`readings`).
     """
 
     name: str
@@ -38,6 +43,7 @@ class Test:
     threshold: float = 0.0
     side: str = ">"
     bounds: tuple[float, float] | None = None
+    control: bool = False
 
     def __post_init__(self):
         if self.side not in (">", "<"):
@@ -96,40 +102,62 @@ class Test:
 
 
 def outcome(estimate: float, low: float, high: float, threshold: float = 0.0, *, side: str = ">") -> str:
-    """Three-way reading of a statistic against a threshold (module docstring, Tests).
+    """Symmetric three-way reading of a statistic's 95 % interval against a threshold.
 
-    ``side=">"``: "holds" if ``low > threshold``; "inconclusive" if ``estimate > threshold >= low`` (or no
-    finite interval); "differs" if ``estimate <= threshold`` or the estimate is not finite. ``side="<"`` mirrors it
-    with ``high``.
+    ``side=">"``: "holds" if ``low > threshold``, "differs" if ``high < threshold`` (the interval excludes the
+    claim's side), otherwise "inconclusive": an interval that reaches the threshold, no finite interval, or no
+    finite estimate. ``side="<"`` mirrors it. The estimate itself never decides.
     """
-    if estimate is None or not math.isfinite(estimate):
-        return "differs"
     if side == "<":
         return outcome(-estimate, -high, -low, -threshold, side=">")
-    if estimate <= threshold:
+    if estimate is None or not math.isfinite(estimate) or low is None or high is None:
+        return "inconclusive"
+    if math.isfinite(low) and low > threshold:
+        return "holds"
+    if math.isfinite(high) and high < threshold:
         return "differs"
-    return "holds" if (low is not None and math.isfinite(low) and low > threshold) else "inconclusive"
+    return "inconclusive"
 
 
 def combine(tests) -> tuple[bool, bool, str]:
     """``(holds, conclusive, note)`` of a claim made of ``tests`` (for :func:`finding`).
 
     ``holds`` is False when any test differs; ``conclusive`` is False when none differs but some test cannot
-    decide; ``note`` names the failing tests, then the undecided ones, with their numbers ("" when all hold), and for each
-    undecided one the smallest difference from its threshold this build detects at 80 % power (two-sided 95 %,
-    normal approximation from its interval's width: :func:`prh_lib.stats.selection.detectable_difference`).
+    decide; ``note`` says which parts fail, then which cannot decide, with their numbers and, for each undecided
+    one, the smallest difference from its threshold this build detects at 80 % power (two-sided 95 %, normal
+    approximation from its interval's width: :func:`prh_lib.stats.selection.detectable_difference`), then how
+    many parts hold ("" when all hold).
+
+    Raises
+    ------
+    ValueError
+        If ``tests`` is empty.
     """
     tests = list(tests)
     if not tests:
         raise ValueError("a claim needs at least one test")
     bad = [t for t in tests if t.outcome == "differs"]
     open_ = [t for t in tests if t.outcome == "inconclusive"]
-    if bad:  # the undecided ones too: a reader sees every test that did not hold, not only the first reason
-        return False, True, "fails: " + "; ".join(t.describe() for t in bad) + (
-            "; also undecided: " + "; ".join(t.describe() + _power(t) for t in open_) if open_ else "")
-    if open_:
-        return True, False, "cannot decide: " + "; ".join(t.describe() + _power(t) for t in open_)
-    return True, True, ""
+    parts = ["fails: " + "; ".join(t.describe() for t in bad)] if bad else []
+    parts += ["cannot decide: " + "; ".join(t.describe() + _power(t) for t in open_)] if open_ else []
+    if parts:
+        parts.append(f"holds: {len(tests) - len(bad) - len(open_)} of {len(tests)} parts")
+    return not bad, not open_ or bool(bad), "; ".join(parts)
+
+
+def readings(tests) -> dict[str, tuple[bool, bool, str]]:
+    """The claim read twice (:func:`combine` each): ``"paper"`` on the tests of the paper's own criterion
+    (``control=False``), ``"controls"`` on every test, this book's controls included. ``"paper"`` is absent
+    when every test is a control.
+
+    Raises
+    ------
+    ValueError
+        If ``tests`` is empty.
+    """
+    tests = list(tests)
+    paper = [t for t in tests if not t.control]
+    return {"controls": combine(tests)} | ({"paper": combine(paper)} if paper else {})
 
 
 def _power(test: Test) -> str:
