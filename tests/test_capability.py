@@ -605,8 +605,9 @@ def test_findings_follow_the_numbers():
     grows = C.study_correlations(_summary([0.20, 0.22, 0.25, 0.30], [1.4, 1.2, 1.1, 0.9]), capability=["bpb"])
     rows = {r["id"]: r for r in C.findings(grows, main_dataset="d")}
     # the paper's sign, but no exact p over four models can be below 0.05 (Spearman's smallest = 2/4! = 1/12):
-    # not testable with these models, the direction kept as a note
-    assert rows["3.2/capability-trend"]["verdict"].startswith("not testable offline (n = 4")
+    # underpowered with these models (inconclusive, the reason in numbers), the direction kept as a note
+    assert rows["3.2/capability-trend"]["verdict"] == "inconclusive"
+    assert "n = 4 independent language models" in rows["3.2/capability-trend"]["note"]
     assert "direction: the paper's" in rows["3.2/capability-trend"]["note"]
     six = C.study_correlations(_summary([0.20, 0.22, 0.25, 0.30, 0.31, 0.35], [1.4, 1.2, 1.1, 0.9, 0.8, 0.7]),
                                capability=["bpb"])

@@ -191,3 +191,30 @@ def test_depth_claims_read_and_print_the_depth_intervals(tmp_path):
     assert r["verdict"] in ("inconclusive", "differs") and "gen × emb depth of emb" in r["note"]
     assert "0.30 [0.20, 0.75]" in r["this build"]
     assert "about 0.5" not in r["claim"]  # the claim text says only what the rule tests
+
+
+def test_a_peak_is_located_only_for_a_pair_that_beats_its_floors(tmp_path):
+    """3.1/later-layers reads depths only of cross-modal pairs whose held-out peak beats every floor: a pair whose
+    bag-of-words floor is as aligned as it (the floor is the language model itself plus a little noise) is not
+    located, and with no pair left the claim is inconclusive, never read from noise."""
+    rng = np.random.default_rng(1)
+    Z = rng.normal(size=(160, 6))
+    vis, lang = _stack(rng, Z, [0, .5, 2, 4]), _stack(rng, Z, [0, .2, .5, .3])
+    same = lang + 0.05 * rng.normal(size=lang.shape).astype(np.float32)
+    summary = summary_from_stacks(tmp_path, [
+        ("vis", "lang", vis, lang, "heldout", {"regime": "cross-modal"}, []),
+        ("vis", "tfidf", vis, same, "heldout:control:tfidf", {"kind": "tfidf"}, ["vis × lang"]),
+    ])
+    df = _write(tmp_path, [[(("vis", "lang", "vision", "language"), [[0.1, 0.2], [0.2, 0.3]])]])
+    rows = {r["id"]: r for r in layerwise.findings(layerwise.aggregate_peaks(df), summary, dataset="toy")}
+    later = rows["3.1/later-layers"]
+    assert later["verdict"] == "inconclusive" and later["this build"] == "no cross-modal pair beats its floors"
+    assert "not located" in later["note"] and "vis × lang" in later["note"] and "depth of" not in later["note"]
+    # the same pair against an unrelated floor is located, with its depths
+    summary = summary_from_stacks(tmp_path / "b", [
+        ("vis", "lang", vis, lang, "heldout", {"regime": "cross-modal"}, []),
+        ("vis", "tfidf", vis, _stack(rng, Z, [0.0]), "heldout:control:tfidf", {"kind": "tfidf"}, ["vis × lang"]),
+    ])
+    later = {r["id"]: r for r in layerwise.findings(layerwise.aggregate_peaks(df), summary, dataset="toy")}[
+        "3.1/later-layers"]
+    assert "modal held-out pair" in later["this build"] and "not located" not in later["note"]

@@ -107,8 +107,8 @@ def test_verdicts_match_the_numbers(rec):
     n = min(c["n"] for c in peak)
     if max(exact_p_floor(n, c["method"]) for c in peak) >= 0.05:  # 3-4 models: no exact p can be below 0.05
         for cid, ok in (("3.2/capability-trend", grows), ("3.2/final-less", less)):
-            assert rows[cid]["verdict"].startswith(f"not testable offline (n = {n} independent language models")
-            assert rows[cid]["note"].startswith("direction: ")
+            assert rows[cid]["verdict"] == "inconclusive"  # ran, underpowered: the note says why in numbers
+            assert f"n = {n} independent language models" in rows[cid]["note"] and "direction: " in rows[cid]["note"]
         return
     significant = all(c["p"] < 0.05 for c in peak)
     assert trend == (("reproduces in kind" if significant else "inconclusive") if grows else "differs")

@@ -270,14 +270,6 @@ def test_headline_dataset_is_the_papers_coco_else_the_largest_n():
         headline_dataset([])
 
 
-def test_paper_scale_is_n_within_five_percent_of_1024_at_k_10():
-    from prh_lib.pages.verdicts import at_paper_scale
-    assert at_paper_scale(1000, 10) and at_paper_scale(1024, 10) and at_paper_scale(1075, 10)
-    assert not at_paper_scale(239, 10) and not at_paper_scale(1000, 5) and not at_paper_scale(970, 10)
-    with pytest.raises(ValueError, match="n >= 2"):
-        at_paper_scale(1, 10)
-
-
 @needs_flickr
 def test_default_studies_read_flickr8k_at_the_papers_n():
     """The chapters' own defaults put flickr8k-1k (N = 1,000) in the study, and it is what their verdicts read."""

@@ -274,7 +274,7 @@ def test_claims_are_computed_from_held_out_numbers_and_floors(study, feats, tmp_
     expect_uni = uni["ci_low"] > 2 * chance and regimes.floor_margins(h, "vis × lang")["low"].min() > 0
     assert rows["3.3/unimodal"]["verdict"] == ("reproduces in kind" if expect_uni else "inconclusive"), rows[
         "3.3/unimodal"]["note"]
-    assert "not comparable at N = 60" in rows["3.3/unimodal"]["note"]
+    assert "is not applied to these small models at N = 60" in rows["3.3/unimodal"]["note"]
     assert f"{tf['score']:.3f} (tfidf)" in rows["3.3/unimodal"]["this build"]  # the floor is named, with its value
     same = rows["3.3/same-modality"]
     assert "random-init" in same["rule"]

@@ -622,7 +622,7 @@ def claim_rows(summary: pd.DataFrame, hier: pd.DataFrame | None, verdicts: pd.Da
         r = verdicts.loc[("relation", OURS)]
         other = verdicts.loc[("relation", REFERENCE)]["paper's row"] if ("relation", REFERENCE) in verdicts.index else "–"
         holds = {"holds": True, "inconclusive": True, "differs": False}[r["paper's row"]]
-        conclusive = r["paper's row"] == "holds"
+        conclusive = r["paper's row"] != "inconclusive"
         note = f"our procedure; under the reference code's the row {other}"
         # Positive control: MSE feature distillation must raise both measures on held-out concepts. Where it does
         # not, the student does not carry the teacher's geometry beyond its training concepts, and neither a rise

@@ -280,8 +280,8 @@ _ALIGNED_CLAIMS = {"3.3/clip": ("clip-vit-large-patch14", "coco"), "3.3/siglip":
 
 #: Each 3.3 claim's test, in one sentence (shown on the page and the front page)
 RULES = {
-    "3.3/unimodal": "at the paper's scale (k = 10, N within 5 % of 1024): every unimodal pair's held-out peak above "
-                    "0.3 (interval included); elsewhere: above 2× chance; and in both, above each of its floors "
+    "3.3/unimodal": "the paper's models at N = 1024, k = 10: every unimodal pair's held-out peak above 0.3 (interval "
+                    "included); other models: above 2× chance; and in both, above each of its floors "
                     "(paired 95 % intervals over images)",
     "3.3/same-modality": "every same-modality pair's held-out peak beats the best unimodal pair and each of its own "
                          "floors (random-init twins; bag of words for language pairs), paired intervals above 0",
@@ -354,7 +354,6 @@ def regime_claims(summary: pd.DataFrame, projection: pd.DataFrame | None = None,
     chance = float(s["chance"].iloc[0])
     n, k = int(s["n"].iloc[0]), int(s["k"].iloc[0])
     paper_n = n == 1024 and k == 10  # the paper's setting: values compare (offline models never do)
-    paper_scale = V.at_paper_scale(n, k)  # N within 5 % of 1024 (offline: flickr8k-1k): the paper's 0.3 applies
     where = f"{headline}, N = {n}, k = {k}"
     h = heldout if heldout is not None else pd.DataFrame()
     comps = V.comparisons_of(h)
@@ -378,17 +377,16 @@ def regime_claims(summary: pd.DataFrame, projection: pd.DataFrame | None = None,
         best = uni.loc[uni["score"].idxmax()]
         tests = []
         for _, r in uni.iterrows():
-            if paper_scale:
+            if paper_n:  # the paper's absolute 0.3 only for its own models at its N
                 tests.append(claims.Test(f"{r['pair']} held-out peak", r["score"], r["ci_low"], r["ci_high"], 0.3))
             else:
                 tests.append(claims.Test(f"{r['pair']} held-out peak − 2× chance", r["score"] - 2 * chance,
                                          r["ci_low"] - 2 * chance, r["ci_high"] - 2 * chance, 0.0))
             tests += V.above_floors(h, r)
         note = ("" if paper_n else
-                f"read at N = {n}, k = {k} against the paper's 0.3 (chance {chance:.4f} here, 0.0098 at N = 1024), "
-                "and above every floor; the models are not the paper's" if paper_scale else
-                f"0.3 is not comparable at N = {n}, k = {k} (chance {chance:.3f} here, 0.0098 at "
-                "N = 1024); read here as: every unimodal pair above 2× chance and above its bag-of-words floors")
+                f"the paper's absolute 0.3 is for its models (up to 8B parameters) at N = 1024 and is not applied to "
+                f"these small models at N = {n}, k = {k} (chance {chance:.4f}); read here, relatively, as: every "
+                "unimodal pair above 2× chance, and above its floors")
         fm = floor_margins(h, best["pair"])
         row("3.3/unimodal", tests,
             f"best {best['pair']}: {V.held_text(best)}, {best['score'] / chance:.1f}× chance"
@@ -396,7 +394,9 @@ def regime_claims(summary: pd.DataFrame, projection: pd.DataFrame | None = None,
                f"{format_interval(fm.iloc[0]['margin'], fm.iloc[0]['low'], fm.iloc[0]['high'])}" if len(fm) else "")
             + f" ({where})",
             value=float(best["score"]), interval=(float(best["ci_low"]), float(best["ci_high"])),
-            comparable=paper_n and headline in ("coco", "docci"), note=note)
+            comparable=paper_n and headline in ("coco", "docci"), note=note,
+            headline={"estimate": best["score"], "low": best["ci_low"], "high": best["ci_high"],
+                      "label": f"{best['pair']}, {best['score'] / chance:.1f}× chance"})
     if len(same) and len(uni):
         best_uni = uni.loc[uni["score"].idxmax()]
         tests = []
@@ -410,7 +410,9 @@ def regime_claims(summary: pd.DataFrame, projection: pd.DataFrame | None = None,
                          if len(fm := floor_margins(h, r["pair"])) else "") for _, r in same.iterrows())
             + f"; best unimodal {best_uni['score']:.3f} ({where})",
             value=m, comparable=paper_n,
-            note="" if paper_n else "read here as: every same-modality pair above every unimodal pair and its floors")
+            note="" if paper_n else "read here as: every same-modality pair above every unimodal pair and its floors",
+            headline={"estimate": float(same["score"].min()), "label": f"lowest same-modality pair; best unimodal "
+                                                                        f"{best_uni['score']:.3f}"})
     if len(rnd):
         bound = near_chance * chance
         tests = [claims.Test(f"{r['pair']} held-out peak", r["score"], r["ci_low"], r["ci_high"], bound, "<")
@@ -419,6 +421,7 @@ def regime_claims(summary: pd.DataFrame, projection: pd.DataFrame | None = None,
         row("3.3/random-init", tests,
             f"mean held-out {m:.3f} = {m / chance:.1f}× chance over {len(rnd)} comparisons, highest "
             f"{rnd['score'].max() / chance:.1f}× ({where})", comparable=paper_n,
+            headline={"estimate": m, "label": f"mean, {m / chance:.1f}× chance {chance:.3f}"},
             note=f"near chance read as below {near_chance:g}× chance; " + random_vision_pointer(h, same, chance))
     if projection is not None and len(projection):
         for cid, (fragment, dataset) in _ALIGNED_CLAIMS.items():

@@ -18,31 +18,12 @@ from prh_lib.stats.selection import detectable_difference, paired_interval
 from prh_lib.analysis.heldout import QUANTITY, floor_margins, margin
 from prh_lib.formatting import format_interval
 
-__all__ = ["PAPER_N", "PAPER_K", "at_paper_scale", "comparisons_of", "above_chance", "above_floors", "above_pair", "ratio_above", "depth_tests",
+__all__ = ["PAPER_N", "PAPER_K", "comparisons_of", "above_chance", "above_floors", "above_pair", "ratio_above", "depth_tests",
            "peak_above_final", "detectable", "power_note", "held_text", "fisher_n_for_r"]
 
 
 #: The paper's sample size and neighbourhood size (Herbst et al., Sec. 2: N = 1024 pairs, k = 10).
 PAPER_N, PAPER_K = 1024, 10
-
-
-def at_paper_scale(n: int, k: int, *, rel: float = 0.05) -> bool:
-    """Whether a run's N and k put its scores on the paper's scale, so a paper threshold (e.g. 0.3) applies.
-
-    True when ``k == 10`` and N is within ``rel`` (default 5 %) of 1024: chance k/(N-1) then differs from the
-    paper's 0.0098 by at most 5 %, and App. G's N sweep moves a score by far less across such a range. Offline,
-    ``flickr8k-1k`` (N = 1,000, chance 0.0100) is at the paper's scale and ``coco-mini`` (N = 239, chance
-    0.042) is not. The *values* still compare with the paper's only in its own setting (its models too):
-    that is the ``comparable`` flag of :func:`prh_lib.pages.claims.verdict`, which needs N = 1024 exactly.
-
-    Raises
-    ------
-    ValueError
-        If ``n < 2``, ``k < 1`` or ``rel`` is negative.
-    """
-    if int(n) < 2 or int(k) < 1 or rel < 0:
-        raise ValueError(f"at_paper_scale needs n >= 2, k >= 1 and rel >= 0; got n={n}, k={k}, rel={rel}")
-    return int(k) == PAPER_K and abs(int(n) - PAPER_N) <= rel * PAPER_N
 
 
 def comparisons_of(summary: pd.DataFrame, regime: str | None = None) -> pd.DataFrame:
