@@ -241,7 +241,17 @@ def test_front_page_checklist_shows_every_chapters_computed_verdicts(built_book)
     assert len(verdicts) == len(claims.CLAIMS), len(verdicts)
     for chapter in {c.chapter for c in claims.CLAIMS.values()}:
         assert f'href="{chapter}.html"' in page
-    assert page.count("Test: ") >= 10  # each tested claim states its test beside its verdict
+    # the front page is for readers: findings first, the figure with its data, labels once, a word budget
+    article = re.sub(r"<(script|style)\b.*?</\1>", " ", page.split("<article", 1)[1].split("</article>", 1)[0],
+                     flags=re.S)
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", article))
+    assert text.index("Findings") < text.index("The claims, one line each") < text.index("The verdicts")
+    findings = text[text.index("Findings"):text.index("Every claim of the paper, by chapter")]
+    assert "How large." in findings and 40 < len(findings.split()) <= 260
+    assert len(text.split()) <= 2000, len(text.split())
+    assert "claims.png" in page and re.search(r'href="[^"]*claims\.csv"', page)
+    for label in claims.LABELS:
+        assert page.count(f"<strong>{label}</strong>:") == 1, label  # each label defined once
 
 
 def _header_rows(page: str):

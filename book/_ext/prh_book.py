@@ -51,15 +51,24 @@ def _chapter_rows(ipynb):
 
 
 def write_checklist(app):
-    """Write ``book/_generated/checklist.md`` (included by ``intro.md``) before Sphinx reads the sources."""
+    """Write the front page's generated parts into ``book/_generated/`` before Sphinx reads the sources: the
+    checklist, the findings paragraph, the verdict labels, and the claims figure with its data
+    (:mod:`prh_lib.pages.front`)."""
     from pathlib import Path
 
     from prh_lib.pages import claims
 
+    from prh_lib.pages import front
+
     src = Path(app.srcdir)
     chapters = sorted({c.chapter for c in claims.CLAIMS.values()})
-    text = claims.checklist_markdown({ch: _chapter_rows(src / f"{ch}.ipynb") for ch in chapters})
-    _write_if_changed(src / CHECKLIST, text)
+    rows = {ch: _chapter_rows(src / f"{ch}.ipynb") for ch in chapters}
+    _write_if_changed(src / CHECKLIST, claims.checklist_markdown(rows))
+    _write_if_changed(src / "_generated/findings.md", front.findings_markdown(rows))
+    _write_if_changed(src / "_generated/labels.md", front.labels_markdown())
+    png, data = front.claims_figure(rows)
+    _write_if_changed(src / "_generated/claims.csv", data)
+    _write_if_changed(src / "_generated/claims.png", png)
 
 
 AUDIT = "_generated/profile_audit.md"
@@ -74,10 +83,11 @@ def write_profile_audit(app):
     _write_if_changed(Path(app.srcdir) / AUDIT, profile_audit.audit_markdown())
 
 
-def _write_if_changed(out, text):
+def _write_if_changed(out, content):
     out.parent.mkdir(exist_ok=True)
-    if not out.is_file() or out.read_text(encoding="utf-8") != text:  # unchanged: keep Sphinx's cache valid
-        out.write_text(text, encoding="utf-8")
+    data = content.encode("utf-8") if isinstance(content, str) else content
+    if not out.is_file() or out.read_bytes() != data:  # unchanged: keep Sphinx's cache valid
+        out.write_bytes(data)
 
 
 def check_pages(app):
