@@ -231,5 +231,24 @@ def test_pca_claims_read_intervals_by_majority():
     # three rows: two clearly above 0.95, one below -> holds; if the clear ones overlap 0.95 -> inconclusive
     assert _majority([(0.99, 0.97, 1.0), (0.98, 0.96, 1.0), (0.9, 0.85, 0.95)], 0.95, ">")[:2] == (True, True)
     assert _majority([(0.99, 0.93, 1.0), (0.98, 0.96, 1.0), (0.9, 0.85, 0.95)], 0.95, ">")[:2] == (True, False)
-    assert _majority([(0.99, 0.97, 1.0), (0.9, 0.8, 0.99), (0.9, 0.85, 0.95)], 0.95, ">")[:2] == (False, True)
+    # symmetric: the estimates give no majority, but two intervals reach 0.95, so a majority is still possible
+    assert _majority([(0.99, 0.97, 1.0), (0.9, 0.8, 0.99), (0.9, 0.85, 0.95)], 0.95, ">")[:2] == (True, False)
+    # two rows wholly below: no majority is possible -> differs
+    assert _majority([(0.99, 0.97, 1.0), (0.9, 0.8, 0.94), (0.9, 0.85, 0.94)], 0.95, ">")[:2] == (False, True)
     assert _majority([(0.7, 0.6, 0.75), (0.7, 0.6, 0.85)], 0.8, "<")[:2] == (True, False)
+
+
+@pytest.mark.parametrize("n, d", [(1000, 384), (1000, 576), (239, 384), (60, 8)])
+def test_the_share_of_rank_dimension_has_one_source_for_figure_table_and_verdict(n, d):
+    """3.1/pca-100 is read at one dimension: the intervals' probe (analysis), the figure's mark and the table's
+    column all use the page's share_dims of the compressed side's rank."""
+    from prh_lib.analysis.compression.study import probe_dims
+    from prh_lib.pages import sec3_1b_pca as page
+
+    X = np.random.default_rng(0).normal(size=(n, d))
+    rank = min(n, d)
+    assert probe_dims(X)["share of rank"] == page.share_dims(rank)
+    (x_at, y_at, label), _ = page.claim_marks("dims", n=n)
+    assert x_at(rank) == page.share_dims(rank) and y_at == 0.9 and "9.8%" in label
+    if (n, d) == (1000, 384):
+        assert page.share_dims(rank) == 38  # not 98 (= 9.8 % of N − 1), the figure's old mark

@@ -200,8 +200,9 @@ def test_pca_bands_draw_chance_on_the_relative_scale_and_the_verdicts_thresholds
 
     marks = compression.claim_marks("variance", n=239)
     assert marks == [(0.4, 0.95, "3.1/pca-40: needs ≥ 95 % at 40 % variance")]
-    assert [m[:2] for m in compression.claim_marks("dims", n=1024)] == [(100, 0.9), (8, 0.8)]
-    assert compression.claim_marks("dims", n=239)[0][0] == 23  # 9.8 % of rank 238
+    (share, y_share, _), low = compression.claim_marks("dims", n=1024)
+    assert (share(1023), y_share, low[:2]) == (100, 0.9, (8, 0.8))  # read on the panel's own rank
+    assert share(238) == 23 and share(384) == 38  # 9.8 % of rank 238, of a 384-dim language side
     with pytest.raises(ValueError, match="sweep"):
         compression.claim_marks("rank", n=239)
     fig = figures.plot_sweep_bands(_sweep_agg(score=0.2), sweep="variance", thresholds=marks)

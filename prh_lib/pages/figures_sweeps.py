@@ -170,7 +170,8 @@ def plot_sweep_bands(agg: pd.DataFrame, *, sweep: str = "variance", role: str = 
     thresholds : sequence of (x, relative score, label)
         The verdicts' reading points, e.g. ``(0.4, 0.95, "3.1/pca-40: ≥ 95 % at 40 % variance")``
         (:func:`prh_lib.pages.sec3_1b_pca.claim_marks`). ``x`` is a fraction of variance or a number of
-        components as ``sweep`` says.
+        components as ``sweep`` says, or a function of the rank of the panel's language side (the ``y`` side
+        where both are compressed).
 
     Returns
     -------
@@ -194,9 +195,11 @@ def plot_sweep_bands(agg: pd.DataFrame, *, sweep: str = "variance", role: str = 
         if not r.empty and {"n", "k"} <= set(g.columns) and float(r["score_mean"].iloc[0]) > 0:
             n, k = int(g["n"].iloc[0]), int(g["k"].iloc[0])
             ax.axhline(k / (n - 1) / float(r["score_mean"].iloc[0]), color="black", linestyle="-.", linewidth=1)
+        lang = g[g["compress"] == "y"] if (g["compress"] == "y").any() else g
         for (x_at, y_at, _), color in zip(thresholds, colors):
             ax.axhline(y_at, color=color, linestyle=":", linewidth=1.2)
-            ax.axvline(x_at, color=color, linestyle=":", linewidth=1.2)
+            # a callable mark is read on this panel's compressed language side's rank (its largest swept dimension)
+            ax.axvline(x_at(lang["x"].max()) if callable(x_at) else x_at, color=color, linestyle=":", linewidth=1.2)
         xs, ys, bands = {}, {}, {}
         for side, gs in g.groupby("compress", sort=False):
             gs = gs.sort_values("x")

@@ -161,7 +161,7 @@ def study_table(agg: pd.DataFrame, *, dims_probe: int = 100, low_dims: int = 8, 
         low = _at(gd, low_dims)
         ok = gd[gd["relative_mean"] >= fraction - 1e-12]
         ok90 = gd[gd["relative_mean"] >= 0.9 - 1e-12]
-        target = rank_share * float(gd["x"].max())
+        target = share_dims(gd["x"].max(), rank_share) if len(gd) else 0
         share = gd.loc[(np.log(gd["x"].clip(lower=1)) - np.log(max(target, 1.0))).abs().idxmin()] if len(gd) else None
         side = key[1] if key[4] == "x" else key[2] if key[4] == "y" else "both"
         rows.append({
@@ -173,10 +173,11 @@ def study_table(agg: pd.DataFrame, *, dims_probe: int = 100, low_dims: int = 8, 
             f"@ {low_dims} dims": _ms(low["relative_mean"], low["relative_std"], low["n_draws"]) if low is not None else "–",
             f"min dims ({fraction:.0%})": int(ok["x"].min()) if len(ok) else "not reached",
             "min dims (90%)": int(ok90["x"].min()) if len(ok90) else "not reached",
-            "@ share of rank": (f"{_ms(share['relative_mean'], share['relative_std'], share['n_draws'])} "
-                                f"(at {int(share['x'])} of {int(gd['x'].max())})") if share is not None else "–",
+            "@ share of rank": (f"{_ms(share['relative_mean'], share['relative_std'], share['n_draws'])} (at "
+                                f"{target} of {int(gd['x'].max())}" + (f"; swept {int(share['x'])}, the nearest"
+                                if int(share["x"]) != target else "") + ")") if share is not None else "–",
             "rel_share": float(share["relative_mean"]) if share is not None else np.nan,
-            "dims_share": int(share["x"]) if share is not None else 0,
+            "dims_share": target,
             "rel_var": float(var["relative_mean"]) if var is not None else np.nan,
             "rel_dims": float(at["relative_mean"]) if at is not None else np.nan,
             "rel_low": float(low["relative_mean"]) if low is not None else np.nan,
@@ -222,11 +223,20 @@ RULES = {
                       "80 %, interval included",
 }
 
+def share_dims(rank: int, rank_share: float = PAPER_RANK_SHARE) -> int:
+    """Components kept at the paper's share of rank (100 of 1,023 = 9.8 %) for a side of rank ``rank`` (its
+    largest swept dimension, min(N, d)): ``max(1, round(rank_share × rank))``. The one source of the 3.1/pca-100
+    dimension for the figure, the table, the verdict and the prose; the intervals the verdict reads are taken
+    at the same dimension (:func:`prh_lib.analysis.compression.study.probe_dims`, checked by a test)."""
+    return max(1, int(round(rank_share * int(rank))))
+
+
 def claim_marks(sweep: str, *, n: int, rank_share: float = PAPER_RANK_SHARE) -> list[tuple[float, float, str]]:
     """Where the PCA verdicts read the sweep figures (:data:`RULES`), as ``(x, relative score, label)``.
 
     ``sweep="variance"``: 95 % of the score at 40 % of the variance (3.1/pca-40). ``sweep="dims"``: 90 % at
-    the paper's share of rank of ``n - 1`` (3.1/pca-100) and 80 % at 8 components (3.1/pca-strong). For
+    the paper's share of rank (3.1/pca-100; ``x`` is then :func:`share_dims` itself, read per panel on the rank
+    of its compressed language side) and 80 % at 8 components (3.1/pca-strong). For
     :func:`prh_lib.pages.figures.plot_sweep_bands`.
 
     Raises
@@ -237,8 +247,7 @@ def claim_marks(sweep: str, *, n: int, rank_share: float = PAPER_RANK_SHARE) -> 
     if sweep == "variance":
         return [(0.4, 0.95, "3.1/pca-40: needs ≥ 95 % at 40 % variance")]
     if sweep == "dims":
-        at = max(1, round(rank_share * (n - 1)))
-        return [(at, 0.9, f"3.1/pca-100: needs ≥ 90 % at {at} dims ({rank_share:.1%} of rank)"),
+        return [(share_dims, 0.9, f"3.1/pca-100: needs ≥ 90 % at {rank_share:.1%} of the language side's rank"),
                 (8, 0.8, "3.1/pca-strong: needs < 80 % at 8 dims")]
     raise ValueError(f"sweep must be 'variance' or 'dims'; got {sweep!r}")
 
@@ -248,18 +257,24 @@ _LANGUAGE = "smollm|minilm|gemma|qwen|llama|mistral|bloom|deepseek|embed|tfidf"
 
 def _majority(values, threshold: float, side: str) -> tuple[bool, bool, int, int]:
     """``(holds, conclusive, n_estimate, n_clear)`` of "more than half of the rows are on ``side`` of
-    ``threshold``": ``n_estimate`` rows by their estimate, ``n_clear`` by their whole interval (rows without an
-    interval count by their estimate). Differs when the estimates give no majority; holds when the intervals
-    do; inconclusive otherwise."""
+    ``threshold``", read symmetrically: ``n_clear`` rows have their whole interval on ``side``, ``n_off`` rows
+    have it wholly off (rows without an interval count by their estimate). Holds when the ``n_clear`` rows are a
+    majority; differs when the rows not wholly off cannot be one; inconclusive otherwise. ``n_estimate`` counts
+    the rows by their estimate (shown)."""
     def on(v):
         return v > threshold if side == ">" else v < threshold
 
     n = len(values)
     n_est = sum(on(e) for e, _, _ in values)
-    n_clear = sum(on(lo if side == ">" else hi) if np.isfinite(lo) and np.isfinite(hi) else on(e)
-                  for e, lo, hi in values)
-    holds = n_est > n / 2
-    return holds, (not holds) or n_clear > n / 2, n_est, n_clear
+    has = [np.isfinite(lo) and np.isfinite(hi) for _, lo, hi in values]
+    n_clear = sum(on(lo if side == ">" else hi) if h else on(e) for (e, lo, hi), h in zip(values, has))
+    n_off = sum(((hi < threshold) if side == ">" else (lo > threshold)) if h else not on(e)
+                for (e, lo, hi), h in zip(values, has))
+    if n_clear > n / 2:
+        return True, True, n_est, n_clear
+    if n - n_off <= n / 2:
+        return False, True, n_est, n_clear
+    return True, False, n_est, n_clear
 
 
 def findings(table: pd.DataFrame, *, dataset: str, role: str = "peak", dims_probe: int = 100,
@@ -270,8 +285,8 @@ def findings(table: pd.DataFrame, *, dataset: str, role: str = "peak", dims_prob
     compress a language model count (:data:`RULES`); the 100-dimension probe is taken at the paper's share of
     rank (100 of 1,023), not at 100 components of a rank of 238. Each row's relative score is read with its
     paired 95 % interval over images when :func:`study_table` has them (``ci_*``; first draw): a claim holds when
-    more than half of the rows are on its side interval included, differs when the estimates give no majority,
-    and is inconclusive otherwise (:func:`_majority`). Without intervals the means over draws decide, and the
+    more than half of the rows are on its side interval included, differs when the rows not wholly off its side
+    cannot be a majority, and is inconclusive otherwise (:func:`_majority`). Without intervals the means over draws decide, and the
     note says so.
     """
     t = table[(table["dataset"] == dataset) & (table["layers"] == role)]
