@@ -194,7 +194,8 @@ page.headline_table(agg, n_permutations=n_permutations)
 #   floor uses the same half-samples, so the margin of a pair over a floor has its own (paired) interval.
 #
 # The floors are the bag of words (TF-IDF of the caption, and its truncated SVD) in place of each language
-# model, and, for pairs within one modality, each model replaced by its random-init twin.
+# model, the language model replaced by its random-init twin (cross-modal pairs), and, for pairs within one
+# modality, each model replaced by its random-init twin.
 
 # %% tags=["hide-input"]
 held, held_table = page.heldout_tables(draws, comparisons, agg, chapter=CHAPTER, params=params, dataset=heatmap_dataset,

@@ -197,3 +197,15 @@ def test_missing_control_features_raise(toy):
     cs = controls.control_comparisons([("v", "l")], {"v": "vision", "l": "language"})
     with pytest.raises(KeyError, match="tfidf"):
         controls.score_controls(feats, cs, k=K)
+
+
+def test_cross_modal_floors_include_the_language_models_random_init_twin():
+    """A cross-modal pair is read against its language model's random-init twin and the bag of words."""
+    from prh_lib.analysis.heldout import verdict_controls
+
+    modality = {"vis": "vision", "lm": "language", "vis2": "vision"}
+    floors = verdict_controls([("vis", "lm"), ("vis", "vis2")], modality, svd_components=None)
+    cross = {(c.x, c.y, c.kind) for c in floors[("vis", "lm")]}
+    assert {k for *_, k in cross} == {"random-language", "tfidf"}
+    assert ("vis", "lm@random-init:0", "random-language") in cross
+    assert {c.kind for c in floors[("vis", "vis2")]} == {"random-vision"}

@@ -64,8 +64,8 @@ def verdict_controls(pairs_of_models: Sequence[Sequence[str]], modality: Mapping
     Returns
     -------
     dict
-        ``(x, y) -> list of Control``: for a cross-modal pair, the bag of words in place of its language model
-        (TF-IDF and its SVD); for a vision-vision pair, each side replaced by its random-init twin; for a
+        ``(x, y) -> list of Control``: for a cross-modal pair, its language model replaced by its random-init
+        twin and by the bag of words (TF-IDF and its SVD); for a vision-vision pair, each side replaced by its random-init twin; for a
         language-language pair, both: each side's random-init twin and the bag of words in place of each side;
         for a pair with a random-init member, none (it is a floor itself).
 
@@ -83,7 +83,8 @@ def verdict_controls(pairs_of_models: Sequence[Sequence[str]], modality: Mapping
             continue
         regime = regime_of(modality.get(x, ""), modality.get(y, ""))
         cs = control_comparisons([(x, y)], modality, seed=seed, svd_components=svd_components)
-        keep = (lambda c: c.kind.startswith("tfidf")) if regime == "cross-modal" else (lambda c: True)
+        keep = ((lambda c: c.kind.startswith("tfidf") or c.kind == "random-language") if regime == "cross-modal"
+                else (lambda c: True))
         out[(x, y)] = [c for c in cs if keep(c)]
     return out
 
