@@ -218,3 +218,32 @@ def test_a_peak_is_located_only_for_a_pair_that_beats_its_floors(tmp_path):
     later = {r["id"]: r for r in layerwise.findings(layerwise.aggregate_peaks(df), summary, dataset="toy")}[
         "3.1/later-layers"]
     assert "modal held-out pair" in later["this build"] and "not located" not in later["note"]
+
+
+def test_claims_about_unimodal_language_models_rest_on_them_and_show_minilm_beside(tmp_path):
+    """MiniLM-L6 was trained on COCO and Flickr30k caption pairs: the cross-modal claims read the causal LM even
+    when MiniLM aligns more, and the row shows the MiniLM pair beside it, labelled."""
+    from prh_lib.pages.verdicts import caption_trained, unimodal_first
+
+    assert "Flickr30k" in caption_trained("dinov2-small × minilm-l6")
+    assert caption_trained("dinov2-small × smollm2-135m") == caption_trained("x × minilm-l6@random-init:0") == ""
+    rng = np.random.default_rng(2)
+    Z = rng.normal(size=(160, 6))
+    vis = _stack(rng, Z, [0, .5, 2, 4])
+    cross = {"regime": "cross-modal"}
+    summary = summary_from_stacks(tmp_path, [
+        ("vis", "smollm2-135m", vis, _stack(rng, Z, [0, .2, .4]), "heldout", cross, []),
+        ("vis", "minilm-l6", vis, _stack(rng, Z, [0, 2, 4]), "heldout", cross, []),
+    ])
+    read, beside, note = unimodal_first(summary)
+    assert list(read["pair"]) == ["vis × smollm2-135m"] and list(beside["pair"]) == ["vis × minilm-l6"] and not note
+    df = _write(tmp_path, [[(("vis", "smollm2-135m", "vision", "language"), [[0.1, 0.2], [0.2, 0.3]]),
+                            (("vis", "minilm-l6", "vision", "language"), [[0.1, 0.4], [0.2, 0.5]])]])
+    row = {r["id"]: r for r in layerwise.findings(layerwise.aggregate_peaks(df), summary, dataset="toy")}[
+        "3.1/cross-modal-peak"]
+    assert row["this build"].startswith("best vis × smollm2-135m")
+    assert "beside, with a text encoder trained on caption pairs (not a unimodal control): vis × minilm-l6" in \
+        row["this build"]
+    # only MiniLM ran: it is read, and the note says what it is
+    read, _, note = unimodal_first(summary[summary["pair"] == "vis × minilm-l6"])
+    assert len(read) == 1 and "COCO captions" in note

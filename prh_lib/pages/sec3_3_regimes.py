@@ -361,7 +361,7 @@ def regime_claims(summary: pd.DataFrame, projection: pd.DataFrame | None = None,
     if len(comps):
         comps = comps.assign(regime3=[regime_of.get(p, regime_of.get(f"{p} (seed 0)", "")) for p in comps["pair"]])
         comps.loc[comps["pair"].str.contains("@random-init:"), "regime3"] = "random-init"
-    uni = comps[comps["regime3"] == "unimodal"] if len(comps) else comps
+    uni, uni_beside, only_note = V.unimodal_first(comps[comps["regime3"] == "unimodal"] if len(comps) else comps)
     same = comps[comps["regime3"] == "same-modality"] if len(comps) else comps
     rnd = comps[comps["regime3"] == "random-init"] if len(comps) else comps
 
@@ -392,9 +392,11 @@ def regime_claims(summary: pd.DataFrame, projection: pd.DataFrame | None = None,
             f"best {best['pair']}: {V.held_text(best)}, {best['score'] / chance:.1f}× chance"
             + (f"; highest floor {fm.iloc[0]['floor_score']:.3f} ({fm.iloc[0]['kind']}), margin "
                f"{format_interval(fm.iloc[0]['margin'], fm.iloc[0]['low'], fm.iloc[0]['high'])}" if len(fm) else "")
-            + f" ({where})",
+            + f" ({where})" + ("; beside, with a text encoder trained on caption pairs (not a unimodal control): "
+                                + "; ".join(f"{r['pair']} {format_interval(r['score'], r['ci_low'], r['ci_high'])}"
+                                            for _, r in uni_beside.iterrows()) if len(uni_beside) else ""),
             value=float(best["score"]), interval=(float(best["ci_low"]), float(best["ci_high"])),
-            comparable=paper_n and headline in ("coco", "docci"), note=note,
+            comparable=paper_n and headline in ("coco", "docci"), note="; ".join(t for t in (only_note, note) if t),
             headline={"estimate": best["score"], "low": best["ci_low"], "high": best["ci_high"],
                       "label": f"{best['pair']}, {best['score'] / chance:.1f}× chance"})
     if len(same) and len(uni):

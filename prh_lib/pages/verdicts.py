@@ -18,12 +18,34 @@ from prh_lib.stats.selection import detectable_difference, paired_interval
 from prh_lib.analysis.heldout import QUANTITY, floor_margins, margin
 from prh_lib.formatting import format_interval
 
-__all__ = ["PAPER_N", "PAPER_K", "comparisons_of", "above_chance", "above_floors", "above_pair", "ratio_above", "depth_tests",
+__all__ = ["PAPER_N", "PAPER_K", "caption_trained", "unimodal_first", "comparisons_of", "above_chance", "above_floors", "above_pair", "ratio_above", "depth_tests",
            "peak_above_final", "detectable", "power_note", "held_text", "fisher_n_for_r"]
 
 
 #: The paper's sample size and neighbourhood size (Herbst et al., Sec. 2: N = 1024 pairs, k = 10).
 PAPER_N, PAPER_K = 1024, 10
+
+
+def caption_trained(pair: str) -> str:
+    """What makes a pair's language model trained on image-caption pairs (its zoo entry's ``caption_trained``,
+    e.g. MiniLM-L6's COCO and Flickr30k captions), or "" for a unimodal one. Such a model is shown beside the
+    unimodal language models, and no claim about them rests on it (issue 44)."""
+    from prh_lib.models.zoo.registry import ZOO
+
+    return next((e.caption_trained for m in str(pair).split(" × ") if "@random-init" not in m
+                 and (e := ZOO.get(m.split(" (")[0])) is not None and e.caption_trained), "")
+
+
+def unimodal_first(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """``(read, beside, note)``: the comparisons a claim about unimodal models reads (no caption-trained member,
+    :func:`caption_trained`) and those shown beside it. When only caption-trained ones ran, they are read, and
+    the note says so."""
+    mask = np.array([bool(caption_trained(p)) for p in rows["pair"]], dtype=bool) if len(rows) else np.zeros(0, bool)
+    read, beside = rows[~mask], rows[mask]
+    if len(beside) and not len(read):
+        return beside, beside.iloc[:0], ("only pairs with a caption-trained text encoder ran, so this reads them: "
+                                         + caption_trained(beside["pair"].iloc[0]))
+    return read, beside, ""
 
 
 def comparisons_of(summary: pd.DataFrame, regime: str | None = None) -> pd.DataFrame:

@@ -58,6 +58,9 @@ class ZooEntry:
         Anything odd about the packages' names or contents, stated plainly ("" when nothing is).
     description : str
         What the model is, including any caveat about its provenance.
+    caption_trained : str
+        For a text model trained on image-caption pairs, what its model card lists ("" otherwise): such a
+        model is not a unimodal control, and claims about unimodal language models do not rest on it.
     converter : callable
         ``converter(weight_file, out_folder)`` writes the standard folder into ``out_folder``.
     group : {"default", "large"}
@@ -82,6 +85,7 @@ class ZooEntry:
     converter: Callable[[Path, Path], None]
     group: Literal["default", "large"] = "default"
     conversion: int = 1
+    caption_trained: str = ""
 
     def __post_init__(self):
         names = [p.name for p in self.packages]
@@ -166,8 +170,12 @@ ZOO: dict[str, ZooEntry] = {
         sha256="53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
         licence="Apache-2.0 (model card in the package); package MIT",
         naming="",
-        description="sentence-transformers/all-MiniLM-L6-v2: BERT sentence encoder, 6 layers, 384-d.",
+        description=("sentence-transformers/all-MiniLM-L6-v2: BERT sentence encoder, 6 layers, 384-d; trained on "
+                     "caption pairs (COCO and Flickr30k among them), so not a unimodal control."),
         converter=converters.convert_minilm,
+        caption_trained=("a text encoder trained on caption pairs: its model card (model/data_config.json in the "
+                         "package) lists COCO captions (828,395 pairs) and Flickr30k captions (317,695 pairs), "
+                         "Flickr30k holding most Flickr8k photographs, among its 290 training sets"),
     ),
     "smollm2-135m": ZooEntry(
         name="smollm2-135m",
