@@ -26,12 +26,14 @@ def _rows(df, kind, series=None):
 
 
 def assert_lines_in_csv(fig, csv_text: str) -> None:
-    """Every visible Line2D of ``fig`` drawn in data coordinates has its (x, y) points, in order, in the CSV."""
+    """Every visible Line2D of ``fig`` drawn in data coordinates (but an error bar's caps: its ``low`` and
+    ``high``) has its (x, y) points, in order, in the CSV."""
     table = pd.read_csv(io.StringIO(csv_text))
     for i, ax in enumerate(plots._axes(fig), 1):
-        panel = ax.get_title() or f"panel {i}"
+        panel = " ".join(ax.get_title().split()) or f"panel {i}"
+        caps = {id(cap) for c in ax.containers if hasattr(c, "has_yerr") for cap in c.lines[1]}  # errorbar ends
         for line in ax.lines:
-            if not line.get_visible() or line.get_transform() != ax.transData:
+            if not line.get_visible() or line.get_transform() != ax.transData or id(line) in caps:
                 continue
             xy = np.asarray(line.get_xydata(), dtype=float)
             rows = table[(table["panel"] == panel) & table["kind"].isin(["line", "marker", "errorbar"])]
@@ -44,9 +46,9 @@ def test_line_plot_with_bands_and_chance():
     x = np.array([1.0, 2.0, 4.0, 8.0])
     ys = {"a": np.array([0.11, 0.23, 0.31, 0.47]), "b": np.array([0.05, 0.07, 0.12, 0.2])}
     lo, hi = np.array([0.1, 0.2, 0.3, 0.4]), np.array([0.15, 0.25, 0.35, 0.5])
-    ax = plots.line_plot(x, ys, bands={"a": (lo, hi)}, chance=0.02, title="lines")
+    ax = plots.line_plot(x, ys, bands={"a": (lo, hi)}, chance=0.02, title="two\nlines")
     df = plots.figure_data(ax.figure)
-    assert list(df.columns) == plots.DATA_COLUMNS and set(df["panel"]) == {"lines"}
+    assert list(df.columns) == plots.DATA_COLUMNS and set(df["panel"]) == {"two lines"}
     for label, y in ys.items():
         got = _rows(df, "line", label)
         assert np.array_equal(got["x"], x) and np.array_equal(got["y"], y)
@@ -83,6 +85,7 @@ def test_regime_bars_give_bars_and_errorbars():
     assert len(_rows(df, "marker")) == len(_rows(df, "line")) == 0  # the error bars' lines: not twice
     assert _rows(df, "hline")["y"].tolist() == [0.05]
     assert _rows(df, "vspan")[["low", "high"]].values.tolist() == [[0.65, 1.35]]  # the "not run" slot
+    assert_lines_in_csv(ax.figure, df.to_csv(index=False))
     plt.close(ax.figure)
 
 

@@ -533,7 +533,7 @@ def _index_names(axis, n: int) -> list:
 def figure_data(fig) -> "pd.DataFrame":
     """The numbers ``fig`` draws, read back from its visible artists: a tidy table, one row per value drawn.
 
-    Columns :data:`DATA_COLUMNS`: ``panel`` (the axes' title, else ``"panel <i>"``), ``kind`` and ``series``
+    Columns :data:`DATA_COLUMNS`: ``panel`` (the axes' title on one line, else ``"panel <i>"``), ``kind`` and ``series``
     (the artist's label; ``""`` when it has none), then by kind: ``line`` / ``marker`` (``plt.plot``),
     ``scatter``, ``segments`` (``hlines``, line collections): ``x``, ``y``; ``hline`` / ``vline``: ``y`` / ``x``;
     ``bar`` (``x`` at its centre, ``y`` its height), ``barh`` (``x`` its width); ``errorbar``: ``x``, ``y``,
@@ -555,7 +555,7 @@ def figure_data(fig) -> "pd.DataFrame":
     for i, ax in enumerate(_axes(fig), 1):
         if not ax.get_visible():
             continue
-        panel, colorbar = ax.get_title() or f"panel {i}", hasattr(ax, "_colorbar")
+        panel, colorbar = " ".join(ax.get_title().split()) or f"panel {i}", hasattr(ax, "_colorbar")
         hspan, vspan = ax.get_yaxis_transform(), ax.get_xaxis_transform()
         done = {id(a) for c in ax.containers for a in c.get_children()}  # drawn as their containers, below
         for c in ax.containers:
