@@ -102,6 +102,16 @@ def test_heatmap_gives_every_cell_with_its_labels():
     plt.close(im.axes.figure)
 
 
+def test_errorbars_without_an_error_keep_their_points():
+    fig, ax = plt.subplots()
+    ax.errorbar([1.0, 2.0, 3.0], [0.5, 0.6, 0.7], yerr=np.array([0.1, np.nan, 0.25]), label="e")
+    err = plots.figure_data(fig)
+    assert np.array_equal(err["y"], [0.5, 0.6, 0.7]) and err["series"].tolist() == ["e"] * 3
+    assert np.allclose(err["low"], [0.4, np.nan, 0.45], equal_nan=True)
+    assert np.allclose(err["high"], [0.6, np.nan, 0.95], equal_nan=True)
+    plt.close(fig)
+
+
 def test_hidden_artists_are_not_data():
     fig, ax = plt.subplots()
     ax.plot([1, 2], [3, 4], label="shown")

@@ -569,9 +569,10 @@ def figure_data(fig) -> "pd.DataFrame":
             elif isinstance(c, ErrorbarContainer) and c.lines[0] is not None and c.lines[0].get_visible():
                 xy = np.asarray(c.lines[0].get_xydata(), dtype=float)
                 low = high = np.full(len(xy), np.nan)
-                seg = np.array(c.lines[2][-1].get_segments(), dtype=float) if c.lines[2] else np.empty((0, 2, 2))
-                if len(seg) == len(xy):  # the ends of each point's bar, along y (along x with only xerr)
-                    low, high = seg[:, :, int(c.has_yerr)].min(axis=1), seg[:, :, int(c.has_yerr)].max(axis=1)
+                segs = [np.asarray(s, dtype=float).reshape(-1, 2)[:, int(c.has_yerr)]  # a NaN error: no segment
+                        for s in (c.lines[2][-1].get_segments() if c.lines[2] else [])]
+                if len(segs) == len(xy):  # the ends of each point's bar, along y (along x with only xerr)
+                    low, high = ([f(s) if s.size else np.nan for s in segs] for f in (np.min, np.max))
                 add(panel, "errorbar", c, x=xy[:, 0], y=xy[:, 1], low=low, high=high)
         for line in ax.lines:
             if id(line) in done or not line.get_visible():
