@@ -56,6 +56,12 @@ def test_book_builds_with_every_page_and_its_figures(built_book):
             assert Image.open(html / src).size[1] <= MAX_FIGURE_HEIGHT, f"{name}.html: {src} is over {MAX_FIGURE_HEIGHT} px tall"
         assert "Traceback" not in page
         assert "has not been run" not in page
+        # under every figure, the link to the CSV of what it draws; under the title, the chapter's results rows
+        after = re.split(r"<img[^>]+src=\"[^\"]+\.png\"", page)[1:]
+        links = [re.search(r"Data behind this figure: <a href=\"([^\"]+\.csv)\"", a) for a in after]
+        assert all(links), f"{name}.html: a figure without the link to its data"
+        assert all((html / m.group(1)).is_file() for m in links), f"{name}.html: a figure's data file is missing"
+        assert (html / "_static" / "data" / name / "results.csv").is_file() and "results.csv</a>" in page
 
 
 def test_pages_show_no_stderr_and_the_parameters_once_folded(built_book):

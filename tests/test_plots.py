@@ -165,13 +165,13 @@ def test_show_figure_writes_the_measurements_into_the_png(monkeypatch):
     from prh_lib.pages import report
 
     shown = []
-    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    monkeypatch.setattr("IPython.display.display", lambda obj, **kw: shown.append(obj))
     fig, ax = plt.subplots(figsize=(12, 3), dpi=150)
     ax.plot([0, 1], [0, 1])
     ax.tick_params(labelsize=6)
     fit = report.show_figure(fig, "demo", {"k": 10})
     assert not plt.fignum_exists(fig.number)  # closed: shown once, by show_figure
-    (img,) = shown
+    img, _ = shown  # the PNG, then the link to its data
     png = Image.open(io.BytesIO(img.data))
     meta = json.loads(png.text[report.FIGURE_METADATA_KEY])
     assert meta == fit
@@ -260,7 +260,7 @@ def test_footers_and_a_legend_outside_never_overlap_the_panels_after_text_is_enl
 
     from prh_lib.pages import report
 
-    monkeypatch.setattr("IPython.display.display", lambda obj: None)
+    monkeypatch.setattr("IPython.display.display", lambda obj, **kw: None)
     fig, axes = plt.subplots(2, 2, figsize=(10, 7), dpi=150, layout="constrained")
     for ax in axes.flat:
         ax.plot([0, 1], [0, 1], label="a line")

@@ -93,6 +93,12 @@ def test_book_renders_every_page_with_figures_and_the_results_fill(executed, tmp
         tall = {s: Image.open(html / s).size for s in images if Image.open(html / s).size[1] > MAX_FIGURE_HEIGHT}
         assert not tall, f"{name}.html: figures taller than {MAX_FIGURE_HEIGHT} px (width, height): {tall}"
         assert "Traceback" not in page and "~rehearsal" in page  # a rehearsal page says it is one
+        # under every figure, the link to the CSV of what it draws; under the title, the chapter's results rows
+        after = re.split(r"<img[^>]+src=\"[^\"]+\.png\"", page)[1:]
+        links = [re.search(r"Data behind this figure: <a href=\"([^\"]+\.csv)\"", a) for a in after]
+        assert all(links), f"{name}.html: a figure without the link to its data"
+        assert all((html / m.group(1)).is_file() for m in links), f"{name}.html: a figure's data file is missing"
+        assert (html / "_static" / "data" / name / "results.csv").is_file() and "results.csv</a>" in page
     table = results.load()
     table = table[table["params"].str.contains("~rehearsal", regex=False)]
     expected = {("wit-1024", 0)} | {(d, r) for d in ("coco", "docci", "cc3m-dreamlip") for r in range(rehearsal.N_DRAWS)}

@@ -121,6 +121,66 @@ def check_pages(app):
         raise SystemExit(1)
 
 
+# ----------------------------------------------------------------------------------------------------------
+# The data behind the pages: each figure's CSV (kept in its notebook's output by report.show_figure) and the
+# chapter's rows of the results table, written under _static/data/<chapter>/ (not committed), which Sphinx
+# copies into the HTML; each page links its results.csv under its title.
+DATA = "_static/data"
+
+
+def _chapter_results(name, ipynb):
+    """The rows of the results table behind an executed page: those of the run that executed it (its
+    ``prh_inputs`` metadata, written by ``prh-run``), else the chapter's latest rows per parameters."""
+    from prh_lib import results
+    from prh_lib.run import freshness
+
+    run_id = (freshness.recorded_inputs(ipynb) or {}).get("run_id")
+    rows = results.load(chapter=name, run_id=run_id, include_superseded=True) if run_id else None
+    return rows if rows is not None and len(rows) else results.load(chapter=name)
+
+
+def write_data_files(app):
+    """Write ``_static/data/<chapter>/figure-<n>.csv`` and ``results.csv`` for every executed chapter of the toc."""
+    import shutil
+    from pathlib import Path
+
+    import nbformat
+
+    from prh_lib.pages.report import FIGURE_DATA_KEY
+    from prh_lib.paths import atomic_path
+    from prh_lib.run.book import is_placeholder, toc_notebooks
+
+    src = Path(app.srcdir)
+    shutil.rmtree(src / DATA, ignore_errors=True)  # nothing left from chapters rerun or gone since
+    for name in toc_notebooks(src):
+        ipynb = src / f"{name}.ipynb"
+        if not ipynb.is_file() or is_placeholder(ipynb):
+            continue
+        out = src / DATA / name
+        out.mkdir(parents=True)
+        files = {"results.csv": _chapter_results(name, ipynb).to_csv(index=False)}
+        for cell in nbformat.read(str(ipynb), as_version=4).cells:
+            for output in cell.get("outputs", []):
+                data = output.get("metadata", {}).get(FIGURE_DATA_KEY)
+                if data:
+                    files[Path(data["file"]).name] = data["csv"]
+        for file, text in files.items():
+            with atomic_path(out / file) as tmp:
+                Path(tmp).write_text(text, encoding="utf-8")
+
+
+def link_results(app, pagename, templatename, context, doctree):
+    """Under a chapter page's title, a link to its rows of the results table (:func:`write_data_files`)."""
+    from pathlib import Path
+
+    target = f"{DATA}/{pagename}/results.csv"
+    body = context.get("body", "")
+    if "</h1>" in body and (Path(app.srcdir) / target).is_file():
+        link = (f'<p class="results-data">This chapter\'s rows of the results table: '
+                f'<a href="{context["pathto"](target, 1)}">results.csv</a></p>')
+        context["body"] = body.replace("</h1>", "</h1>\n" + link, 1)
+
+
 _setup_scripts = setup
 
 
@@ -129,4 +189,6 @@ def setup(app):  # noqa: F811
     app.connect("builder-inited", check_pages)
     app.connect("builder-inited", write_checklist)
     app.connect("builder-inited", write_profile_audit)
+    app.connect("builder-inited", write_data_files)
+    app.connect("html-page-context", link_results)
     return meta

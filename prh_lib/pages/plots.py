@@ -509,3 +509,104 @@ def scatter_with_labels(x, y, labels: Sequence[str], *, ax=None, xlabel: str = "
                 bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0})
     ax.grid(alpha=0.3)
     return ax
+
+
+#: Columns of :func:`figure_data`: where (``panel``), what (``kind``, ``series``) and the values drawn.
+DATA_COLUMNS = ["panel", "kind", "series", "x", "y", "low", "high", "row", "column", "value"]
+
+
+def _series(artist) -> str:
+    label = str(artist.get_label() or "")
+    return "" if label.startswith("_") else label  # matplotlib's own "_child0", "_nolegend_": no name
+
+
+def _index_names(axis, n: int) -> list:
+    """Each of ``n`` cells along ``axis``: its tick label where one is set at its index, else the index."""
+    from matplotlib.ticker import FixedLocator
+
+    if not isinstance(axis.get_major_locator(), FixedLocator):  # ticks the caller placed (set_ticks), else indices
+        return list(range(n))
+    named = {int(round(p)): t.get_text() for p, t in zip(axis.get_ticklocs(), axis.get_ticklabels()) if t.get_text()}
+    return [named.get(i, i) for i in range(n)]
+
+
+def figure_data(fig) -> "pd.DataFrame":
+    """The numbers ``fig`` draws, read back from its visible artists: a tidy table, one row per value drawn.
+
+    Columns :data:`DATA_COLUMNS`: ``panel`` (the axes' title on one line, else ``"panel <i>"``), ``kind`` and ``series``
+    (the artist's label; ``""`` when it has none), then by kind: ``line`` / ``marker`` (``plt.plot``),
+    ``scatter``, ``segments`` (``hlines``, line collections): ``x``, ``y``; ``hline`` / ``vline``: ``y`` / ``x``;
+    ``bar`` (``x`` at its centre, ``y`` its height), ``barh`` (``x`` its width); ``errorbar``: ``x``, ``y``,
+    ``low``, ``high`` (the ends of the bar); ``band`` (``fill_between``): ``x``, ``low``, ``high``;
+    ``hspan`` / ``vspan``: ``low``, ``high``; ``heatmap`` (images, meshes): ``row``, ``column`` (tick label
+    where one is set, else the index) and ``value``. A colour bar's gradient and all texts are not data.
+    """
+    import pandas as pd
+    from matplotlib.collections import LineCollection, PathCollection, PolyCollection, QuadMesh
+    from matplotlib.container import BarContainer, ErrorbarContainer
+    from matplotlib.patches import Rectangle
+
+    frames = []
+
+    def add(panel, kind, artist, **cols):
+        cols = {k: np.asarray(v, dtype=object if k in ("row", "column") else float).ravel() for k, v in cols.items()}
+        frames.append(pd.DataFrame({"panel": panel, "kind": kind, "series": _series(artist), **cols}))
+
+    for i, ax in enumerate(_axes(fig), 1):
+        if not ax.get_visible():
+            continue
+        panel, colorbar = " ".join(ax.get_title().split()) or f"panel {i}", hasattr(ax, "_colorbar")
+        hspan, vspan = ax.get_yaxis_transform(), ax.get_xaxis_transform()
+        done = {id(a) for c in ax.containers for a in c.get_children()}  # drawn as their containers, below
+        for c in ax.containers:
+            if isinstance(c, BarContainer):
+                geo = np.array([[p.get_x(), p.get_y(), p.get_width(), p.get_height()]
+                                for p in c.patches if p.get_visible()], dtype=float).reshape(-1, 4)
+                if c.orientation == "horizontal":
+                    add(panel, "barh", c, x=geo[:, 2], y=geo[:, 1] + geo[:, 3] / 2)
+                else:
+                    add(panel, "bar", c, x=geo[:, 0] + geo[:, 2] / 2, y=geo[:, 3])
+            elif isinstance(c, ErrorbarContainer) and c.lines[0] is not None and c.lines[0].get_visible():
+                xy = np.asarray(c.lines[0].get_xydata(), dtype=float)
+                low = high = np.full(len(xy), np.nan)
+                segs = [np.asarray(s, dtype=float).reshape(-1, 2)[:, int(c.has_yerr)]  # a NaN error: no segment
+                        for s in (c.lines[2][-1].get_segments() if c.lines[2] else [])]
+                if len(segs) == len(xy):  # the ends of each point's bar, along y (along x with only xerr)
+                    low, high = ([f(s) if s.size else np.nan for s in segs] for f in (np.min, np.max))
+                add(panel, "errorbar", c, x=xy[:, 0], y=xy[:, 1], low=low, high=high)
+        for line in ax.lines:
+            if id(line) in done or not line.get_visible():
+                continue
+            xy, tr = np.array(line.get_xydata(), dtype=float), line.get_transform()
+            if tr == hspan or tr == vspan:  # axhline / axvline: one value
+                kind, xy = ("hline", xy[:1] * [np.nan, 1]) if tr == hspan else ("vline", xy[:1] * [1, np.nan])
+            else:
+                kind = "marker" if line.get_linestyle() in ("None", "", " ") else "line"
+            add(panel, kind, line, x=xy[:, 0], y=xy[:, 1])
+        for coll in ax.collections:
+            if id(coll) in done or not coll.get_visible() or colorbar or isinstance(coll, QuadMesh):
+                continue
+            if isinstance(coll, PathCollection):
+                xy = np.ma.filled(np.ma.asarray(coll.get_offsets(), dtype=float), np.nan).reshape(-1, 2)
+                add(panel, "scatter", coll, x=xy[:, 0], y=xy[:, 1])
+            elif isinstance(coll, LineCollection):
+                xy = np.concatenate([np.asarray(s, dtype=float) for s in coll.get_segments()] or [np.empty((0, 2))])
+                add(panel, "segments", coll, x=xy[:, 0], y=xy[:, 1])
+            elif isinstance(coll, PolyCollection):  # fill_between: the envelope at each x
+                xy = np.concatenate([p.vertices for p in coll.get_paths()] or [np.empty((0, 2))])
+                env = pd.DataFrame(xy, columns=["x", "y"]).groupby("x")["y"].agg(["min", "max"])
+                add(panel, "band", coll, x=env.index, low=env["min"], high=env["max"])
+        for p in ax.patches:
+            if id(p) not in done and p.get_visible() and isinstance(p, Rectangle):
+                if p.get_data_transform() == hspan:
+                    add(panel, "hspan", p, low=[p.get_y()], high=[p.get_y() + p.get_height()])
+                elif p.get_data_transform() == vspan:
+                    add(panel, "vspan", p, low=[p.get_x()], high=[p.get_x() + p.get_width()])
+        for im in [] if colorbar else ax.images + [c for c in ax.collections if isinstance(c, QuadMesh)]:
+            a = np.ma.filled(np.ma.asarray(im.get_array(), dtype=float), np.nan)
+            if im.get_visible() and a.ndim == 2:  # scalar values (an RGB picture is not data)
+                r, c = np.indices(a.shape)
+                add(panel, "heatmap", im, row=np.array(_index_names(ax.yaxis, a.shape[0]), dtype=object)[r],
+                    column=np.array(_index_names(ax.xaxis, a.shape[1]), dtype=object)[c], value=a)
+    return pd.concat(frames, ignore_index=True).reindex(columns=DATA_COLUMNS) if frames else \
+        pd.DataFrame(columns=DATA_COLUMNS)

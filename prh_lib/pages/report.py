@@ -187,33 +187,50 @@ def caption(fig, chapter: str, params: dict | None = None) -> None:
 FIGURE_METADATA_KEY = "prh:readability"
 
 
+#: Output metadata key under which :func:`show_figure` keeps a figure's data (``{"file": ..., "csv": ...}``);
+#: the book's build writes each as ``_static/data/<chapter>/<file>`` (``book/_ext/prh_book.py``).
+FIGURE_DATA_KEY = "prh:figure-data"
+_FIGURES_SHOWN: dict[str, int] = {}
+
+
 def show_figure(fig, chapter: str, params: dict | None = None) -> dict:
-    """Put a figure on the page: provenance line, text readable at page width, PNG with its measurements.
+    """Put a figure on the page: provenance line, text readable at page width, PNG with its measurements, its data.
 
     Adds :func:`caption`, runs :func:`prh_lib.pages.plots.readable` (no text below 9 pt as rendered), saves the PNG
     exactly as IPython's inline backend would (``bbox_inches="tight"``, the figure's dpi) with the measurements
     in a PNG text chunk :data:`FIGURE_METADATA_KEY` (the browser test reads it back from the built page and
-    compares it with the size the image is drawn at), displays it and closes the figure.
+    compares it with the size the image is drawn at), displays it and closes the figure. Under it, a link to
+    ``_static/data/<chapter>/figure-<n>.csv`` (the ``n``-th figure this kernel showed for ``chapter``): what the
+    figure draws, read from it by :func:`prh_lib.pages.plots.figure_data`, kept with the link in the output's
+    metadata (:data:`FIGURE_DATA_KEY`) and written out by the book's build, which serves the page.
 
     Returns
     -------
     dict
-        What :func:`prh_lib.pages.plots.readable` returned.
+        What :func:`prh_lib.pages.plots.readable` returned, with ``data`` (the CSV's path from the book's root)
+        and ``data_rows`` (its rows); the PNG holds the same.
     """
+    import html
     import io
 
     import matplotlib.pyplot as plt
-    from IPython.display import Image, display
+    from IPython.display import HTML, Image, display
 
     from prh_lib.pages import plots
 
     caption(fig, chapter, params)
     fit = plots.readable(fig)
+    data = plots.figure_data(fig)
+    n = _FIGURES_SHOWN[chapter] = _FIGURES_SHOWN.get(chapter, 0) + 1
+    fit.update(data=f"_static/data/{chapter}/figure-{n}.csv", data_rows=len(data))
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=fig.dpi, bbox_inches="tight", pad_inches=plots._TIGHT_PAD_IN,
                 metadata={FIGURE_METADATA_KEY: json.dumps(fit, sort_keys=True)})
     plt.close(fig)
     display(Image(data=buf.getvalue(), format="png"))
+    link = html.escape(fit["data"])
+    display(HTML(f'<p class="figure-data">Data behind this figure: <a href="{link}">figure-{n}.csv</a></p>'),
+            metadata={FIGURE_DATA_KEY: {"file": f"figure-{n}.csv", "csv": data.to_csv(index=False)}})
     return fit
 
 
