@@ -183,9 +183,9 @@ regimes.floor_table(floors, chance=chance, n_permutations=n_permutations).set_in
 # (1 - alpha) quantile tau, not only at chance.
 
 # %% tags=["hide-input"]
-fig = figures.regime_figure(regimes.regime_groups_over_draws(summary), chance=chance, floors=bands,
-                            regime_floors=regimes.regime_floor_marks(summary), missing_note=missing)
-_ = report.show_figure(fig, CHAPTER, params)
+for groups in regimes.figure_groups(summary, draws):  # the verdicts' dataset first, two datasets per figure
+    report.show_figure(figures.regime_figure(groups, chance=chance, floors=bands, missing_note=missing,
+                                             regime_floors=regimes.regime_floor_marks(summary)), CHAPTER, params)
 
 # %% tags=["remove-cell"]
 # the verdicts' held-out estimates (shown and explained under "Selection-free estimates" below); computed here so

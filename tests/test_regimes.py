@@ -406,3 +406,23 @@ def test_the_random_init_scope_sentence_stands_without_floors():
     text = regimes.random_vision_pointer(pd.DataFrame(), pd.DataFrame(), 0.1)
     assert "both models random-init only" in text and "3.1/vision-vision and 3.3/same-modality" in text
     assert "highest here" not in text
+
+
+def test_figure_5_reads_the_verdicts_dataset_first_with_at_most_four_panels(study):
+    """Three datasets: the one the verdicts read (largest N) comes first, two per figure (raw and calibrated:
+    four panels at most)."""
+    from types import SimpleNamespace
+
+    import matplotlib.pyplot as plt
+
+    _, df = study
+    s = regimes.study_summary(df)
+    three = pd.concat([s.assign(dataset=d) for d in ("small", "big", "other")], ignore_index=True)
+    draws = [SimpleNamespace(dataset=d, pairs=[0] * n, text_only=False) for d, n in
+             (("small", 239), ("big", 1000), ("other", 239))]
+    figs = regimes.figure_groups(three, draws)
+    assert [list(g) for g in figs] == [["big", "small"], ["other"]]
+    for g in figs:
+        fig = figures.regime_figure(g, chance={d: 0.01 for d in g})
+        assert len([ax for ax in fig.axes if ax.get_visible()]) <= 4
+        plt.close(fig)

@@ -181,6 +181,18 @@ def floor_bands(floors: pd.DataFrame, modality: dict) -> dict:
     return out
 
 
+def figure_groups(summary: pd.DataFrame, draws, *, per_figure: int = 2) -> list[dict]:
+    """Figure 5's points (:func:`regime_groups_over_draws`) split into figures of at most ``per_figure`` datasets
+    (two panels each, raw and calibrated), the dataset the verdicts read first
+    (:func:`prh_lib.data.study.headline_dataset`)."""
+    from prh_lib.data.study import headline_dataset
+
+    groups = regime_groups_over_draws(summary)
+    first = headline_dataset(draws)
+    order = sorted(groups, key=lambda d: d != first)
+    return [{d: groups[d] for d in order[i:i + per_figure]} for i in range(0, len(order), per_figure)]
+
+
 def regime_groups_over_draws(summary: pd.DataFrame, *, regimes: Sequence[str] = REGIMES) -> dict:
     """The points of the regime figure per dataset: mean over draws ± std over draws, raw and calibrated.
 
