@@ -175,3 +175,24 @@ def test_siblings_are_not_testable_with_centroid_parents():
     assert rows["C/siblings"]["this build"] != "–"
     other = {r["id"]: r for r in cp.claim_rows(_summary(0.3), _hier(-0.005, -0.20), None, centroid_parents=False)}
     assert other["C/siblings"]["verdict"] in ("differs", "inconclusive", "reproduces in kind")
+
+
+def test_controllability_figure_is_readable_at_page_width_and_draws_this_builds_changes():
+    """Small changes (±0.05) stay visible: the scale fits this build's intervals, not the paper's ±0.4."""
+    import matplotlib.pyplot as plt
+
+    from prh_lib.pages import plots
+
+    rows = []
+    for proc in (OURS, REFERENCE):
+        for m, (dp, dc) in {"finetune": (0.01, -0.04), "mse": (0.03, 0.02), "relation": (-0.02, 0.05)}.items():
+            rows.append({"method": m, "procedure": proc, "d_pointwise": dp, "d_pointwise_low": dp - 0.01,
+                         "d_pointwise_high": dp + 0.01, "d_cross_model": dc, "d_cross_model_low": dc - 0.01,
+                         "d_cross_model_high": dc + 0.01})
+    fig = cp.ablation_figure(pd.DataFrame(rows))
+    assert plots.readable(fig)["min_rendered_pt"] >= 9 - 1e-6  # every text at least 9 pt at page width
+    assert all(abs(ax.get_ylim()[1]) < 0.1 for ax in fig.axes)  # fitted to ±0.06, so the bars are not a blob
+    data = plots.figure_data(fig)
+    bars = data[data["kind"].str.startswith("bar")]
+    assert sorted(bars["y"].round(3)) == sorted(round(v, 3) for r in rows for v in (r["d_pointwise"], r["d_cross_model"]))
+    plt.close(fig)

@@ -417,30 +417,35 @@ def describe_hierarchy(hier: pd.DataFrame | None) -> str:
 
 
 def ablation_figure(summary: pd.DataFrame):
-    """Change of Pointwise (x) and Cross-Model (y) per method and procedure, seed ranges as error bars."""
+    """Change of Pointwise and Cross-Model per method (grouped bars, seed ranges as error bars), one panel per
+    procedure, on a scale fitted to this build's changes; the paper's changes are hollow black markers (an
+    marker at the panel's edge where one lies beyond it)."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 3.8))
-    marks = {"finetune": "o", "mse": "s", "relation": "^"}
-    cols = {OURS: "tab:blue", REFERENCE: "tab:orange"}
-    for _, r in summary.iterrows():
-        xe = [[r["d_pointwise"] - r["d_pointwise_low"]], [r["d_pointwise_high"] - r["d_pointwise"]]]
-        ye = [[r["d_cross_model"] - r["d_cross_model_low"]], [r["d_cross_model_high"] - r["d_cross_model"]]]
-        ax.errorbar(r["d_pointwise"], r["d_cross_model"], xerr=np.clip(np.nan_to_num(xe), 0, None),
-                    yerr=np.clip(np.nan_to_num(ye), 0, None), marker=marks.get(r["method"], "o"),
-                    color=cols.get(r["procedure"], "k"), ls="none", label=f"{r['method']} ({r['procedure']})")
-    for m, (dp, dc_) in {"finetune": (0.0, -0.28), "mse": (0.20, 0.14), "relation": (0.03, 0.42)}.items():
-        ax.scatter(dp, dc_, marker=marks[m], facecolor="none", edgecolor="k", s=60)
-    ax.scatter([], [], marker="o", facecolor="none", edgecolor="k", label="paper (hollow)")
-    lim = max(0.1, float(np.nanmax(np.abs(summary[["d_pointwise", "d_cross_model"]].to_numpy()))) * 1.2, 0.45)
-    ax.plot([-lim, lim], [-lim, lim], color="grey", lw=0.5)
-    ax.axhline(0, color="k", lw=0.5)
-    ax.axvline(0, color="k", lw=0.5)
-    ax.set_xlabel("Δ Pointwise (after − before)", fontsize=10)
-    ax.set_ylabel("Δ Cross-Model", fontsize=10)
-    ax.legend(fontsize=9, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    ax.tick_params(labelsize=9)
-    fig.tight_layout()
+    paper = {"finetune": (0.0, -0.28), "mse": (0.20, 0.14), "relation": (0.03, 0.42)}
+    procs = list(dict.fromkeys(summary["procedure"]))
+    fig, axes = plt.subplots(1, len(procs), figsize=(7.5, 3.4), sharey=True, squeeze=False, layout="constrained")
+    vals = summary[["d_pointwise_low", "d_pointwise_high", "d_cross_model_low", "d_cross_model_high"]].to_numpy()
+    lim = max(0.05, float(np.nanmax(np.abs(vals))) * 1.25)
+    for ax, proc in zip(axes[0], procs):
+        g = summary[summary["procedure"] == proc].set_index("method")
+        methods = [m for m in paper if m in g.index] + [m for m in g.index if m not in paper]
+        for j, (col, name, color) in enumerate((("d_pointwise", "Δ Pointwise", "tab:blue"),
+                                                ("d_cross_model", "Δ Cross-Model", "tab:orange"))):
+            x = np.arange(len(methods)) + (j - 0.5) * 0.38
+            v = g.loc[methods, col].to_numpy(float)
+            err = np.clip(np.nan_to_num([v - g.loc[methods, f"{col}_low"], g.loc[methods, f"{col}_high"] - v]), 0, None)
+            ax.bar(x, v, 0.36, yerr=err, color=color, label=name, capsize=3)
+            pv = np.array([paper.get(m, (np.nan, np.nan))[j] for m in methods])
+            ax.scatter(x, np.clip(pv, -lim * 0.97, lim * 0.97), marker="D", facecolor="none", edgecolor="k", s=36,
+                       label="the paper's change" if j == 0 else None, zorder=3)
+        ax.axhline(0, color="k", lw=0.6)
+        ax.set_xticks(np.arange(len(methods)), methods, fontsize=9)
+        ax.set_ylim(-lim, lim)
+        ax.set_title(proc, fontsize=10)
+        ax.tick_params(labelsize=9)
+    axes[0, 0].set_ylabel("change on held-out concepts", fontsize=10)
+    axes[0, -1].legend(fontsize=9, loc="upper left")
     return fig
 
 
