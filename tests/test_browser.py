@@ -283,8 +283,8 @@ def _small_text(page, info, book_html, screenshots) -> list[str]:
 
 @pytest.mark.slow
 def test_formulas_are_typeset_by_the_local_mathjax(book_html, server, driver):
-    info = _open(driver, server, _toc_pages()[0])
-    assert info["mathElements"] > 0, "the front page should show the mutual k-NN formula"
+    info = _open(driver, server, "methods")
+    assert info["mathElements"] > 0, "the methods page should show the mutual k-NN formula"
     assert info["mathContainers"] >= info["mathElements"]
     assert driver.execute_script("return document.querySelectorAll('mjx-container[display=\"true\"]').length") >= 1
     mathjax = [u for u in info["resources"] if "mathjax" in u.lower()]
@@ -310,3 +310,14 @@ def test_every_page_of_the_build_is_checked(book_html):
     _require_browser()
     pages = {p.stem for p in book_html.glob("*.html")} - {"index"}
     assert pages == set(_toc_pages() + EXTRA_PAGES), "a page of the build is not opened by the browser test"
+
+
+@pytest.mark.slow
+def test_front_page_checklist_rows_are_one_screen_line_each(book_html, server, driver):
+    """At about 1,300 px, every row of the front page's checklist is at most 150 px tall (one short line per
+    claim; the tests and notes live on the chapter pages)."""
+    _open(driver, server, "intro")
+    heights = driver.execute_script(
+        "return Array.from(document.querySelectorAll('article table tbody tr')).map(r => r.getBoundingClientRect().height)")
+    assert len(heights) >= 30, heights
+    assert max(heights) <= 150, sorted(heights)[-5:]
