@@ -269,8 +269,8 @@ def finding(claim: Claim | str, *, this_build: str | None, holds: bool | None = 
             ph, pc, _ = read["paper"]
             paper_v = verdict(claim, holds=ph, value=value, interval=interval, comparable=comparable, conclusive=pc)
     v = verdict(claim, holds=holds, value=value, interval=interval, comparable=comparable, conclusive=conclusive)
-    if explained or control_failed:
-        v = "explained" if explained else "control failed"
+    if explained or control_failed:  # the same for both readings: a cause or an invalid experiment
+        v = paper_v = "explained" if explained else "control failed"
         note = "; ".join(t for t in (explained or control_failed, note) if t)
     elif v == "not testable offline":
         why = reason or note or claim.offline or "this build has no numbers for it"
