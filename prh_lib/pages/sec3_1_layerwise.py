@@ -270,8 +270,8 @@ def findings(agg: pd.DataFrame, heldout: pd.DataFrame, *, dataset: str, alpha: f
 
     def row(cid, tests, this_build, **kw):
         power = V.power_note(tests)
-        rows.append(claims.finding(cid, this_build=this_build, tests=tests, rule=RULES[cid],
-                                   note="; ".join(t for t in (kw.pop("note", ""), power) if t), **kw))
+        note = "; ".join(t for t in (kw.pop("note", ""), power, V.model_caveats(this_build)) if t)
+        rows.append(claims.finding(cid, this_build=this_build, tests=tests, rule=RULES[cid], note=note, **kw))
 
     if len(cross):
         best = cross.loc[cross["score"].idxmax()]

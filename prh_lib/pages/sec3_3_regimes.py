@@ -379,8 +379,8 @@ def regime_claims(summary: pd.DataFrame, projection: pd.DataFrame | None = None,
 
     def row(cid, tests, this_build, **kw):
         power = V.power_note(tests)
-        rows.append(claims.finding(cid, this_build=this_build, tests=tests, rule=RULES[cid],
-                                   note="; ".join(t for t in (kw.pop("note", ""), power) if t), **kw))
+        note = "; ".join(t for t in (kw.pop("note", ""), power, V.model_caveats(this_build)) if t)
+        rows.append(claims.finding(cid, this_build=this_build, tests=tests, rule=RULES[cid], note=note, **kw))
 
     if comps.empty:
         why = "no held-out estimates in this run (heldout_boot = 0)"

@@ -18,7 +18,7 @@ from prh_lib.stats.selection import detectable_difference, paired_interval
 from prh_lib.analysis.heldout import QUANTITY, floor_margins, margin
 from prh_lib.formatting import format_interval
 
-__all__ = ["PAPER_N", "PAPER_K", "caption_trained", "unimodal_first", "comparisons_of", "above_chance", "above_floors", "above_pair", "ratio_above", "depth_tests",
+__all__ = ["PAPER_N", "PAPER_K", "caption_trained", "model_caveats", "unimodal_first", "comparisons_of", "above_chance", "above_floors", "above_pair", "ratio_above", "depth_tests",
            "peak_above_final", "detectable", "power_note", "held_text", "fisher_n_for_r"]
 
 
@@ -34,6 +34,17 @@ def caption_trained(pair: str) -> str:
 
     return next((e.caption_trained for m in str(pair).split(" × ") if "@random-init" not in m
                  and (e := ZOO.get(m.split(" (")[0])) is not None and e.caption_trained), "")
+
+
+def model_caveats(text: str) -> str:
+    """The zoo's ``caveat`` (and ``caption_trained``) of every zoo model ``text`` names, as one note ("" if none):
+    what a reader must know about a verdict that rests on them (issue 44: DINOv2-S's saliency-tuned weights)."""
+    import re
+
+    from prh_lib.models.zoo.registry import ZOO
+
+    named = [e for n, e in ZOO.items() if (e.caveat or e.caption_trained) and re.search(rf"\b{re.escape(n)}\b(?!@)", text)]
+    return "; ".join(f"{e.name} is {e.caveat or e.caption_trained}" for e in named)
 
 
 def unimodal_first(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, str]:

