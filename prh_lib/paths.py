@@ -365,11 +365,10 @@ def clear_digest_memo() -> None:
 def display_path(path: str | Path) -> str:
     """``path`` as a page may show it, without machine-specific absolute parts.
 
-    Inside ``PRH_DATA_ROOT``: ``"PRH_DATA_ROOT/<relative>"`` (the root itself: ``"PRH_DATA_ROOT (<name>)"``);
-    inside ``PRH_CACHE_DIR``: ``"PRH_CACHE_DIR/<relative>"``; inside the repository: the relative path; inside
-    the home folder: ``"~/<relative>"``; anything else: ``".../<name>"``. Hub ids and other non-paths (no
-    leading ``/``, ``~`` or ``.``) are returned unchanged. Error messages keep full paths; this is for
-    ``describe``-style summaries, reprs and pages.
+    Inside ``PRH_DATA_ROOT``: ``"PRH_DATA_ROOT/<relative>"`` (the root itself: ``"PRH_DATA_ROOT (<name>)"``); inside
+    ``PRH_CACHE_DIR``: ``"PRH_CACHE_DIR/<relative>"``; inside the repository: the relative path; inside the home folder:
+    ``"~/<relative>"``; anything else: ``".../<name>"``. Hub ids and other non-paths (no leading ``/``, ``~`` or ``.``)
+    are returned unchanged. Error messages keep full paths; this is for ``describe``-style summaries, reprs and pages.
 
     Examples
     --------

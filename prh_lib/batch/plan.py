@@ -27,9 +27,8 @@ __all__ = ["DatasetSpec", "Job", "study_pairs", "clear_caches", "planned_cache_f
 class Job:
     """One model on one set of pairs; produces one file in the feature cache.
 
-    ``cache_file`` is computed when the job is planned (the path :func:`prh_lib.extract.get_features` will
-    write); it is None when the model could not be resolved then (``note`` says why), and the worker
-    extracts anyway.
+    ``cache_file`` is computed when the job is planned (the path :func:`prh_lib.extract.get_features` will write); it is
+    None when the model could not be resolved then (``note`` says why), and the worker extracts anyway.
     """
 
     model: str
@@ -208,11 +207,10 @@ def describe_plan(jobs: Sequence[Job]) -> str:
 def study_from_profile(params: dict) -> tuple[list[str], list[DatasetSpec], dict]:
     """Models, dataset specs and extraction options of a notebook parameter set.
 
-    Models: ``vision_models`` + ``language_models`` + ``embedding_models`` + ``vlm_models`` when present,
-    else every model in ``comparisons``. Datasets: ``datasets`` (the notebooks' study parameter) or
-    ``study_datasets`` when present, else the notebook's own
-    dataset parameters (``dataset_source``, ``data_location``, ``n_pairs``, ``seed``, ``caption_policy``) as
-    one dataset with one repetition, so the files are the ones the notebook will read.
+    Models: ``vision_models`` + ``language_models`` + ``embedding_models`` + ``vlm_models`` when present, else every
+    model in ``comparisons``. Datasets: ``datasets`` (the notebooks' study parameter) or ``study_datasets`` when
+    present, else the notebook's own dataset parameters (``dataset_source``, ``data_location``, ``n_pairs``, ``seed``,
+    ``caption_policy``) as one dataset with one repetition, so the files are the ones the notebook will read.
     """
     models = [m for key in ("vision_models", "language_models", "embedding_models", "vlm_models")
               for m in params.get(key) or []]

@@ -63,10 +63,9 @@ def load_capability_table(path: str | Path | None = None) -> pd.DataFrame:
     Parameters
     ----------
     path : path, optional
-        A CSV with the columns ``model``, ``mmlu_5shot``, ``mmlu_source``, ``arc_challenge``,
-        ``arc_source``, ``gsm8k_5shot``, ``gsm8k_source`` (further columns are kept; ``arc_shots``, the
-        ARC shot count, is read as a number). Lines starting with ``#`` are comments.
-        Default: :func:`capability_table_path`.
+        A CSV with the columns ``model``, ``mmlu_5shot``, ``mmlu_source``, ``arc_challenge``, ``arc_source``,
+        ``gsm8k_5shot``, ``gsm8k_source`` (further columns are kept; ``arc_shots``, the ARC shot count, is read as a
+        number). Lines starting with ``#`` are comments. Default: :func:`capability_table_path`.
 
     Returns
     -------

@@ -43,9 +43,8 @@ How ambiguous names were resolved (the ``notes`` field of each entry repeats thi
 
 - *LLaMA 7B/13B/30B* are the original LLaMA (v1) weights; Meta distributes them only on request, so the
   widely used conversion ``huggyllama/llama-*`` is the id (the "30B" model has 32.5 B parameters).
-- *Llama-3.x, Mistral, Qwen2.5, Gemma*: the base (pre-trained) checkpoints, whose ids are the names as the
-  paper writes them; instruction-tuned ids carry ``-Instruct``/``-it``. Mistral-7B v0.3 base is
-  ``mistralai/Mistral-7B-v0.3``.
+- *Llama-3.x, Mistral, Qwen2.5, Gemma*: the base (pre-trained) checkpoints, whose ids are the names as the paper writes
+  them; instruction-tuned ids carry ``-Instruct``/``-it``. Mistral-7B v0.3 base is ``mistralai/Mistral-7B-v0.3``.
 - *Qwen3-4B/8B*: ``Qwen/Qwen3-4B`` and ``Qwen/Qwen3-8B`` are the ids that equal the names in the paper; they
   are the post-trained (hybrid thinking) releases. The base checkpoints are ``Qwen/Qwen3-4B-Base`` and
   ``Qwen/Qwen3-8B-Base``; swap them in with ``-p language_models=...`` if the paper meant those.
@@ -59,9 +58,8 @@ How ambiguous names were resolved (the ``notes`` field of each entry repeats thi
   is a one-line change in :data:`MODELS`.
 - *CLIP ViT-L/14* is OpenAI's 224 px ``openai/clip-vit-large-patch14`` (not the 336 px variant).
 
-Datasets (:data:`DATASETS`): WIT-1024 (its fixed 1024 pairs, once), COCO captions, DOCCI and CC3M with
-DreamLIP captions (N = 1024 pairs drawn with seeds 0-4). Sources and accepted local formats are described
-in :mod:`prh_lib.data.sources`.
+Datasets (:data:`DATASETS`): WIT-1024 (its fixed 1024 pairs, once), COCO captions, DOCCI and CC3M with DreamLIP captions
+(N = 1024 pairs drawn with seeds 0-4). Sources and accepted local formats are described in :mod:`prh_lib.data.sources`.
 """
 
 from __future__ import annotations

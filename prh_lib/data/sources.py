@@ -89,10 +89,9 @@ def load_coco_captions(location: str | Path | None = None, *, split: str | None 
                        id_column: str = "id") -> ImageCaptionDataset:
     """MS-COCO 2017 captions (5 human captions per image), sampled N = 1024 per repetition.
 
-    ``location`` is either the official COCO layout (a folder with ``annotations/captions_<split>.json``
-    and the images in ``<split>/``, split default ``val2017``), or a table such as the default
-    ``lmms-lab/COCO-Caption2017`` (split ``val``: the 5000 val2017 images; columns ``image``, ``answer``
-    = the list of captions, ``id`` = the COCO image id).
+    ``location`` is either the official COCO layout (a folder with ``annotations/captions_<split>.json`` and the images
+    in ``<split>/``, split default ``val2017``), or a table such as the default ``lmms-lab/COCO-Caption2017`` (split
+    ``val``: the 5000 val2017 images; columns ``image``, ``answer`` = the list of captions, ``id`` = the COCO image id).
 
     Raises
     ------

@@ -8,9 +8,8 @@ and 3.2). A :class:`DatasetSpec` says where a dataset comes from and how its dra
 Two kinds of draw (``DatasetSpec.draws``):
 
 ``"seeds"``
-    Draw r samples ``n_pairs`` images with seed ``first_seed + r`` (the paper's protocol). When
-    ``n_pairs`` is None or equals the dataset size every seed gives the same pairs, so only one draw is
-    made and it is marked not repeatable.
+    Draw r samples ``n_pairs`` images with seed ``first_seed + r`` (the paper's protocol). When ``n_pairs`` is None or
+    equals the dataset size every seed gives the same pairs, so only one draw is made and it is marked not repeatable.
 ``"captions"``
     The same images in every draw (sampled once with ``first_seed``); draw r pairs every image with its
     r-th human caption (``caption_policy="nth"``). Offline, ``coco-mini`` has 5 captions per image, so
@@ -199,8 +198,7 @@ def study_draws(datasets, *, n_draws: int | None = None) -> list[Draw]:
     datasets : sequence of DatasetSpec, dict or str
         The study's datasets (coerced with :meth:`DatasetSpec.coerce`); names must be unique.
     n_draws : int, optional
-        Draws per dataset, overriding each spec's ``repetitions`` (a dataset that allows one draw still
-        gets one).
+        Draws per dataset, overriding each spec's ``repetitions`` (a dataset that allows one draw still gets one).
 
     Returns
     -------
@@ -267,10 +265,9 @@ PAPER_HEADLINE = "coco"
 def headline_dataset(draws: "list[Draw]") -> str:
     """The dataset whose numbers a chapter's verdicts read.
 
-    The paper's COCO when it is in the study; otherwise the dataset with the most pairs per draw, so that
-    a claim about N = 1024 is read at the N closest to it (offline: ``flickr8k-1k``, N = 1,000, rather than
-    ``coco-mini``, N = 239); ties go to the dataset listed first. Text-only datasets (no images) are passed over
-    while any dataset has images.
+    The paper's COCO when it is in the study; otherwise the dataset with the most pairs per draw, so that a claim about
+    N = 1024 is read at the N closest to it (offline: ``flickr8k-1k``, N = 1,000, rather than ``coco-mini``, N = 239);
+    ties go to the dataset listed first. Text-only datasets (no images) are passed over while any dataset has images.
 
     Parameters
     ----------

@@ -129,15 +129,14 @@ def bits_per_byte(lm: torch.nn.Module, tokenizer, texts: Sequence[str], *, batch
                   use_bos: bool | None = None, prefix: str | None = BPB_PREFIX, progress: bool = False) -> BitsPerByte:
     """Bits per UTF-8 byte of a causal language model on ``texts``.
 
-    By default (``prefix`` given) every model is conditioned the same way: each text is scored after the fixed
-    text ``prefix`` (:data:`BPB_PREFIX`, preceded by the tokenizer's BOS token where it has one), every token of
-    the text is scored, and the byte count is the whole text's. With ``prefix=None`` the older conventions
-    apply: each text is tokenised on its own without special tokens. With a BOS token (``use_bos``), the
-    sequence is ``[BOS] + tokens`` and every text token is scored given the ones before it; the byte count
-    is the whole text's. Without one, the first token is context only: tokens 2..T are scored and the
-    bytes are those after the first token (from the tokenizer's offsets). Bits are summed over the corpus
-    and divided by the bytes summed over the corpus. Batches are padded on the right and scored with the
-    attention mask, so the result does not depend on ``batch_size`` (to float round-off).
+    By default (``prefix`` given) every model is conditioned the same way: each text is scored after the fixed text
+    ``prefix`` (:data:`BPB_PREFIX`, preceded by the tokenizer's BOS token where it has one), every token of the text is
+    scored, and the byte count is the whole text's. With ``prefix=None`` the older conventions apply: each text is
+    tokenised on its own without special tokens. With a BOS token (``use_bos``), the sequence is ``[BOS] + tokens`` and
+    every text token is scored given the ones before it; the byte count is the whole text's. Without one, the first
+    token is context only: tokens 2..T are scored and the bytes are those after the first token (from the tokenizer's
+    offsets). Bits are summed over the corpus and divided by the bytes summed over the corpus. Batches are padded on the
+    right and scored with the attention mask, so the result does not depend on ``batch_size`` (to float round-off).
 
     Parameters
     ----------
@@ -245,8 +244,7 @@ def heldout_captions(dataset, pairs, *, per_image: int = 1, max_texts: int | Non
     Raises
     ------
     ValueError
-        If ``per_image`` or ``max_texts`` is below 1, a pair's sample is not in ``dataset``, or no caption
-        is left.
+        If ``per_image`` or ``max_texts`` is below 1, a pair's sample is not in ``dataset``, or no caption is left.
     """
     if not isinstance(per_image, int) or per_image < 1:
         raise ValueError(f"per_image must be an int >= 1, got {per_image!r}")
@@ -268,12 +266,11 @@ def heldout_captions(dataset, pairs, *, per_image: int = 1, max_texts: int | Non
 def study_heldout(datasets, draws, *, per_image: int = 1, max_texts: int | None = None) -> tuple[list[str], str]:
     """Captions that no draw of the study aligns: held-out text for bits per byte across datasets and draws.
 
-    A caption of an image is *used* when it is contained in the text of that image in any draw of any
-    dataset built on the same source (so caption draws, concatenations and seeded subsets are all left
-    out). The others are held out: ``per_image`` of them per image, images in each dataset's order, at most
-    ``max_texts`` in all. When every caption is used (e.g. caption draws over every caption of every
-    image), the first draw's own texts are returned with ``"aligned"`` (as Huh et al. 2024 measure it),
-    and the caller should say so.
+    A caption of an image is *used* when it is contained in the text of that image in any draw of any dataset built on
+    the same source (so caption draws, concatenations and seeded subsets are all left out). The others are held out:
+    ``per_image`` of them per image, images in each dataset's order, at most ``max_texts`` in all. When every caption is
+    used (e.g. caption draws over every caption of every image), the first draw's own texts are returned with
+    ``"aligned"`` (as Huh et al. 2024 measure it), and the caller should say so.
 
     Parameters
     ----------
@@ -334,10 +331,9 @@ def bpb_corpus(dataset, pairs, *, source: str = "auto", per_image: int = 1,
     dataset : prh_lib.data.ImageCaptionDataset
     pairs : prh_lib.data.Pairs
     source : {"auto", "heldout", "aligned"}
-        ``"heldout"``: :func:`heldout_captions` (other captions of the same images, not used for
-        alignment); ``"aligned"``: the pairs' own texts (the captions themselves, as Huh et al. 2024);
-        ``"auto"``: held-out captions when the dataset has any (COCO: four per image), else the aligned
-        texts (WIT and DOCCI have one text per image).
+        ``"heldout"``: :func:`heldout_captions` (other captions of the same images, not used for alignment);
+        ``"aligned"``: the pairs' own texts (the captions themselves, as Huh et al. 2024); ``"auto"``: held-out captions
+        when the dataset has any (COCO: four per image), else the aligned texts (WIT and DOCCI have one text per image).
     per_image, max_texts
         As in :func:`heldout_captions`; ``max_texts`` also bounds the aligned texts.
 

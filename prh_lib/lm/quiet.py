@@ -49,11 +49,10 @@ def quiet(enabled: bool = True):
     """A context in which library logs, progress bars and warnings are not shown.
 
     Inside the block: ``transformers`` verbosity is ERROR and its progress bars are off
-    (``transformers.logging.set_verbosity_error`` / ``disable_progress_bar``, restored on exit), the
-    loggers of :data:`_LOGGERS` are at ERROR, warnings are ignored, and whatever is still written to
-    ``sys.stderr`` (e.g. tqdm bars of other libraries) is captured. If the block raises, the captured text
-    is written to the real stderr before the exception propagates, so nothing that explains a failure is
-    lost.
+    (``transformers.logging.set_verbosity_error`` / ``disable_progress_bar``, restored on exit), the loggers of
+    :data:`_LOGGERS` are at ERROR, warnings are ignored, and whatever is still written to ``sys.stderr`` (e.g. tqdm bars
+    of other libraries) is captured. If the block raises, the captured text is written to the real stderr before the
+    exception propagates, so nothing that explains a failure is lost.
 
     Parameters
     ----------

@@ -1,9 +1,8 @@
 """Shortened captions for the "less detail" control (Section 3.2's caption argument; Appendices F and H).
 
-A detailed text is shortened to a fraction of its words, either by a causal language model with a fixed
-prompt and greedy decoding (:func:`summarize_texts`; the paper used Qwen3-8B, the offline default is the
-zoo's SmolLM2-135M-Instruct), or by keeping the first words (:func:`truncate_texts`, the deterministic
-baseline).
+A detailed text is shortened to a fraction of its words, either by a causal language model with a fixed prompt and
+greedy decoding (:func:`summarize_texts`; the paper used Qwen3-8B, the offline default is the zoo's
+SmolLM2-135M-Instruct), or by keeping the first words (:func:`truncate_texts`, the deterministic baseline).
 
 Summaries are cached like features: one JSON file per (model and revision, prompt, fraction, decoding
 options, source texts), written atomically, holding the prompt, the model, every raw generation and which
@@ -113,8 +112,7 @@ class Summaries:
     raw : tuple of str
         Each row's generation as decoded (before cleaning).
     fallback : tuple of str
-        ``""`` where the summary was used, else why the row fell back to truncation (``"empty"``,
-        ``"not shorter"``).
+        ``""`` where the summary was used, else why the row fell back to truncation (``"empty"``, ``"not shorter"``).
     fraction : float
     model, revision : str
         The generating model and its weight revision.
@@ -160,9 +158,8 @@ def summaries_path(model: str, revision: str, *, prompt: str, system: str, fract
                    texts: Sequence[str], decoding: dict) -> Path:
     """Cache file of one set of summaries; the name hashes every option that changes the output.
 
-    Key: model name and revision, prompt, system turn, fraction, decoding options, the source texts in row
-    order, and :data:`SUMMARY_FORMAT_VERSION`; under ``paths.cache_dir("summaries")``. Frozen by
-    ``tests/test_cache_keys.py``.
+    Key: model name and revision, prompt, system turn, fraction, decoding options, the source texts in row order, and
+    :data:`SUMMARY_FORMAT_VERSION`; under ``paths.cache_dir("summaries")``. Frozen by ``tests/test_cache_keys.py``.
     """
     key = [model, revision, prompt, system, float(fraction), decoding, _texts_hash(texts), SUMMARY_FORMAT_VERSION]
     return paths.cache_file("summaries", model, key, prefix=f"n{len(texts)}-f{fraction:g}", suffix=".json")

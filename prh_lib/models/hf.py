@@ -170,8 +170,7 @@ def load_causal_lm(name: str, *, device: str = "cpu", dtype="float32") -> Causal
     Parameters
     ----------
     name : str
-        As for :func:`prh_lib.models.load_model`; must be a causal language model (``random-init`` and
-        towers are not).
+        As for :func:`prh_lib.models.load_model`; must be a causal language model (``random-init`` and towers are not).
     device : str, default="cpu"
         ``"cuda"`` shards a large model over all visible GPUs, as :func:`prh_lib.models.load_model`.
     dtype : str or torch.dtype, default="float32"

@@ -132,9 +132,8 @@ class LoadedModel:
         Returns
         -------
         tuple of Tensor
-            Hugging Face: ``hidden_states``, each (B, T, d), index 0 the embedding output.
-            timm: feature maps, each (B, C, H, W).
-            Two-tower (``"hf-joint"``): the tower's ``hidden_states``, then the joint-space embedding (B, d).
+            Hugging Face: ``hidden_states``, each (B, T, d), index 0 the embedding output. timm: feature maps, each (B,
+            C, H, W). Two-tower (``"hf-joint"``): the tower's ``hidden_states``, then the joint-space embedding (B, d).
 
         Raises
         ------

@@ -189,8 +189,7 @@ def parse_model_name(name: str) -> ModelSpec:
     Parameters
     ----------
     name : str
-        See the module docstring. A name that is an existing folder is always a folder, whatever its
-        suffixes.
+        See the module docstring. A name that is an existing folder is always a folder, whatever its suffixes.
 
     Returns
     -------

@@ -31,12 +31,11 @@ __all__ = ["TextChunking", "load_joint"]
 class TextChunking:
     """How a two-tower text tower embeds captions longer than its context (Herbst et al., Section 3.3).
 
-    A caption's tokens (without special tokens) are split into consecutive windows of ``window`` tokens;
-    each window gets the model's special tokens (``prefix`` + window + ``suffix``, at most
-    ``context_length`` tokens) and is embedded on its own. The extraction code averages each layer's
-    pooled chunk features, weighted by the number of caption tokens in each chunk
-    (:func:`prh_lib.extract.extract_features`). A caption that fits gives one chunk equal to the
-    tokenizer's own encoding, so the chunked path reduces to the plain one.
+    A caption's tokens (without special tokens) are split into consecutive windows of ``window`` tokens; each window
+    gets the model's special tokens (``prefix`` + window + ``suffix``, at most ``context_length`` tokens) and is
+    embedded on its own. The extraction code averages each layer's pooled chunk features, weighted by the number of
+    caption tokens in each chunk (:func:`prh_lib.extract.extract_features`). A caption that fits gives one chunk equal
+    to the tokenizer's own encoding, so the chunked path reduces to the plain one.
 
     Attributes
     ----------
@@ -74,8 +73,7 @@ class TextChunking:
     def split(self, ids) -> list[list[int]]:
         """Chunks of one caption's token ids (no special tokens): ``prefix + window + suffix`` each.
 
-        Every token lands in exactly one chunk, in order; an empty caption gives one chunk of the
-        special tokens alone.
+        Every token lands in exactly one chunk, in order; an empty caption gives one chunk of the special tokens alone.
         """
         ids = list(ids)
         windows = [ids[i : i + self.window] for i in range(0, len(ids), self.window)] or [[]]

@@ -11,9 +11,8 @@ Qwen3 decoder (M-RoPE, DeepStack). Its embedding is the decoder's final hidden s
 - both end with ``"projection"``: the final hidden state at the last real token (the model's own embedding,
   before its L2 normalisation).
 
-Not reproduced: the model card's instruction prompt (chat template with "Represent the user's input."),
-which changes which tokens surround the content; features are those of the bare content. Video inputs are
-not used.
+Not reproduced: the model card's instruction prompt (chat template with "Represent the user's input."), which changes
+which tokens surround the content; features are those of the bare content. Video inputs are not used.
 """
 
 from __future__ import annotations

@@ -171,16 +171,15 @@ def findings(summary: pd.DataFrame, *, paper_setting: bool = False,
              order_intervals: pd.DataFrame | None = None) -> list[dict]:
     """The row of "The paper and this build" for ``F/detail``, computed from :func:`study_summary`.
 
-    The claim (App. F): shorter captions lower alignment but keep the order of the models. Tested on the
-    ``summary`` control when it ran on at least two draws, else on ``truncation`` (every draw) (:data:`RULE`).
-    *Lower*: for every (dataset, vision, language), the mean peak at the shortest level is below the full
-    text's. *Keeps the order*: Kendall τ (:func:`scipy.stats.kendalltau`, τ-b) between the language models'
-    peaks at the full text and at each shorter level, per (dataset, vision model), is positive at every level.
-    The caption-draw std is shown, never used as a margin. With ``order_intervals``
-    (:func:`prh_lib.analysis.captions.intervals.order_intervals` of the same control; held-out peaks, one draw)
-    each row is a :class:`prh_lib.pages.claims.Test` against 0 read by :func:`prh_lib.pages.claims.combine` (holds when its
-    95 % interval is above 0, differs when its estimate is at or below 0, else inconclusive, with the difference
-    it could detect):
+    The claim (App. F): shorter captions lower alignment but keep the order of the models. Tested on the ``summary``
+    control when it ran on at least two draws, else on ``truncation`` (every draw) (:data:`RULE`). *Lower*: for every
+    (dataset, vision, language), the mean peak at the shortest level is below the full text's. *Keeps the order*:
+    Kendall τ (:func:`scipy.stats.kendalltau`, τ-b) between the language models' peaks at the full text and at each
+    shorter level, per (dataset, vision model), is positive at every level. The caption-draw std is shown, never used as
+    a margin. With ``order_intervals`` (:func:`prh_lib.analysis.captions.intervals.order_intervals` of the same control;
+    held-out peaks, one draw) each row is a :class:`prh_lib.pages.claims.Test` against 0 read by
+    :func:`prh_lib.pages.claims.combine` (holds when its 95 % interval is above 0, differs when its estimate is at or
+    below 0, else inconclusive, with the difference it could detect):
 
     - three or more language models: every Kendall τ over images;
     - two: the order of the means is one comparison and is not read; per vision model, the difference of the

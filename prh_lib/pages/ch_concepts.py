@@ -522,16 +522,15 @@ def claim_rows(summary: pd.DataFrame, hier: pd.DataFrame | None, verdicts: pd.Da
                min_gap: float = 0.05, centroid_parents: bool = True) -> list[dict]:
     """The page's rows of "The paper and this build" (:func:`prh_lib.pages.claims.finding`), claims ``C/*``.
 
-    Concept-level claims: per kind, our procedure's Cross-Model − Pointwise interval (over concepts where the
-    summary has them, :func:`summarise_measures`) must be
-    above ``min_gap`` (the paper's gaps are 0.24-0.55; a gap of a few thousandths is not its claim) and
-    Cross-Model above its shuffled control (the reference code's reading is a note). Hierarchy:
-    variation-parent within ±0.05 of 0 on the WordNet tree while the shuffled tree's interval is not, and
-    child-parent above the shuffled tree's. Siblings: with ``centroid_parents`` (parents are their children's
-    centroids, as for ImageNet's leaf classes) not testable, since the construction sets the statistic near
-    −1/(k−1) on any tree; otherwise below the shuffled tree's. Controllability: the relation-distillation row
-    under our procedure, not testable when the positive control (MSE distillation raises both measures) fails.
-    ``hier`` or ``verdicts`` None: not testable (the reason is the missing input).
+    Concept-level claims: per kind, our procedure's Cross-Model − Pointwise interval (over concepts where the summary
+    has them, :func:`summarise_measures`) must be above ``min_gap`` (the paper's gaps are 0.24-0.55; a gap of a few
+    thousandths is not its claim) and Cross-Model above its shuffled control (the reference code's reading is a note).
+    Hierarchy: variation-parent within ±0.05 of 0 on the WordNet tree while the shuffled tree's interval is not, and
+    child-parent above the shuffled tree's. Siblings: with ``centroid_parents`` (parents are their children's centroids,
+    as for ImageNet's leaf classes) not testable, since the construction sets the statistic near −1/(k−1) on any tree;
+    otherwise below the shuffled tree's. Controllability: the relation-distillation row under our procedure, not
+    testable when the positive control (MSE distillation raises both measures) fails. ``hier`` or ``verdicts`` None: not
+    testable (the reason is the missing input).
     """
     rows = []
     ids = {"vision-vision": "C/vision-vision", "language-language": "C/language-language",

@@ -32,9 +32,8 @@ def heatmaps_side_by_side(results: list[ViewComparison], *, chance: float | None
                           panel_size: tuple[float, float] = (3.75, 3.3)):
     """One row per pair: mutual k-NN (left, red line at ``chance``) beside Cross-Model (right, line at 0).
 
-    Each panel has its own colour scale (the two measures live on different scales); a white star
-    marks the maximum over defined layer pairs, a red square the final-layer pair. NaN cells
-    (undefined layers) are blank.
+    Each panel has its own colour scale (the two measures live on different scales); a white star marks the maximum over
+    defined layer pairs, a red square the final-layer pair. NaN cells (undefined layers) are blank.
     """
     import matplotlib.pyplot as plt
 
@@ -158,9 +157,8 @@ def claim_verdict(paper, draws=None, *, tol: float = 0.05, n_sd: float = 2.0, re
     non-zero difference ``paper[a] - paper[b]`` with its sign).
 
     * ``"reproduces"``: every build mean is within ``max(tol, n_sd * sd)`` of the paper's value;
-    * ``"reproduces in kind"``: otherwise, if every ordering of the paper holds in the build and is
-      resolved (the mean difference exceeds ``max(tol, n_sd * sd of the difference)``; for ``k = 1``
-      the sign of the value);
+    * ``"reproduces in kind"``: otherwise, if every ordering of the paper holds in the build and is resolved (the mean
+      difference exceeds ``max(tol, n_sd * sd of the difference)``; for ``k = 1`` the sign of the value);
     * ``"differs"``: neither;
     * ``"not testable offline (<reason>)"`` when there are no draws.
 
@@ -272,12 +270,11 @@ def checklist_rows(table: pd.DataFrame, *, step: str = "our procedure", other: s
     Pointwise gap comes, on this build's features, from adding each model's mean back after whitening, stays
     beside it as a note (for the paper's own table that is a hypothesis).
 
-    With ``heldout`` the verdict is a test on selection-free estimates over images (issue 24): for every pair
-    of the claim's kind, the held-out Cross-Model − Pointwise at the best layer pair chosen on the other half
-    of the images, with its paired 95 % subsampling interval
-    (:func:`prh_lib.analysis.displacement.heldout.heldout_best_pair`), must exceed 0
-    (:class:`prh_lib.pages.claims.Test`; "inconclusive" when an interval reaches 0, "differs" when an estimate is
-    not above it). A kind without a held-out estimate (a draw below
+    With ``heldout`` the verdict is a test on selection-free estimates over images (issue 24): for every pair of the
+    claim's kind, the held-out Cross-Model − Pointwise at the best layer pair chosen on the other half of the images,
+    with its paired 95 % subsampling interval (:func:`prh_lib.analysis.displacement.heldout.heldout_best_pair`), must
+    exceed 0 (:class:`prh_lib.pages.claims.Test`; "inconclusive" when an interval reaches 0, "differs" when an estimate
+    is not above it). A kind without a held-out estimate (a draw below
     :data:`~prh_lib.analysis.displacement.heldout.MIN_SAMPLES` images) keeps :func:`claim_verdict`'s reading
     of ``table`` (the spread over splits), and its note says so.
 

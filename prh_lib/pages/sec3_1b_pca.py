@@ -256,11 +256,10 @@ _LANGUAGE = "smollm|minilm|gemma|qwen|llama|mistral|bloom|deepseek|embed|tfidf"
 
 
 def _majority(values, threshold: float, side: str) -> tuple[bool, bool, int, int]:
-    """``(holds, conclusive, n_estimate, n_clear)`` of "more than half of the rows are on ``side`` of
-    ``threshold``", read symmetrically: ``n_clear`` rows have their whole interval on ``side``, ``n_off`` rows
-    have it wholly off (rows without an interval count by their estimate). Holds when the ``n_clear`` rows are a
-    majority; differs when the rows not wholly off cannot be one; inconclusive otherwise. ``n_estimate`` counts
-    the rows by their estimate (shown)."""
+    """``(holds, conclusive, n_estimate, n_clear)`` of "more than half of the rows are on ``side`` of ``threshold``",
+    read symmetrically: ``n_clear`` rows have their whole interval on ``side``, ``n_off`` rows have it wholly off (rows
+    without an interval count by their estimate). Holds when the ``n_clear`` rows are a majority; differs when the rows
+    not wholly off cannot be one; inconclusive otherwise. ``n_estimate`` counts the rows by their estimate (shown)."""
     def on(v):
         return v > threshold if side == ">" else v < threshold
 
@@ -281,13 +280,12 @@ def findings(table: pd.DataFrame, *, dataset: str, role: str = "peak", dims_prob
              paper_setting: bool = False) -> list[dict]:
     """Rows of "The paper and this build" for ``3.1/pca-*`` from :func:`study_table` (one dataset, one role).
 
-    The paper's PCA claims are about compressing the *language* side (Sec. 3.1, Fig. 2), so only rows that
-    compress a language model count (:data:`RULES`); the 100-dimension probe is taken at the paper's share of
-    rank (100 of 1,023), not at 100 components of a rank of 238. Each row's relative score is read with its
-    paired 95 % interval over images when :func:`study_table` has them (``ci_*``; first draw): a claim holds when
-    more than half of the rows are on its side interval included, differs when the rows not wholly off its side
-    cannot be a majority, and is inconclusive otherwise (:func:`_majority`). Without intervals the means over draws decide, and the
-    note says so.
+    The paper's PCA claims are about compressing the *language* side (Sec. 3.1, Fig. 2), so only rows that compress a
+    language model count (:data:`RULES`); the 100-dimension probe is taken at the paper's share of rank (100 of 1,023),
+    not at 100 components of a rank of 238. Each row's relative score is read with its paired 95 % interval over images
+    when :func:`study_table` has them (``ci_*``; first draw): a claim holds when more than half of the rows are on its
+    side interval included, differs when the rows not wholly off its side cannot be a majority, and is inconclusive
+    otherwise (:func:`_majority`). Without intervals the means over draws decide, and the note says so.
     """
     t = table[(table["dataset"] == dataset) & (table["layers"] == role)]
     lang = t[t["compressed"].str.contains(_LANGUAGE, case=False, regex=True)]

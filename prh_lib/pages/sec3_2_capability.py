@@ -33,8 +33,7 @@ import pandas as pd
 from prh_lib.data.benchmarks import BENCHMARKS, missing_counts
 from prh_lib.stats.correlation import CorrelationResult, correlate, exact_p_floor, near_constant
 
-# the computation (single-run tables, the study over draws), re-exported: this module stays the chapter's one
-# namespace
+# the computation (single-run tables, the study over draws), re-exported: this module stays the chapter's one namespace
 from prh_lib.analysis.capability.study import (BENCHMARK_DIRECTION, OFFLINE_CAPABILITY, QUANTITIES, DegenerateLayers,  # noqa: F401
     StudySets, alignment_table, bpb_table, capability_columns, capability_rows, correlation_table, heldout_texts,
     join_capabilities, ladder_is_monotone, paper_setting, study_alignment, study_sets, vision_features)
@@ -79,10 +78,9 @@ def summary_table(df: pd.DataFrame, capabilities: pd.DataFrame | None = None) ->
     Returns
     -------
     DataFrame
-        Columns ``dataset``, ``vision``, ``language``, ``family``, ``fraction``, ``n``, ``chance``
-        (k/(N-1)), for ``peak`` and ``final``: ``<q>`` (mean), ``<q> std``, ``calibrated <q>`` (mean),
-        ``p <q> (max)`` (largest p over draws), ``n_draws``; then ``bpb``, ``next_token_accuracy`` and the
-        benchmarks.
+        Columns ``dataset``, ``vision``, ``language``, ``family``, ``fraction``, ``n``, ``chance`` (k/(N-1)), for
+        ``peak`` and ``final``: ``<q>`` (mean), ``<q> std``, ``calibrated <q>`` (mean), ``p <q> (max)`` (largest p over
+        draws), ``n_draws``; then ``bpb``, ``next_token_accuracy`` and the benchmarks.
     """
     from prh_lib import results
 
@@ -169,10 +167,9 @@ def study_correlations(summary: pd.DataFrame, *, capability: Sequence[str], alig
     Returns
     -------
     DataFrame
-        Columns ``dataset``, ``vision``, ``alignment``, ``capability``, ``method``, ``r``, ``ci low``,
-        ``ci high``, ``p``, ``p method``, ``n``, ``direction`` (+1 when higher capability is a higher
-        value, -1 for bits per byte), ``r (capability)`` (``direction * r``: positive when alignment grows
-        with capability).
+        Columns ``dataset``, ``vision``, ``alignment``, ``capability``, ``method``, ``r``, ``ci low``, ``ci high``,
+        ``p``, ``p method``, ``n``, ``direction`` (+1 when higher capability is a higher value, -1 for bits per byte),
+        ``r (capability)`` (``direction * r``: positive when alignment grows with capability).
     """
     direction = {**OFFLINE_CAPABILITY, **BENCHMARK_DIRECTION}
     sub = summary[summary["family"] == family]
@@ -256,15 +253,14 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
               missing_models: Sequence[str] = (), image_corr: pd.DataFrame | None = None) -> list[dict]:
     """Rows of "The paper and this build" for the claims ``3.2/*``, computed from :func:`study_correlations`.
 
-    With benchmark correlations (the paper profile) the paper's claims are tested as stated: MMLU and ARC
-    on DOCCI (r > 0 and p < 0.05), GSM8K not significant, the order of r over DOCCI, WIT and CC3M, and
-    final-layer alignment predicting less than the peak. Offline only ``3.2/capability-trend`` and
-    ``3.2/final-less`` are testable, in kind: capability is bits per byte on held-out captions of the
-    independently trained models, on ``main_dataset``, and the claim holds when every vision model's
-    Pearson and Spearman correlation has the sign of "alignment grows with capability", and the verdict is
-    "inconclusive" unless every exact p is below 0.05. When no exact p can be below 0.05 (n ≤ 4: the floor is
-    1/n! for Pearson, 2/n! for Spearman, :func:`too_few_models`) both claims are "not testable offline" with
-    that reason in numbers, and the direction of the numbers is kept as a note.
+    With benchmark correlations (the paper profile) the paper's claims are tested as stated: MMLU and ARC on DOCCI (r >
+    0 and p < 0.05), GSM8K not significant, the order of r over DOCCI, WIT and CC3M, and final-layer alignment
+    predicting less than the peak. Offline only ``3.2/capability-trend`` and ``3.2/final-less`` are testable, in kind:
+    capability is bits per byte on held-out captions of the independently trained models, on ``main_dataset``, and the
+    claim holds when every vision model's Pearson and Spearman correlation has the sign of "alignment grows with
+    capability", and the verdict is "inconclusive" unless every exact p is below 0.05. When no exact p can be below 0.05
+    (n ≤ 4: the floor is 1/n! for Pearson, 2/n! for Spearman, :func:`too_few_models`) both claims are "not testable
+    offline" with that reason in numbers, and the direction of the numbers is kept as a note.
 
     Parameters
     ----------
@@ -487,11 +483,10 @@ def _pick(corr: pd.DataFrame, **eq) -> pd.DataFrame:
 def too_few_models(n: int, *, methods=("pearson", "spearman"), alpha: float = 0.05, r: float = 0.66) -> str:
     """Why a rule "exact permutation p < ``alpha`` over ``n`` models" cannot pass, in numbers ("" when it can).
 
-    The exact two-sided permutation p of ``n`` models is never below :func:`exact_p_floor` (1/n! for
-    Pearson's r, 2/n! for Spearman's ρ); when that floor is at least ``alpha`` for one of ``methods``, no data
-    can pass the rule: the claim ran but is underpowered ("inconclusive", with this as its note). The reason
-    names ``n``, the floors and the number of models that detects the paper's ``r`` at 80 % power
-    (:func:`prh_lib.pages.verdicts.fisher_n_for_r`).
+    The exact two-sided permutation p of ``n`` models is never below :func:`exact_p_floor` (1/n! for Pearson's r, 2/n!
+    for Spearman's ρ); when that floor is at least ``alpha`` for one of ``methods``, no data can pass the rule: the
+    claim ran but is underpowered ("inconclusive", with this as its note). The reason names ``n``, the floors and the
+    number of models that detects the paper's ``r`` at 80 % power (:func:`prh_lib.pages.verdicts.fisher_n_for_r`).
 
     >>> too_few_models(3)[:33]
     'n = 3 independent language models'

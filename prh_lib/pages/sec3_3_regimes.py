@@ -63,10 +63,9 @@ def study_summary(df: pd.DataFrame, *, quantity: str = PEAK) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        One row per dataset and comparison (in the order of :data:`REGIMES`, then as written): ``dataset``,
-        ``n``, ``k``, ``regime``, ``comparison``, ``model_x``, ``model_y``, ``score_mean``, ``score_std``,
-        ``calibrated_mean``, ``calibrated_std``, ``p_max`` (largest p over draws), ``n_draws``,
-        ``single_draw``, ``chance`` (k/(N-1)).
+        One row per dataset and comparison (in the order of :data:`REGIMES`, then as written): ``dataset``, ``n``,
+        ``k``, ``regime``, ``comparison``, ``model_x``, ``model_y``, ``score_mean``, ``score_std``, ``calibrated_mean``,
+        ``calibrated_std``, ``p_max`` (largest p over draws), ``n_draws``, ``single_draw``, ``chance`` (k/(N-1)).
     """
     part = df[df["quantity"] == quantity]
     out = _over_draws(part, ["dataset", "n", "k", "regime", "comparison", "model_x", "model_y"])
@@ -235,9 +234,8 @@ def _ms(mean, std, n_draws, digits=3):
 def page_table(summary: pd.DataFrame, *, n_permutations: int) -> pd.DataFrame:
     """The page's table of every comparison: mean ± std over draws beside chance, the highest floor, calibrated, p.
 
-    ``summary`` is :func:`with_floors` of :func:`study_summary`. Columns: ``dataset``, ``regime``,
-    ``comparison``, ``max over layer pairs``, ``× chance``, ``highest floor``, ``calibrated``, ``p (largest
-    over draws)``.
+    ``summary`` is :func:`with_floors` of :func:`study_summary`. Columns: ``dataset``, ``regime``, ``comparison``, ``max
+    over layer pairs``, ``× chance``, ``highest floor``, ``calibrated``, ``p (largest over draws)``.
     """
     from prh_lib.formatting import format_p
 

@@ -10,18 +10,16 @@ A **run** is one execution of a notebook (one Python process, or one ``PRH_RUN_I
 the same chapter and parameters: for every ``(chapter, params_hash, dataset, draw)`` it wrote, its rows
 replace those of earlier runs when the table is read, so rerunning a notebook never duplicates rows.
 
-Concurrency. Each file is written under a temporary name and renamed into place (atomic on POSIX, NFS and
-Lustre included); file names never collide (the run id holds a timestamp and a random token), so concurrent
-writers lose no rows and a reader sees each file complete or not at all. :func:`load` drops superseded runs
-by content alone: for each ``(chapter, params_hash, dataset, draw)`` the run whose first row there was
-created last wins (ties broken by run id).
+Concurrency. Each file is written under a temporary name and renamed into place (atomic on POSIX, NFS and Lustre
+included); file names never collide (the run id holds a timestamp and a random token), so concurrent writers lose no
+rows and a reader sees each file complete or not at all. :func:`load` drops superseded runs by content alone: for each
+``(chapter, params_hash, dataset, draw)`` the run whose first row there was created last wins (ties broken by run id).
 
 Runs of ``prh-run``: all or nothing. A run killed between two parts would leave its first parts looking like
 a complete rerun, so ``prh-run`` brackets every notebook with :func:`start_run` and :func:`complete_run`
 (markers in :data:`RUNS`). **A run with a ``.started`` marker is invisible** to :func:`load` and
 :func:`compact` (returned by neither, superseding nothing) except to itself (its ``PRH_RUN_ID``) and to
-``load(include_superseded=True)``. Runs without a marker (plain papermill, a script) are visible from their
-first part.
+``load(include_superseded=True)``. Runs without a marker (plain papermill, a script) are visible from their first part.
 
 Columns (``COLUMNS``; types after :func:`load`):
 
@@ -528,8 +526,7 @@ def aggregate(df: pd.DataFrame, by: list[str], *, values: str | list[str] = "sco
     df : DataFrame
         Rows of the results table (e.g. from :func:`load`), with a ``draw`` column.
     by : list of str
-        Columns that identify one quantity; within a group, rows must differ only by ``draw`` (one row per
-        draw).
+        Columns that identify one quantity; within a group, rows must differ only by ``draw`` (one row per draw).
     values : str or list of str, default "score"
         Numeric columns to aggregate (e.g. ``["score", "calibrated", "p"]``).
 

@@ -6,11 +6,10 @@ features it reads and of its options. :func:`cached` keys it by exactly those:
 - the bytes of every feature stack (float32 values, as :func:`prh_lib.extract.features.values_digest` hashes them),
   its layer labels, sample ids and name (rows, not only values: a re-ordered stack is another input);
 - the options, written as JSON with sorted keys (``k``, ``n_permutations``, ``seed``, the device, ...);
-- the function's name, :data:`SCORE_FORMAT` and the SHA-256 of the source files of the code that computes
-  scores (:data:`SCORE_CODE`: ``metrics/``, ``stats/`` and ``analysis/`` with their subfolders,
-  ``extract/features.py`` and ``validation.py``): an edit of that code names other entries, so no score
-  computed by older code is served. Page code (``pages/``), the runner and the notebooks are not in it: editing
-  a page's prose recomputes nothing.
+- the function's name, :data:`SCORE_FORMAT` and the SHA-256 of the source files of the code that computes scores
+  (:data:`SCORE_CODE`: ``metrics/``, ``stats/`` and ``analysis/`` with their subfolders, ``extract/features.py`` and
+  ``validation.py``): an edit of that code names other entries, so no score computed by older code is served. Page code
+  (``pages/``), the runner and the notebooks are not in it: editing a page's prose recomputes nothing.
 
 Entries are pickles under ``PRH_CACHE_DIR/scores/<key[:2]>/<key>.pkl``, written atomically
 (:func:`prh_lib.paths.atomic_path`): an interrupted write leaves no entry. The warnings the computation

@@ -5,11 +5,10 @@ follows whatever the paper profile and the notebooks declare:
 
 - every paper model id, wherever it appears (model lists, comparison pairs, summary model), becomes its
   stand-in ``"<id>~rehearsal"`` (:mod:`prh_lib.models.standins`: a tiny random model of the same class);
-- every paper dataset points at a tiny local copy in that source's real format (:func:`build_data`), built
-  from a few coco-mini images under :func:`data_dir` (``PRH_REHEARSAL_DATA``, default
-  ``PRH_CACHE_DIR/rehearsal-data``): WIT-1024 as a downloaded copy of the Hub repository (parquet), COCO
-  in the official layout, DOCCI's official release layout, CC3M + DreamLIP as DreamLIP's CSV plus the
-  img2dataset ``files`` folder of "downloaded" images;
+- every paper dataset points at a tiny local copy in that source's real format (:func:`build_data`), built from a few
+  coco-mini images under :func:`data_dir` (``PRH_REHEARSAL_DATA``, default ``PRH_CACHE_DIR/rehearsal-data``): WIT-1024
+  as a downloaded copy of the Hub repository (parquet), COCO in the official layout, DOCCI's official release layout,
+  CC3M + DreamLIP as DreamLIP's CSV plus the img2dataset ``files`` folder of "downloaded" images;
 - N shrinks to what the fixtures hold, 2 draws per dataset (WIT-1024 stays one fixed set), few permutations
   and bootstrap replicates, CPU.
 

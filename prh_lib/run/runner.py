@@ -136,8 +136,7 @@ def run_notebook(name: str, params: dict[str, object], *, output_dir: Path | Non
     Raises
     ------
     ValueError
-        If the notebook does not have exactly one ``parameters`` cell (it would silently ignore every
-        parameter).
+        If the notebook does not have exactly one ``parameters`` cell (it would silently ignore every parameter).
     """
     from prh_lib import results
 
@@ -282,9 +281,8 @@ def _inline_matplotlib():
 def parse_sweep(text: str) -> tuple[str, list[object]]:
     """Parse ``key=v1,v2,...`` into ``(key, [v1, v2, ...])``.
 
-    Values are split at top-level commas and read as Python literals where they are ones
-    (``clip_q=None,0.95`` -> ``[None, 0.95]``; ``fracs=[0.5,1.0],[1.0]`` -> two lists), else kept as strings
-    (``device=cpu,cuda``).
+    Values are split at top-level commas and read as Python literals where they are ones (``clip_q=None,0.95`` ->
+    ``[None, 0.95]``; ``fracs=[0.5,1.0],[1.0]`` -> two lists), else kept as strings (``device=cpu,cuda``).
 
     Raises
     ------

