@@ -3,8 +3,7 @@
 A :class:`Job` is one model on one set of pairs (dataset, N, seed, caption policy) and produces one feature
 file in the extraction cache, the very file :func:`prh_lib.extract.get_features` reads when a notebook later
 runs with the same parameters. :func:`plan_study` lists the jobs with their files; :func:`study_from_profile`
-reads the study from a notebook parameter set.
-"""
+reads the study from a notebook parameter set."""
 
 from __future__ import annotations
 
@@ -28,8 +27,7 @@ class Job:
     """One model on one set of pairs; produces one file in the feature cache.
 
     ``cache_file`` is computed when the job is planned (the path :func:`prh_lib.extract.get_features` will write); it is
-    None when the model could not be resolved then (``note`` says why), and the worker extracts anyway.
-    """
+    None when the model could not be resolved then (``note`` says why), and the worker extracts anyway."""
 
     model: str
     dataset: DatasetSpec
@@ -56,8 +54,7 @@ class Job:
         this path); a damaged one (truncated, garbage, without metadata, a shape that contradicts it) counts
         as not done, and the worker's ``get_features`` moves it aside and recomputes it. Only the header is
         read (no tensor), so planning stays cheap; damaged tensor bytes (checked against the SHA-256 in the
-        metadata) and other rows are caught when ``get_features`` reads the file, which then recomputes it.
-        """
+        metadata) and other rows are caught when ``get_features`` reads the file, which then recomputes it."""
         if self.cache_file is None or not Path(self.cache_file).is_file():
             return False
         try:
@@ -166,8 +163,7 @@ def plan_study(
 def plan_table(jobs: Sequence[Job]):
     """Cached / planned jobs per model (rows) and dataset (columns), as a ``pandas.DataFrame`` of strings.
 
-    A cell reads ``"3/5"`` (3 of 5 repetitions cached); ``"?"`` marks jobs whose cache file is unknown.
-    """
+    A cell reads ``"3/5"`` (3 of 5 repetitions cached); ``"?"`` marks jobs whose cache file is unknown."""
     import pandas as pd
 
     cells: dict[str, dict[str, list[int]]] = OrderedDict()
@@ -210,8 +206,7 @@ def study_from_profile(params: dict) -> tuple[list[str], list[DatasetSpec], dict
     Models: ``vision_models`` + ``language_models`` + ``embedding_models`` + ``vlm_models`` when present, else every
     model in ``comparisons``. Datasets: ``datasets`` (the notebooks' study parameter) or ``study_datasets`` when
     present, else the notebook's own dataset parameters (``dataset_source``, ``data_location``, ``n_pairs``, ``seed``,
-    ``caption_policy``) as one dataset with one repetition, so the files are the ones the notebook will read.
-    """
+    ``caption_policy``) as one dataset with one repetition, so the files are the ones the notebook will read."""
     models = [m for key in ("vision_models", "language_models", "embedding_models", "vlm_models")
               for m in params.get(key) or []]
     if not models:

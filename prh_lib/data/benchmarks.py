@@ -172,8 +172,7 @@ def missing_counts(table: pd.DataFrame, models: Sequence[str] | None = None) -> 
 def describe_missing(table: pd.DataFrame, models: Sequence[str] | None = None) -> str:
     """One Markdown sentence: how many values of each benchmark are missing over ``models`` (default: all rows).
 
-    Models that are not in the table count as missing for every benchmark and are named.
-    """
+    Models that are not in the table count as missing for every benchmark and are named."""
     models = list(table.index) if models is None else list(models)
     known = [m for m in models if m in table.index]
     unknown = [m for m in models if m not in table.index]

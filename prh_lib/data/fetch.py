@@ -146,8 +146,7 @@ def build_manifest(folder: str | Path, *, name: str = "coco-mini") -> dict:
 def coco_captions(manifest: dict) -> dict:
     """The manifest as a COCO caption file (``info``, ``licenses``, ``images``, ``annotations``).
 
-    ``images`` entries keep the COCO fields plus ``split``; annotations are sorted by id.
-    """
+    ``images`` entries keep the COCO fields plus ``split``; annotations are sorted by id."""
     images, annotations = [], []
     for im in manifest["images"]:
         images.append({

@@ -4,8 +4,7 @@ An :class:`ImageCaptionDataset` holds every image of a source with all of its ca
 :mod:`prh_lib.data.sources`). :func:`sample_pairs` draws ``n`` images with a seed and picks one text per image with a
 caption policy, keeping sample ids in row order. Extraction reads :class:`Pairs` only. The paper samples N = 1024 pairs
 per dataset (Herbst et al., Section 2); the offline default is the 239-image ``coco-mini`` folder found through
-:func:`prh_lib.paths.data_root`.
-"""
+:func:`prh_lib.paths.data_root`."""
 
 from __future__ import annotations
 

@@ -176,8 +176,7 @@ def feature_models(*groups: str) -> list[str]:
 def expand_towers(name: str) -> list[str]:
     """``[name]``, or its towers ``[name:vision, name:text]`` when ``name`` is a paper VLM named without one.
 
-    Stand-in names (``"<id>~rehearsal"``) are expanded like the id they stand in for.
-    """
+    Stand-in names (``"<id>~rehearsal"``) are expanded like the id they stand in for."""
     base = name[: -len(STANDIN_SUFFIX)] if name.endswith(STANDIN_SUFFIX) else name
     info = model_info(base)
     if info is None or not info["towers"]:

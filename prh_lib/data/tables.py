@@ -6,8 +6,7 @@ Images stored in a table stay in the (memory-mapped) table as :class:`TableImage
 only when a batch needs them, so a 5000-image pool costs no memory; :meth:`prh_lib.data.Pairs.load_images`
 and :meth:`~prh_lib.data.Pairs.image_fingerprint` use them like ``PIL`` images. A Hub id that cannot be
 reached (no network, ``HF_HUB_OFFLINE=1`` and no cached copy) raises :class:`~prh_lib.data.DataError`
-naming the dataset and how to provide a local copy.
-"""
+naming the dataset and how to provide a local copy."""
 
 from __future__ import annotations
 
@@ -34,8 +33,7 @@ class TableImage:
 
     Behaves like a ``PIL.Image`` for :class:`prh_lib.data.Pairs`: :meth:`convert` decodes it, and
     :meth:`tobytes` returns the stored (encoded) bytes, which identify the image for the cache key
-    without decoding it. Two objects are equal when they point to the same row of the same table.
-    """
+    without decoding it. Two objects are equal when they point to the same row of the same table."""
 
     __slots__ = ("table", "row", "column")
 

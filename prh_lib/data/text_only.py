@@ -38,8 +38,7 @@ class TextOnlyImage:
     It stands where :class:`~prh_lib.data.Pairs` expects an image (a path, ``PIL.Image`` or
     :class:`~prh_lib.data.TableImage`), so text-side code runs unchanged and image-side code
     (:meth:`~prh_lib.data.Pairs.load_images`, :meth:`~prh_lib.data.Pairs.image_fingerprint`) fails with a message naming
-    the dataset. Two placeholders are equal when they stand for the same sample of the same dataset.
-    """
+    the dataset. Two placeholders are equal when they stand for the same sample of the same dataset."""
 
     __slots__ = ("dataset", "sample_id")
 

@@ -69,8 +69,7 @@ class BitsPerByte:
     def accuracy(self) -> float:
         """Next-token accuracy: ``n_correct / n_tokens`` in [0, 1] (NaN when not recorded).
 
-        Tokenizer-dependent (a larger vocabulary makes each token longer and harder to guess), unlike :attr:`bpb`.
-        """
+        Tokenizer-dependent (a larger vocabulary makes each token longer and harder to guess), unlike :attr:`bpb`."""
         if self.n_correct is None or self.n_tokens == 0:
             return float("nan")
         return self.n_correct / self.n_tokens
@@ -363,8 +362,7 @@ def bpb_cache_path(name: str, revision: str, dtype: str, texts: Sequence[str]) -
 
 def cached_bits_per_byte(path: Path, compute: Callable[[], BitsPerByte]) -> BitsPerByte:
     """The result cached at ``path``, else ``compute()``, written there atomically. A file without ``n_correct``
-    (written before next-token accuracy was recorded) is recomputed, so both measures come from the same pass.
-    """
+    (written before next-token accuracy was recorded) is recomputed, so both measures come from the same pass."""
     d = json.loads(path.read_text()) if path.is_file() else None
     if d is not None and d.get("n_correct") is not None:
         return BitsPerByte(d["bpb"], np.asarray(d["bits"]), np.asarray(d["n_bytes"], dtype=np.int64),

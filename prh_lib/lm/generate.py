@@ -1,8 +1,7 @@
 """Greedy text generation with a causal language model, sharing each row's common prompt prefix.
 
 :func:`load_generator` loads the model with :func:`prh_lib.models.load_causal_lm` (the one causal-LM
-loader); :func:`greedy_generate` decodes several prompts per row, computing the token prefix they share once.
-"""
+loader); :func:`greedy_generate` decodes several prompts per row, computing the token prefix they share once."""
 
 from __future__ import annotations
 

@@ -173,8 +173,7 @@ def _features_and_bpb(build, name: str, revision: str, pairs, bpb_texts, *, dtyp
     """Features (on each pair set) and bpb of one model, each from its cache if present.
 
     ``build()`` -> CausalLM is called at most once, on the first miss. ``pairs`` is one Pairs or a list of them; the
-    features come back in the same form. Loading and running are silenced (:func:`quiet`) unless ``progress``.
-    """
+    features come back in the same form. Loading and running are silenced (:func:`quiet`) unless ``progress``."""
     sets = [pairs] if not isinstance(pairs, (list, tuple)) else list(pairs)
     bpath = bpb_cache_path(name, revision, dtype, bpb_texts)
     built = []

@@ -7,8 +7,7 @@ SmolLM2-135M-Instruct), or by keeping the first words (:func:`truncate_texts`, t
 Summaries are cached like features: one JSON file per (model and revision, prompt, fraction, decoding options, source
 texts), written atomically, holding the prompt, the model, every raw generation and the fallbacks. A summary is
 *degenerate* when empty after cleaning or not shorter than its source; such rows fall back to the source's truncation to
-the same length, counted (:attr:`Summaries.n_fallback`), never silently.
-"""
+the same length, counted (:attr:`Summaries.n_fallback`), never silently."""
 
 from __future__ import annotations
 
@@ -79,8 +78,7 @@ def truncate_texts(texts: Sequence[str], fraction: float) -> list[str]:
 def token_counts(texts: Sequence[str], tokenizer) -> np.ndarray:
     """Tokens of each text under ``tokenizer``, without special tokens. Returns int array of shape (n_texts,).
 
-    Counting only: a text longer than the model's context is counted in full, without the tokenizer's warning.
-    """
+    Counting only: a text longer than the model's context is counted in full, without the tokenizer's warning."""
     enc = tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
     return np.array([len(ids) for ids in enc], dtype=int)
 
@@ -157,8 +155,7 @@ def summaries_path(model: str, revision: str, *, prompt: str, system: str, fract
     """Cache file of one set of summaries; the name hashes every option that changes the output.
 
     Key: model name and revision, prompt, system turn, fraction, decoding options, the source texts in row order, and
-    :data:`SUMMARY_FORMAT_VERSION`; under ``paths.cache_dir("summaries")``. Frozen by ``tests/test_cache_keys.py``.
-    """
+    :data:`SUMMARY_FORMAT_VERSION`; under ``paths.cache_dir("summaries")``. Frozen by ``tests/test_cache_keys.py``."""
     key = [model, revision, prompt, system, float(fraction), decoding, _texts_hash(texts), SUMMARY_FORMAT_VERSION]
     return paths.cache_file("summaries", model, key, prefix=f"n{len(texts)}-f{fraction:g}", suffix=".json")
 

@@ -7,8 +7,7 @@ largest change of a headline score and its threshold (a quarter of that score's 
 half-width, on both offline datasets). Everywhere else: float32.
 
 :func:`cpu_default_dtype` picks the dtype; :func:`feature_dtype` resolves ``dtype="auto"`` (``"float32"``
-reproduces the float32 numbers bit for bit); :func:`check_cpu_dtype` refuses bf16 where the row does not allow it.
-"""
+reproduces the float32 numbers bit for bit); :func:`check_cpu_dtype` refuses bf16 where the row does not allow it."""
 
 from __future__ import annotations
 
@@ -79,8 +78,7 @@ def read_bf16_table(path: str | Path | None = None) -> dict[str, dict]:
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU computes bf16 natively (Linux ``/proc/cpuinfo`` flag ``avx512_bf16`` or ``amx_bf16``).
 
-    Returns False where the flags cannot be read (other systems): bf16 is then emulated and slow.
-    """
+    Returns False where the flags cannot be read (other systems): bf16 is then emulated and slow."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:

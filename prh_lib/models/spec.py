@@ -15,8 +15,7 @@ disagree. A name is
 pages show it is a rehearsal.
 
 No model is downloaded when ``HF_HUB_OFFLINE=1``: a Hub id not in the local Hugging Face cache raises
-:class:`ModelNotAvailableError`.
-"""
+:class:`ModelNotAvailableError`."""
 
 from __future__ import annotations
 

@@ -12,8 +12,7 @@ DINOv3's register tokens, MAE's default 75 % masking, CLIP's 77 and SigLIP's 64 
 special tokens, BOS/EOS handling, pad token (or its absence) and default padding side, which is what pooling depends on.
 The weights are random (seed 0), so a rehearsal exercises every code path and no number means anything.
 
-What a stand-in cannot rehearse is listed in its entry's ``gaps`` (:data:`STANDINS`).
-"""
+What a stand-in cannot rehearse is listed in its entry's ``gaps`` (:data:`STANDINS`)."""
 
 from __future__ import annotations
 

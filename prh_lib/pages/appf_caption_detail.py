@@ -12,8 +12,7 @@ and shrink when it says less, with the images unchanged. Two controls over the s
 :func:`detail_variants` builds the caption variants, :func:`detail_alignment` scores them; figures are in
 :func:`prh_lib.pages.figures.plot_detail`. Those and the study over draws (:func:`study_variants`,
 :func:`study_alignment`) live in :mod:`~prh_lib.analysis.captions.study` and are re-exported here; this module
-holds the page: summary reports, tables, findings, prose and the records.
-"""
+holds the page: summary reports, tables, findings, prose and the records."""
 
 from __future__ import annotations
 
@@ -189,8 +188,7 @@ def findings(summary: pd.DataFrame, *, paper_setting: bool = False,
 
     With fewer than three language models and no interval over images the order is one comparison, so the claim
     is at best inconclusive; the note also says when no interval over images was computed. Comparable only in
-    the paper's setting (DOCCI, Qwen3-8B).
-    """
+    the paper's setting (DOCCI, Qwen3-8B)."""
     from scipy.stats import kendalltau
 
     from prh_lib.pages import claims

@@ -1,8 +1,7 @@
 """The PCA-compression page (Section 3.1, Figure 2, App. C): summary tables, prose, verdicts and the record.
 
 The sweeps, the projection ``space`` and the study over datasets x draws are
-:mod:`prh_lib.analysis.compression.study`'s (re-exported here); figures: :func:`prh_lib.pages.figures.plot_sweeps`.
-"""
+:mod:`prh_lib.analysis.compression.study`'s (re-exported here); figures: :func:`prh_lib.pages.figures.plot_sweeps`."""
 
 from __future__ import annotations
 
@@ -49,8 +48,7 @@ def summary_table(sweeps: Sequence[CompressionSweep], *, fraction: float = 0.95,
     (components of a full PCA of the compressed side), ``min dims (95%)`` (smallest swept dimension keeping
     ``fraction`` of the reference, from the dimension sweep; NaN if none), ``variance at min dims``, and
     ``relative @ v var`` (score / reference when keeping a fraction ``v`` of the variance, from the variance
-    sweep, for each ``v`` in ``at_variance`` that was swept).
-    """
+    sweep, for each ``v`` in ``at_variance`` that was swept)."""
     rows: dict[tuple, dict] = {}
     pct = f"{fraction:.0%}"
     for s in sweeps:
@@ -108,8 +106,7 @@ def to_record(sweeps: Sequence[CompressionSweep], table: pd.DataFrame, *, n: int
     """What the Section 3.1 PCA page records for the book and the tests (:func:`prh_lib.pages.report.record`).
 
     ``sweeps`` are the headline dataset's first draw, ``table`` their :func:`summary_table`, ``study`` the
-    :func:`study_table` and ``rows`` the claim rows.
-    """
+    :func:`study_table` and ``rows`` the claim rows."""
     from prh_lib.results import params_hash
 
     min_col = f"min dims ({keep_fraction:.0%})"
@@ -150,8 +147,7 @@ def study_table(agg: pd.DataFrame, *, dims_probe: int = 100, low_dims: int = 8, 
     and the numeric ``rel_var``, ``rel_dims``, ``rel_low``, ``rel_share``, ``dims_share``, ``dims_at``,
     ``max_dims``, ``n_draws``. With ``intervals`` (:func:`interval_table`): for each of :data:`PROBES` the
     relative score on the first draw with its paired 95 % interval over images, as ``ci_var``, ``ci_share``,
-    ``ci_low`` (``(relative, low, high, n_components)``) and the page column ``over images (first draw)``.
-    """
+    ``ci_low`` (``(relative, low, high, n_components)``) and the page column ``over images (first draw)``."""
     rows = []
     for key, g in agg.groupby(["dataset", "model_x", "model_y", "role", "compress"], sort=False):
         ref = g[g["quantity"] == "pca:reference"].iloc[0]
@@ -285,8 +281,7 @@ def findings(table: pd.DataFrame, *, dataset: str, role: str = "peak", dims_prob
     not at 100 components of a rank of 238. Each row's relative score is read with its paired 95 % interval over images
     when :func:`study_table` has them (``ci_*``; first draw): a claim holds when more than half of the rows are on its
     side interval included, differs when the rows not wholly off its side cannot be a majority, and is inconclusive
-    otherwise (:func:`_majority`). Without intervals the means over draws decide, and the note says so.
-    """
+    otherwise (:func:`_majority`). Without intervals the means over draws decide, and the note says so."""
     t = table[(table["dataset"] == dataset) & (table["layers"] == role)]
     lang = t[t["compressed"].str.contains(_LANGUAGE, case=False, regex=True)]
     n = len(lang)

@@ -489,8 +489,7 @@ def too_few_models(n: int, *, methods=("pearson", "spearman"), alpha: float = 0.
     >>> too_few_models(3)[:33]
     'n = 3 independent language models'
     >>> too_few_models(6)
-    ''
-    """
+    ''"""
     floors = {m: exact_p_floor(n, m) for m in methods}
     if not any(np.isfinite(f) and f >= alpha for f in floors.values()):
         return ""

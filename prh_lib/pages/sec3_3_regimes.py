@@ -106,8 +106,7 @@ def with_floors(summary: pd.DataFrame, floors: pd.DataFrame, modality: dict, *, 
     Adds ``floor`` (the highest mean floor score of the pair's controls,
     :func:`prh_lib.analysis.controls.floors_of_pair`), ``floor kind`` and ``above floors`` (mean score above the highest
     floor by more than the larger of the two standard deviations over draws, or by any margin with one draw).
-    Random-init and aligned comparisons get NaN / None.
-    """
+    Random-init and aligned comparisons get NaN / None."""
     from prh_lib.analysis.controls import floors_of_pair
 
     out = summary.copy()
@@ -232,8 +231,7 @@ def page_table(summary: pd.DataFrame, *, n_permutations: int) -> pd.DataFrame:
     """The page's table of every comparison: mean ± std over draws beside chance, the highest floor, calibrated, p.
 
     ``summary`` is :func:`with_floors` of :func:`study_summary`. Columns: ``dataset``, ``regime``, ``comparison``, ``max
-    over layer pairs``, ``× chance``, ``highest floor``, ``calibrated``, ``p (largest over draws)``.
-    """
+    over layer pairs``, ``× chance``, ``highest floor``, ``calibrated``, ``p (largest over draws)``."""
     from prh_lib.formatting import format_p
 
     rows = []
@@ -291,8 +289,7 @@ def random_vision_pointer(heldout: pd.DataFrame, same: pd.DataFrame, chance: flo
     ``3.1/vision-vision`` and ``3.3/same-modality``.
 
     With the held-out floors of the same-modality comparisons ``same`` (kind ``"random-vision"`` or else any random-init
-    twin of a vision-vision pair), the sentence names the highest one and its score.
-    """
+    twin of a vision-vision pair), the sentence names the highest one and its score."""
     best = None
     for _, r in same.iterrows():
         fm = floor_margins(heldout, r["pair"]) if len(heldout) else pd.DataFrame()
@@ -447,8 +444,7 @@ def study_record(summary: pd.DataFrame, floors: pd.DataFrame, means: pd.DataFram
     """What the Section 3.3 page records for the book and the tests (:func:`prh_lib.pages.report.record`).
 
     Holds the draws, the comparisons, the aggregated tables, the claims rows and ``params_hash`` (to read the same rows
-    back from the results table).
-    """
+    back from the results table)."""
     from prh_lib.results import params_hash as _hash
 
     params_hash = _hash(params)
@@ -559,8 +555,7 @@ def held_out_floor_count(heldout: pd.DataFrame, dataset: str) -> str:
     Counted from :func:`prh_lib.analysis.heldout.floor_margins` of each trained comparison with floors (the test
     :func:`prh_lib.pages.verdicts.above_floors` gives the verdicts): it clears its floors when every paired 95 %
     interval of ``pair − floor`` over images lies above 0. Returns ``""`` when ``heldout`` has no rows of ``dataset`` or
-    no comparison has floors.
-    """
+    no comparison has floors."""
     from prh_lib.pages import verdicts as V
 
     if heldout is None or heldout.empty or "dataset" not in heldout or dataset not in set(heldout["dataset"]):

@@ -56,8 +56,7 @@ extra          str       JSON object of the row's columns that are not in this s
 Extra columns. Columns beyond the schema (``n_components``, ``ci_low``, ...) are stored per row in the ``extra`` JSON
 column, so every file has the same Parquet schema; ``load(expand_extra=True)`` (or :func:`expand_extra`) unpacks them.
 The schema (``COLUMNS``, ``REQUIRED``, ``PROVENANCE``, ``RUN_KEY``), row validation and type coercion live in
-:mod:`prh_lib.results.schema`; the names are re-exported here.
-"""
+:mod:`prh_lib.results.schema`; the names are re-exported here."""
 
 from __future__ import annotations
 
@@ -89,8 +88,7 @@ _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 def params_hash(params: Mapping[str, object]) -> str:
     """16 hex digits of the SHA-256 of ``params`` as canonical JSON (keys sorted; tuples as lists).
 
-    Values JSON cannot hold are written as their ``repr`` (NumPy scalars as Python numbers, paths as strings).
-    """
+    Values JSON cannot hold are written as their ``repr`` (NumPy scalars as Python numbers, paths as strings)."""
     return hashlib.sha256(_canonical_json(params).encode()).hexdigest()[:16]
 
 
@@ -464,8 +462,7 @@ def compact(*, root: str | Path | None = None, archive: bool = False) -> list[Pa
     and :func:`load` reads only those, while ``load(include_superseded=True)`` still sees every run. Safe while others
     write or read: :func:`load` never returns a superseded file's rows and skips files that vanish while it reads. Parts
     of unfinished runs (:func:`unfinished_runs`) stay: they supersede nothing, and a run in progress must find them when
-    it completes.
-    """
+    it completes."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -18,8 +18,7 @@ issued are stored with its value and issued again on every hit, so a cached scor
 ``PRH_SCORE_CACHE=0`` turns the cache off (every score recomputed, nothing written).
 
 The score cache is an optimisation, never a source of results: the results table is written from the
-returned values on every run, exactly as without it.
-"""
+returned values on every run, exactly as without it."""
 
 from __future__ import annotations
 
@@ -92,8 +91,7 @@ def features_key(features) -> dict:
     """What identifies one feature stack as an input: values digest, layer labels and widths, sample ids and name.
 
     ``features`` is a :class:`prh_lib.extract.features.LayerFeatures` (or anything with ``values``,
-    ``layer_labels``, ``sample_ids`` and ``name``); the values are hashed as contiguous little-endian float32.
-    """
+    ``layer_labels``, ``sample_ids`` and ``name``); the values are hashed as contiguous little-endian float32."""
     dims = getattr(features, "layer_dims", None)  # the true widths: padding is not part of a layer
     return {"values": _values_digest(features.values), "layers": list(features.layer_labels),
             "dims": None if dims is None else [int(d) for d in dims],
@@ -192,8 +190,7 @@ def memoize(kind: str, *, code: tuple = ()):
     dtypes, numbers, strings, None, lists, tuples and dicts of those by
     value, a ``torch.device`` by its name; any other argument raises TypeError (its ``str()`` could name two
     different objects alike). Defaults are filled in, so ``f(x, k=10)`` and ``f(x)`` share an entry when 10 is the
-    default. The function must be pure: its value may depend on nothing but its arguments and the code.
-    """
+    default. The function must be pure: its value may depend on nothing but its arguments and the code."""
     def wrap(fn):
         signature = inspect.signature(fn)
         extra = {"code": _module_digest(code)} if code else {}

@@ -20,8 +20,7 @@ complete in the current cache's results table (a wiped cache executes every chap
 
 What is not seen: a model or dataset on the Hugging Face Hub is named, not hashed, so a new revision there would go
 unnoticed. Skipping is therefore only offered (:func:`skipping_allowed`) when every input is local: the ``offline`` and
-``smoke`` profiles, or any profile with ``HF_HUB_OFFLINE=1``. ``prh-run --force`` executes regardless.
-"""
+``smoke`` profiles, or any profile with ``HF_HUB_OFFLINE=1``. ``prh-run --force`` executes regardless."""
 
 from __future__ import annotations
 

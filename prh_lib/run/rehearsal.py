@@ -13,8 +13,7 @@ follows whatever the paper profile and the notebooks declare:
   and bootstrap replicates, CPU.
 
 :func:`prepare` builds the stand-ins and the data (idempotent); :func:`prh_lib.run.profiles.get_profile` calls
-it for ``"rehearsal"``. No number of a rehearsal means anything: the weights are random.
-"""
+it for ``"rehearsal"``. No number of a rehearsal means anything: the weights are random."""
 
 from __future__ import annotations
 
@@ -102,8 +101,7 @@ def _map_dataset(spec: dict, locations: dict[str, str]) -> dict:
 def profile_from_paper(paper_params: dict, *, root: Path | None = None) -> dict:
     """The rehearsal parameters: ``paper_params`` with stand-ins, local dataset copies and small sizes.
 
-    Pure: nothing is built (see :func:`prepare`).
-    """
+    Pure: nothing is built (see :func:`prepare`)."""
     locations = dataset_locations(root)
     params = {k: map_models(v) for k, v in paper_params.items()}
     for key in ("datasets", "study_datasets"):
@@ -171,8 +169,7 @@ def build_data(root: Path | None = None) -> dict[str, str]:
     """Write the four dataset copies under ``root`` (default :func:`data_dir`) unless present; their paths.
 
     Each copy holds :data:`FIXTURE_IMAGES` coco-mini images (distinct images per dataset), resized to
-    64 x 64, with their real COCO captions in the source's own columns.
-    """
+    64 x 64, with their real COCO captions in the source's own columns."""
     root = Path(root) if root is not None else data_dir()
     locations = dataset_locations(root)
     if all(Path(p).exists() for p in locations.values()):

@@ -98,8 +98,7 @@ def override_type_error(key: str, value: object, default_source: str) -> str | N
 
     The default's literal type is expected (an int also stands for a float, a tuple for a list); ``None`` is
     accepted for every parameter (the notebooks read it as "off" or "automatic"), and any value for a default
-    that is ``None`` or not a literal.
-    """
+    that is ``None`` or not a literal."""
     try:
         default = ast.literal_eval(default_source)
     except (ValueError, SyntaxError):

@@ -10,8 +10,7 @@ into :class:`RunStopped` after ending every descendant process (workers and note
 results part is written after the signal.
 
 On a GPU (a profile with ``device`` other than ``"cpu"``) the default is one at a time: two kernels would
-share its memory.
-"""
+share its memory."""
 
 from __future__ import annotations
 
@@ -81,8 +80,7 @@ def stopping_on_signals():
     Workers and notebook kernels are this process's descendants (kernels sit in sessions of their own, so a
     terminal's Ctrl-C reaches only this process and the workers, which ignore it); a signal sent to this
     process alone (``kill PID``, a supervisor's ``terminate()``) would otherwise leave them running, writing
-    pages after the run has gone. Further stop signals are ignored while the first is handled.
-    """
+    pages after the run has gone. Further stop signals are ignored while the first is handled."""
     def stop(signum, frame):
         for sig in STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
@@ -106,8 +104,7 @@ def plan_lanes(cores: int, n_notebooks: int, *, device: str = "cpu") -> tuple[in
     On a CPU with up to 3 cores two lanes (one core each: the reference machine's plan, where one notebook's
     scoring leaves its other core idle); with more, one lane per two cores (each kernel scores two draws side by
     side), never more lanes than notebooks. On a GPU one lane (two kernels would share its memory) with every
-    core. The cores are split evenly; a remainder stays with the system.
-    """
+    core. The cores are split evenly; a remainder stays with the system."""
     cores, n = max(1, int(cores)), max(1, int(n_notebooks))
     if str(device) != "cpu":
         return 1, cores
@@ -170,8 +167,7 @@ def _execute(run, name: str, params: dict, output_dir, prefix: str, threads: int
 
     The kernel inherits ``threads`` threads per library (unless the variables are set already): two kernels with two
     threads each on two cores wait on each other's descheduled threads at every operation (measured: 100 bootstrap
-    replicates of mutual k-NN on 239 pairs took 11.0 s with 2 threads beside another job, 0.41 s with 1).
-    """
+    replicates of mutual k-NN on 239 pairs took 11.0 s with 2 threads beside another job, 0.41 s with 1)."""
     for var in THREAD_VARIABLES:
         os.environ.setdefault(var, str(threads))
     os.environ["PRH_CORES"] = str(threads)  # the kernel's share (available_cores): its scoring workers

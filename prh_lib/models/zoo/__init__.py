@@ -214,8 +214,7 @@ def is_converted(name: str) -> bool:
 
     It must hold ``prh_zoo.json`` written by this :data:`ZOO_FORMAT` and the entry's ``conversion`` from the weight file
     whose sha256 the entry pins; each installed package of the model must be at the version converted (a cached folder
-    stays usable after the packages are uninstalled).
-    """
+    stays usable after the packages are uninstalled)."""
     entry = get_entry(name)
     prov = read_provenance(converted_dir(name))
     if (prov is None or prov.get("format") != ZOO_FORMAT or prov.get("sha256") != entry.sha256
