@@ -11,8 +11,8 @@ disagree. A name is
 * one tower of a two-tower image-text model: ``"<folder or Hub id>:vision"`` or ``":text"``;
 * any of the above followed by ``"@random-init:<seed>"``: the same architecture with seeded random weights;
 * ``"<paper id>~rehearsal"`` (with any tower or random-init suffix after it): the paper model's tiny stand-in
-(:mod:`prh_lib.models.standins`), kind ``"folder"``, built on first use; the name keeps ``~rehearsal`` so caches and
-pages show it is a rehearsal.
+  (:mod:`prh_lib.models.standins`), kind ``"folder"``, built on first use; the name keeps ``~rehearsal`` so caches and
+  pages show it is a rehearsal.
 
 No model is downloaded when ``HF_HUB_OFFLINE=1``: a Hub id not in the local Hugging Face cache raises
 :class:`ModelNotAvailableError`."""

@@ -5,7 +5,7 @@ captions are informative. The language models (features and bits per byte) come 
 benchmark scores from :mod:`prh_lib.data.benchmarks`. Here:
 
 - :func:`alignment_table` scores each language model against each vision model (raw mutual k-NN at the best layer pair
-and at the final layers, plus permutation-calibrated scores), with :func:`~prh_lib.analysis.core.score_pair`;
+  and at the final layers, plus permutation-calibrated scores), with :func:`~prh_lib.analysis.core.score_pair`;
 - :func:`correlate` gives Pearson's r with its p-value and a bootstrap interval over models;
   :func:`correlation_table` applies it to every (vision model, alignment score, capability measure);
 - :func:`bpb_table`: bits per byte along the interpolation ladder.

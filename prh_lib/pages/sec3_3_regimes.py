@@ -3,10 +3,10 @@
 Mutual k-NN alignment of two models is compared across four regimes:
 
 - ``"random-init"``: vision x language pairs with both models re-initialised with seeded random weights (same
-architectures; names ``"<model>@random-init:<seed>"``, see :func:`prh_lib.models.load_model`);
+  architectures; names ``"<model>@random-init:<seed>"``, see :func:`prh_lib.models.load_model`);
 - ``"unimodal"``: trained vision x trained language models, the paper's main subject;
 - ``"aligned"``: the two towers of an explicitly aligned image-text model (CLIP, SigLIP) on image-caption pairs (names
-``"<model>:vision"``, ``"<model>:text"``); their last layer is the joint embedding space (``"projection"``);
+  ``"<model>:vision"``, ``"<model>:text"``); their last layer is the joint embedding space (``"projection"``);
 - ``"same-modality"``: vision x vision and language x language pairs.
 
 The comparisons and the study loop (:func:`run_study`: every comparison and its control floors on every draw, written to

@@ -7,9 +7,9 @@ entry's ``naming`` says so). :func:`convert` turns the weight file, once, into a
 ``paths.cache_dir("models") / <name>``:
 
 * a Hugging Face folder (``config.json``, ``model.safetensors``, tokenizer files or ``preprocessor_config.json``) that
-``transformers`` loads with ``from_pretrained``, or
+  ``transformers`` loads with ``from_pretrained``, or
 * a timm folder (``config.json`` with ``architecture`` and ``pretrained_cfg``, ``model.safetensors``) that
-``timm.create_model("local-dir:<folder>", pretrained=True)`` loads,
+  ``timm.create_model("local-dir:<folder>", pretrained=True)`` loads,
 
 so every model, zoo or not, goes through :func:`prh_lib.models.load_model` (registry: :mod:`.registry`, converters:
 :mod:`.converters`).
