@@ -1,8 +1,8 @@
 """Running the study's jobs: one job (:func:`run_job`), and many through submitit (:func:`run_jobs`).
 
 Jobs are idempotent: a worker skips a job whose file exists and writes atomically
-(:func:`prh_lib.extract.save_features`), so a rerun after a failure or preemption repeats no finished job.
-Execution goes through submitit (Rapin & Paszke, facebookincubator/submitit; see :func:`run_jobs`)."""
+(:func:`prh_lib.extract.save_features`), so a rerun after a failure or preemption repeats no finished job. Execution
+goes through submitit (Rapin & Paszke, facebookincubator/submitit; see :func:`run_jobs`)."""
 
 from __future__ import annotations
 
@@ -117,8 +117,8 @@ def run_job(job: Job, extractor: Callable | None = None) -> JobOutcome:
 class StudyTask(submitit.helpers.Checkpointable):
     """The picklable task every executor runs: groups of jobs, one after another.
 
-    On SLURM preemption or timeout submitit calls :meth:`checkpoint`, which requeues the same call; the
-    jobs already finished are then skipped because their files exist."""
+    On SLURM preemption or timeout submitit calls :meth:`checkpoint`, which requeues the same call; finished jobs are
+    then skipped (their files exist)."""
 
     def __call__(self, groups: Sequence[Sequence[Job]], extractor: Callable | None = None) -> list[JobOutcome]:
         outcomes = []
@@ -248,8 +248,8 @@ def run_jobs(
     local_gpus : sequence of sequences of int, optional
         GPU indices of each local lane, e.g. ``[[0], [1], [2, 3]]``.
     timeout_min, slurm_partition, cpus_per_task, mem_gb, array_parallelism, slurm_additional, slurm_setup
-        SLURM request (``slurm_additional``: extra ``#SBATCH`` options such as ``{"account": "x"}``;
-        ``slurm_setup``: shell lines run before the task, e.g. activating the environment).
+        SLURM request (``slurm_additional``: extra ``#SBATCH`` options such as ``{"account": "x"}``; ``slurm_setup``:
+        shell lines run before the task, e.g. activating the environment).
 
     Returns
     -------

@@ -220,10 +220,10 @@ RULES = {
 }
 
 def share_dims(rank: int, rank_share: float = PAPER_RANK_SHARE) -> int:
-    """Components kept at the paper's share of rank (100 of 1,023 = 9.8 %) for a side of rank ``rank`` (its
-    largest swept dimension, min(N, d)): ``max(1, round(rank_share × rank))``. The one source of the 3.1/pca-100
-    dimension for the figure, the table, the verdict and the prose; the intervals the verdict reads are taken
-    at the same dimension (:func:`prh_lib.analysis.compression.study.probe_dims`, checked by a test)."""
+    """Components kept at the paper's share of rank (100 of 1,023 = 9.8 %) for a side of rank ``rank`` (its largest
+    swept dimension, min(N, d)): ``max(1, round(rank_share × rank))``; the one source of the 3.1/pca-100 dimension for
+    figure, table, verdict, prose and the verdict's intervals (:func:`prh_lib.analysis.compression.study.probe_dims`,
+    checked by a test)."""
     return max(1, int(round(rank_share * int(rank))))
 
 
@@ -277,11 +277,10 @@ def findings(table: pd.DataFrame, *, dataset: str, role: str = "peak", dims_prob
     """Rows of "The paper and this build" for ``3.1/pca-*`` from :func:`study_table` (one dataset, one role).
 
     The paper's PCA claims are about compressing the *language* side (Sec. 3.1, Fig. 2), so only rows that compress a
-    language model count (:data:`RULES`); the 100-dimension probe is taken at the paper's share of rank (100 of 1,023),
-    not at 100 components of a rank of 238. Each row's relative score is read with its paired 95 % interval over images
-    when :func:`study_table` has them (``ci_*``; first draw): a claim holds when more than half of the rows are on its
-    side interval included, differs when the rows not wholly off its side cannot be a majority, and is inconclusive
-    otherwise (:func:`_majority`). Without intervals the means over draws decide, and the note says so."""
+    language model count (:data:`RULES`); the 100-dimension probe is at the paper's share of rank (100 of 1,023), not
+    100 components of a rank of 238. Each row's relative score is read with its paired 95 % interval over images when
+    :func:`study_table` has them (``ci_*``; first draw), by the symmetric majority rule of :func:`_majority`; without
+    intervals the means over draws decide, and the note says so."""
     t = table[(table["dataset"] == dataset) & (table["layers"] == role)]
     lang = t[t["compressed"].str.contains(_LANGUAGE, case=False, regex=True)]
     n = len(lang)

@@ -12,10 +12,9 @@ features it reads and of its options. :func:`cached` keys it by exactly those:
   (``pages/``), the runner and the notebooks are not in it: editing a page's prose recomputes nothing.
 
 Entries are pickles under ``PRH_CACHE_DIR/scores/<key[:2]>/<key>.pkl``, written atomically
-(:func:`prh_lib.paths.atomic_path`): an interrupted write leaves no entry. The warnings the computation
-issued are stored with its value and issued again on every hit, so a cached score warns as a recomputed one. An entry that cannot be read
-(truncated, or pickled by a class that has changed) is recomputed and replaced, never raised.
-``PRH_SCORE_CACHE=0`` turns the cache off (every score recomputed, nothing written).
+(:func:`prh_lib.paths.atomic_path`). The warnings the computation issued are stored with its value and issued again on
+every hit. An entry that cannot be read (truncated, or pickled by a changed class) is recomputed and replaced, never
+raised. ``PRH_SCORE_CACHE=0`` turns the cache off (every score recomputed, nothing written).
 
 The score cache is an optimisation, never a source of results: the results table is written from the
 returned values on every run, exactly as without it."""
@@ -185,12 +184,11 @@ def memoize(kind: str, *, code: tuple = ()):
     ``code``: modules outside :func:`score_code_digest`'s folders whose source the value also depends on;
     their files' digest joins the key, so an edit there recomputes as well.
 
-    Feature stacks (anything with ``layer_labels`` and ``sample_ids``) are keyed by :func:`features_key`,
-    tensors and arrays by their float32 bytes, DataFrames by their hashed values and index, columns and
-    dtypes, numbers, strings, None, lists, tuples and dicts of those by
-    value, a ``torch.device`` by its name; any other argument raises TypeError (its ``str()`` could name two
-    different objects alike). Defaults are filled in, so ``f(x, k=10)`` and ``f(x)`` share an entry when 10 is the
-    default. The function must be pure: its value may depend on nothing but its arguments and the code."""
+    Feature stacks (anything with ``layer_labels`` and ``sample_ids``) are keyed by :func:`features_key`, tensors and
+    arrays by their float32 bytes, DataFrames by their hashed values, index, columns and dtypes, numbers, strings, None,
+    lists, tuples and dicts of those by value, a ``torch.device`` by its name; any other argument raises TypeError (its
+    ``str()`` could name two objects alike). Defaults are filled in, so ``f(x, k=10)`` and ``f(x)`` share an entry when
+    10 is the default. The function must be pure: its value may depend only on its arguments and the code."""
     def wrap(fn):
         signature = inspect.signature(fn)
         extra = {"code": _module_digest(code)} if code else {}
