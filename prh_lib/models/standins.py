@@ -1,9 +1,9 @@
 """Stand-ins for the paper's models: tiny randomly initialised models of the same architecture, built offline.
 
 A stand-in of a paper id is named ``"<paper id>~rehearsal"`` (``"Qwen/Qwen3-8B~rehearsal"``,
-``"openai/clip-vit-large-patch14~rehearsal:text"``). :func:`prh_lib.models.spec.parse_model_name` resolves
-the name to a local folder built here (:func:`ensure_standin`), while the name, with its ``~rehearsal``,
-is what plans, feature caches, results and pages show, so a rehearsal result cannot pass for a real one.
+``"openai/clip-vit-large-patch14~rehearsal:text"``): :func:`prh_lib.models.spec.parse_model_name` resolves it to a local
+folder built here (:func:`ensure_standin`), while plans, caches, results and pages show the name with its
+``~rehearsal``, so a rehearsal result cannot pass for a real one.
 
 Each stand-in has the transformers architecture class of its paper model and that model's config quirks (ALiBi for
 BLOOM, GQA and Llama-3 RoPE scaling, sliding windows, Gemma's sqrt(d) embedding scale and Gemma 2's logit soft-capping,
@@ -164,8 +164,8 @@ def standin_folder(model_id: str) -> Path:
 def ensure_standin(model_id: str) -> Path:
     """The stand-in folder of a paper id, built (atomically) if absent.
 
-    A built folder records its files' sizes and digests in ``prh_standin.json``; a folder that no longer matches them,
-    or whose safetensors file is cut short (:func:`prh_lib.models.integrity.problems`), is moved aside and built again.
+    A built folder records its files' sizes and digests in ``prh_standin.json``; one that no longer matches them, or
+    whose safetensors file is cut short (:func:`prh_lib.models.integrity.problems`), is moved aside and rebuilt.
 
     Warns
     -----

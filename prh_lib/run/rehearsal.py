@@ -9,8 +9,8 @@ follows whatever the paper profile and the notebooks declare:
   coco-mini images under :func:`data_dir` (``PRH_REHEARSAL_DATA``, default ``PRH_CACHE_DIR/rehearsal-data``): WIT-1024
   as a downloaded copy of the Hub repository (parquet), COCO in the official layout, DOCCI's official release layout,
   CC3M + DreamLIP as DreamLIP's CSV plus the img2dataset ``files`` folder of "downloaded" images;
-- N shrinks to what the fixtures hold, 2 draws per dataset (WIT-1024 stays one fixed set), few permutations
-  and bootstrap replicates, CPU.
+- N shrinks to what the fixtures hold, 2 draws per dataset (WIT-1024 stays one fixed set), few permutations and
+  replicates, CPU.
 
 :func:`prepare` builds the stand-ins and the data (idempotent); :func:`prh_lib.run.profiles.get_profile` calls
 it for ``"rehearsal"``. No number of a rehearsal means anything: the weights are random."""
@@ -44,8 +44,8 @@ SMALL = {
     "n_components": 8, "profile_components": [4, 8], "n_displacement_pairs": 500, "n_splits": 2, "n_shared": 3,
     "n_private": 3, "n_random": 5, "n_seeds": 2, "summary_pairs": 8, "max_captions": 3, "n_heldout": 8,
     "random_init_seeds": [0], "num_threads": 1, "n_draws": N_DRAWS,
-    # the verdicts' held-out peaks and image resamples (3.1, 3.2, 3.3, App. F/G, displacement): every code path
-    # runs, at a twentieth of the cost (the book's defaults are 10 splits and 50-100 resamples)
+    # the verdicts' held-out peaks and image resamples: every code path runs at a twentieth of the book's cost (10
+    # splits, 50-100 resamples)
     "heldout_splits": 2, "heldout_boot": 5, "image_splits": 2, "image_boot": 5,
 }
 
