@@ -1,8 +1,7 @@
 """The one place numbers become text: point estimates, intervals, means over draws and permutation p-values.
 
 Every page, table, claim row and verdict formats through these four functions, so a number reads the same
-wherever it appears (no negative zeros, the same digits, ``p ≤ 1/(K+1)`` at a permutation test's floor).
-"""
+wherever it appears (no negative zeros, the same digits, ``p ≤ 1/(K+1)`` at a permutation test's floor)."""
 
 from __future__ import annotations
 
@@ -31,8 +30,7 @@ def format_mean_std(mean: float, std: float, n_draws: int, *, digits: int = 3, c
     """``"0.123 ± 0.004 (5 draws)"``, or ``"0.123 (one draw; cannot be repeated)"`` when ``n_draws < 2``.
 
     With ``count=False`` the short form of table cells: ``"0.123 ± 0.004"``, or ``"0.123"`` for one draw (or
-    a non-finite std).
-    """
+    a non-finite std)."""
     if n_draws < 2 or not math.isfinite(float(std)):
         return f"{mean:.{digits}f}" if not count else f"{mean:.{digits}f} (one draw; cannot be repeated)"
     return f"{mean:.{digits}f} ± {std:.{digits}f}" + (f" ({n_draws} draws)" if count else "")
@@ -43,8 +41,7 @@ def format_p(p: float, n_permutations: int | None = None, *, digits: int = 3) ->
 
     At the floor of a permutation test with K permutations, p = 1/(K+1) says only that no permuted score
     reached the observed one, so it is written ``p ≤ 1/(K+1)`` (e.g. ``"p ≤ 0.005 (1/201)"``), never as
-    the floor's decimal expansion. NaN gives ``"p = n/a"``.
-    """
+    the floor's decimal expansion. NaN gives ``"p = n/a"``."""
     if p is None or not math.isfinite(float(p)):
         return "p = n/a"
     if n_permutations:

@@ -1,8 +1,7 @@
 """Pure computations on several threads, with what a serial loop gives: results, warnings and errors.
 
 The public face of :mod:`prh_lib.metrics._parallel` (which documents :func:`map_threads`, :func:`recording`,
-:func:`ignoring`, :func:`reissue`; it lives there so that the metric kernels can use it), plus the core count.
-"""
+:func:`ignoring`, :func:`reissue`; it lives there so that the metric kernels can use it), plus the core count."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Every path the project reads or writes is derived here, and only here.
 
-The roots (repository, notebooks, book, data, cache), atomic writes (:func:`atomic_path`) and the one
-function that names cache files (:func:`cache_file`): features, bits per byte and summaries are all keyed
-by it, so a key that covers an option covers it the same way everywhere.
+The roots (repository, notebooks, book, data, cache), atomic writes (:func:`atomic_path`) and the one function that
+names cache files (:func:`cache_file`), so a cache key covers an option the same way everywhere.
 
 Settings (environment variables, read at call time so tests can override them):
 
@@ -85,9 +84,8 @@ def data_root() -> Path:
 
 
 def sibling_location(name: str) -> Path:
-    """Where a dataset folder named ``name`` next to the data root is, whether or not it exists (for messages
-    that name the folder looked for): ``<data root>/../name``; with no data root, next to where it was looked
-    for (``PRH_DATA_ROOT``'s parent, else ``../shared/data``).
+    """Where a dataset folder ``name`` next to the data root is (``<data root>/../name``), existing or not, for
+    messages; with no data root, next to where it was looked for (``PRH_DATA_ROOT``'s parent, else ``../shared/data``).
     """
     try:
         return data_root().parent / name
@@ -100,14 +98,12 @@ def sibling_location(name: str) -> Path:
 def sibling_dataset(name: str) -> Path | None:
     """A dataset folder named ``name`` next to the data root (e.g. ``flickr8k-1k`` beside ``coco-mini``).
 
-    ``name`` must be a bare folder name (no path separator). Offline the data root is
-    ``../shared/data/coco-mini``, so ``sibling_dataset("flickr8k-1k")`` is ``../shared/data/flickr8k-1k``.
+    ``name`` must be a bare folder name; offline ``sibling_dataset("flickr8k-1k")`` is ``../shared/data/flickr8k-1k``.
 
     Returns
     -------
     Path or None
-        The resolved folder, or None when ``name`` is not a bare name, the data root cannot be found or no
-        such folder exists there.
+        The resolved folder, or None when ``name`` is not a bare name or no such folder exists beside a found data root.
     """
     if not name or "/" in name or "\\" in name or name in (".", ".."):
         return None
@@ -162,9 +158,9 @@ def _last_touched(folder: Path) -> float:
 def remove_stale_temporaries(folder: str | Path, *, older_than: float = STALE_TEMP_SECONDS) -> list[Path]:
     """Remove the temporary folders of :func:`atomic_path` in ``folder`` untouched for ``older_than`` seconds.
 
-    A write killed before its rename (SIGKILL, out of memory, a SLURM time limit) leaves its temporary
-    folder behind; the next write into the same folder calls this. A live write touches its files, so
-    only folders no process has written to for ``older_than`` seconds (default 30 minutes) are removed.
+    A write killed before its rename (SIGKILL, out of memory, a SLURM time limit) leaves its temporary folder behind;
+    the next write into the folder calls this. Live writes touch their files, so only folders untouched for
+    ``older_than`` seconds (default 30 minutes) are removed.
 
     Returns
     -------
@@ -192,16 +188,15 @@ def remove_stale_temporaries(folder: str | Path, *, older_than: float = STALE_TE
 def atomic_path(final: Path, *, is_dir: bool = False) -> Iterator[Path]:
     """Yield a temporary sibling path; on success rename it onto ``final`` in one step.
 
-    If the body raises, the temporary file or folder is removed and ``final`` is untouched, so an
-    interrupted run never leaves a cache entry that looks complete. The temporary folder is named
-    ``.<name>.<random>.tmp`` (:func:`is_temporary`); those left behind by killed writes are removed by the
-    next write into the same folder (:func:`remove_stale_temporaries`).
+    If the body raises, the temporary is removed and ``final`` is untouched, so an interrupted run never leaves a cache
+    entry that looks complete. Temporaries are named ``.<name>.<random>.tmp`` (:func:`is_temporary`); those of killed
+    writes are removed by the next write into the same folder (:func:`remove_stale_temporaries`).
 
     Raises
     ------
     prh_lib.paths.CacheWriteError
-        If the write fails because the disk is full, a quota is exceeded or the location is read-only (the
-        message names ``final``; the temporary is removed first). Other errors pass through unchanged.
+        If the disk is full, a quota is exceeded or the location is read-only (the message names ``final``; the
+        temporary is removed first). Other errors pass through unchanged.
     """
     final = Path(final)
     try:
@@ -301,11 +296,10 @@ def sha256_file(path: str | Path, *, chunk: int = 1 << 20) -> str:
 def file_digests(files: Sequence[str | Path]) -> list[str]:
     """SHA-256 (hex) of the content of each file, each file read at most once while it is unchanged.
 
-    A digest is remembered with the file's absolute path, size, modification time and status-change time
-    (``st_ctime_ns``, which no tool can set back, so a same-size replacement that keeps the old mtime, as
-    ``cp -p`` or ``touch -r`` do, is still seen), in this process and in a small JSON index in the cache
-    (``PRH_CACHE_DIR/index/file-digests.json``, replaced atomically; concurrent writers can at worst lose an
-    entry, which is then hashed again). A file whose identity changed is read and hashed again.
+    A digest is remembered with the file's absolute path, size, mtime and ctime (``st_ctime_ns``, which no tool can set
+    back, so a same-size replacement keeping the old mtime, as ``cp -p`` or ``touch -r`` do, is still seen), in this
+    process and in a JSON index (``PRH_CACHE_DIR/index/file-digests.json``, replaced atomically; concurrent writers at
+    worst lose an entry, hashed again). A file whose identity changed is hashed again.
 
     Raises
     ------
@@ -365,11 +359,10 @@ def clear_digest_memo() -> None:
 def display_path(path: str | Path) -> str:
     """``path`` as a page may show it, without machine-specific absolute parts.
 
-    Inside ``PRH_DATA_ROOT``: ``"PRH_DATA_ROOT/<relative>"`` (the root itself: ``"PRH_DATA_ROOT (<name>)"``);
-    inside ``PRH_CACHE_DIR``: ``"PRH_CACHE_DIR/<relative>"``; inside the repository: the relative path; inside
-    the home folder: ``"~/<relative>"``; anything else: ``".../<name>"``. Hub ids and other non-paths (no
-    leading ``/``, ``~`` or ``.``) are returned unchanged. Error messages keep full paths; this is for
-    ``describe``-style summaries, reprs and pages.
+    Inside ``PRH_DATA_ROOT``: ``"PRH_DATA_ROOT/<relative>"`` (the root itself: ``"PRH_DATA_ROOT (<name>)"``); inside
+    ``PRH_CACHE_DIR``: ``"PRH_CACHE_DIR/<relative>"``; inside the repository: the relative path; inside the home folder:
+    ``"~/<relative>"``; anything else: ``".../<name>"``. Hub ids and other non-paths (no leading ``/``, ``~`` or ``.``)
+    are returned unchanged. Error messages keep full paths; this is for ``describe``-style summaries, reprs and pages.
 
     Examples
     --------
@@ -412,8 +405,8 @@ _READ_ONLY_TEXT = re.compile(r"Read-only file system|Permission denied|code: (?:
 
 
 class CacheWriteError(OSError):
-    """A cache or results write failed because the disk is full or the location is read-only; the
-    message names the path. Nothing half-written is left behind."""
+    """A cache or results write failed because the disk is full or read-only (message names the path); nothing
+    half-written is left."""
 
 
 def _free(path: Path) -> str:
@@ -426,8 +419,8 @@ def _free(path: Path) -> str:
 
 
 def disk_error(err: BaseException, path: str | Path) -> CacheWriteError | None:
-    """The :class:`CacheWriteError` for ``err`` raised while writing ``path``, or None if ``err`` is not a
-    full-disk, quota, read-only or permission failure (re-raise it unchanged then).
+    """The :class:`CacheWriteError` for ``err`` raised while writing ``path``, or None (re-raise ``err`` unchanged) if
+    it is not a full-disk, quota, read-only or permission failure.
 
     Parameters
     ----------

@@ -7,8 +7,7 @@ to its own stderr (see :func:`follow`). Library code reports what it is doing th
 line: which model, which step) and :func:`bar` (a tqdm bar); with no channel (a notebook opened in Jupyter,
 the tests, a script) both are silent unless asked to show on stderr.
 
-Nothing here changes a result: progress goes to the channel only.
-"""
+Nothing here changes a result: progress goes to the channel only."""
 
 from __future__ import annotations
 
@@ -81,8 +80,7 @@ def follow(path: Path, stream: TextIO | None = None, *, interval: float = 0.25, 
     On a terminal the text is copied as written, so tqdm bars redraw in place; elsewhere (a CI log), or
     with a ``prefix`` (notebooks run side by side, each line starting with its name), only whole lines are
     copied, a bar's carriage-return redraws collapsed to its last state. Whatever is left is copied when
-    the body ends, also if it raises.
-    """
+    the body ends, also if it raises."""
     stream = sys.stderr if stream is None else stream
     path = Path(path)
     path.touch()

@@ -11,8 +11,7 @@ Usage (console script ``prh-batch`` or ``python -m prh_lib.batch``)::
 
 The plan (:class:`Job`: one model on one set of pairs, one feature file, the one ``prh-run --params paper``
 reads) is :mod:`prh_lib.batch.plan`; running it (idempotent jobs through submitit, :class:`StudyTask` on the
-jobs of one model; a model larger than one GPU is sharded by ``device_map="auto"``) is :mod:`prh_lib.batch.run`.
-"""
+jobs of one model; a model larger than one GPU is sharded by ``device_map="auto"``) is :mod:`prh_lib.batch.run`."""
 
 
 from __future__ import annotations

@@ -9,8 +9,7 @@ with the packaged published values (:mod:`prh_lib.data.benchmarks`) as a cross-c
 
 Jobs go through submitit like the extraction jobs (``inline``, ``local``, ``slurm``;
 :func:`run_capability_jobs`); a model whose file exists is skipped. The rehearsal runs the same path on a
-stand-in with a tiny local task in the harness's own YAML format (:func:`write_rehearsal_tasks`).
-"""
+stand-in with a tiny local task in the harness's own YAML format (:func:`write_rehearsal_tasks`)."""
 
 from __future__ import annotations
 
@@ -106,8 +105,7 @@ def run_capability_jobs(models: Sequence[str], tasks: Sequence[CapabilityTask] =
     """One job per model (skipping models whose result file exists): ``{model: result file or error}``.
 
     ``executor``: ``"inline"`` (here), ``"local"`` (submitit's local executor, one subprocess per model) or
-    ``"slurm"`` (one array task per model; ``slurm``: extra ``update_parameters``).
-    """
+    ``"slurm"`` (one array task per model; ``slurm``: extra ``update_parameters``)."""
     if executor not in ("inline", "local", "slurm"):
         raise ValueError(f"unknown executor {executor!r}; use inline, local or slurm")
     todo = [m for m in dict.fromkeys(models) if not capability_file(m, tasks).is_file()]
@@ -171,8 +169,7 @@ def write_rehearsal_tasks(folder: Path) -> Path:
     """Write the rehearsal's two harness tasks (YAML + JSON lines data) into ``folder``; return it.
 
     ``prh_rehearsal_mc``: multiple choice (accuracy), 2-shot from its train split; ``prh_rehearsal_gen``:
-    generation until a newline, exact match, 1-shot.
-    """
+    generation until a newline, exact match, 1-shot."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     mc = [{"question": q, "choices": c, "answer": a} for q, c, a in _MC]

@@ -1,10 +1,9 @@
 """The study's plan: every (model, dataset, seed) job and the feature file it produces.
 
-A :class:`Job` is one model on one set of pairs (dataset, N, seed, caption policy) and produces one feature
-file in the extraction cache, the very file :func:`prh_lib.extract.get_features` reads when a notebook later
-runs with the same parameters. :func:`plan_study` lists the jobs with their files; :func:`study_from_profile`
-reads the study from a notebook parameter set.
-"""
+A :class:`Job` is one model on one set of pairs (dataset, N, seed, caption policy) and produces one feature file in the
+extraction cache, the very file :func:`prh_lib.extract.get_features` reads when a notebook later runs with the same
+parameters. :func:`plan_study` lists the jobs with their files; :func:`study_from_profile`
+reads the study from a notebook parameter set."""
 
 from __future__ import annotations
 
@@ -27,10 +26,8 @@ __all__ = ["DatasetSpec", "Job", "study_pairs", "clear_caches", "planned_cache_f
 class Job:
     """One model on one set of pairs; produces one file in the feature cache.
 
-    ``cache_file`` is computed when the job is planned (the path :func:`prh_lib.extract.get_features` will
-    write); it is None when the model could not be resolved then (``note`` says why), and the worker
-    extracts anyway.
-    """
+    ``cache_file`` is computed when the job is planned (the path :func:`prh_lib.extract.get_features` will write); it is
+    None when the model could not be resolved then (``note`` says why), and the worker extracts anyway."""
 
     model: str
     dataset: DatasetSpec
@@ -53,12 +50,10 @@ class Job:
     def is_done(self) -> bool:
         """Whether the job's feature file exists and its header is sound (safetensors header, metadata, shape).
 
-        Files are written atomically, so an interrupted write leaves no file (its temporary folder is never
-        this path); a damaged one (truncated, garbage, without metadata, a shape that contradicts it) counts
-        as not done, and the worker's ``get_features`` moves it aside and recomputes it. Only the header is
-        read (no tensor), so planning stays cheap; damaged tensor bytes (checked against the SHA-256 in the
-        metadata) and other rows are caught when ``get_features`` reads the file, which then recomputes it.
-        """
+        Files are written atomically, so an interrupted write leaves no file; a damaged one (truncated, garbage, without
+        metadata, a shape that contradicts it) counts as not done, and the worker's ``get_features`` moves it aside and
+        recomputes it. Only the header is read, so planning stays cheap; damaged tensor bytes (checked against the
+        metadata's SHA-256) are caught when ``get_features`` reads the file."""
         if self.cache_file is None or not Path(self.cache_file).is_file():
             return False
         try:
@@ -103,8 +98,8 @@ def plan_study(
     Parameters
     ----------
     models : sequence of str
-        Model names as understood by :func:`prh_lib.models.load_model` (zoo names, Hub ids, folders). A paper
-        VLM named without a tower (``"openai/clip-vit-large-patch14"``, or its stand-in) plans both towers.
+        Model names as understood by :func:`prh_lib.models.load_model`; a paper VLM named without a tower
+        (``"openai/clip-vit-large-patch14"``, or its stand-in) plans both towers.
     datasets : sequence of DatasetSpec, dict or str
         Dataset specs; a string names one of :data:`prh_lib.data.paper.DATASETS`.
     n_pairs, repetitions, caption_policy : optional
@@ -148,7 +143,6 @@ def plan_study(
     seed_lists = {s: tuple(seeds) if seeds is not None else tuple(d.seed for d in study_draws([s])) for s in specs}
     idents: dict[str, str] = {}
     jobs = []
-    # a paper VLM named without a tower (as the paper profile names them) is both of its towers
     for model in dict.fromkeys(t for m in models for t in paper.expand_towers(m)):
         for spec in specs:
             for seed in seed_lists[spec]:
@@ -167,8 +161,7 @@ def plan_study(
 def plan_table(jobs: Sequence[Job]):
     """Cached / planned jobs per model (rows) and dataset (columns), as a ``pandas.DataFrame`` of strings.
 
-    A cell reads ``"3/5"`` (3 of 5 repetitions cached); ``"?"`` marks jobs whose cache file is unknown.
-    """
+    A cell reads ``"3/5"`` (3 of 5 repetitions cached); ``"?"`` marks jobs whose cache file is unknown."""
     import pandas as pd
 
     cells: dict[str, dict[str, list[int]]] = OrderedDict()
@@ -208,12 +201,10 @@ def describe_plan(jobs: Sequence[Job]) -> str:
 def study_from_profile(params: dict) -> tuple[list[str], list[DatasetSpec], dict]:
     """Models, dataset specs and extraction options of a notebook parameter set.
 
-    Models: ``vision_models`` + ``language_models`` + ``embedding_models`` + ``vlm_models`` when present,
-    else every model in ``comparisons``. Datasets: ``datasets`` (the notebooks' study parameter) or
-    ``study_datasets`` when present, else the notebook's own
-    dataset parameters (``dataset_source``, ``data_location``, ``n_pairs``, ``seed``, ``caption_policy``) as
-    one dataset with one repetition, so the files are the ones the notebook will read.
-    """
+    Models: ``vision_models`` + ``language_models`` + ``embedding_models`` + ``vlm_models`` when present, else every
+    model in ``comparisons``. Datasets: ``datasets`` (the notebooks' study parameter) or ``study_datasets`` when
+    present, else the notebook's own dataset parameters (``dataset_source``, ``data_location``, ``n_pairs``, ``seed``,
+    ``caption_policy``) as one dataset with one repetition, so the files are the ones the notebook will read."""
     models = [m for key in ("vision_models", "language_models", "embedding_models", "vlm_models")
               for m in params.get(key) or []]
     if not models:

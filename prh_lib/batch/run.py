@@ -1,9 +1,8 @@
 """Running the study's jobs: one job (:func:`run_job`), and many through submitit (:func:`run_jobs`).
 
 Jobs are idempotent: a worker skips a job whose file exists and writes atomically
-(:func:`prh_lib.extract.save_features`), so a rerun after a failure or preemption repeats no finished job.
-Execution goes through submitit (Rapin & Paszke, facebookincubator/submitit; see :func:`run_jobs`).
-"""
+(:func:`prh_lib.extract.save_features`), so a rerun after a failure or preemption repeats no finished job. Execution
+goes through submitit (Rapin & Paszke, facebookincubator/submitit; see :func:`run_jobs`)."""
 
 from __future__ import annotations
 
@@ -89,8 +88,7 @@ def run_job(job: Job, extractor: Callable | None = None) -> JobOutcome:
     """Run one job unless its feature file exists; failures are returned, not raised.
 
     ``extractor`` has the signature of :func:`prh_lib.extract.get_features` (the default); tests pass a
-    stand-in. Interrupts and signals (preemption) are not caught.
-    """
+    stand-in. Interrupts and signals (preemption) are not caught."""
     host = socket.gethostname()
     if job.is_done():
         return JobOutcome(job, "cached", host=host)
@@ -119,9 +117,8 @@ def run_job(job: Job, extractor: Callable | None = None) -> JobOutcome:
 class StudyTask(submitit.helpers.Checkpointable):
     """The picklable task every executor runs: groups of jobs, one after another.
 
-    On SLURM preemption or timeout submitit calls :meth:`checkpoint`, which requeues the same call; the
-    jobs already finished are then skipped because their files exist.
-    """
+    On SLURM preemption or timeout submitit calls :meth:`checkpoint`, which requeues the same call; finished jobs are
+    then skipped (their files exist)."""
 
     def __call__(self, groups: Sequence[Sequence[Job]], extractor: Callable | None = None) -> list[JobOutcome]:
         outcomes = []
@@ -175,8 +172,7 @@ class RunSummary:
 def gpus_needed(model: str, *, dtype: str = "bfloat16", gpu_mem_gb: float = 80.0, overhead: float = 1.3) -> int:
     """GPUs to hold a model's weights with headroom: ``ceil(params * bytes * overhead / gpu_mem)``, at least 1.
 
-    The parameter count comes from :data:`prh_lib.data.paper.MODELS`; other models get one GPU.
-    """
+    The parameter count comes from :data:`prh_lib.data.paper.MODELS`; other models get one GPU."""
     info = paper.model_info(model)
     if info is None:
         return 1
@@ -252,8 +248,8 @@ def run_jobs(
     local_gpus : sequence of sequences of int, optional
         GPU indices of each local lane, e.g. ``[[0], [1], [2, 3]]``.
     timeout_min, slurm_partition, cpus_per_task, mem_gb, array_parallelism, slurm_additional, slurm_setup
-        SLURM request (``slurm_additional``: extra ``#SBATCH`` options such as ``{"account": "x"}``;
-        ``slurm_setup``: shell lines run before the task, e.g. activating the environment).
+        SLURM request (``slurm_additional``: extra ``#SBATCH`` options such as ``{"account": "x"}``; ``slurm_setup``:
+        shell lines run before the task, e.g. activating the environment).
 
     Returns
     -------

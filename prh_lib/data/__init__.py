@@ -7,8 +7,7 @@ is all that extraction reads.
 Modules: :mod:`~prh_lib.data.pairs` (datasets, pairs, caption policies), :mod:`~prh_lib.data.coco` (COCO
 caption files), :mod:`~prh_lib.data.tables` (tables read with ``datasets``), :mod:`~prh_lib.data.sources`
 (the paper's datasets and the :data:`SOURCES` registry), :mod:`~prh_lib.data.text_only` (caption sets
-without images, e.g. the COCO val2017 captions, and disjoint draws).
-"""
+without images, e.g. the COCO val2017 captions, and disjoint draws)."""
 
 from prh_lib.data.coco import load_coco_folder, load_coco_official, read_coco_captions
 from prh_lib.data.pairs import CAPTION_POLICIES, DataError, DataWarning, ImageCaptionDataset, Pairs, sample_pairs

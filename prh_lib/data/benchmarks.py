@@ -1,8 +1,7 @@
 """Published benchmark scores of the paper's language models (Herbst et al., Section 3.2, Appendix D).
 
-:func:`load_capability_table` reads a CSV of benchmark scores (one row per model, every value with its
-source; empty cells are missing, read as NaN); the packaged table is
-``prh_lib/resources/capability_scores.csv`` (:func:`capability_table_path`).
+:func:`load_capability_table` reads a CSV of benchmark scores (one row per model, every value with its source; empty
+cells read as NaN); the packaged table is ``prh_lib/resources/capability_scores.csv`` (:func:`capability_table_path`).
 
 Regenerating the benchmark columns
 ----------------------------------
@@ -63,24 +62,23 @@ def load_capability_table(path: str | Path | None = None) -> pd.DataFrame:
     Parameters
     ----------
     path : path, optional
-        A CSV with the columns ``model``, ``mmlu_5shot``, ``mmlu_source``, ``arc_challenge``,
-        ``arc_source``, ``gsm8k_5shot``, ``gsm8k_source`` (further columns are kept; ``arc_shots``, the
-        ARC shot count, is read as a number). Lines starting with ``#`` are comments.
-        Default: :func:`capability_table_path`.
+        A CSV with the columns ``model``, ``mmlu_5shot``, ``mmlu_source``, ``arc_challenge``, ``arc_source``,
+        ``gsm8k_5shot``, ``gsm8k_source`` (further columns are kept; ``arc_shots``, the ARC shot count, is read as a
+        number). Lines starting with ``#`` are comments. Default: :func:`capability_table_path`.
 
     Returns
     -------
     pandas.DataFrame
-        Indexed by ``model`` (unique), benchmark columns as float64 in [0, 100] with NaN for empty cells,
-        source columns as str ("" where the value is missing).
+        Indexed by ``model`` (unique), benchmark columns float64 in [0, 100] (NaN for empty cells), source columns str
+        ("" where the value is missing).
 
     Raises
     ------
     FileNotFoundError
         If ``path`` does not exist.
     ValueError
-        If a required column is missing (the message names it), a model is listed twice or has no name,
-        a value is not a number or lies outside [0, 100], or a value has no source.
+        If a required column is missing (the message names it), a model is listed twice or has no name, a value is not a
+        number or lies outside [0, 100], or a value has no source.
 
     References
     ----------
@@ -171,10 +169,8 @@ def missing_counts(table: pd.DataFrame, models: Sequence[str] | None = None) -> 
 
 
 def describe_missing(table: pd.DataFrame, models: Sequence[str] | None = None) -> str:
-    """One Markdown sentence: how many values of each benchmark are missing over ``models`` (default: all rows).
-
-    Models that are not in the table count as missing for every benchmark and are named.
-    """
+    """One Markdown sentence: how many values of each benchmark are missing over ``models`` (default: all rows); models
+    not in the table count as missing everywhere and are named."""
     models = list(table.index) if models is None else list(models)
     known = [m for m in models if m in table.index]
     unknown = [m for m in models if m not in table.index]
@@ -186,8 +182,8 @@ def describe_missing(table: pd.DataFrame, models: Sequence[str] | None = None) -
 
 
 def display_table(table: pd.DataFrame) -> pd.DataFrame:
-    """The capability table as a page shows it: benchmarks in percent with one decimal, ARC's shot count as an
-    integer, and every missing value said in words ("not published", "not stated"), never NaN.
+    """The capability table as a page shows it: benchmarks in percent with one decimal, ARC's shot count an integer,
+    missing values in words ("not published", "not stated"), never NaN.
 
     Parameters
     ----------

@@ -1,8 +1,7 @@
 """MS-COCO caption files: a local folder in COCO caption format, and the official COCO layout.
 
 Both read a COCO caption JSON (``images`` + ``annotations``) with one parser (:func:`read_coco_captions`):
-images sorted by COCO image id, the captions of each image sorted by annotation id.
-"""
+images sorted by COCO image id, the captions of each image sorted by annotation id."""
 
 from __future__ import annotations
 

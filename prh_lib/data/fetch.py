@@ -7,15 +7,14 @@ A reader without this project's ``shared/`` folder gets the same 239 MS-COCO 201
     export PRH_DATA_ROOT=~/data/coco-mini                # where the notebooks look for data
     prh-data verify ~/data/coco-mini                     # check a folder against the manifest
 
-The manifest (``prh_lib/resources/coco_mini_manifest.json``) lists per image its COCO id, file name,
-split, size, sha256, licence (id, name, url), Flickr URL and COCO URL, and its five captions with their
-annotation ids. The captions are the COCO Consortium's (CC BY 4.0, attribution in the manifest); the
-photographs stay with their Flickr licences and are never committed here, only fetched.
+The manifest (``prh_lib/resources/coco_mini_manifest.json``) lists per image its COCO id, file name, split, size,
+sha256, licence, Flickr and COCO URLs, and its five captions with their annotation ids. The captions are the COCO
+Consortium's (CC BY 4.0, attribution in the manifest); the photographs stay with their Flickr licences and are only
+fetched, never committed.
 
-Downloads go to a temporary name and are renamed into place only once their sha256 matches, so an
-interrupted or corrupted transfer never leaves a file that looks complete. A rerun skips every file that
-is already present with the right hash. ``--mirror URL`` fetches ``URL/<split>/<file_name>`` instead of
-the COCO server (any folder laid out like the server, served over http or as a ``file://`` URL).
+Downloads are renamed into place only once their sha256 matches, so an interrupted or corrupted transfer never leaves a
+file that looks complete; a rerun skips files already present with the right hash. ``--mirror URL`` fetches
+``URL/<split>/<file_name>`` instead of the COCO server (any folder laid out like it, over http or ``file://``).
 """
 
 from __future__ import annotations
@@ -146,8 +145,7 @@ def build_manifest(folder: str | Path, *, name: str = "coco-mini") -> dict:
 def coco_captions(manifest: dict) -> dict:
     """The manifest as a COCO caption file (``info``, ``licenses``, ``images``, ``annotations``).
 
-    ``images`` entries keep the COCO fields plus ``split``; annotations are sorted by id.
-    """
+    ``images`` entries keep the COCO fields plus ``split``; annotations are sorted by id."""
     images, annotations = [], []
     for im in manifest["images"]:
         images.append({
@@ -216,8 +214,8 @@ def verify(folder: str | Path, manifest: dict | str = "coco-mini", *, only: Iter
     Returns
     -------
     Report
-        ``ok`` lists the files that match; ``problems`` maps each other file (or ``captions.json``) to
-        the reason. Raises nothing for bad files: call :meth:`Report.raise_for_problems`.
+        ``ok`` lists the matching files; ``problems`` maps each other file (or ``captions.json``) to the reason. Raises
+        nothing for bad files: call :meth:`Report.raise_for_problems`.
 
     Raises
     ------

@@ -1,12 +1,10 @@
 """Image-caption pairs: a dataset of images with all their captions, and N pairs drawn from it.
 
 An :class:`ImageCaptionDataset` holds every image of a source with all of its captions (the sources are in
-:mod:`prh_lib.data.sources`). :func:`sample_pairs` draws ``n`` images with a seed and picks one text per
-image with a caption policy, keeping sample ids in row order. Extraction reads :class:`Pairs` only.
-
-The paper samples N = 1024 pairs per dataset (Herbst et al., Section 2); the offline default is the
-239-image ``coco-mini`` folder found through :func:`prh_lib.paths.data_root`.
-"""
+:mod:`prh_lib.data.sources`). :func:`sample_pairs` draws ``n`` images with a seed and picks one text per image with a
+caption policy, keeping sample ids in row order. Extraction reads :class:`Pairs` only. The paper samples N = 1024 pairs
+per dataset (Herbst et al., Section 2); the offline default is the 239-image ``coco-mini`` folder found through
+:func:`prh_lib.paths.data_root`."""
 
 from __future__ import annotations
 
@@ -40,8 +38,8 @@ class ImageCaptionDataset:
     captions : tuple of tuple of str, length n_images
         All captions of each image, in the source's order (COCO: by annotation id).
     source : str
-        Where the data came from (folder path or dataset id and revision), in full, for provenance; pages show
-        :attr:`display_source` (relative to ``PRH_DATA_ROOT`` or the dataset's name), as does the repr.
+        Where the data came from (folder path or dataset id and revision), in full, for provenance; pages and the repr
+        show :attr:`display_source` (relative to ``PRH_DATA_ROOT`` or the dataset's name).
     """
 
     name: str
@@ -129,8 +127,8 @@ class Pairs:
         Raises
         ------
         DataError
-            If an image file is missing, is not an image, is truncated or has 16/32-bit pixels; the message
-            names the file and its sample.
+            If an image file is missing, is not an image, is truncated or has 16/32-bit pixels; the message names the
+            file and its sample.
         """
         rows = range(len(self)) if indices is None else indices
         out = []
@@ -153,10 +151,10 @@ class Pairs:
     def image_fingerprint(self) -> str:
         """SHA-256 (hex, 16 chars) of the sample ids and image contents in row order: the image side's cache key.
 
-        An image file counts by its bytes (:func:`prh_lib.paths.file_digests`: each file is read once and
-        remembered by path, size and modification times, so replacing a photo by another of the same size
-        changes the key); a table image (:class:`~prh_lib.data.TableImage`) by its stored encoded bytes; an
-        in-memory ``PIL.Image`` by its mode, size and pixels.
+        An image file counts by its bytes (:func:`prh_lib.paths.file_digests`: each file is read once and remembered by
+        path, size and modification times, so replacing a photo by another of the same size changes the key); a table
+        image (:class:`~prh_lib.data.TableImage`) by its stored encoded bytes; an in-memory ``PIL.Image`` by its mode,
+        size and pixels.
 
         Raises
         ------
@@ -234,10 +232,10 @@ def sample_pairs(
     seed : int
         Seed of ``np.random.default_rng`` for the sample and for ``"random"`` captions.
     caption_policy : {"first", "random", "concat", "nth"}
-        ``"first"``: each image's first caption; ``"random"``: one caption drawn with the seed;
-        ``"concat"``: the first ``n_captions`` captions joined by a space (Appendix F's "more detail");
-        ``"nth"``: each image's caption number ``caption_index`` (0-based; draw r of a dataset with several
-        human captions per image pairs every image with its r-th caption, see :mod:`prh_lib.data.study`).
+        ``"first"``: each image's first caption; ``"random"``: one caption drawn with the seed; ``"concat"``: the first
+        ``n_captions`` captions joined by a space (Appendix F's "more detail"); ``"nth"``: each image's caption number
+        ``caption_index`` (0-based; draw r of a dataset with several human captions per image pairs every image with its
+        r-th caption, see :mod:`prh_lib.data.study`).
     n_captions : int
         Captions to concatenate with ``"concat"`` (1 to the minimum captions per image); must be 1 otherwise.
     caption_index : int
@@ -251,8 +249,8 @@ def sample_pairs(
     Raises
     ------
     ValueError
-        If ``n`` is out of range, the policy is unknown, or ``n_captions`` / ``caption_index`` exceeds the
-        captions available.
+        If ``n`` is out of range, the policy is unknown, or ``n_captions`` / ``caption_index`` exceeds the captions
+        available.
     """
     if caption_policy not in CAPTION_POLICIES:
         raise ValueError(f"unknown caption_policy {caption_policy!r}; use one of {CAPTION_POLICIES}")

@@ -1,51 +1,17 @@
 """The paper's models and datasets, as data (Herbst et al., Section 2 and Appendix A).
 
-Models are named by their exact Hugging Face ids. ``params_b`` is the approximate parameter count in billions
-(model cards; it only sizes GPU requests in :mod:`prh_lib.batch`). ``group`` is how the paper groups them:
-``vision`` (self-supervised vision encoders), ``language`` (the 21 generative language models),
-``embedding`` (text embedding models) and ``vlm`` (image-text models with two towers).
+Models (:data:`MODELS`, one entry per model with its family, group, parameter count and notes) are named by their exact
+Hugging Face ids. ``params_b`` is the approximate parameter count in billions (model cards; it only sizes GPU requests
+in :mod:`prh_lib.batch`). ``group`` is how the paper groups them: ``vision`` (self-supervised vision encoders: DINOv2,
+DINOv3, MAE), ``language`` (the 21 generative language models), ``embedding`` (text embedding models) and ``vlm``
+(image-text models with two towers).
 
-=========================================================  ==========  =========  ======  =============================
-id                                                         family      group      params  choice / notes
-=========================================================  ==========  =========  ======  =============================
-facebook/dinov2-large                                      dinov2      vision     0.30    DINOv2 ViT-L/14, no registers
-facebook/dinov3-vitl16-pretrain-lvd1689m                   dinov3      vision     0.30    gated; web (LVD-1689M) weights
-facebook/vit-mae-large                                     mae         vision     0.33    pre-trained encoder; mask 0
-bigscience/bloomz-1b1                                      bloom       language   1.07
-bigscience/bloomz-1b7                                      bloom       language   1.72
-bigscience/bloomz-7b1                                      bloom       language   7.07
-huggyllama/llama-7b                                        llama       language   6.74    original LLaMA (Meta 2023)
-huggyllama/llama-13b                                       llama       language   13.0    original LLaMA
-huggyllama/llama-30b                                       llama       language   32.5    original LLaMA ("30B")
-meta-llama/Llama-3.1-8B                                    llama3      language   8.03    base, gated
-meta-llama/Llama-3.2-1B                                    llama3      language   1.24    base, gated
-meta-llama/Llama-3.2-3B                                    llama3      language   3.21    base, gated
-mistralai/Mistral-7B-v0.1                                  mistral     language   7.24    base
-mistralai/Mistral-7B-v0.3                                  mistral     language   7.25    base, gated
-Qwen/Qwen2.5-14B                                           qwen2.5     language   14.8    base
-Qwen/Qwen3-4B                                              qwen3       language   4.02    as named (post-trained)
-Qwen/Qwen3-8B                                              qwen3       language   8.19    as named (post-trained)
-google/gemma-2b                                            gemma       language   2.51    base, gated
-google/gemma-7b                                            gemma       language   8.54    base, gated
-google/gemma-2-9b                                          gemma2      language   9.24    base, gated
-deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B                  r1-distill  language   1.78
-deepseek-ai/DeepSeek-R1-Distill-Qwen-7B                    r1-distill  language   7.62
-deepseek-ai/DeepSeek-R1-Distill-Qwen-14B                   r1-distill  language   14.8
-deepseek-ai/DeepSeek-R1-Distill-Qwen-32B                   r1-distill  language   32.8
-Qwen/Qwen3-Embedding-8B                                    qwen3-emb   embedding  7.57
-nvidia/NV-Embed-v2                                         nv-embed    embedding  7.85    trust_remote_code; CC-BY-NC
-openai/clip-vit-large-patch14                              clip        vlm        0.43    224 px
-google/siglip2-so400m-patch14-384                          siglip2     vlm        1.14    So400m/14 at 384 px
-Qwen/Qwen3-VL-Embedding-8B                                 qwen3-vl    vlm        8.8     Qwen3-VL architecture
-=========================================================  ==========  =========  ======  =============================
-
-How ambiguous names were resolved (the ``notes`` field of each entry repeats this):
+How ambiguous names were resolved (each entry's ``notes`` says it in short):
 
 - *LLaMA 7B/13B/30B* are the original LLaMA (v1) weights; Meta distributes them only on request, so the
   widely used conversion ``huggyllama/llama-*`` is the id (the "30B" model has 32.5 B parameters).
-- *Llama-3.x, Mistral, Qwen2.5, Gemma*: the base (pre-trained) checkpoints, whose ids are the names as the
-  paper writes them; instruction-tuned ids carry ``-Instruct``/``-it``. Mistral-7B v0.3 base is
-  ``mistralai/Mistral-7B-v0.3``.
+- *Llama-3.x, Mistral, Qwen2.5, Gemma*: the base (pre-trained) checkpoints, whose ids are the names as the paper writes
+  them; instruction-tuned ids carry ``-Instruct``/``-it``. Mistral-7B v0.3 base is ``mistralai/Mistral-7B-v0.3``.
 - *Qwen3-4B/8B*: ``Qwen/Qwen3-4B`` and ``Qwen/Qwen3-8B`` are the ids that equal the names in the paper; they
   are the post-trained (hybrid thinking) releases. The base checkpoints are ``Qwen/Qwen3-4B-Base`` and
   ``Qwen/Qwen3-8B-Base``; swap them in with ``-p language_models=...`` if the paper meant those.
@@ -53,15 +19,13 @@ How ambiguous names were resolved (the ``notes`` field of each entry repeats thi
   satellite variant is ``...-sat493m``). *DINOv2 ViT-L* is ``facebook/dinov2-large`` (without registers).
 - *MAE ViT-L* is ``facebook/vit-mae-large``, the self-supervised pre-trained MAE encoder. Its Hugging Face
   model masks 75 % of patches at random by default; features must be extracted with ``mask_ratio=0``.
-- *SigLIP 2 So400M*: ``google/siglip2-so400m-patch14-384``, the So400m/14 checkpoint at its final 384 px
-  resolution, the variant most used downstream (as the vision tower of open VLMs). The 224 px variant
-  (``google/siglip2-so400m-patch14-224``) would match the 224 px input of the other vision encoders; it
-  is a one-line change in :data:`MODELS`.
+- *SigLIP 2 So400M*: ``google/siglip2-so400m-patch14-384``, the So400m/14 checkpoint at its final 384 px resolution,
+  the variant most used downstream (as the vision tower of open VLMs). The 224 px variant
+  (``google/siglip2-so400m-patch14-224``) would match the other encoders' 224 px input (one line in :data:`MODELS`).
 - *CLIP ViT-L/14* is OpenAI's 224 px ``openai/clip-vit-large-patch14`` (not the 336 px variant).
 
-Datasets (:data:`DATASETS`): WIT-1024 (its fixed 1024 pairs, once), COCO captions, DOCCI and CC3M with
-DreamLIP captions (N = 1024 pairs drawn with seeds 0-4). Sources and accepted local formats are described
-in :mod:`prh_lib.data.sources`.
+Datasets (:data:`DATASETS`): WIT-1024 (its fixed 1024 pairs, once), COCO captions, DOCCI and CC3M with DreamLIP captions
+(N = 1024 pairs drawn with seeds 0-4). Sources and accepted local formats are described in :mod:`prh_lib.data.sources`.
 """
 
 from __future__ import annotations
@@ -178,8 +142,7 @@ def feature_models(*groups: str) -> list[str]:
 def expand_towers(name: str) -> list[str]:
     """``[name]``, or its towers ``[name:vision, name:text]`` when ``name`` is a paper VLM named without one.
 
-    Stand-in names (``"<id>~rehearsal"``) are expanded like the id they stand in for.
-    """
+    Stand-in names (``"<id>~rehearsal"``) are expanded like the id they stand in for."""
     base = name[: -len(STANDIN_SUFFIX)] if name.endswith(STANDIN_SUFFIX) else name
     info = model_info(base)
     if info is None or not info["towers"]:

@@ -70,8 +70,8 @@ def load_wit(location: str | Path | None = None, *, revision: str | None = "wit_
              name: str = "wit-1024") -> ImageCaptionDataset:
     """WIT-1024: the 1024 Wikipedia image-text pairs of Huh et al. (``minhuh/prh``, revision ``wit_1024``).
 
-    Columns ``image`` (Image) and ``text`` (the captions of the image; a list, the first is the one
-    Huh et al. use). Sample ids are row indices. The paper uses all 1024 pairs, once.
+    Columns ``image`` (Image) and ``text`` (the image's captions, a list; Huh et al. use the first). Sample ids are row
+    indices. The paper uses all 1024 pairs, once.
 
     Raises
     ------
@@ -89,10 +89,9 @@ def load_coco_captions(location: str | Path | None = None, *, split: str | None 
                        id_column: str = "id") -> ImageCaptionDataset:
     """MS-COCO 2017 captions (5 human captions per image), sampled N = 1024 per repetition.
 
-    ``location`` is either the official COCO layout (a folder with ``annotations/captions_<split>.json``
-    and the images in ``<split>/``, split default ``val2017``), or a table such as the default
-    ``lmms-lab/COCO-Caption2017`` (split ``val``: the 5000 val2017 images; columns ``image``, ``answer``
-    = the list of captions, ``id`` = the COCO image id).
+    ``location`` is either the official COCO layout (a folder with ``annotations/captions_<split>.json`` and the images
+    in ``<split>/``, split default ``val2017``), or a table such as the default ``lmms-lab/COCO-Caption2017`` (split
+    ``val``: the 5000 val2017 images; columns ``image``, ``answer`` = the list of captions, ``id`` = the COCO image id).
 
     Raises
     ------
@@ -115,10 +114,10 @@ def load_docci(location: str | Path | None = None, *, split: str = "test", revis
                name: str | None = None) -> ImageCaptionDataset:
     """DOCCI: ~15k photographs with one long human description each (Onoe et al. 2024).
 
-    ``location`` is either the official release (a folder with ``docci_descriptions.jsonlines`` and the
-    extracted ``images/`` of ``docci_images.tar.gz``; rows of the requested ``split`` are kept), or a table
-    with columns ``image``, ``example_id`` and ``description``, such as the default ``not-lain/docci`` (a
-    parquet copy of the release: splits ``train`` 9647, ``test`` 5000). Sample ids are DOCCI example ids.
+    ``location`` is the official release (a folder with ``docci_descriptions.jsonlines`` and the extracted ``images/``
+    of ``docci_images.tar.gz``; rows of ``split`` are kept), or a table with columns ``image``, ``example_id`` and
+    ``description``, such as the default ``not-lain/docci`` (a parquet copy: ``train`` 9647, ``test`` 5000). Sample ids
+    are DOCCI example ids.
 
     Raises
     ------
@@ -180,8 +179,8 @@ def load_cc3m_dreamlip(location: str | Path | None = None, *, captions: Sequence
     Parameters
     ----------
     captions : sequence of str
-        Caption columns in order (default: the long captions of ShareGPT4V, InstructBLIP, LLaVA-1.5, so
-        caption policy ``"first"`` takes ShareGPT4V's). A cell holding a list is joined into one caption.
+        Caption columns in order (default: the long captions of ShareGPT4V, InstructBLIP, LLaVA-1.5, so policy
+        ``"first"`` takes ShareGPT4V's); a cell holding a list is joined into one caption.
 
     Raises
     ------

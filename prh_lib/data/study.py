@@ -1,24 +1,22 @@
 """The study's shape: datasets, and the repeated draws of pairs from each.
 
-The paper never reports a single draw: every score is a mean ± std over 5 independent draws of N = 1024
-pairs per dataset, except WIT-1024, which is one fixed set of 1024 pairs (one run; Herbst et al., Sec. 2
-and 3.2). A :class:`DatasetSpec` says where a dataset comes from and how its draws are made;
-:func:`study_draws` returns every :class:`Draw` (its pairs, seed and whether it is a real repetition).
+The paper never reports a single draw: every score is a mean ± std over 5 independent draws of N = 1024 pairs per
+dataset, except WIT-1024, one fixed set of 1024 pairs (one run; Herbst et al., Sec. 2 and 3.2). A :class:`DatasetSpec`
+says where a dataset comes from and how its draws are made; :func:`study_draws` returns every :class:`Draw` (its pairs,
+seed and whether it is a real repetition).
 
-Two kinds of draw (``DatasetSpec.draws``):
+Three kinds of draw (``DatasetSpec.draws``):
 
 ``"seeds"``
-    Draw r samples ``n_pairs`` images with seed ``first_seed + r`` (the paper's protocol). When
-    ``n_pairs`` is None or equals the dataset size every seed gives the same pairs, so only one draw is
-    made and it is marked not repeatable.
+    Draw r samples ``n_pairs`` images with seed ``first_seed + r`` (the paper's protocol). When ``n_pairs`` is None or
+    equals the dataset size every seed gives the same pairs, so only one draw is made and it is marked not repeatable.
 ``"captions"``
-    The same images in every draw (sampled once with ``first_seed``); draw r pairs every image with its
-    r-th human caption (``caption_policy="nth"``). Offline, ``coco-mini`` has 5 captions per image, so
-    the variance over draws is the variance over caption choice with the images held fixed.
+    The same images in every draw (sampled once with ``first_seed``); draw r pairs every image with its r-th human
+    caption (``caption_policy="nth"``), so the variance over draws is over caption choice with the images fixed.
 ``"disjoint"``
-    Pairwise disjoint draws: one permutation with ``first_seed``, draw r is its r-th block of ``n_pairs``
-    images (:func:`prh_lib.data.text_only.disjoint_pairs`); ``n_pairs * repetitions`` must fit in the
-    dataset, and the images left over are in no draw (held-out text, e.g. the COCO val2017 captions).
+    Pairwise disjoint draws: one permutation with ``first_seed``, draw r is its r-th block of ``n_pairs`` images
+    (:func:`prh_lib.data.text_only.disjoint_pairs`); ``n_pairs * repetitions`` must fit in the dataset, and the images
+    left over are in no draw (held-out text).
 """
 
 from __future__ import annotations
@@ -136,8 +134,8 @@ class Draw:
     seed : int
     pairs : Pairs
     repeatable : bool
-        False when the dataset allows only one distinct draw (a fixed set such as WIT-1024, or N equal to
-        the whole set with ``draws="seeds"``); its std over draws is then undefined, not zero.
+        False when the dataset allows only one distinct draw (a fixed set such as WIT-1024, or N equal to the whole set
+        with ``draws="seeds"``); its std over draws is then undefined, not zero.
     what_varies : str
         In words, what differs between this dataset's draws.
     """
@@ -199,8 +197,7 @@ def study_draws(datasets, *, n_draws: int | None = None) -> list[Draw]:
     datasets : sequence of DatasetSpec, dict or str
         The study's datasets (coerced with :meth:`DatasetSpec.coerce`); names must be unique.
     n_draws : int, optional
-        Draws per dataset, overriding each spec's ``repetitions`` (a dataset that allows one draw still
-        gets one).
+        Draws per dataset, overriding each spec's ``repetitions`` (a dataset that allows one draw still gets one).
 
     Returns
     -------
@@ -209,8 +206,8 @@ def study_draws(datasets, *, n_draws: int | None = None) -> list[Draw]:
     Raises
     ------
     ValueError
-        If ``datasets`` is empty, two specs share a name, ``n_draws < 1``, or ``draws="captions"`` asks for
-        more draws than every image has captions.
+        If ``datasets`` is empty, two specs share a name, ``n_draws < 1``, or ``draws="captions"`` asks for more draws
+        than every image has captions.
     DataError
         If a dataset cannot be read.
     """
@@ -259,18 +256,17 @@ def study_draws(datasets, *, n_draws: int | None = None) -> list[Draw]:
 __all__ += ["DataError"]
 
 
-#: The paper's own dataset at N = 1024 whose verdicts the chapters read when it is in the study (Herbst et al.,
-#: Sec. 3: COCO is the dataset of every figure that shows one dataset).
+#: The paper's own dataset at N = 1024 whose verdicts the chapters read when it is in the study (Herbst et al., Sec. 3:
+#: COCO is the dataset of every one-dataset figure).
 PAPER_HEADLINE = "coco"
 
 
 def headline_dataset(draws: "list[Draw]") -> str:
     """The dataset whose numbers a chapter's verdicts read.
 
-    The paper's COCO when it is in the study; otherwise the dataset with the most pairs per draw, so that
-    a claim about N = 1024 is read at the N closest to it (offline: ``flickr8k-1k``, N = 1,000, rather than
-    ``coco-mini``, N = 239); ties go to the dataset listed first. Text-only datasets (no images) are passed over
-    while any dataset has images.
+    The paper's COCO when in the study; else the dataset with the most pairs per draw, so a claim about N = 1024 is read
+    at the N closest to it (offline: ``flickr8k-1k``, N = 1,000, not ``coco-mini``, N = 239); ties go to the first
+    listed. Text-only datasets are passed over while any dataset has images.
 
     Parameters
     ----------

@@ -2,12 +2,10 @@
 
 :func:`open_table` opens a Hub id, a ``save_to_disk`` folder, a folder of data files or one data file;
 :func:`table_to_dataset` turns a table with named columns into an :class:`~prh_lib.data.ImageCaptionDataset`.
-Images stored in a table stay in the (memory-mapped) table as :class:`TableImage` objects and are decoded
-only when a batch needs them, so a 5000-image pool costs no memory; :meth:`prh_lib.data.Pairs.load_images`
-and :meth:`~prh_lib.data.Pairs.image_fingerprint` use them like ``PIL`` images. A Hub id that cannot be
-reached (no network, ``HF_HUB_OFFLINE=1`` and no cached copy) raises :class:`~prh_lib.data.DataError`
-naming the dataset and how to provide a local copy.
-"""
+Images stored in a table stay in the (memory-mapped) table as :class:`TableImage` objects, decoded only when a batch
+needs them (a 5000-image pool costs no memory), and :class:`~prh_lib.data.Pairs` uses them like ``PIL`` images. An
+unreachable Hub id (no network, ``HF_HUB_OFFLINE=1`` and no cached copy) raises :class:`~prh_lib.data.DataError` naming
+the dataset and how to provide a local copy."""
 
 from __future__ import annotations
 
@@ -32,10 +30,9 @@ _TABLE_SUFFIXES = {".parquet": "parquet", ".arrow": "arrow", ".csv": "csv", ".js
 class TableImage:
     """One image stored in a ``datasets`` table, decoded on demand.
 
-    Behaves like a ``PIL.Image`` for :class:`prh_lib.data.Pairs`: :meth:`convert` decodes it, and
-    :meth:`tobytes` returns the stored (encoded) bytes, which identify the image for the cache key
-    without decoding it. Two objects are equal when they point to the same row of the same table.
-    """
+    Behaves like a ``PIL.Image`` for :class:`prh_lib.data.Pairs`: :meth:`convert` decodes it, :meth:`tobytes` returns
+    the stored (encoded) bytes that key the cache without decoding. Equal when pointing to the same row of the same
+    table."""
 
     __slots__ = ("table", "row", "column")
 
@@ -243,9 +240,9 @@ def table_to_dataset(
     Raises
     ------
     DataError
-        If a column is missing (the message lists the table's columns), a caption cell is neither a string
-        nor a list (naming the row and sample), or a row has no caption. Empty captions are skipped with one
-        :class:`~prh_lib.data.DataWarning` that counts them.
+        If a column is missing (the message lists the table's columns), a caption cell is neither a string nor a list
+        (naming the row and sample), or a row has no caption. Empty captions are skipped with one counting
+        :class:`~prh_lib.data.DataWarning`.
     """
     import datasets
 

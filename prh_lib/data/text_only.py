@@ -1,15 +1,15 @@
 """Text-only caption sets: the COCO val2017 captions without their images.
 
-``captions_val2017.json`` (5,000 images, 25,014 captions) serves language-language comparisons at N = 1,024
-and held-out text for bits per byte. :func:`load_coco_captions_text` (source ``"coco-captions-text"``) reads
-it into a dataset whose images are :class:`TextOnlyImage` placeholders; :func:`disjoint_pairs` makes disjoint
-draws and :func:`heldout_texts` the captions of images outside a set of ids. The file is only read.
+``captions_val2017.json`` (5,000 images, 25,014 captions) serves language-language comparisons at N = 1,024 and held-out
+text for bits per byte. :func:`load_coco_captions_text` (source ``"coco-captions-text"``) reads it (never writes it)
+into a dataset whose images are :class:`TextOnlyImage` placeholders; :func:`disjoint_pairs` makes disjoint draws and
+:func:`heldout_texts` the captions of images outside a set of ids.
 
 References
 ----------
-Lin et al. 2014, *Microsoft COCO: Common Objects in Context*; Chen et al. 2015, *Microsoft COCO Captions:
-Data Collection and Evaluation Server* (the val2017 caption annotations).
-Herbst et al., Section 2 (N = 1024 pairs per dataset, 5 seeded repetitions).
+Lin et al. 2014, *Microsoft COCO: Common Objects in Context*; Chen et al. 2015, *Microsoft COCO Captions: Data
+Collection and Evaluation Server* (the val2017 caption annotations). Herbst et al., Section 2 (N = 1024 pairs per
+dataset, 5 seeded repetitions).
 """
 
 from __future__ import annotations
@@ -37,10 +37,8 @@ class TextOnlyImage:
 
     It stands where :class:`~prh_lib.data.Pairs` expects an image (a path, ``PIL.Image`` or
     :class:`~prh_lib.data.TableImage`), so text-side code runs unchanged and image-side code
-    (:meth:`~prh_lib.data.Pairs.load_images`, :meth:`~prh_lib.data.Pairs.image_fingerprint`) fails with a
-    message naming the dataset. Two placeholders are equal when they stand for the same sample of the same
-    dataset.
-    """
+    (:meth:`~prh_lib.data.Pairs.load_images`, :meth:`~prh_lib.data.Pairs.image_fingerprint`) fails with a message naming
+    the dataset. Two placeholders are equal when they stand for the same sample of the same dataset."""
 
     __slots__ = ("dataset", "sample_id")
 
@@ -95,22 +93,22 @@ def load_coco_captions_text(location: str | Path | None = None, *, name: str = "
     Parameters
     ----------
     location : path, optional
-        The JSON file, or a folder holding ``captions_val2017.json`` (or a single ``*.json``). Default: the
-        folder ``coco-val2017-captions`` next to ``PRH_DATA_ROOT`` (offline: ``../shared/data``).
+        The JSON file, or a folder holding ``captions_val2017.json`` (or a single ``*.json``). Default: the folder
+        ``coco-val2017-captions`` next to ``PRH_DATA_ROOT`` (offline: ``../shared/data``).
     name : str
         Dataset name for labels, cache keys and error messages.
 
     Returns
     -------
     ImageCaptionDataset
-        One row per image id (sorted), all of its captions (by annotation id); ``images`` are
-        :class:`TextOnlyImage` placeholders; ``source`` is the JSON's path.
+        One row per image id (sorted), all of its captions (by annotation id); ``images`` are :class:`TextOnlyImage`
+        placeholders; ``source`` is the JSON's path.
 
     Raises
     ------
     DataError
-        If the location does not exist, a folder holds no caption JSON, or the file is not in COCO caption
-        format (see :func:`prh_lib.data.read_coco_captions`).
+        If the location does not exist, a folder holds no caption JSON, or the file is not in COCO caption format (see
+        :func:`prh_lib.data.read_coco_captions`).
     """
     path = _default_location() if location is None else Path(str(location)).expanduser()
     if path.is_dir():
@@ -135,8 +133,8 @@ def check_disjoint(dataset: ImageCaptionDataset, n: int, n_draws: int) -> None:
     Raises
     ------
     ValueError
-        If ``n`` or ``n_draws`` is not an int >= 1, or ``n * n_draws > len(dataset)`` (the message gives the
-        most disjoint draws of ``n`` that fit).
+        If ``n`` or ``n_draws`` is not an int >= 1, or ``n * n_draws > len(dataset)`` (the message gives the most
+        disjoint draws of ``n`` that fit).
     """
     if not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"n must be an int >= 1, got {n!r}")
@@ -151,9 +149,9 @@ def disjoint_pairs(dataset: ImageCaptionDataset, *, n: int, draw: int, n_draws: 
                    caption_policy: str = "first") -> Pairs:
     """Draw ``draw`` of ``n_draws`` pairwise disjoint draws of ``n`` images.
 
-    One permutation of the images is made with ``np.random.default_rng(seed)``; draw r is its rows
-    ``r * n`` to ``(r + 1) * n``, so no image is in two draws and the images left over
-    (``len(dataset) - n * n_draws``) are in none (held out, see :func:`heldout_texts`).
+    One permutation of the images is made with ``np.random.default_rng(seed)``; draw r is its rows ``r * n`` to ``(r +
+    1) * n``, so no image is in two draws and the ``len(dataset) - n * n_draws`` left over are in none (held out, see
+    :func:`heldout_texts`).
 
     Parameters
     ----------
@@ -177,8 +175,8 @@ def disjoint_pairs(dataset: ImageCaptionDataset, *, n: int, draw: int, n_draws: 
     Raises
     ------
     ValueError
-        If ``n`` or ``n_draws`` is below 1, the draws do not fit in the dataset (the message gives the most
-        that do), or ``draw`` is out of range.
+        If ``n`` or ``n_draws`` is below 1, the draws do not fit in the dataset (the message gives the most that do), or
+        ``draw`` is out of range.
     """
     check_disjoint(dataset, n, n_draws)
     if not 0 <= int(draw) < n_draws:
@@ -213,8 +211,8 @@ def heldout_texts(dataset: ImageCaptionDataset, *, exclude: Iterable[str], per_i
     Raises
     ------
     ValueError
-        If ``per_image`` or ``max_texts`` is below 1, an excluded id is not in the dataset (a likely mix-up
-        of datasets), or no image is left.
+        If ``per_image`` or ``max_texts`` is below 1, an excluded id is not in the dataset (a likely mix-up of
+        datasets), or no image is left.
     """
     for label, value in (("per_image", per_image), ("max_texts", max_texts)):
         if value is not None and (not isinstance(value, int) or value < 1):

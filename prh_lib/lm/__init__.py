@@ -6,8 +6,7 @@ summaries are cached like features (:func:`prh_lib.paths.cache_file`).
 
 Modules: :mod:`~prh_lib.lm.bpb` (bits per byte and its texts), :mod:`~prh_lib.lm.ladder` (features and
 bits per byte of the capability study's models, the interpolation ladder), :mod:`~prh_lib.lm.generate`
-(greedy generation), :mod:`~prh_lib.lm.summaries` (shortened captions, truncation baseline).
-"""
+(greedy generation), :mod:`~prh_lib.lm.summaries` (shortened captions, truncation baseline)."""
 
 from prh_lib.models import CausalLM, load_causal_lm, load_tokenizer
 from prh_lib.lm.bpb import (BPB_FORMAT_VERSION, BPB_PREFIX, BPB_SOURCES, BitsPerByte, bits_per_byte, bpb_cache_path,

@@ -1,8 +1,7 @@
 """Bits per byte of a causal language model on a list of texts: the capability axis of Huh et al. (2024).
 
-:func:`bits_per_byte` needs no benchmark download; :func:`bpb_corpus` picks the texts (held-out captions of
-the pairs' images, or the aligned captions); :func:`cached_bits_per_byte` caches the result under
-``cache_dir("bpb")`` (named by :func:`prh_lib.paths.cache_file`).
+:func:`bits_per_byte` needs no benchmark download; :func:`bpb_corpus` picks the texts (held-out captions of the pairs'
+images, or the aligned captions); :func:`cached_bits_per_byte` caches the result under ``cache_dir("bpb")``.
 
 References
 ----------
@@ -31,9 +30,8 @@ __all__ = ["BitsPerByte", "bits_per_byte", "heldout_captions", "study_heldout", 
 #: Bump when a change to :func:`bits_per_byte` changes its numbers; part of every cache key.
 BPB_FORMAT_VERSION = 2
 
-#: The fixed text every caption is scored after, for every model (after its BOS token where it has one), so
-#: that each model scores every token of every caption under the same conditioning: models without a BOS
-#: token (Qwen) lose no first token, and no model sees a caption at the very start of its context.
+#: The fixed text every caption is scored after, by every model (after its BOS token where it has one), so every token
+#: of every caption is scored under the same conditioning: models without a BOS token (Qwen) lose no first token.
 BPB_PREFIX = "Caption:\n"
 
 
@@ -71,17 +69,14 @@ class BitsPerByte:
     def accuracy(self) -> float:
         """Next-token accuracy: ``n_correct / n_tokens`` in [0, 1] (NaN when not recorded).
 
-        Tokenizer-dependent (a larger vocabulary makes each token longer and harder to guess), unlike
-        :attr:`bpb`; a second, coarser capability measure.
-        """
+        Tokenizer-dependent (a larger vocabulary makes each token longer and harder to guess), unlike :attr:`bpb`."""
         if self.n_correct is None or self.n_tokens == 0:
             return float("nan")
         return self.n_correct / self.n_tokens
 
 
 def _tokenize_with_prefix(tokenizer, texts: list[str], prefix: str):
-    """Token ids of ``[BOS] + prefix + text`` (BOS where the tokenizer has one), the index of each text's first
-    token, and the bytes of each text (all scored).
+    """Token ids of ``[BOS] + prefix + text`` (BOS where the tokenizer has one), each text's first token and bytes.
 
     Raises
     ------
@@ -129,15 +124,12 @@ def bits_per_byte(lm: torch.nn.Module, tokenizer, texts: Sequence[str], *, batch
                   use_bos: bool | None = None, prefix: str | None = BPB_PREFIX, progress: bool = False) -> BitsPerByte:
     """Bits per UTF-8 byte of a causal language model on ``texts``.
 
-    By default (``prefix`` given) every model is conditioned the same way: each text is scored after the fixed
-    text ``prefix`` (:data:`BPB_PREFIX`, preceded by the tokenizer's BOS token where it has one), every token of
-    the text is scored, and the byte count is the whole text's. With ``prefix=None`` the older conventions
-    apply: each text is tokenised on its own without special tokens. With a BOS token (``use_bos``), the
-    sequence is ``[BOS] + tokens`` and every text token is scored given the ones before it; the byte count
-    is the whole text's. Without one, the first token is context only: tokens 2..T are scored and the
-    bytes are those after the first token (from the tokenizer's offsets). Bits are summed over the corpus
-    and divided by the bytes summed over the corpus. Batches are padded on the right and scored with the
-    attention mask, so the result does not depend on ``batch_size`` (to float round-off).
+    By default every model is conditioned the same way: each text is scored after the fixed text ``prefix``
+    (:data:`BPB_PREFIX`, after the tokenizer's BOS token where it has one) and all its tokens and bytes count. With
+    ``prefix=None`` each text is tokenised alone without special tokens: with a BOS token (``use_bos``) the sequence is
+    ``[BOS] + tokens`` and all tokens and bytes count; without one the first token is context only (tokens 2..T scored,
+    bytes after the first token, from the tokenizer's offsets). Bits and bytes are each summed over the corpus, then
+    divided. Batches are right-padded and masked, so the result does not depend on ``batch_size`` (to float round-off).
 
     Parameters
     ----------
@@ -245,8 +237,7 @@ def heldout_captions(dataset, pairs, *, per_image: int = 1, max_texts: int | Non
     Raises
     ------
     ValueError
-        If ``per_image`` or ``max_texts`` is below 1, a pair's sample is not in ``dataset``, or no caption
-        is left.
+        If ``per_image`` or ``max_texts`` is below 1, a pair's sample is not in ``dataset``, or no caption is left.
     """
     if not isinstance(per_image, int) or per_image < 1:
         raise ValueError(f"per_image must be an int >= 1, got {per_image!r}")
@@ -268,12 +259,10 @@ def heldout_captions(dataset, pairs, *, per_image: int = 1, max_texts: int | Non
 def study_heldout(datasets, draws, *, per_image: int = 1, max_texts: int | None = None) -> tuple[list[str], str]:
     """Captions that no draw of the study aligns: held-out text for bits per byte across datasets and draws.
 
-    A caption of an image is *used* when it is contained in the text of that image in any draw of any
-    dataset built on the same source (so caption draws, concatenations and seeded subsets are all left
-    out). The others are held out: ``per_image`` of them per image, images in each dataset's order, at most
-    ``max_texts`` in all. When every caption is used (e.g. caption draws over every caption of every
-    image), the first draw's own texts are returned with ``"aligned"`` (as Huh et al. 2024 measure it),
-    and the caller should say so.
+    A caption of an image is *used* when it is in the text of that image in any draw of any dataset on the same source
+    (so caption draws, concatenations and seeded subsets are all left out). The others are held out: ``per_image`` per
+    image, in each dataset's order, at most ``max_texts`` in all. When every caption is used, the first draw's own texts
+    are returned with ``"aligned"`` (as Huh et al. 2024 measure it), and the caller should say so.
 
     Parameters
     ----------
@@ -334,10 +323,9 @@ def bpb_corpus(dataset, pairs, *, source: str = "auto", per_image: int = 1,
     dataset : prh_lib.data.ImageCaptionDataset
     pairs : prh_lib.data.Pairs
     source : {"auto", "heldout", "aligned"}
-        ``"heldout"``: :func:`heldout_captions` (other captions of the same images, not used for
-        alignment); ``"aligned"``: the pairs' own texts (the captions themselves, as Huh et al. 2024);
-        ``"auto"``: held-out captions when the dataset has any (COCO: four per image), else the aligned
-        texts (WIT and DOCCI have one text per image).
+        ``"heldout"``: :func:`heldout_captions` (other captions of the same images, not used for alignment);
+        ``"aligned"``: the pairs' own texts (the captions themselves, as Huh et al. 2024); ``"auto"``: held-out captions
+        when the dataset has any (COCO: four per image), else the aligned texts (WIT and DOCCI have one text per image).
     per_image, max_texts
         As in :func:`heldout_captions`; ``max_texts`` also bounds the aligned texts.
 
@@ -366,20 +354,15 @@ def bpb_corpus(dataset, pairs, *, source: str = "auto", per_image: int = 1,
 
 
 def bpb_cache_path(name: str, revision: str, dtype: str, texts: Sequence[str]) -> Path:
-    """Cache file of the bits per byte of one model (name and revision, dtype) on ``texts`` (in order).
-
-    Frozen by ``tests/test_cache_keys.py``.
-    """
+    """Cache file of one model's (name, revision, dtype) bits per byte on ``texts`` (in order); frozen by
+    ``tests/test_cache_keys.py``."""
     key = [name, revision, dtype, paths.digest_texts(texts, separator=b"\x01", length=64), BPB_FORMAT_VERSION]
     return paths.cache_file("bpb", name, key, prefix=f"n{len(texts)}", suffix=".json")
 
 
 def cached_bits_per_byte(path: Path, compute: Callable[[], BitsPerByte]) -> BitsPerByte:
-    """The result cached at ``path``, else ``compute()``, written there atomically.
-
-    A file written before next-token accuracy was recorded (no ``n_correct``) is recomputed and replaced,
-    so that both measures always come from the same pass.
-    """
+    """The result cached at ``path``, else ``compute()``, written there atomically. A file without ``n_correct``
+    (written before next-token accuracy was recorded) is recomputed, so both measures come from the same pass."""
     d = json.loads(path.read_text()) if path.is_file() else None
     if d is not None and d.get("n_correct") is not None:
         return BitsPerByte(d["bpb"], np.asarray(d["bits"]), np.asarray(d["n_bytes"], dtype=np.int64),

@@ -1,8 +1,7 @@
 """Greedy text generation with a causal language model, sharing each row's common prompt prefix.
 
 :func:`load_generator` loads the model with :func:`prh_lib.models.load_causal_lm` (the one causal-LM
-loader); :func:`greedy_generate` decodes several prompts per row, computing the token prefix they share once.
-"""
+loader); :func:`greedy_generate` decodes several prompts per row, computing the token prefix they share once."""
 
 from __future__ import annotations
 
@@ -73,13 +72,12 @@ def greedy_generate(module, tok, prompts: Sequence[Sequence[str]], budgets: Sequ
                     batch_size: int = 16, add_special_tokens: bool = False, progress: bool = False) -> list[list[str]]:
     """Greedy continuations of several prompts per row, sharing each row's common token prefix.
 
-    Every prompt is tokenized whole; the longest token prefix shared by a row's prompts (e.g. the instruction
-    and the source text, when only a target length differs at the end) runs through the model once, its
-    key-value cache is repeated for each prompt of the row, and the rest of each prompt and the decoding
-    follow. Prompts are left-padded in both blocks, with explicit position ids from the attention mask, so
-    each sequence sees exactly its own tokens at their own positions. Decoding is greedy (argmax) and stops
-    per sequence at an end-of-sequence token or after its own budget of new tokens; finished sequences leave
-    the batch.
+    Every prompt is tokenized whole; the longest token prefix shared by a row's prompts (e.g. the instruction and the
+    source text, when only a target length differs at the end) runs through the model once, its key-value cache is
+    repeated for each prompt of the row, and the rest of each prompt and the decoding follow. Prompts are left-padded in
+    both blocks, with explicit position ids from the attention mask, so each sequence sees exactly its own tokens at
+    their own positions. Decoding is greedy (argmax) and stops per sequence at an end-of-sequence token or after its own
+    budget of new tokens; finished sequences leave the batch.
 
     Parameters
     ----------
@@ -103,9 +101,8 @@ def greedy_generate(module, tok, prompts: Sequence[Sequence[str]], budgets: Sequ
 
     Notes
     -----
-    Equal, token for token up to floating-point ties, to ``module.generate(do_sample=False,
-    max_new_tokens=budget)`` on each prompt alone (tested); the shared prefix saves its recomputation for every
-    prompt but the first of a row.
+    Equal, token for token up to floating-point ties, to ``module.generate(do_sample=False, max_new_tokens=budget)`` on
+    each prompt alone (tested); the shared prefix saves its recomputation for every prompt but the first of a row.
     """
     import torch
     from transformers import DynamicCache

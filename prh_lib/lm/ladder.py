@@ -1,10 +1,10 @@
 """Language models of the capability study: features and bits per byte of each, both cached.
 
-:func:`ladder_models` builds a *capability ladder* from one trained causal LM: every weight interpolated
-between a seeded random initialisation and the trained value, ``theta(t) = (1 - t) theta_random(seed) + t
-theta_trained`` (:func:`ladder_weights`). It is a controlled offline proxy for a list of models of different
-capability, not the paper's experiment. :func:`pretrained_models` does the same for pretrained causal LMs
-(the paper's 21). A model is only loaded when one of its caches misses.
+:func:`ladder_models` builds a *capability ladder* from one trained causal LM: every weight interpolated between a
+seeded random initialisation and the trained value, ``theta(t) = (1 - t) theta_random(seed) + t theta_trained``
+(:func:`ladder_weights`), a controlled offline proxy for models of different capability, not the paper's experiment.
+:func:`pretrained_models` does the same for pretrained causal LMs (the paper's 21). A model is only loaded when one of
+its caches misses.
 
 References
 ----------
@@ -47,11 +47,11 @@ class RandomWeights:
 def random_weights(model: CausalLM, *, seed: int) -> RandomWeights:
     """Seeded random values of every parameter of ``model.lm``.
 
-    The base model comes from :func:`prh_lib.models.random_init` (the architecture's own initialiser,
-    without touching the global RNG), so the ladder's ``t = 0`` end is exactly that random-init model. A
-    separate output head (``tie_word_embeddings=False``) is initialised by the model's ``_init_weights``
-    inside :func:`torch.random.fork_rng` seeded with ``seed + 1``; a tied head shares the random input
-    embedding, as the trained model shares the trained one.
+    The base model comes from :func:`prh_lib.models.random_init` (the architecture's own initialiser, without touching
+    the global RNG), so the ladder's ``t = 0`` end is exactly that random-init model. A separate output head
+    (``tie_word_embeddings=False``) is initialised by the model's ``_init_weights`` inside :func:`torch.random.fork_rng`
+    seeded with ``seed + 1``; a tied head shares the random input embedding, as the trained model shares the trained
+    one.
 
     Raises
     ------
@@ -89,9 +89,9 @@ def ladder_tag(t: float, seed: int) -> str:
 def ladder_weights(model: CausalLM, random: RandomWeights, t: float, *, out: torch.nn.Module | None = None) -> CausalLM:
     """The model with every parameter set to ``(1 - t) * random + t * trained``.
 
-    Mixed in float32 (other dtypes cast back), so ``t = 1`` and ``t = 0`` give the trained and random weights
-    exactly. Buffers are the trained model's; a tied head stays tied. The result's ``name`` is
-    ``"<name>@interp:t=<t>:seed=<seed>"`` and its revision records ``t``, the seed and the trained revision.
+    Mixed in float32 (other dtypes cast back), so ``t = 1`` and ``t = 0`` give the trained and random weights exactly.
+    Buffers are the trained model's; a tied head stays tied. The result's ``name`` is
+    ``"<name>@interp:t=<t>:seed=<seed>"``; its revision records ``t``, the seed and the trained revision.
 
     Parameters
     ----------
@@ -101,9 +101,8 @@ def ladder_weights(model: CausalLM, random: RandomWeights, t: float, *, out: tor
         From :func:`random_weights`; must hold every parameter.
     t : float in [0, 1]
     out : torch.nn.Module, optional
-        A copy of ``model.lm`` (e.g. from an earlier call) whose parameters are overwritten, saving a deep
-        copy per ladder point; a CausalLM returned earlier with the same ``out`` then holds the new weights.
-        Default: a new deep copy.
+        A copy of ``model.lm`` (e.g. from an earlier call) whose parameters are overwritten, saving a deep copy per
+        ladder point; a CausalLM returned earlier with the same ``out`` then holds the new weights. Default: a new copy.
 
     Returns
     -------
@@ -173,10 +172,8 @@ def _features_and_bpb(build, name: str, revision: str, pairs, bpb_texts, *, dtyp
                       progress: bool):
     """Features (on each pair set) and bpb of one model, each from its cache if present.
 
-    ``build()`` -> CausalLM is called at most once, on the first miss. ``pairs`` is one Pairs or a list of
-    them; the features come back in the same form. Loading and running are silenced (:func:`quiet`) unless
-    ``progress``.
-    """
+    ``build()`` -> CausalLM is called at most once, on the first miss. ``pairs`` is one Pairs or a list of them; the
+    features come back in the same form. Loading and running are silenced (:func:`quiet`) unless ``progress``."""
     sets = [pairs] if not isinstance(pairs, (list, tuple)) else list(pairs)
     bpath = bpb_cache_path(name, revision, dtype, bpb_texts)
     built = []
@@ -209,9 +206,9 @@ def ladder_models(model: str, fractions: Sequence[float], *, seed: int, pairs, b
                   progress: bool = False) -> list[LanguageModelResult]:
     """Features and bits per byte along the interpolation ladder of one trained causal LM.
 
-    The same weights (:func:`ladder_weights`) give the features on ``pairs`` and the bits per byte on
-    ``bpb_texts``, both cached; a model is built only when a cache misses. ``t = 1`` is the trained model
-    under its own identity, so it shares the trained model's feature cache.
+    The same weights (:func:`ladder_weights`) give the features on ``pairs`` and the bits per byte on ``bpb_texts``,
+    both cached; a model is built only when a cache misses. ``t = 1`` is the trained model under its own identity,
+    sharing its feature cache.
 
     Parameters
     ----------
@@ -222,8 +219,7 @@ def ladder_models(model: str, fractions: Sequence[float], *, seed: int, pairs, b
     seed : int
         Seed of the random initialisation.
     pairs : prh_lib.data.Pairs or list of Pairs
-        Texts to extract features of (several sets: one model load serves them all; the result's
-        ``features`` is then a tuple in the same order).
+        Texts to extract features of (several sets: one model load serves them all; ``features`` is then a tuple).
     bpb_texts : sequence of str
         Held-out texts for bits per byte (e.g. :func:`heldout_captions`).
     device, dtype, batch_size, progress
@@ -281,9 +277,9 @@ def pretrained_models(names: Sequence[str], *, pairs, bpb_texts: Sequence[str], 
                       progress: bool = False) -> list[LanguageModelResult]:
     """Features and bits per byte of pretrained causal LMs (e.g. the paper's 21), each cached.
 
-    A model is loaded once (with its head, :func:`load_causal_lm`) only when its features or its bits per
-    byte are not cached, and released before the next one. ``pairs`` is one Pairs or a list (as in
-    :func:`ladder_models`). Use :func:`available_models` first to leave out models that are not installed.
+    A model is loaded once (with its head, :func:`load_causal_lm`) only when its features or bits per byte are not
+    cached, and released before the next one. ``pairs`` is one Pairs or a list (as in :func:`ladder_models`). Use
+    :func:`available_models` first to leave out models that are not installed.
 
     Raises
     ------

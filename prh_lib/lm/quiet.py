@@ -3,8 +3,7 @@
 Loading a causal LM prints a lot on stderr: "Loading weights" progress bars, GGUF dequantisation bars,
 generation-config notes and deprecation warnings from ``transformers`` and ``torch``. A book page must show
 none of it (the executed notebook keeps stderr). :func:`quiet` scopes the silence to one block and restores
-every setting afterwards; nothing global is flipped for the rest of the process.
-"""
+every setting afterwards; nothing global is flipped for the rest of the process."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ def quiet_hub_for_session() -> None:
     A library not imported yet is set through the environment variables it reads when it is imported
     (``TRANSFORMERS_VERBOSITY=error``, ``HF_HUB_DISABLE_PROGRESS_BARS=1``); one already imported through its
     own switches (``set_verbosity_error``, ``disable_progress_bar``). For a notebook page whose models load
-    only when their features are not cached; :func:`quiet` scopes the same silence to one block instead.
-    """
+    only when their features are not cached; :func:`quiet` scopes the same silence to one block instead."""
     if "transformers" in sys.modules:
         from transformers.utils import logging as hf_logging
 
@@ -49,11 +47,10 @@ def quiet(enabled: bool = True):
     """A context in which library logs, progress bars and warnings are not shown.
 
     Inside the block: ``transformers`` verbosity is ERROR and its progress bars are off
-    (``transformers.logging.set_verbosity_error`` / ``disable_progress_bar``, restored on exit), the
-    loggers of :data:`_LOGGERS` are at ERROR, warnings are ignored, and whatever is still written to
-    ``sys.stderr`` (e.g. tqdm bars of other libraries) is captured. If the block raises, the captured text
-    is written to the real stderr before the exception propagates, so nothing that explains a failure is
-    lost.
+    (``transformers.logging.set_verbosity_error`` / ``disable_progress_bar``, restored on exit), the loggers of
+    :data:`_LOGGERS` are at ERROR, warnings are ignored, and whatever is still written to ``sys.stderr`` (e.g. tqdm bars
+    of other libraries) is captured. If the block raises, the captured text is written to the real stderr before the
+    exception propagates, so nothing that explains a failure is lost.
 
     Parameters
     ----------

@@ -1,16 +1,13 @@
 """Shortened captions for the "less detail" control (Section 3.2's caption argument; Appendices F and H).
 
-A detailed text is shortened to a fraction of its words, either by a causal language model with a fixed
-prompt and greedy decoding (:func:`summarize_texts`; the paper used Qwen3-8B, the offline default is the
-zoo's SmolLM2-135M-Instruct), or by keeping the first words (:func:`truncate_texts`, the deterministic
-baseline).
+A detailed text is shortened to a fraction of its words, either by a causal language model with a fixed prompt and
+greedy decoding (:func:`summarize_texts`; the paper used Qwen3-8B, the offline default is the zoo's
+SmolLM2-135M-Instruct), or by keeping the first words (:func:`truncate_texts`, the deterministic baseline).
 
-Summaries are cached like features: one JSON file per (model and revision, prompt, fraction, decoding
-options, source texts), written atomically, holding the prompt, the model, every raw generation and which
-rows fell back to truncation and why. A summary is *degenerate* when it is empty after cleaning or not
-shorter than its source; such rows are replaced by the truncation of the source to the same target length
-and counted (:attr:`Summaries.n_fallback`), never silently.
-"""
+Summaries are cached like features: one JSON file per (model and revision, prompt, fraction, decoding options, source
+texts), written atomically, holding the prompt, the model, every raw generation and the fallbacks. A summary is
+*degenerate* when empty after cleaning or not shorter than its source; such rows fall back to the source's truncation to
+the same length, counted (:attr:`Summaries.n_fallback`), never silently."""
 
 from __future__ import annotations
 
@@ -34,9 +31,8 @@ __all__ = ["DEFAULT_FRACTIONS", "DEFAULT_PROMPT", "DEFAULT_SYSTEM", "SUMMARY_FOR
 #: Target lengths of the "less detail" control, as fractions of the source's words.
 DEFAULT_FRACTIONS = (0.1, 0.25, 0.5, 0.75)
 
-#: The fixed instruction (user turn). ``{text}`` is the source, ``{n_words}`` the target length in words. The
-#: text comes first, so the prompts of one text for different fractions share a long token prefix, which is
-#: computed once (:func:`greedy_generate`).
+#: The fixed instruction (user turn): ``{text}`` the source, ``{n_words}`` the target length in words. The text comes
+#: first, so one text's prompts for different fractions share a prefix computed once (:func:`greedy_generate`).
 DEFAULT_PROMPT = (
     "Description of a photo: {text}\n\nShorten this description to at most {n_words} words. Keep the most "
     "important content. Reply with the shortened description only."
@@ -82,8 +78,7 @@ def truncate_texts(texts: Sequence[str], fraction: float) -> list[str]:
 def token_counts(texts: Sequence[str], tokenizer) -> np.ndarray:
     """Tokens of each text under ``tokenizer``, without special tokens. Returns int array of shape (n_texts,).
 
-    Counting only: a text longer than the model's context is counted in full, without the tokenizer's warning.
-    """
+    Counting only: a text longer than the model's context is counted in full, without the tokenizer's warning."""
     enc = tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
     return np.array([len(ids) for ids in enc], dtype=int)
 
@@ -113,8 +108,7 @@ class Summaries:
     raw : tuple of str
         Each row's generation as decoded (before cleaning).
     fallback : tuple of str
-        ``""`` where the summary was used, else why the row fell back to truncation (``"empty"``,
-        ``"not shorter"``).
+        ``""`` where the summary was used, else why the row fell back to truncation (``"empty"``, ``"not shorter"``).
     fraction : float
     model, revision : str
         The generating model and its weight revision.
@@ -160,10 +154,8 @@ def summaries_path(model: str, revision: str, *, prompt: str, system: str, fract
                    texts: Sequence[str], decoding: dict) -> Path:
     """Cache file of one set of summaries; the name hashes every option that changes the output.
 
-    Key: model name and revision, prompt, system turn, fraction, decoding options, the source texts in row
-    order, and :data:`SUMMARY_FORMAT_VERSION`; under ``paths.cache_dir("summaries")``. Frozen by
-    ``tests/test_cache_keys.py``.
-    """
+    Key: model name and revision, prompt, system turn, fraction, decoding options, the source texts in row order, and
+    :data:`SUMMARY_FORMAT_VERSION`; under ``paths.cache_dir("summaries")``. Frozen by ``tests/test_cache_keys.py``."""
     key = [model, revision, prompt, system, float(fraction), decoding, _texts_hash(texts), SUMMARY_FORMAT_VERSION]
     return paths.cache_file("summaries", model, key, prefix=f"n{len(texts)}-f{fraction:g}", suffix=".json")
 
@@ -246,8 +238,7 @@ def summarize_texts(texts: Sequence[str], *, fractions: Sequence[float] = DEFAUL
     progress : bool
         Print a line per batch while generating.
     generator : (module, tokenizer, revision) or callable returning it, optional
-        An already loaded :func:`load_generator` result, or a function called only when some fraction is not
-        cached (so that cached summaries never load the model).
+        An already loaded :func:`load_generator` result, or a function called only when a fraction is not cached.
     num_threads : int, optional
         Torch intra-op threads while generating (:func:`torch_threads`; restored afterwards). None: unchanged.
 

@@ -10,8 +10,7 @@ Pooling is named, not applied here: the extraction code pools.
 Modules: :mod:`~prh_lib.models.spec` (names, identities), :mod:`~prh_lib.models.loaded` (the loaded
 model, dtypes, placement), :mod:`~prh_lib.models.hf`, :mod:`~prh_lib.models.timm_cnn`,
 :mod:`~prh_lib.models.two_tower` (loaders), :mod:`~prh_lib.models.random_init`, :mod:`~prh_lib.models.load`
-(the dispatcher), :mod:`~prh_lib.models.zoo` and :mod:`~prh_lib.models.zoo.converters` (the offline zoo).
-"""
+(the dispatcher), :mod:`~prh_lib.models.zoo` and :mod:`~prh_lib.models.zoo.converters` (the offline zoo)."""
 
 from prh_lib.models.hf import CausalLM, load_causal_lm
 from prh_lib.models.load import UnsafeWeightsError, describe, load_model, load_tokenizer

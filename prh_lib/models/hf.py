@@ -3,8 +3,7 @@
 ``AutoModel`` for encoders and vision models; for causal language models the one causal-LM loader of the
 package, :func:`load_causal_lm`, which keeps the head (bits per byte, generation) and gives the base model
 as a :class:`~prh_lib.models.LoadedModel` (hidden states for features). :func:`prh_lib.models.load_model`
-uses the same loader and keeps only the base model.
-"""
+uses the same loader and keeps only the base model."""
 
 from __future__ import annotations
 
@@ -170,8 +169,7 @@ def load_causal_lm(name: str, *, device: str = "cpu", dtype="float32") -> Causal
     Parameters
     ----------
     name : str
-        As for :func:`prh_lib.models.load_model`; must be a causal language model (``random-init`` and
-        towers are not).
+        As for :func:`prh_lib.models.load_model`; must be a causal language model (``random-init`` and towers are not).
     device : str, default="cpu"
         ``"cuda"`` shards a large model over all visible GPUs, as :func:`prh_lib.models.load_model`.
     dtype : str or torch.dtype, default="float32"

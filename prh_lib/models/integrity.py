@@ -14,8 +14,7 @@ the folder with that record before the folder is used:
   (:func:`safetensors_problem`), which also catches damage in folders written before manifests existed.
 
 A damaged folder is renamed aside by :func:`quarantine` (``.<name>.damaged-<UTC time>``, kept for
-inspection, never read again) so that it can be rebuilt.
-"""
+inspection, never read again) so that it can be rebuilt."""
 
 from __future__ import annotations
 
@@ -79,8 +78,7 @@ def safetensors_problem(path: str | Path) -> str | None:
     tensor's byte range lies inside the file (the data themselves are not read).
 
     The format is an 8-byte little-endian header length, a JSON header of that many bytes mapping each
-    tensor to ``data_offsets`` ``[begin, end)`` relative to the end of the header.
-    """
+    tensor to ``data_offsets`` ``[begin, end)`` relative to the end of the header."""
     path = Path(path)
     size = path.stat().st_size
     if size < 8:
@@ -103,8 +101,7 @@ def safetensors_problem(path: str | Path) -> str | None:
 
 def problems(folder: str | Path, recorded: dict[str, dict] | None) -> list[str]:
     """Everything wrong with ``folder`` against its recorded :func:`manifest` (None: no record; only the
-    safetensors layouts are checked). An empty list means the folder is intact.
-    """
+    safetensors layouts are checked). An empty list means the folder is intact."""
     folder = Path(folder)
     found = []
     for rel, rec in (recorded or {}).items():

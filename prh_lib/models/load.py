@@ -1,8 +1,7 @@
 """Load any model by name: :func:`load_model` (and a language model's tokenizer alone, :func:`load_tokenizer`).
 
 The name is parsed once (:func:`prh_lib.models.spec.parse_model_name`); the spec's identity, the same one
-that keys the feature cache, gives the loaded model its name, revision, modality and pooling.
-"""
+that keys the feature cache, gives the loaded model its name, revision, modality and pooling."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A loaded model (:class:`LoadedModel`): its module, preprocessing, layer labels, and how its layers are read.
 
-Also the small mechanisms every loader shares: the one dtype map (:data:`DTYPES`), placement on devices
-(a large model is sharded over several GPUs by accelerate's ``device_map="auto"``) and freezing.
+Also the small mechanisms every loader shares: the one dtype map (:data:`DTYPES`), placement on devices (a large model
+is sharded over several GPUs by accelerate's ``device_map="auto"``) and freezing.
 
 Layer labels
 ------------
@@ -82,17 +82,15 @@ class LoadedModel:
     layer_labels : tuple of str
         One per element of :meth:`layer_outputs`.
     pooling : {"mean", "cls", "gap"}
-        How the extraction code should pool a layer output: mean over real tokens (language), the CLS
-        token (ViT), global average pool over space (CNN). Vision towers without a CLS token (SigLIP) use
-        ``"mean"``: the mean over patch tokens. Outputs that are already pooled (the ``"projection"``
-        of a two-tower model, shape (B, d)) are taken as they are.
+        How the extraction code pools a layer output: mean over real tokens (language), the CLS token (ViT), global
+        average pool over space (CNN). Vision towers without a CLS token (SigLIP) use ``"mean"`` over patch tokens.
+        Already pooled outputs (a two-tower model's ``"projection"``, shape (B, d)) are taken as they are.
     tokenizer : tokenizer or None
         Language only; has a pad token (EOS for causal LMs) and pads on the right.
     image_transform : callable or None
         Vision only: list of PIL images -> float32 tensor of shape (B, 3, H, W).
     revision : str
-        Weight identity for cache keys: ``"sha256:<16 hex>"`` of the weight file(s) for zoo models and
-        local folders, the Hub commit for Hub ids, ``"timm-<version>:<hub id>"`` for timm pretrained tags.
+        Weight identity for cache keys (:attr:`prh_lib.models.spec.ModelIdentity.revision`).
     source : str
         Human-readable provenance.
     device : torch.device
@@ -111,8 +109,8 @@ class LoadedModel:
     source: str
     device: torch.device
     dtype: torch.dtype
-    #: Text towers of two-tower models: how captions longer than the text context are split (else None).
-    #: (a :class:`prh_lib.models.two_tower.TextChunking`; typed loosely so this module imports no loader)
+    #: Text towers of two-tower models: how captions longer than the text context are split (else None); a
+    #: :class:`prh_lib.models.two_tower.TextChunking`, typed loosely so this module imports no loader.
     text_chunking: Any = None
 
     @property
@@ -125,16 +123,15 @@ class LoadedModel:
         Parameters
         ----------
         **inputs
-            Language: the tokenizer's output (``input_ids``, ``attention_mask``, ...). Vision:
-            ``pixel_values`` of shape (B, 3, H, W), e.g. ``image_transform(images)``. Tensors are moved to
-            ``device``; floating-point tensors are cast to ``dtype``.
+            Language: the tokenizer's output (``input_ids``, ``attention_mask``, ...). Vision: ``pixel_values`` of shape
+            (B, 3, H, W), e.g. ``image_transform(images)``. Tensors are moved to ``device``; floating-point ones cast to
+            ``dtype``.
 
         Returns
         -------
         tuple of Tensor
-            Hugging Face: ``hidden_states``, each (B, T, d), index 0 the embedding output.
-            timm: feature maps, each (B, C, H, W).
-            Two-tower (``"hf-joint"``): the tower's ``hidden_states``, then the joint-space embedding (B, d).
+            Hugging Face: ``hidden_states``, each (B, T, d), index 0 the embedding output. timm: feature maps, each (B,
+            C, H, W). Two-tower (``"hf-joint"``): the tower's ``hidden_states``, then the joint-space embedding (B, d).
 
         Raises
         ------
@@ -211,17 +208,16 @@ def timm_all_stages(module) -> bool:
     return "extra_blocks" in inspect.signature(module.forward_intermediates).parameters
 
 
-#: Memory layout of a timm CNN's weights and inputs. Channels-last runs oneDNN's depthwise and pointwise
-#: convolutions: EfficientNet-Lite2 1.7x and Lite0 1.4x faster in float32 on a 2-core Xeon, with features equal
-#: to the contiguous (NCHW) layout up to float32 round-off (largest relative difference 5e-6;
-#: ``benchmarks/cnn_memory_format.py`` prints the speed and every layer-pair score change). It is part of
-#: the feature cache key (:func:`prh_lib.extract.features_cache_path`).
+#: Memory layout of a timm CNN's weights and inputs. Channels-last runs oneDNN's depthwise and pointwise convolutions:
+#: EfficientNet-Lite2 1.7x and Lite0 1.4x faster in float32 on a 2-core Xeon, features equal to the NCHW layout's up to
+#: float32 round-off (largest relative difference 5e-6; ``benchmarks/cnn_memory_format.py``). Part of the feature cache
+#: key (:func:`prh_lib.extract.features_cache_path`).
 CNN_MEMORY_FORMAT = torch.channels_last
 
 
 def _timm_layer_outputs(module, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    # a module runs in CNN_MEMORY_FORMAT unless ``module._prh_memory_format`` says otherwise (the benchmark's
-    # contiguous reference); its weights are converted in place on the first call
+    # a module runs in CNN_MEMORY_FORMAT unless ``module._prh_memory_format`` says otherwise (the benchmark's contiguous
+    # reference); weights are converted in place on the first call
     memory_format = getattr(module, "_prh_memory_format", None) or CNN_MEMORY_FORMAT
     if getattr(module, "_prh_converted_to", None) != memory_format:
         module.to(memory_format=memory_format)

@@ -1,14 +1,13 @@
 """Which dtype a model extracts features in on a CPU: the bf16 gate (issue 25, item 3).
 
-bfloat16 is 2-3.5x faster than float32 on a CPU with native bf16 but moves the hidden states (1-7 % per
-layer). A model uses bf16 on a CPU only where its row in ``prh_lib/resources/bf16_allowed.json`` (from
-``benchmarks/bf16_extraction.py``) says ``allowed``, with the evidence: speed ratio, largest per-layer error,
-largest change of a headline score and its threshold (a quarter of that score's image-level interval
-half-width, on both offline datasets). Everywhere else: float32.
+bfloat16 is 2-3.5x faster than float32 on a CPU with native bf16 but moves the hidden states (1-7 % per layer). A model
+uses bf16 on a CPU only where its row in ``prh_lib/resources/bf16_allowed.json`` (from
+``benchmarks/bf16_extraction.py``) says ``allowed``, with the evidence: speed ratio, largest per-layer error, largest
+change of a headline score and its threshold (a quarter of that score's image-level interval half-width, on both offline
+datasets). Elsewhere: float32.
 
 :func:`cpu_default_dtype` picks the dtype; :func:`feature_dtype` resolves ``dtype="auto"`` (``"float32"``
-reproduces the float32 numbers bit for bit); :func:`check_cpu_dtype` refuses bf16 where the row does not allow it.
-"""
+reproduces the float32 numbers bit for bit); :func:`check_cpu_dtype` refuses bf16 where the row does not allow it."""
 
 from __future__ import annotations
 
@@ -38,14 +37,14 @@ def read_bf16_table(path: str | Path | None = None) -> dict[str, dict]:
     Returns
     -------
     dict of str to dict
-        Per model: ``allowed`` (bool) and the evidence fields ``speed_ratio``, ``max_rel_error``,
-        ``max_score_change``, ``threshold`` (floats or None) and ``benchmark`` (str or None: what was run).
+        Per model: ``allowed`` (bool) and the evidence ``speed_ratio``, ``max_rel_error``, ``max_score_change``,
+        ``threshold`` (floats or None) and ``benchmark`` (str or None: what was run).
 
     Raises
     ------
     ValueError
-        If the file is not in that format, or a row allows bf16 without the evidence for it: numbers for every
-        evidence field, ``threshold <= 0.005`` and ``max_score_change < threshold``.
+        If the file is not in that format, or a row allows bf16 without the evidence: numbers for every evidence field,
+        ``threshold <= 0.005`` and ``max_score_change < threshold``.
     """
     if path is None:
         text = resources.files("prh_lib").joinpath("resources", BF16_TABLE).read_text(encoding="utf-8")
@@ -77,10 +76,8 @@ def read_bf16_table(path: str | Path | None = None) -> dict[str, dict]:
 
 
 def cpu_has_native_bf16() -> bool:
-    """Whether this CPU computes bf16 natively (Linux ``/proc/cpuinfo`` flag ``avx512_bf16`` or ``amx_bf16``).
-
-    Returns False where the flags cannot be read (other systems): bf16 is then emulated and slow.
-    """
+    """Whether this CPU computes bf16 natively (Linux ``/proc/cpuinfo`` flag ``avx512_bf16`` or ``amx_bf16``); False
+    where the flags cannot be read (other systems: bf16 is then emulated and slow)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -124,12 +121,12 @@ def feature_dtype(model: str, dtype: str, device: str = "cpu", *, table: dict[st
     Parameters
     ----------
     model : str
-        A model name: a zoo name, optionally with ``@random-init:<seed>`` (the benchmark measured each model's
-        random-init twin with it, so the twin follows the model's row), or any other name.
+        A model name: a zoo name, optionally with ``@random-init:<seed>`` (the twin follows the model's row, as the
+        benchmark measured both), or any other name.
     dtype : str
-        ``"auto"``: on a CPU :func:`cpu_default_dtype` of the model (bf16 only where its row allows it and the
-        CPU has native bf16), elsewhere (a GPU) ``"float32"``; other variants (``@interp:...``) and models
-        without a row are float32. Any other value is returned unchanged (``"float32"`` for every model).
+        ``"auto"``: on a CPU :func:`cpu_default_dtype` of the model (bf16 only where its row allows it and the CPU has
+        native bf16), else (a GPU) ``"float32"``; variants such as ``@interp:...`` and models without a row are float32.
+        Any other value is returned unchanged.
     device : str, default "cpu"
     table, native_bf16
         As in :func:`cpu_default_dtype`.
@@ -155,8 +152,8 @@ def check_cpu_dtype(model: str, dtype: str, *, table: dict[str, dict] | None = N
     Raises
     ------
     ValueError
-        If ``dtype`` is ``"bfloat16"`` and ``model``'s row in the table (default: the committed one) is
-        missing or does not allow it; the message says how a row comes to allow it.
+        If ``dtype`` is ``"bfloat16"`` and ``model``'s row in the table (default: the committed one) is missing or does
+        not allow it; the message says how a row comes to allow it.
     """
     if dtype != "bfloat16":
         return
@@ -181,8 +178,8 @@ def dtype_statement(model_names, dtype: str, device: str = "cpu", *, table: dict
     Returns
     -------
     str
-        Markdown: for ``dtype="auto"``, the models in bfloat16 with their benchmark rows' speed-up and largest
-        headline-score change against its threshold, then the float32 ones; otherwise the one dtype asked for.
+        Markdown: for ``dtype="auto"``, the models in bfloat16 with their rows' speed-up and largest headline-score
+        change against its threshold, then the float32 ones; otherwise the one dtype asked for.
     """
     names = list(dict.fromkeys(model_names))
     if dtype != AUTO:

@@ -1,8 +1,7 @@
 """Random initialisation: the "random init" baseline of Herbst et al., Section 3.3 (Figure 5).
 
 A name ending in ``"@random-init:<seed>"`` loads the trained model and replaces its weights by the
-architecture's own initialiser under that seed (:func:`random_init`); the tokenizer and preprocessing stay.
-"""
+architecture's own initialiser under that seed (:func:`random_init`); the tokenizer and preprocessing stay."""
 
 from __future__ import annotations
 

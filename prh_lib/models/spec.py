@@ -1,8 +1,8 @@
 """A model name, parsed once into a :class:`ModelSpec`, and its identity for cache keys.
 
-Every model name of the package goes through :func:`parse_model_name`, and the same spec serves the
-feature cache key (:meth:`ModelSpec.identity`, no weights loaded) and the loader
-(:func:`prh_lib.models.load_model`), so the two cannot disagree. A name is
+Every model name goes through :func:`parse_model_name`, and the same spec serves the feature cache key
+(:meth:`ModelSpec.identity`, no weights loaded) and the loader (:func:`prh_lib.models.load_model`), so the two cannot
+disagree. A name is
 
 * a zoo name (:data:`prh_lib.models.zoo.ZOO`, e.g. ``"minilm-l6"``), kind ``"zoo"``;
 * ``"timm:<arch>[.<tag>]"``, ``"timm/<hub-id>"`` or ``"hf-hub:timm/<hub-id>"``, kind ``"timm"``;
@@ -10,13 +10,12 @@ feature cache key (:meth:`ModelSpec.identity`, no weights loaded) and the loader
 * a Hugging Face Hub id, kind ``"hub"``;
 * one tower of a two-tower image-text model: ``"<folder or Hub id>:vision"`` or ``":text"``;
 * any of the above followed by ``"@random-init:<seed>"``: the same architecture with seeded random weights;
-* ``"<paper id>~rehearsal"`` (with any tower or random-init suffix after it): the paper model's tiny
-  stand-in (:mod:`prh_lib.models.standins`), kind ``"folder"``, built on first use; the name keeps the
-  ``~rehearsal`` so caches and pages show that the result is a rehearsal.
+* ``"<paper id>~rehearsal"`` (with any tower or random-init suffix after it): the paper model's tiny stand-in
+  (:mod:`prh_lib.models.standins`), kind ``"folder"``, built on first use; the name keeps ``~rehearsal`` so caches and
+  pages show it is a rehearsal.
 
-No model is downloaded when ``HF_HUB_OFFLINE=1``: a Hub id that is not in the local Hugging Face cache
-raises :class:`ModelNotAvailableError`.
-"""
+No model is downloaded when ``HF_HUB_OFFLINE=1``: a Hub id not in the local Hugging Face cache raises
+:class:`ModelNotAvailableError`."""
 
 from __future__ import annotations
 
@@ -41,17 +40,15 @@ VISION_MODEL_TYPES = frozenset({
 })
 
 #: ``model_type`` of the supported two-tower models and how their towers pool hidden states.
-#: CLIP: the vision tower's CLS token; the text tower's hidden states are mean-pooled over real tokens
-#: (like every language model here), while its projection uses CLIP's own EOS pooling. SigLIP (and the
-#: fixed-resolution SigLIP 2 checkpoints, whose ``model_type`` is ``"siglip"``) has no CLS token: hidden
-#: states are mean-pooled over patches; its projection is the attention-pooling head. SigLIP pools the
-#: text tower's *last position*, so every text input is padded to the full context, as in training.
-#: Padding is always on the right and SigLIP gets no attention mask, whatever the checkpoint's tokenizer
-#: says: big_vision trains SigLIP / SigLIP 2 on texts right-padded to 64 tokens with no mask and pools the
-#: last position, so the last position must be a pad that attends to the whole caption. (transformers 5
-#: loads SigLIP 2's Gemma-based tokenizers with ``padding_side="left"`` and an ``attention_mask`` output;
-#: using either would move the pooled position onto the caption's last token or hide the pads from it.)
-#: CLIP gets its tokenizer's attention mask, as its processor passes it.
+#: CLIP: the vision tower's CLS token; the text tower's hidden states are mean-pooled over real tokens (like every
+#: language model here), while its projection uses CLIP's own EOS pooling, and it gets its tokenizer's attention mask,
+#: as its processor passes it. SigLIP (and the fixed-resolution SigLIP 2 checkpoints, ``model_type`` ``"siglip"``) has
+#: no CLS token: hidden states are mean-pooled over patches; its projection is the attention-pooling head. SigLIP pools
+#: the text tower's *last position*: big_vision trains SigLIP / SigLIP 2 on texts right-padded to 64 tokens with no
+#: mask, so every text input is padded on the right to the full context with no attention mask, whatever the
+#: checkpoint's tokenizer says, and the last position is a pad that attends to the whole caption. (transformers 5 loads
+#: SigLIP 2's Gemma-based tokenizers with ``padding_side="left"`` and an ``attention_mask`` output; either would move
+#: the pooled position onto the caption's last token or hide the pads from it.)
 #: Qwen3-VL (Qwen3-VL-Embedding) is no two-tower model: one decoder reads an image or a text
 #: (:mod:`prh_lib.models.vlm`); its "towers" are the two input modalities, hidden states mean-pooled.
 JOINT_MODEL_TYPES = {
@@ -83,9 +80,9 @@ class ModelIdentity:
     name : str
         The name as requested (with any tower suffix and ``@random-init:<seed>``).
     revision : str
-        ``"sha256:<16 hex>"`` of the weight file(s) for zoo models and local folders, the Hub commit for
-        Hub ids, ``"timm-<version>:<hub id>"`` for timm pretrained tags; random init:
-        ``"random-init:seed=<seed>:<trained revision>"``.
+        ``"sha256:<16 hex>"`` of the weight file(s) for zoo models and local folders, the Hub commit for Hub ids,
+        ``"timm-<version>:<hub id>"`` for timm pretrained tags; random init: ``"random-init:seed=<seed>:<trained
+        revision>"``.
     modality : {"language", "vision"}
     family : {"hf-text", "hf-vit", "timm-cnn", "hf-joint"}
     pooling : {"mean", "cls", "gap"}
@@ -150,8 +147,8 @@ class ModelSpec:
         ModelNotAvailableError
             If the model is not in the zoo, not a local folder and not obtainable from the Hub.
         ValueError
-            If a tower suffix names a model that is not a supported two-tower model, or a Hub id or folder
-            is a two-tower model named without a tower.
+            If a tower suffix names a model that is not a supported two-tower model, or a Hub id or folder is a
+            two-tower model named without a tower.
         """
         if self.seed is not None:
             trained = self.trained.identity(revision)
@@ -189,8 +186,7 @@ def parse_model_name(name: str) -> ModelSpec:
     Parameters
     ----------
     name : str
-        See the module docstring. A name that is an existing folder is always a folder, whatever its
-        suffixes.
+        See the module docstring. A name that is an existing folder is always a folder, whatever its suffixes.
 
     Returns
     -------
@@ -201,8 +197,8 @@ def parse_model_name(name: str) -> ModelSpec:
     TypeError
         If ``name`` is not a non-empty str.
     ModelNotAvailableError
-        If ``name`` looks like a path (starts with ``.``, ``/`` or ``~``, or has more than one ``/``) but is
-        no folder, a folder lacks ``config.json``, or ``timm:<arch>`` names no timm architecture.
+        If ``name`` looks like a path (starts with ``.``, ``/`` or ``~``, or has more than one ``/``) but is no folder,
+        a folder lacks ``config.json``, or ``timm:<arch>`` names no timm architecture.
     ValueError
         If ``@random-init`` is applied twice.
 
@@ -248,9 +244,9 @@ def parse_model_name(name: str) -> ModelSpec:
 def resolve_identity(name: str) -> dict:
     """Name, revision, modality, family and pooling of a model, without loading its weights.
 
-    The values equal those of ``load_model(name)``, so feature caches can be keyed (and looked up) before,
-    or instead of, loading the model. Zoo models need not be converted: their revision is the sha256 of the
-    installed source weight file, which conversion records.
+    The values equal those of ``load_model(name)``, so feature caches can be keyed (and looked up) before, or instead
+    of, loading the model. Zoo models need not be converted: their revision is the sha256 of the installed source weight
+    file, which conversion records.
 
     Returns
     -------
@@ -311,15 +307,15 @@ def hub_unreachable_hint(name: str) -> str:
 def remote_code_kwargs(path_or_id: str) -> dict:
     """``{"trust_remote_code": True}`` for a paper model that needs its repository's code, if allowed; else ``{}``.
 
-    Running a model repository's Python code is allowed only explicitly, with the environment variable
-    ``PRH_TRUST_REMOTE_CODE=1`` (:data:`prh_lib.data.paper.TRUST_REMOTE_CODE_ENV`), because the code runs with your
-    permissions and the weights come under their own licence (NV-Embed-v2: CC-BY-NC-4.0).
+    Running a model repository's Python code is allowed only explicitly, with ``PRH_TRUST_REMOTE_CODE=1``
+    (:data:`prh_lib.data.paper.TRUST_REMOTE_CODE_ENV`), because the code runs with your permissions and the weights come
+    under their own licence (NV-Embed-v2: CC-BY-NC-4.0).
 
     Raises
     ------
     ModelNotAvailableError
-        If the model needs remote code and it is not allowed; the message names ``trust_remote_code``,
-        the licence and the variable that allows it.
+        If the model needs remote code and it is not allowed; the message names ``trust_remote_code``, the licence and
+        the variable that allows it.
     """
     import os
 
@@ -340,10 +336,8 @@ def remote_code_kwargs(path_or_id: str) -> dict:
 
 
 def hf_config(name: str, path_or_id: str, revision: str | None = None):
-    """``AutoConfig`` of a folder or Hub id; :class:`ModelNotAvailableError` (with the fix) if it cannot be read.
-
-    A paper model that needs remote code raises unless it is allowed (:func:`remote_code_kwargs`).
-    """
+    """``AutoConfig`` of a folder or Hub id; :class:`ModelNotAvailableError` (with the fix) if it cannot be read, or if
+    a paper model needs remote code that is not allowed (:func:`remote_code_kwargs`)."""
     from transformers import AutoConfig
 
     import difflib

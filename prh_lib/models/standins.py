@@ -1,20 +1,18 @@
 """Stand-ins for the paper's models: tiny randomly initialised models of the same architecture, built offline.
 
 A stand-in of a paper id is named ``"<paper id>~rehearsal"`` (``"Qwen/Qwen3-8B~rehearsal"``,
-``"openai/clip-vit-large-patch14~rehearsal:text"``). :func:`prh_lib.models.spec.parse_model_name` resolves
-the name to a local folder built here (:func:`ensure_standin`), while the name, with its ``~rehearsal``,
-is what plans, feature caches, results and pages show, so a rehearsal result cannot pass for a real one.
+``"openai/clip-vit-large-patch14~rehearsal:text"``): :func:`prh_lib.models.spec.parse_model_name` resolves it to a local
+folder built here (:func:`ensure_standin`), while plans, caches, results and pages show the name with its
+``~rehearsal``, so a rehearsal result cannot pass for a real one.
 
-Each stand-in has the transformers architecture class of its paper model and that model's config quirks
-(ALiBi for BLOOM, GQA and Llama-3 RoPE scaling, sliding windows, Gemma's sqrt(d) embedding scale and
-Gemma 2's logit soft-capping, DINOv3's register tokens, MAE's default 75 % masking, CLIP's 77 and SigLIP's
-64 text positions), with 2 layers and width 16. Its tokenizer is a character-level ``tokenizers`` model in a
-``PreTrainedTokenizerFast`` carrying the family's special tokens, BOS/EOS handling, pad token (or its
-absence) and default padding side, which is what pooling depends on. The weights are random (seed 0), so
-a rehearsal exercises every code path and no number means anything.
+Each stand-in has the transformers architecture class of its paper model and that model's config quirks (ALiBi for
+BLOOM, GQA and Llama-3 RoPE scaling, sliding windows, Gemma's sqrt(d) embedding scale and Gemma 2's logit soft-capping,
+DINOv3's register tokens, MAE's default 75 % masking, CLIP's 77 and SigLIP's 64 text positions), with 2 layers and width
+16. Its tokenizer is a character-level ``tokenizers`` model in a ``PreTrainedTokenizerFast`` carrying the family's
+special tokens, BOS/EOS handling, pad token (or its absence) and default padding side, which is what pooling depends on.
+The weights are random (seed 0), so a rehearsal exercises every code path and no number means anything.
 
-What a stand-in cannot rehearse is listed in its entry's ``gaps`` (:data:`STANDINS`).
-"""
+What a stand-in cannot rehearse is listed in its entry's ``gaps`` (:data:`STANDINS`)."""
 
 from __future__ import annotations
 
@@ -166,9 +164,8 @@ def standin_folder(model_id: str) -> Path:
 def ensure_standin(model_id: str) -> Path:
     """The stand-in folder of a paper id, built (atomically) if absent.
 
-    A built folder records its files' sizes and digests in ``prh_standin.json``; a folder that no longer
-    matches them, or whose safetensors file is cut short (:func:`prh_lib.models.integrity.problems`), is
-    moved aside and built again.
+    A built folder records its files' sizes and digests in ``prh_standin.json``; one that no longer matches them, or
+    whose safetensors file is cut short (:func:`prh_lib.models.integrity.problems`), is moved aside and rebuilt.
 
     Warns
     -----

@@ -2,8 +2,7 @@
 
 Layers are the stem, every block stage and the head convolution for the EfficientNet/MobileNet family
 (``("stem", "stage.1", ..., "head")``), else the model's ``feature_info`` module names. Features are
-global-average pooled by the extraction code (pooling ``"gap"``).
-"""
+global-average pooled by the extraction code (pooling ``"gap"``)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """Two-tower image-text models (CLIP, SigLIP / fixed-resolution SigLIP 2), loaded one tower at a time.
 
 ``"<folder or Hub id>:vision"`` or ``":text"`` (family ``"hf-joint"``, see
-:data:`~prh_lib.models.spec.JOINT_MODEL_TYPES`). A tower's layers are its hidden states and then
-``"projection"``, its embedding in the joint image-text space. Captions longer than the text context are
-split into chunks (:class:`TextChunking`) whose features the extraction code averages.
+:data:`~prh_lib.models.spec.JOINT_MODEL_TYPES`). A tower's layers are its hidden states, then ``"projection"``, its
+joint-space embedding. Captions longer than the text context are split into chunks (:class:`TextChunking`) whose
+features the extraction code averages.
 
 References
 ----------
@@ -31,12 +31,11 @@ __all__ = ["TextChunking", "load_joint"]
 class TextChunking:
     """How a two-tower text tower embeds captions longer than its context (Herbst et al., Section 3.3).
 
-    A caption's tokens (without special tokens) are split into consecutive windows of ``window`` tokens;
-    each window gets the model's special tokens (``prefix`` + window + ``suffix``, at most
-    ``context_length`` tokens) and is embedded on its own. The extraction code averages each layer's
-    pooled chunk features, weighted by the number of caption tokens in each chunk
-    (:func:`prh_lib.extract.extract_features`). A caption that fits gives one chunk equal to the
-    tokenizer's own encoding, so the chunked path reduces to the plain one.
+    A caption's tokens (without special tokens) are split into consecutive windows of ``window`` tokens, each embedded
+    on its own with the model's special tokens (``prefix`` + window + ``suffix``, at most ``context_length`` tokens).
+    The extraction code averages each layer's pooled chunk features weighted by caption tokens per chunk
+    (:func:`prh_lib.extract.extract_features`). A caption that fits gives one chunk equal to the tokenizer's own
+    encoding.
 
     Attributes
     ----------
@@ -74,8 +73,7 @@ class TextChunking:
     def split(self, ids) -> list[list[int]]:
         """Chunks of one caption's token ids (no special tokens): ``prefix + window + suffix`` each.
 
-        Every token lands in exactly one chunk, in order; an empty caption gives one chunk of the
-        special tokens alone.
+        Every token lands in exactly one chunk, in order; an empty caption gives one chunk of the special tokens alone.
         """
         ids = list(ids)
         windows = [ids[i : i + self.window] for i in range(0, len(ids), self.window)] or [[]]
@@ -116,8 +114,8 @@ class TextChunking:
         Returns
         -------
         inputs : dict
-            ``input_ids`` (B, T) and, if ``attention_mask``, ``attention_mask`` (B, T); T is
-            ``context_length`` with ``pad_to_context``, else the longest chunk.
+            ``input_ids`` (B, T) and, if ``attention_mask``, ``attention_mask`` (B, T); T is ``context_length`` with
+            ``pad_to_context``, else the longest chunk.
         real : Tensor of shape (B, T), int64
             1 at the chunk's tokens (special tokens included), 0 at padding: the mask of mean pooling.
         """

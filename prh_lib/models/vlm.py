@@ -11,10 +11,8 @@ Qwen3 decoder (M-RoPE, DeepStack). Its embedding is the decoder's final hidden s
 - both end with ``"projection"``: the final hidden state at the last real token (the model's own embedding,
   before its L2 normalisation).
 
-Not reproduced: the model card's instruction prompt (chat template with "Represent the user's input."),
-which changes which tokens surround the content; features are those of the bare content. Video inputs are
-not used.
-"""
+Not reproduced: the model card's instruction prompt (chat template with "Represent the user's input."), which changes
+which tokens surround the content; features are those of the bare content. Video inputs are not used."""
 
 from __future__ import annotations
 
@@ -49,8 +47,7 @@ def load_vlm(spec, path: str, config, *, hub_revision, weight_revision: str, sou
              standin: bool, text_tokenizer) -> LoadedModel:
     """One input modality (``spec.tower``) of a Qwen3-VL-style embedding model.
 
-    ``text_tokenizer`` is :func:`prh_lib.models.hf.text_tokenizer` (passed in: this module imports no loader).
-    """
+    ``text_tokenizer`` is :func:`prh_lib.models.hf.text_tokenizer` (passed in: this module imports no loader)."""
     from transformers import AutoModel
 
     module = AutoModel.from_pretrained(path, revision=hub_revision, **dtype_kwarg(dtype), **placement(device))

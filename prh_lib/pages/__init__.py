@@ -3,5 +3,4 @@ and figures), read from the numbers :mod:`prh_lib.analysis` computes, plus what 
 :mod:`~prh_lib.pages.claims` (the paper's claims, verdicts, the front-page checklist),
 :mod:`~prh_lib.pages.report` (records, page tables, figure captions), :mod:`~prh_lib.pages.figures` and
 :mod:`~prh_lib.pages.plots` (matplotlib). Editing anything here recomputes no score (the score cache's
-digest does not cover this folder).
-"""
+digest does not cover this folder)."""

@@ -5,15 +5,14 @@ and shrink when it says less, with the images unchanged. Two controls over the s
 
 - **more detail**: concatenate the first 1 to 5 COCO captions of each image
   (:func:`prh_lib.data.sample_pairs` with ``caption_policy="concat"``);
-- **less detail**: start from a detailed text (the 5 captions concatenated) and shorten it to a fraction of
-  its words, by a causal language model (:func:`prh_lib.lm.summarize_texts`) or by keeping the first words
+- **less detail**: shorten a detailed text (the 5 captions concatenated) to a fraction of its words, by a causal
+  language model (:func:`prh_lib.lm.summarize_texts`) or by keeping the first words
   (:func:`prh_lib.lm.truncate_texts`, the deterministic baseline).
 
-:func:`detail_variants` builds the caption variants, :func:`detail_alignment` scores them; figures are in
-:func:`prh_lib.pages.figures.plot_detail`. Those and the study over draws (:func:`study_variants`,
-:func:`study_alignment`) live in :mod:`~prh_lib.analysis.captions.study` and are re-exported here; this module
-holds the page: summary reports, tables, findings, prose and the records.
-"""
+:func:`detail_variants` builds the caption variants, :func:`detail_alignment` scores them (figures:
+:func:`prh_lib.pages.figures.plot_detail`); they and the study over draws (:func:`study_variants`,
+:func:`study_alignment`) live in :mod:`~prh_lib.analysis.captions.study` (re-exported); this module holds the page:
+summary reports, tables, findings, prose and records."""
 
 from __future__ import annotations
 
@@ -171,16 +170,15 @@ def findings(summary: pd.DataFrame, *, paper_setting: bool = False,
              order_intervals: pd.DataFrame | None = None) -> list[dict]:
     """The row of "The paper and this build" for ``F/detail``, computed from :func:`study_summary`.
 
-    The claim (App. F): shorter captions lower alignment but keep the order of the models. Tested on the
-    ``summary`` control when it ran on at least two draws, else on ``truncation`` (every draw) (:data:`RULE`).
-    *Lower*: for every (dataset, vision, language), the mean peak at the shortest level is below the full
-    text's. *Keeps the order*: Kendall τ (:func:`scipy.stats.kendalltau`, τ-b) between the language models'
-    peaks at the full text and at each shorter level, per (dataset, vision model), is positive at every level.
-    The caption-draw std is shown, never used as a margin. With ``order_intervals``
-    (:func:`prh_lib.analysis.captions.intervals.order_intervals` of the same control; held-out peaks, one draw)
-    each row is a :class:`prh_lib.pages.claims.Test` against 0 read by :func:`prh_lib.pages.claims.combine` (holds when its
-    95 % interval is above 0, differs when its estimate is at or below 0, else inconclusive, with the difference
-    it could detect):
+    The claim (App. F): shorter captions lower alignment but keep the order of the models. Tested on the ``summary``
+    control when it ran on at least two draws, else on ``truncation`` (every draw) (:data:`RULE`). *Lower*: for every
+    (dataset, vision, language), the mean peak at the shortest level is below the full text's. *Keeps the order*:
+    Kendall τ (:func:`scipy.stats.kendalltau`, τ-b) between the language models' peaks at the full text and at each
+    shorter level, per (dataset, vision model), is positive at every level. The caption-draw std is shown, never used as
+    a margin. With ``order_intervals`` (:func:`prh_lib.analysis.captions.intervals.order_intervals` of the same control;
+    held-out peaks, one draw) each row is a :class:`prh_lib.pages.claims.Test` against 0 read by
+    :func:`prh_lib.pages.claims.combine` (holds when its 95 % interval is above 0, differs when its estimate is at or
+    below 0, else inconclusive, with the difference it could detect):
 
     - three or more language models: every Kendall τ over images;
     - two: the order of the means is one comparison and is not read; per vision model, the difference of the
@@ -188,10 +186,9 @@ def findings(summary: pd.DataFrame, *, paper_setting: bool = False,
       not exist on these images and the claim is inconclusive, the note giving that difference), and then the
       full-text leader's margin at every shorter level is the test (in units of the score).
 
-    With fewer than three language models and no interval over images the order is one comparison, so the claim
-    is at best inconclusive; the note also says when no interval over images was computed. Comparable only in
-    the paper's setting (DOCCI, Qwen3-8B).
-    """
+    With fewer than three language models and no interval over images the order is one comparison: at best inconclusive
+    (the note says when no interval over images was computed). Comparable only in the paper's setting (DOCCI,
+    Qwen3-8B)."""
     from scipy.stats import kendalltau
 
     from prh_lib.pages import claims
@@ -221,9 +218,8 @@ def findings(summary: pd.DataFrame, *, paper_setting: bool = False,
     n_lms = int(sub["language model"].nunique())
     order_ok = bool(taus) and all(np.isfinite(t) and t > 0 for *_, t, _ in taus)
     few = n_lms < 3
-    # a drop that fails decides the claim. Over images, three or more models are read by τ; two by the paired margin
-    # (τ of two models is ±1 in every resample), only where their full-text order is itself resolved. Without an
-    # interval over images, fewer than three models leave the order to one comparison: at best inconclusive
+    # a drop that fails decides the claim; two models are read by the paired margin, since their τ is ±1 in every
+    # resample
     iv = (order_intervals[order_intervals["control"] == control].reindex(columns=COLUMNS) if order_intervals is not
           None and len(order_intervals) else pd.DataFrame(columns=COLUMNS))
     taus_iv, pairs_iv = iv[iv["n_lms"] >= 3], iv[iv["n_lms"] == 2]

@@ -15,8 +15,7 @@ Scores are taken at a *fixed* layer pair (chosen once, on all pairs at the refer
 all layer pairs (re-selected in every setting), and at the final layers.
 
 The sweeps and the study over datasets x draws live in :mod:`~prh_lib.analysis.ablation.study` (re-exported
-here); this module holds the page: summary tables, prose, verdicts and the record.
-"""
+here); this module holds the page: summary tables, prose, verdicts and the record."""
 
 from __future__ import annotations
 
@@ -129,8 +128,7 @@ def to_record(results: dict, *, n: int, k: int, params: dict, study: pd.DataFram
               intervals: pd.DataFrame, ratio_intervals: pd.DataFrame) -> dict:
     """What the Appendix G page records for the book and the tests (:func:`prh_lib.pages.report.record`).
 
-    ``results`` is the headline dataset's first draw, ``study`` the :func:`study_table`, ``rows`` the claim rows.
-    """
+    ``results`` is the headline dataset's first draw, ``study`` the :func:`study_table`, ``rows`` the claim rows."""
     from prh_lib.results import params_hash
 
     table = summary_table(results)
@@ -164,8 +162,7 @@ def study_table(agg: pd.DataFrame) -> pd.DataFrame:
     Columns: ``k or N``, ``raw``, ``chance``, ``chance-corrected`` (each ``"<at smallest> → <at largest>"``), and
     the numeric ``from``, ``to``, ``raw_from``, ``raw_to``, ``spread`` (max - min of
     the mean raw score over the sweep), ``mean`` (of the mean raw score over the sweep), ``n_draws``,
-    ``chance_to`` (chance k/(N − 1) at the largest k or N).
-    """
+    ``chance_to`` (chance k/(N − 1) at the largest k or N)."""
     rows = []
     fixed = agg[agg["quantity"].str.endswith(":fixed")]
     for (ds, mx, my, q), g in fixed.groupby(["dataset", "model_x", "model_y", "quantity"], sort=False):
@@ -223,8 +220,7 @@ def findings(agg: pd.DataFrame, table: pd.DataFrame, *, dataset: str, stable: fl
     interval of their mean chance-corrected scores (:func:`~prh_lib.analysis.ablation.intervals.
     regime_order_tests`); an interval that holds 0 leaves the claim inconclusive. With ``ratio_intervals``
     (:func:`prh_lib.analysis.ablation.intervals.fixed_ratio_intervals`), ``G/fixed-ratio`` is a test per pair of
-    the relative spread against ``stable`` (side "<"): an interval reaching ``stable`` leaves it inconclusive.
-    """
+    the relative spread against ``stable`` (side "<"): an interval reaching ``stable`` leaves it inconclusive."""
     a = agg[(agg["dataset"] == dataset) & (agg["quantity"] == "k-sweep:fixed")]
     t = table[table["dataset"] == dataset]
     rows = []

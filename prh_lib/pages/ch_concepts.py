@@ -106,8 +106,7 @@ def measures_with_controls(pairs: dict, *, n_components: int = 32, seeds=(0, 1, 
     """:func:`~prh_lib.analysis.concepts.study.concept_measures` plus the reference code's shuffled control.
 
     For the reference procedure the control runs it on the second model's rows permuted (seeded), as our
-    procedure's ``*_shuffled`` columns do for ours.
-    """
+    procedure's ``*_shuffled`` columns do for ours."""
     table = concept_measures(pairs, n_components=n_components, seeds=seeds)
     for label, (A, B) in pairs.items():
         for s in seeds:
@@ -277,8 +276,7 @@ _PAPER_TEXT = {"finetune": "Pointwise ~0.95 (change < 0.05), Cross-Model 1.00 �
 def ablation_summary(ab: pd.DataFrame) -> pd.DataFrame:
     """Per (method, procedure): before, after and the change of Pointwise and Cross-Model over seeds.
 
-    ``d_<measure>`` is after − before per seed; ``_low`` / ``_high`` its interval over seeds.
-    """
+    ``d_<measure>`` is after − before per seed; ``_low`` / ``_high`` its interval over seeds."""
     keys = ["method", "seed", "procedure"]
     b = ab[ab["stage"] == "before"].set_index(keys)[["pointwise", "cross_model"]]
     a = ab[ab["stage"] == "after"].set_index(keys)[["pointwise", "cross_model"]]
@@ -312,8 +310,7 @@ def ablation_verdicts(summary: pd.DataFrame, *, stay: float = 0.05) -> pd.DataFr
 
     A change expected to *stay* holds when ``|Δ| < stay`` over every seed, a rise (fall) when every seed's
     change is above (below) 0; a row holds when both of its changes hold (:func:`prh_lib.pages.claims.combine`
-    reading: any "differs" makes it differ).
-    """
+    reading: any "differs" makes it differ)."""
     rows = []
     for _, r in summary.iterrows():
         sp, sc = PAPER_ROWS[r["method"]]
@@ -452,8 +449,7 @@ def ablation_figure(summary: pd.DataFrame):
 def describe_ablation(verdicts: pd.DataFrame, summary: pd.DataFrame | None = None) -> str:
     """Generated prose: which of the paper's three rows hold under which procedure.
 
-    With ``summary`` (:func:`ablation_summary`), also how far apart the two measures' changes are per procedure.
-    """
+    With ``summary`` (:func:`ablation_summary`), also how far apart the two measures' changes are per procedure."""
     names = {"finetune": "fine-tuning (Pointwise stays, Cross-Model falls)",
              "mse": "feature distillation (both rise)",
              "relation": "relation distillation (Pointwise stays, Cross-Model rises)"}
@@ -527,17 +523,15 @@ def claim_rows(summary: pd.DataFrame, hier: pd.DataFrame | None, verdicts: pd.Da
                min_gap: float = 0.05, centroid_parents: bool = True) -> list[dict]:
     """The page's rows of "The paper and this build" (:func:`prh_lib.pages.claims.finding`), claims ``C/*``.
 
-    Concept-level claims: per kind, our procedure's Cross-Model − Pointwise interval (over concepts where the
-    summary has them, :func:`summarise_measures`) must be
-    above ``min_gap`` (the paper's gaps are 0.24-0.55; a gap of a few thousandths is not its claim) and
-    Cross-Model above its shuffled control (the reference code's reading is a note). Hierarchy:
-    variation-parent within ±0.05 of 0 on the WordNet tree while the shuffled tree's interval is not, and
-    child-parent above the shuffled tree's. Siblings: with ``centroid_parents`` (parents are their children's
-    centroids, as for ImageNet's leaf classes) not testable, since the construction sets the statistic near
-    −1/(k−1) on any tree; otherwise below the shuffled tree's. Controllability: the relation-distillation row
-    under our procedure, not testable when the positive control (MSE distillation raises both measures) fails.
-    ``hier`` or ``verdicts`` None: not testable (the reason is the missing input).
-    """
+    Concept-level claims: per kind, our procedure's Cross-Model − Pointwise interval (over concepts where the summary
+    has them, :func:`summarise_measures`) must be above ``min_gap`` (the paper's gaps are 0.24-0.55; a gap of a few
+    thousandths is not its claim) and Cross-Model above its shuffled control (the reference code's reading is a note).
+    Hierarchy: variation-parent within ±0.05 of 0 on the WordNet tree while the shuffled tree's interval is not, and
+    child-parent above the shuffled tree's. Siblings: with ``centroid_parents`` (parents are their children's centroids,
+    as for ImageNet's leaf classes) not testable, since the construction sets the statistic near −1/(k−1) on any tree;
+    otherwise below the shuffled tree's. Controllability: the relation-distillation row under our procedure, not
+    testable when the positive control (MSE distillation raises both measures) fails. ``hier`` or ``verdicts`` None: not
+    testable (the reason is the missing input)."""
     rows = []
     ids = {"vision-vision": "C/vision-vision", "language-language": "C/language-language",
            "vision-language": "C/cross-modal"}

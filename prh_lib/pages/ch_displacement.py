@@ -1,10 +1,9 @@
 """Displacement geometry beside mutual k-NN, layer by layer (the displacement chapter's analyses).
 
-The displacement chapter's page (``notebooks/ch_displacement.py``): its figures, prose, verdicts (:func:`claim_verdict`)
-and checklist rows, and the steps its notebook calls. The computations (matrices, views, the sweep, depth profiles,
-best layers) live in :mod:`~prh_lib.analysis.displacement.study` and are re-exported here; the consensus
-decomposition is :mod:`~prh_lib.analysis.displacement.consensus`, the reference code's procedure
-:mod:`~prh_lib.analysis.displacement.procedures`. Nothing here loads models.
+The displacement chapter's page (``notebooks/ch_displacement.py``): figures, prose, verdicts (:func:`claim_verdict`),
+checklist rows and the notebook's steps. The computations live in :mod:`~prh_lib.analysis.displacement.study`
+(re-exported), the consensus decomposition in :mod:`~prh_lib.analysis.displacement.consensus`, the reference code's
+procedure in :mod:`~prh_lib.analysis.displacement.procedures`. Nothing here loads models.
 
 References
 ----------
@@ -32,10 +31,8 @@ def heatmaps_side_by_side(results: list[ViewComparison], *, chance: float | None
                           panel_size: tuple[float, float] = (3.75, 3.3)):
     """One row per pair: mutual k-NN (left, red line at ``chance``) beside Cross-Model (right, line at 0).
 
-    Each panel has its own colour scale (the two measures live on different scales); a white star
-    marks the maximum over defined layer pairs, a red square the final-layer pair. NaN cells
-    (undefined layers) are blank.
-    """
+    Each panel has its own colour scale (the two measures live on different scales); a white star marks the maximum over
+    defined layer pairs, a red square the final-layer pair. NaN cells (undefined layers) are blank."""
     import matplotlib.pyplot as plt
 
     from prh_lib.pages.plots import alignment_heatmap
@@ -50,8 +47,8 @@ def heatmaps_side_by_side(results: list[ViewComparison], *, chance: float | None
         for ax, m, title, ch, ch_label in panels:
             s = np.asarray(m.scores, dtype=float)
             i, j = np.unravel_index(int(np.nanargmax(s)), s.shape)
-            # the markers' values go in the title (a legend under each panel ran into its axis label); the pair, the
-            # measure and the values on three lines (pair and measure on one line ran past a right-hand panel's edge)
+            # the markers' values go in the title (a legend under each panel ran into its axis label), on three lines
+            # (one line ran past a right-hand panel's edge)
             alignment_heatmap(s, m.x_labels, m.y_labels, ax=ax, legend=False,
                               title=f"{comp.label}\n{title}\nmax {s[i, j]:.3f} (★) · final {s[-1, -1]:.3f} (□)",
                               x_name=m.x_name, y_name=m.y_name, chance=ch, value_label=title, chance_label=ch_label)
@@ -116,8 +113,8 @@ def depth_profile_figure(profiles: dict[str, pd.DataFrame], *, panel_size: tuple
 
 # --------------------------------------------------------------------------- prose
 def describe(best: pd.DataFrame, views: pd.DataFrame) -> str:
-    """Markdown bullets stating the measured figures of :func:`best_pair_table` and :func:`views_table`
-    (the consensus bullet is :func:`describe_consensus`)."""
+    """Markdown bullets stating the measured figures of :func:`best_pair_table` and :func:`views_table` (consensus:
+    :func:`describe_consensus`)."""
     lines = []
     for pair, b in best.iterrows():
         v = views.loc[pair]
@@ -154,13 +151,12 @@ VERDICTS = _claims.VERDICTS  # the one vocabulary of verdicts (prh_lib.pages.cla
 def claim_verdict(paper, draws=None, *, tol: float = 0.05, n_sd: float = 2.0, reason: str | None = None) -> str:
     """Verdict on one claim of a paper from this build's repeated measurements of it.
 
-    A claim is ``k`` values (e.g. Cross-Model and Pointwise); its *kind* is their ordering (each
-    non-zero difference ``paper[a] - paper[b]`` with its sign).
+    A claim is ``k`` values (e.g. Cross-Model and Pointwise); its *kind* is their ordering (each non-zero difference
+    ``paper[a] - paper[b]`` with its sign).
 
     * ``"reproduces"``: every build mean is within ``max(tol, n_sd * sd)`` of the paper's value;
-    * ``"reproduces in kind"``: otherwise, if every ordering of the paper holds in the build and is
-      resolved (the mean difference exceeds ``max(tol, n_sd * sd of the difference)``; for ``k = 1``
-      the sign of the value);
+    * ``"reproduces in kind"``: otherwise, if every ordering of the paper holds in the build and is resolved (the mean
+      difference exceeds ``max(tol, n_sd * sd of the difference)``; for ``k = 1`` the sign of the value);
     * ``"differs"``: neither;
     * ``"not testable offline (<reason>)"`` when there are no draws.
 
@@ -224,17 +220,17 @@ def paper_table(table: pd.DataFrame, *, steps=("reference code", "our procedure"
     steps : sequence of str
         Procedures reported, each with its own value and verdict columns.
     claims : sequence of dict
-        Default :data:`SAMPLE_CLAIMS` (the concept-level claims of :data:`PAPER_CLAIMS` are tested by the concept
-        chapter, :mod:`prh_lib.pages.ch_concepts`); sample-level claims are tested on this build's pairs of
-        their kind (per split, the mean over those pairs); a concept-level claim passed here is not testable.
+        Default :data:`SAMPLE_CLAIMS` (concept-level claims are tested by :mod:`prh_lib.pages.ch_concepts`; passed here
+        they are not testable); sample-level claims are tested on this build's pairs of their kind (per split, the mean
+        over those pairs).
     tol, n_sd
         As in :func:`claim_verdict`.
 
     Returns
     -------
     DataFrame
-        Indexed by claim; columns ``paper``, then ``<step>`` (Cross-Model vs Pointwise, mean ± sd
-        over splits), ``<step> verdict`` and ``<step> draws`` (the ``(n_splits, 2)`` values) per step.
+        Indexed by claim; columns ``paper``, then per step ``<step>`` (Cross-Model vs Pointwise, mean ± sd over splits),
+        ``<step> verdict`` and ``<step> draws`` (the ``(n_splits, 2)`` values).
     """
     rows = {}
     for c in claims:
@@ -267,19 +263,18 @@ def checklist_rows(table: pd.DataFrame, *, step: str = "our procedure", other: s
     """The sample-level rows of :func:`paper_table` in the form of :func:`prh_lib.pages.claims.finding`.
 
     The front page's checklist (:func:`prh_lib.pages.claims.checklist`) shows them. The verdict is that of ``step``,
-    *our* procedure (centred, whitened and aligned features), the one this chapter shows to measure what the
-    paper's measures are defined to measure; the reference code's reading (``other``), whose Cross-Model >
-    Pointwise gap comes, on this build's features, from adding each model's mean back after whitening, stays
-    beside it as a note (for the paper's own table that is a hypothesis).
+    *our* procedure (centred, whitened and aligned features), which this chapter shows measures what the paper's
+    measures are defined to measure; the reference code's reading (``other``), whose Cross-Model > Pointwise gap comes,
+    on this build's features, from adding each model's mean back after whitening, stays beside it as a note (for the
+    paper's own table, a hypothesis).
 
-    With ``heldout`` the verdict is a test on selection-free estimates over images (issue 24): for every pair
-    of the claim's kind, the held-out Cross-Model − Pointwise at the best layer pair chosen on the other half
-    of the images, with its paired 95 % subsampling interval
-    (:func:`prh_lib.analysis.displacement.heldout.heldout_best_pair`), must exceed 0
-    (:class:`prh_lib.pages.claims.Test`; "inconclusive" when an interval reaches 0, "differs" when an estimate is
-    not above it). A kind without a held-out estimate (a draw below
-    :data:`~prh_lib.analysis.displacement.heldout.MIN_SAMPLES` images) keeps :func:`claim_verdict`'s reading
-    of ``table`` (the spread over splits), and its note says so.
+    With ``heldout`` the verdict is a test on selection-free estimates over images (issue 24): for every pair of the
+    claim's kind, the held-out Cross-Model − Pointwise at the best layer pair chosen on the other half of the images,
+    with its paired 95 % subsampling interval (:func:`prh_lib.analysis.displacement.heldout.heldout_best_pair`), must
+    exceed 0 (:class:`prh_lib.pages.claims.Test`; "inconclusive" when an interval reaches 0, "differs" when an estimate
+    is not above it). A kind without a held-out estimate (a draw below
+    :data:`~prh_lib.analysis.displacement.heldout.MIN_SAMPLES` images) keeps :func:`claim_verdict`'s reading of
+    ``table`` (spread over splits), its note saying so.
 
     Parameters
     ----------
@@ -291,8 +286,8 @@ def checklist_rows(table: pd.DataFrame, *, step: str = "our procedure", other: s
         :func:`prh_lib.analysis.displacement.heldout.heldout_best_pairs` (``"x × y"`` -> result, or an ``int``
         sample count where none was estimated).
     kinds : dict, optional
-        ``"x × y"`` -> ``"vision-vision"``, ``"language-language"`` or ``"vision-language"`` (the ``kind``
-        column of :func:`best_pair_table`); required with ``heldout``.
+        ``"x × y"`` -> ``"vision-vision"``, ``"language-language"`` or ``"vision-language"`` (the ``kind`` column of
+        :func:`best_pair_table`); required with ``heldout``.
 
     Raises
     ------
@@ -414,8 +409,8 @@ def describe_consensus(summary: ConsensusSummary) -> str:
 
 # --------------------------------------------------------------------------- the notebook's steps
 def shown_draw(datasets: list, *, n_draws=None, dataset: str | None = None, draw: int = 0, k: int = 10) -> tuple:
-    """The study's draws (:func:`prh_lib.data.study.study_draws`), the heatmaps' dataset (None: the paper's COCO,
-    else the largest N), that draw's pairs and their mutual k-NN chance.
+    """The study's draws (:func:`prh_lib.data.study.study_draws`), the heatmaps' dataset (None: the paper's COCO, else
+    the largest N), that draw's pairs and their mutual k-NN chance.
 
     Raises
     ------

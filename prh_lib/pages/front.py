@@ -2,8 +2,7 @@
 
 Everything here reads the claim rows the chapters recorded (:func:`prh_lib.pages.claims.finding`, through
 :func:`prh_lib.pages.claims._checklist_rows`); the book build writes the results into ``book/_generated/``
-(``book/_ext/prh_book.py``). Nothing restates a number by hand.
-"""
+(``book/_ext/prh_book.py``). Nothing restates a number by hand."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """The PCA-compression page (Section 3.1, Figure 2, App. C): summary tables, prose, verdicts and the record.
 
 The sweeps, the projection ``space`` and the study over datasets x draws are
-:mod:`prh_lib.analysis.compression.study`'s (re-exported here); figures: :func:`prh_lib.pages.figures.plot_sweeps`.
-"""
+:mod:`prh_lib.analysis.compression.study`'s (re-exported here); figures: :func:`prh_lib.pages.figures.plot_sweeps`."""
 
 from __future__ import annotations
 
@@ -49,8 +48,7 @@ def summary_table(sweeps: Sequence[CompressionSweep], *, fraction: float = 0.95,
     (components of a full PCA of the compressed side), ``min dims (95%)`` (smallest swept dimension keeping
     ``fraction`` of the reference, from the dimension sweep; NaN if none), ``variance at min dims``, and
     ``relative @ v var`` (score / reference when keeping a fraction ``v`` of the variance, from the variance
-    sweep, for each ``v`` in ``at_variance`` that was swept).
-    """
+    sweep, for each ``v`` in ``at_variance`` that was swept)."""
     rows: dict[tuple, dict] = {}
     pct = f"{fraction:.0%}"
     for s in sweeps:
@@ -108,8 +106,7 @@ def to_record(sweeps: Sequence[CompressionSweep], table: pd.DataFrame, *, n: int
     """What the Section 3.1 PCA page records for the book and the tests (:func:`prh_lib.pages.report.record`).
 
     ``sweeps`` are the headline dataset's first draw, ``table`` their :func:`summary_table`, ``study`` the
-    :func:`study_table` and ``rows`` the claim rows.
-    """
+    :func:`study_table` and ``rows`` the claim rows."""
     from prh_lib.results import params_hash
 
     min_col = f"min dims ({keep_fraction:.0%})"
@@ -150,8 +147,7 @@ def study_table(agg: pd.DataFrame, *, dims_probe: int = 100, low_dims: int = 8, 
     and the numeric ``rel_var``, ``rel_dims``, ``rel_low``, ``rel_share``, ``dims_share``, ``dims_at``,
     ``max_dims``, ``n_draws``. With ``intervals`` (:func:`interval_table`): for each of :data:`PROBES` the
     relative score on the first draw with its paired 95 % interval over images, as ``ci_var``, ``ci_share``,
-    ``ci_low`` (``(relative, low, high, n_components)``) and the page column ``over images (first draw)``.
-    """
+    ``ci_low`` (``(relative, low, high, n_components)``) and the page column ``over images (first draw)``."""
     rows = []
     for key, g in agg.groupby(["dataset", "model_x", "model_y", "role", "compress"], sort=False):
         ref = g[g["quantity"] == "pca:reference"].iloc[0]
@@ -224,10 +220,10 @@ RULES = {
 }
 
 def share_dims(rank: int, rank_share: float = PAPER_RANK_SHARE) -> int:
-    """Components kept at the paper's share of rank (100 of 1,023 = 9.8 %) for a side of rank ``rank`` (its
-    largest swept dimension, min(N, d)): ``max(1, round(rank_share × rank))``. The one source of the 3.1/pca-100
-    dimension for the figure, the table, the verdict and the prose; the intervals the verdict reads are taken
-    at the same dimension (:func:`prh_lib.analysis.compression.study.probe_dims`, checked by a test)."""
+    """Components kept at the paper's share of rank (100 of 1,023 = 9.8 %) for a side of rank ``rank`` (its largest
+    swept dimension, min(N, d)): ``max(1, round(rank_share × rank))``; the one source of the 3.1/pca-100 dimension for
+    figure, table, verdict, prose and the verdict's intervals (:func:`prh_lib.analysis.compression.study.probe_dims`,
+    checked by a test)."""
     return max(1, int(round(rank_share * int(rank))))
 
 
@@ -256,11 +252,10 @@ _LANGUAGE = "smollm|minilm|gemma|qwen|llama|mistral|bloom|deepseek|embed|tfidf"
 
 
 def _majority(values, threshold: float, side: str) -> tuple[bool, bool, int, int]:
-    """``(holds, conclusive, n_estimate, n_clear)`` of "more than half of the rows are on ``side`` of
-    ``threshold``", read symmetrically: ``n_clear`` rows have their whole interval on ``side``, ``n_off`` rows
-    have it wholly off (rows without an interval count by their estimate). Holds when the ``n_clear`` rows are a
-    majority; differs when the rows not wholly off cannot be one; inconclusive otherwise. ``n_estimate`` counts
-    the rows by their estimate (shown)."""
+    """``(holds, conclusive, n_estimate, n_clear)`` of "more than half of the rows are on ``side`` of ``threshold``",
+    read symmetrically: ``n_clear`` rows have their whole interval on ``side``, ``n_off`` rows have it wholly off (rows
+    without an interval count by their estimate). Holds when the ``n_clear`` rows are a majority; differs when the rows
+    not wholly off cannot be one; inconclusive otherwise. ``n_estimate`` counts the rows by their estimate (shown)."""
     def on(v):
         return v > threshold if side == ">" else v < threshold
 
@@ -281,14 +276,11 @@ def findings(table: pd.DataFrame, *, dataset: str, role: str = "peak", dims_prob
              paper_setting: bool = False) -> list[dict]:
     """Rows of "The paper and this build" for ``3.1/pca-*`` from :func:`study_table` (one dataset, one role).
 
-    The paper's PCA claims are about compressing the *language* side (Sec. 3.1, Fig. 2), so only rows that
-    compress a language model count (:data:`RULES`); the 100-dimension probe is taken at the paper's share of
-    rank (100 of 1,023), not at 100 components of a rank of 238. Each row's relative score is read with its
-    paired 95 % interval over images when :func:`study_table` has them (``ci_*``; first draw): a claim holds when
-    more than half of the rows are on its side interval included, differs when the rows not wholly off its side
-    cannot be a majority, and is inconclusive otherwise (:func:`_majority`). Without intervals the means over draws decide, and the
-    note says so.
-    """
+    The paper's PCA claims are about compressing the *language* side (Sec. 3.1, Fig. 2), so only rows that compress a
+    language model count (:data:`RULES`); the 100-dimension probe is at the paper's share of rank (100 of 1,023), not
+    100 components of a rank of 238. Each row's relative score is read with its paired 95 % interval over images when
+    :func:`study_table` has them (``ci_*``; first draw), by the symmetric majority rule of :func:`_majority`; without
+    intervals the means over draws decide, and the note says so."""
     t = table[(table["dataset"] == dataset) & (table["layers"] == role)]
     lang = t[t["compressed"].str.contains(_LANGUAGE, case=False, regex=True)]
     n = len(lang)

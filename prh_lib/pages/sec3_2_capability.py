@@ -1,12 +1,11 @@
 """Language-model capability versus cross-modal alignment (Herbst et al., Section 3.2, Figures 3-4, App. D).
 
-The paper's claim: alignment of a language model with a vision model grows with the language model's
-capability when captions are informative. The language models (features and bits per byte) come from
-:mod:`prh_lib.lm.ladder`, the benchmark scores from :mod:`prh_lib.data.benchmarks`. Here:
+The paper's claim: alignment of a language model with a vision model grows with the language model's capability when
+captions are informative. The language models (features and bits per byte) come from :mod:`prh_lib.lm.ladder`, the
+benchmark scores from :mod:`prh_lib.data.benchmarks`. Here:
 
-- :func:`alignment_table` scores each language model against each vision model (raw mutual k-NN at the
-  best layer pair and at the final layers, plus permutation-calibrated scores), with
-  :func:`~prh_lib.analysis.core.score_pair`;
+- :func:`alignment_table` scores each language model against each vision model (raw mutual k-NN at the best layer pair
+  and at the final layers, plus permutation-calibrated scores), with :func:`~prh_lib.analysis.core.score_pair`;
 - :func:`correlate` gives Pearson's r with its p-value and a bootstrap interval over models;
   :func:`correlation_table` applies it to every (vision model, alignment score, capability measure);
 - :func:`bpb_table`: bits per byte along the interpolation ladder.
@@ -16,10 +15,9 @@ module holds the page: summaries and correlations over draws, their displays, fi
 
 References
 ----------
-Herbst, Roschmann, Bouniot, Akata. "Where Does Alignment Emerge and What Does It Mean? A Closer Look at
-the Platonic Representation Hypothesis", Section 3.2, Figures 3 and 4, Appendix D.
-Huh, Cheung, Wang, Isola (2024). "The Platonic Representation Hypothesis", ICML, Sec. 3 (alignment versus
-language-model performance measured in bits per byte).
+Herbst, Roschmann, Bouniot, Akata. "Where Does Alignment Emerge and What Does It Mean? A Closer Look at the Platonic
+Representation Hypothesis", Section 3.2, Figures 3 and 4, Appendix D. Huh, Cheung, Wang, Isola (2024). "The Platonic
+Representation Hypothesis", ICML, Sec. 3 (alignment versus language-model performance measured in bits per byte).
 """
 
 from __future__ import annotations
@@ -33,8 +31,7 @@ import pandas as pd
 from prh_lib.data.benchmarks import BENCHMARKS, missing_counts
 from prh_lib.stats.correlation import CorrelationResult, correlate, exact_p_floor, near_constant
 
-# the computation (single-run tables, the study over draws), re-exported: this module stays the chapter's one
-# namespace
+# the computation (single-run tables, the study over draws), re-exported: this module stays the chapter's one namespace
 from prh_lib.analysis.capability.study import (BENCHMARK_DIRECTION, OFFLINE_CAPABILITY, QUANTITIES, DegenerateLayers,  # noqa: F401
     StudySets, alignment_table, bpb_table, capability_columns, capability_rows, correlation_table, heldout_texts,
     join_capabilities, ladder_is_monotone, paper_setting, study_alignment, study_sets, vision_features)
@@ -73,16 +70,15 @@ def summary_table(df: pd.DataFrame, capabilities: pd.DataFrame | None = None) ->
         The chapter's rows of the results table (``results.load(chapter=..., params=..., expand_extra=True)``;
         needs the ``family`` and ``fraction`` columns).
     capabilities : DataFrame, optional
-        Benchmark scores indexed by model (:func:`prh_lib.data.benchmarks.load_capability_table`), joined
-        as columns :data:`BENCHMARKS` (NaN for models without a value).
+        Benchmark scores indexed by model (:func:`prh_lib.data.benchmarks.load_capability_table`), joined as columns
+        :data:`BENCHMARKS` (NaN for models without a value).
 
     Returns
     -------
     DataFrame
-        Columns ``dataset``, ``vision``, ``language``, ``family``, ``fraction``, ``n``, ``chance``
-        (k/(N-1)), for ``peak`` and ``final``: ``<q>`` (mean), ``<q> std``, ``calibrated <q>`` (mean),
-        ``p <q> (max)`` (largest p over draws), ``n_draws``; then ``bpb``, ``next_token_accuracy`` and the
-        benchmarks.
+        Columns ``dataset``, ``vision``, ``language``, ``family``, ``fraction``, ``n``, ``chance`` (k/(N-1)), for
+        ``peak`` and ``final``: ``<q>`` (mean), ``<q> std``, ``calibrated <q>`` (mean), ``p <q> (max)`` (largest p over
+        draws), ``n_draws``; then ``bpb``, ``next_token_accuracy`` and the benchmarks.
     """
     from prh_lib import results
 
@@ -149,9 +145,9 @@ def study_correlations(summary: pd.DataFrame, *, capability: Sequence[str], alig
     """Pearson and Spearman correlation of alignment with capability across models, per (dataset, vision).
 
     For the independently trained models: exact permutation p over all n! orderings when n <=
-    :data:`~prh_lib.stats.correlation.EXACT_MAX_N` (else SciPy's) and a Fisher-z interval. For the
-    ladder (``family="ladder"``): Spearman only, and no p-value or interval, because its points lie on one
-    path in weight space and are not independent.
+    :data:`~prh_lib.stats.correlation.EXACT_MAX_N` (else SciPy's) and a Fisher-z interval. For the ladder
+    (``family="ladder"``): Spearman only, no p-value or interval (its points lie on one path in weight space, not
+    independent).
 
     Parameters
     ----------
@@ -169,10 +165,9 @@ def study_correlations(summary: pd.DataFrame, *, capability: Sequence[str], alig
     Returns
     -------
     DataFrame
-        Columns ``dataset``, ``vision``, ``alignment``, ``capability``, ``method``, ``r``, ``ci low``,
-        ``ci high``, ``p``, ``p method``, ``n``, ``direction`` (+1 when higher capability is a higher
-        value, -1 for bits per byte), ``r (capability)`` (``direction * r``: positive when alignment grows
-        with capability).
+        Columns ``dataset``, ``vision``, ``alignment``, ``capability``, ``method``, ``r``, ``ci low``, ``ci high``,
+        ``p``, ``p method``, ``n``, ``direction`` (+1 when higher capability is a higher value, -1 for bits per byte),
+        ``r (capability)`` (``direction * r``: positive when alignment grows with capability).
     """
     direction = {**OFFLINE_CAPABILITY, **BENCHMARK_DIRECTION}
     sub = summary[summary["family"] == family]
@@ -256,15 +251,14 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
               missing_models: Sequence[str] = (), image_corr: pd.DataFrame | None = None) -> list[dict]:
     """Rows of "The paper and this build" for the claims ``3.2/*``, computed from :func:`study_correlations`.
 
-    With benchmark correlations (the paper profile) the paper's claims are tested as stated: MMLU and ARC
-    on DOCCI (r > 0 and p < 0.05), GSM8K not significant, the order of r over DOCCI, WIT and CC3M, and
-    final-layer alignment predicting less than the peak. Offline only ``3.2/capability-trend`` and
-    ``3.2/final-less`` are testable, in kind: capability is bits per byte on held-out captions of the
-    independently trained models, on ``main_dataset``, and the claim holds when every vision model's
-    Pearson and Spearman correlation has the sign of "alignment grows with capability", and the verdict is
-    "inconclusive" unless every exact p is below 0.05. When no exact p can be below 0.05 (n ≤ 4: the floor is
-    1/n! for Pearson, 2/n! for Spearman, :func:`too_few_models`) both claims are "not testable offline" with
-    that reason in numbers, and the direction of the numbers is kept as a note.
+    With benchmark correlations (the paper profile) the paper's claims are tested as stated: MMLU and ARC on DOCCI (r >
+    0 and p < 0.05), GSM8K not significant, the order of r over DOCCI, WIT and CC3M, and final-layer alignment
+    predicting less than the peak. Offline only ``3.2/capability-trend`` and ``3.2/final-less`` are testable, in kind:
+    capability is bits per byte on held-out captions of the independently trained models, on ``main_dataset``; the claim
+    holds when every vision model's Pearson and Spearman correlation has the sign of "alignment grows with capability",
+    and is "inconclusive" unless every exact p is below 0.05. When no exact p can be below 0.05 (n ≤ 4: the floor is
+    1/n! for Pearson, 2/n! for Spearman, :func:`too_few_models`) both claims are "not testable offline" with that reason
+    in numbers, the direction kept as a note.
 
     Parameters
     ----------
@@ -278,10 +272,10 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
         Language models that were asked for but are not available (named in the note).
     image_corr : DataFrame, optional
         :func:`prh_lib.analysis.capability.intervals.image_correlations` (bits per byte): each vision model's
-        correlation of held-out peaks with capability and its 95 % interval over images. Offline, the
-        capability trend then also needs every such interval (signed: > 0 is "alignment grows with
-        capability") above 0; an interval that holds 0 makes it inconclusive, one whose estimate has the
-        other sign makes it differ. The caption-draw spread is shown beside it, never used as a margin.
+        correlation of held-out peaks with capability and its 95 % interval over images. Offline, the capability trend
+        then also needs every such interval (signed: > 0 is "alignment grows with capability") above 0; one that holds 0
+        makes it inconclusive, one whose estimate has the other sign makes it differ. The caption-draw spread is shown
+        beside it, never used as a margin.
 
     Returns
     -------
@@ -318,8 +312,8 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
             rows.append(claims.finding("3.2/datasets", this_build="; ".join(f"{d}: r = {r['r']:.2f}" for d, r in got),
                                        holds=bool(np.all(np.diff(rs) <= 0)), comparable=comparable))
         peak, final = one(docci, "mmlu_5shot"), one(docci, "mmlu_5shot", "final")
-        # over images: the held-out peak's correlation with MMLU (and peak − final, paired) on the paper's vision
-        # model, when the page computed it (image_corr on "mmlu_5shot")
+        # over images: the held-out peak's correlation with MMLU (and peak − final, paired) on the paper's vision model,
+        # when the page computed it (image_corr on "mmlu_5shot")
         pimg = (image_corr[(image_corr["capability"] == "mmlu_5shot") & (image_corr["vision"] == vision)
                            & (image_corr["method"] == "pearson")]
                 if image_corr is not None and len(image_corr) else pd.DataFrame())
@@ -389,8 +383,8 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
         direction = ("direction: " + ("the paper's (alignment grows with capability) for every vision model"
                                       if grows else "not the paper's for " + ", ".join(
                                           dict.fromkeys(peak.loc[peak["r (capability)"] <= 0, "vision"]))))
-        # underpowered, not untestable: it ran. An interval over images would treat the three models as fixed, so
-        # none is read: the unit of this correlation is the model
+        # underpowered, not untestable: it ran. An interval over images would treat the three models as fixed, so none
+        # is read: the unit of this correlation is the model
         rows.append(claims.finding("3.2/capability-trend", this_build=f"peak vs bits per byte, {main_dataset}{n_img}: "
                                    f"{shown}", holds=True, conclusive=False,
                                    note="; ".join((untestable, direction))))
@@ -487,17 +481,15 @@ def _pick(corr: pd.DataFrame, **eq) -> pd.DataFrame:
 def too_few_models(n: int, *, methods=("pearson", "spearman"), alpha: float = 0.05, r: float = 0.66) -> str:
     """Why a rule "exact permutation p < ``alpha`` over ``n`` models" cannot pass, in numbers ("" when it can).
 
-    The exact two-sided permutation p of ``n`` models is never below :func:`exact_p_floor` (1/n! for
-    Pearson's r, 2/n! for Spearman's ρ); when that floor is at least ``alpha`` for one of ``methods``, no data
-    can pass the rule: the claim ran but is underpowered ("inconclusive", with this as its note). The reason
-    names ``n``, the floors and the number of models that detects the paper's ``r`` at 80 % power
-    (:func:`prh_lib.pages.verdicts.fisher_n_for_r`).
+    The exact two-sided permutation p of ``n`` models is never below :func:`exact_p_floor` (1/n! for Pearson's r, 2/n!
+    for Spearman's ρ); when that floor is at least ``alpha`` for one of ``methods``, no data can pass the rule: the
+    claim ran but is underpowered ("inconclusive", with this as its note). The reason names ``n``, the floors and the
+    number of models that detects the paper's ``r`` at 80 % power (:func:`prh_lib.pages.verdicts.fisher_n_for_r`).
 
     >>> too_few_models(3)[:33]
     'n = 3 independent language models'
     >>> too_few_models(6)
-    ''
-    """
+    ''"""
     floors = {m: exact_p_floor(n, m) for m in methods}
     if not any(np.isfinite(f) and f >= alpha for f in floors.values()):
         return ""

@@ -2,25 +2,22 @@
 
 Mutual k-NN alignment of two models is compared across four regimes:
 
-- ``"random-init"``: vision x language pairs with both models re-initialised with seeded random weights
-  (same architectures; names ``"<model>@random-init:<seed>"``, see :func:`prh_lib.models.load_model`);
+- ``"random-init"``: vision x language pairs with both models re-initialised with seeded random weights (same
+  architectures; names ``"<model>@random-init:<seed>"``, see :func:`prh_lib.models.load_model`);
 - ``"unimodal"``: trained vision x trained language models, the paper's main subject;
-- ``"aligned"``: the two towers of an explicitly aligned image-text model (CLIP, SigLIP), compared on
-  image-caption pairs (names ``"<model>:vision"``, ``"<model>:text"``); their last layer is the joint
-  embedding space (``"projection"``);
+- ``"aligned"``: the two towers of an explicitly aligned image-text model (CLIP, SigLIP) on image-caption pairs (names
+  ``"<model>:vision"``, ``"<model>:text"``); their last layer is the joint embedding space (``"projection"``);
 - ``"same-modality"``: vision x vision and language x language pairs.
 
-The comparisons and the study loop (:func:`run_study`: every comparison and its control floors on every draw,
-written to the results table) live in :mod:`prh_lib.analysis.regimes` (re-exported); this module reads the
-results table back and holds the page: aggregates over draws (:func:`study_summary`, :func:`floor_summary`,
-:func:`with_floors`), figure data, tables, prose, verdicts and the record. It never loads models or plots.
+The comparisons and the study loop (:func:`run_study`: every comparison and its control floors on every draw, written to
+the results table) live in :mod:`prh_lib.analysis.regimes` (re-exported); this module reads the results table back and
+holds the page (aggregates over draws, figure data, tables, prose, verdicts, record). It never loads models or plots.
 
 References
 ----------
-Herbst, Roschmann, Bouniot, Akata. "Where Does Alignment Emerge and What Does It Mean? A Closer Look at
-the Platonic Representation Hypothesis", Section 3.3, Figure 5, Appendix E.
-Huh, Cheung, Wang, Isola (2024). "The Platonic Representation Hypothesis", ICML (mutual k-NN).
-Groeger, Wen, Brbic (2026), arXiv:2602.14486, Sec. 5 (calibration).
+Herbst, Roschmann, Bouniot, Akata. "Where Does Alignment Emerge and What Does It Mean? A Closer Look at the Platonic
+Representation Hypothesis", Section 3.3, Figure 5, Appendix E. Huh, Cheung, Wang, Isola (2024). "The Platonic
+Representation Hypothesis", ICML (mutual k-NN). Groeger, Wen, Brbic (2026), arXiv:2602.14486, Sec. 5 (calibration).
 """
 
 from __future__ import annotations
@@ -63,10 +60,9 @@ def study_summary(df: pd.DataFrame, *, quantity: str = PEAK) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        One row per dataset and comparison (in the order of :data:`REGIMES`, then as written): ``dataset``,
-        ``n``, ``k``, ``regime``, ``comparison``, ``model_x``, ``model_y``, ``score_mean``, ``score_std``,
-        ``calibrated_mean``, ``calibrated_std``, ``p_max`` (largest p over draws), ``n_draws``,
-        ``single_draw``, ``chance`` (k/(N-1)).
+        One row per dataset and comparison (in the order of :data:`REGIMES`, then as written): ``dataset``, ``n``,
+        ``k``, ``regime``, ``comparison``, ``model_x``, ``model_y``, ``score_mean``, ``score_std``, ``calibrated_mean``,
+        ``calibrated_std``, ``p_max`` (largest p over draws), ``n_draws``, ``single_draw``, ``chance`` (k/(N-1)).
     """
     part = df[df["quantity"] == quantity]
     out = _over_draws(part, ["dataset", "n", "k", "regime", "comparison", "model_x", "model_y"])
@@ -108,10 +104,9 @@ def with_floors(summary: pd.DataFrame, floors: pd.DataFrame, modality: dict, *, 
     """``summary`` with, for every trained comparison, its highest control floor (mean over draws).
 
     Adds ``floor`` (the highest mean floor score of the pair's controls,
-    :func:`prh_lib.analysis.controls.floors_of_pair`), ``floor kind`` and ``above floors`` (True when the
-    mean score exceeds the highest floor by more than the larger of the two standard deviations over draws,
-    or by any margin with one draw). Random-init and aligned comparisons get NaN / None.
-    """
+    :func:`prh_lib.analysis.controls.floors_of_pair`), ``floor kind`` and ``above floors`` (mean score above the highest
+    floor by more than the larger of the two standard deviations over draws, or by any margin with one draw).
+    Random-init and aligned comparisons get NaN / None."""
     from prh_lib.analysis.controls import floors_of_pair
 
     out = summary.copy()
@@ -159,9 +154,9 @@ def floor_bands(floors: pd.DataFrame, modality: dict) -> dict:
     Returns
     -------
     dict
-        ``{dataset: {kind: (mean, low, high)}}`` over the vision × language controls of that kind (``mean``
-        of their draw means; ``low``/``high`` their smallest and largest), for the score and, under the key
-        ``(dataset, "calibrated")``, for the calibrated score.
+        ``{dataset: {kind: (mean, low, high)}}`` over the vision × language controls of that kind (``mean`` of their
+        draw means; ``low``/``high`` their extremes), for the score and, under ``(dataset, "calibrated")``, the
+        calibrated score.
     """
     def base(m):
         return m.split("@random-init:", 1)[0]
@@ -247,10 +242,8 @@ def _ms(mean, std, n_draws, digits=3):
 def page_table(summary: pd.DataFrame, *, n_permutations: int) -> pd.DataFrame:
     """The page's table of every comparison: mean ± std over draws beside chance, the highest floor, calibrated, p.
 
-    ``summary`` is :func:`with_floors` of :func:`study_summary`. Columns: ``dataset``, ``regime``,
-    ``comparison``, ``max over layer pairs``, ``× chance``, ``highest floor``, ``calibrated``, ``p (largest
-    over draws)``.
-    """
+    ``summary`` is :func:`with_floors` of :func:`study_summary`. Columns: ``dataset``, ``regime``, ``comparison``, ``max
+    over layer pairs``, ``× chance``, ``highest floor``, ``calibrated``, ``p (largest over draws)``."""
     from prh_lib.formatting import format_p
 
     rows = []
@@ -303,13 +296,12 @@ RULES = {
 
 
 def random_vision_pointer(heldout: pd.DataFrame, same: pd.DataFrame, chance: float) -> str:
-    """The sentence that bounds ``3.3/random-init``'s scope: it covers vision × language pairs with both models
-    random-init; a random-init vision model against a *trained* vision model is another thing (a floor that
-    can score high), tested in ``3.1/vision-vision`` and ``3.3/same-modality``.
+    """The sentence that bounds ``3.3/random-init``'s scope: vision × language pairs with both models random-init; a
+    random-init vision model against a *trained* vision model is a floor that can score high, tested in
+    ``3.1/vision-vision`` and ``3.3/same-modality``.
 
-    With the held-out floors of the same-modality comparisons ``same`` (kind ``"random-vision"`` or, without
-    that kind, any random-init twin of a vision-vision pair), the sentence names the highest one and its score.
-    """
+    With the held-out floors of the same-modality comparisons ``same`` (kind ``"random-vision"`` or else any random-init
+    twin of a vision-vision pair), the sentence names the highest one and its score."""
     best = None
     for _, r in same.iterrows():
         fm = floor_margins(heldout, r["pair"]) if len(heldout) else pd.DataFrame()
@@ -339,20 +331,20 @@ def regime_claims(summary: pd.DataFrame, projection: pd.DataFrame | None = None,
     projection : DataFrame, optional
         :func:`study_summary` of the ``"projection"`` rows (aligned models), for Table 1 and App. E.
     heldout : DataFrame, optional
-        :func:`prh_lib.analysis.heldout.heldout_summary` of the headline dataset: the verdicts' estimates
-        (held-out peaks with intervals over images and paired floor margins, :data:`RULES`). Without it the
-        claims of Figure 5 are not tested.
+        :func:`prh_lib.analysis.heldout.heldout_summary` of the headline dataset: the verdicts' estimates (held-out
+        peaks with intervals over images and paired floor margins, :data:`RULES`); without it the claims of Figure 5 are
+        not tested.
     headline : str, optional
-        Dataset the claims of Figure 5 are read on (default: ``"coco"`` when present, as in the paper's
-        Table 1, else the first dataset of ``summary``).
+        Dataset the claims of Figure 5 are read on (default: ``"coco"`` when present, as in the paper's Table 1, else
+        the first dataset of ``summary``).
     near_chance : float
         "Near chance" is read as a held-out peak below ``near_chance`` × k/(N-1).
 
     Returns
     -------
     list of dict
-        :func:`prh_lib.pages.claims.finding` rows; a claim without numbers here is left out (the claims table
-        adds it as not testable offline).
+        :func:`prh_lib.pages.claims.finding` rows; a claim without numbers here is left out (the claims table adds it as
+        not testable offline).
     """
     from prh_lib.pages import claims
     from prh_lib.pages import verdicts as V
@@ -465,9 +457,8 @@ def study_record(summary: pd.DataFrame, floors: pd.DataFrame, means: pd.DataFram
                  draws, comparisons: Sequence[Comparison], aligned_models: Sequence[str], params: dict) -> dict:
     """What the Section 3.3 page records for the book and the tests (:func:`prh_lib.pages.report.record`).
 
-    Holds the draws, the comparisons, the aggregated tables, the claims rows and ``params_hash``, with which
-    a test reads the same rows back from the results table.
-    """
+    Holds the draws, the comparisons, the aggregated tables, the claims rows and ``params_hash`` (to read the same rows
+    back from the results table)."""
     from prh_lib.results import params_hash as _hash
 
     params_hash = _hash(params)
@@ -497,21 +488,20 @@ def describe_study(summary: pd.DataFrame, bands: dict, *, missing_note: "str | d
     bands : dict
         :func:`floor_bands`.
     missing_note : str or dict of str to str
-        Said of a regime without comparisons; a dict gives it per dataset ("not run with these parameters" for
-        a dataset it does not name).
+        Said of a regime without comparisons; a dict gives it per dataset ("not run with these parameters" for others).
     word_floor : float
-        A floor is said to come partly from the words when trained vision × random-init language reaches
-        this multiple of chance.
+        A floor is said to come partly from the words when trained vision × random-init language reaches this multiple
+        of chance.
     heldout : DataFrame, optional
-        :func:`prh_lib.analysis.heldout.heldout_summary` (one dataset). For its dataset, the comparisons that
-        beat their floors are counted from the held-out paired margins, the numbers the verdicts use
-        (:func:`held_out_floor_count`); for any other dataset the count is of in-sample means, labelled so.
+        :func:`prh_lib.analysis.heldout.heldout_summary` (one dataset). For its dataset, the comparisons beating their
+        floors are counted from the held-out paired margins the verdicts use (:func:`held_out_floor_count`); for others,
+        from in-sample means, labelled so.
 
     Returns
     -------
     str
-        Per dataset: one list item per regime (mean of the comparisons' means over draws, × chance, range),
-        the floors (× chance), how many trained comparisons clear every floor, and the order.
+        Per dataset: one list item per regime (mean of the comparisons' means over draws, × chance, range), the floors
+        (× chance), how many trained comparisons clear every floor, and the order.
     """
     from prh_lib.analysis.controls import CONTROL_LABELS
 
@@ -576,11 +566,10 @@ def describe_study(summary: pd.DataFrame, bands: dict, *, missing_note: "str | d
 def held_out_floor_count(heldout: pd.DataFrame, dataset: str) -> str:
     """One Markdown item: how many trained comparisons beat *every* floor by a paired interval above 0.
 
-    Counted from :func:`prh_lib.analysis.heldout.floor_margins` of each trained comparison with floors (the
-    tests :func:`prh_lib.pages.verdicts.above_floors` gives the verdicts): a comparison clears its floors
-    when every paired 95 % interval of ``pair − floor`` over images lies above 0. Returns ``""`` when
-    ``heldout`` has no rows of ``dataset`` or no comparison has floors.
-    """
+    Counted from :func:`prh_lib.analysis.heldout.floor_margins` of each trained comparison with floors (the test
+    :func:`prh_lib.pages.verdicts.above_floors` gives the verdicts): it clears its floors when every paired 95 %
+    interval of ``pair − floor`` over images lies above 0. Returns ``""`` when ``heldout`` has no rows of ``dataset`` or
+    no comparison has floors."""
     from prh_lib.pages import verdicts as V
 
     if heldout is None or heldout.empty or "dataset" not in heldout or dataset not in set(heldout["dataset"]):

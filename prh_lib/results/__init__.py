@@ -1,27 +1,23 @@
 """One tidy results table: every score a chapter computes is one row, every parameter a column.
 
-The table lives in the cache as Parquet files, one file per *write* of a *run*, under
-``paths.cache_dir("results")``::
+The table lives in the cache as Parquet files, one per *write* of a *run*, under ``paths.cache_dir("results")``::
 
     results/<chapter>/<chapter>__<params_hash>__<run_id>__<part>.parquet
 
-A **run** is one execution of a notebook (one Python process, or one ``PRH_RUN_ID``). A run may call
-:func:`write` several times (one *part* per call); all its parts are kept. A **rerun** is a later run with
-the same chapter and parameters: for every ``(chapter, params_hash, dataset, draw)`` it wrote, its rows
-replace those of earlier runs when the table is read, so rerunning a notebook never duplicates rows.
+A **run** is one execution of a notebook (one Python process, or one ``PRH_RUN_ID``); each :func:`write` call adds one
+*part*, and all parts are kept. A **rerun** (same chapter and parameters) replaces, when the table is read, the rows of
+earlier runs for every ``(chapter, params_hash, dataset, draw)`` it wrote, so rerunning never duplicates rows.
 
-Concurrency. Each file is written under a temporary name and renamed into place (atomic on POSIX, NFS and
-Lustre included); file names never collide (the run id holds a timestamp and a random token), so concurrent
-writers lose no rows and a reader sees each file complete or not at all. :func:`load` drops superseded runs
-by content alone: for each ``(chapter, params_hash, dataset, draw)`` the run whose first row there was
-created last wins (ties broken by run id).
+Concurrency. Each file is written under a temporary name and renamed into place (atomic on POSIX, NFS and Lustre
+included); file names never collide (the run id holds a timestamp and a random token), so concurrent writers lose no
+rows and a reader sees each file complete or not at all. :func:`load` drops superseded runs by content alone: per run
+key the run whose first row there was created last wins (ties broken by run id).
 
-Runs of ``prh-run``: all or nothing. A run killed between two parts would leave its first parts looking like
-a complete rerun, so ``prh-run`` brackets every notebook with :func:`start_run` and :func:`complete_run`
-(markers in :data:`RUNS`). **A run with a ``.started`` marker is invisible** to :func:`load` and
-:func:`compact` (returned by neither, superseding nothing) except to itself (its ``PRH_RUN_ID``) and to
-``load(include_superseded=True)``. Runs without a marker (plain papermill, a script) are visible from their
-first part.
+Runs of ``prh-run``: all or nothing. A run killed between two parts would look like a complete rerun, so ``prh-run``
+brackets every notebook with :func:`start_run` and :func:`complete_run` (markers in :data:`RUNS`). **A run with a
+``.started`` marker is invisible** (supersedes nothing) to :func:`load` and :func:`compact`, except to itself (its
+``PRH_RUN_ID``) and to ``load(include_superseded=True)``. Runs without a marker (plain papermill, a script) are visible
+from their first part.
 
 Columns (``COLUMNS``; types after :func:`load`):
 
@@ -57,13 +53,10 @@ created        datetime  UTC time of the write (set by :func:`write`)
 extra          str       JSON object of the row's columns that are not in this schema (``"{}"`` when none)
 ============== ========= ===================================================================================
 
-Extra columns. A chapter may pass columns beyond the schema (``n_components``, ``ci_low``, ...); they are
-stored per row in the ``extra`` JSON column, so every file has the same Parquet schema and the table always
-combines. ``load(expand_extra=True)`` (or :func:`expand_extra`) unpacks them into columns again.
-
-The schema itself (``COLUMNS``, ``REQUIRED``, ``PROVENANCE``, ``RUN_KEY``) and the validation and type coercion
-of rows live in :mod:`prh_lib.results.schema`; the names are re-exported here.
-"""
+Extra columns. Columns beyond the schema (``n_components``, ``ci_low``, ...) are stored per row in the ``extra`` JSON
+column, so every file has the same Parquet schema; ``load(expand_extra=True)`` (or :func:`expand_extra`) unpacks them.
+The schema (``COLUMNS``, ``REQUIRED``, ``PROVENANCE``, ``RUN_KEY``), row validation and type coercion live in
+:mod:`prh_lib.results.schema`; the names are re-exported here."""
 
 from __future__ import annotations
 
@@ -95,16 +88,13 @@ _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 def params_hash(params: Mapping[str, object]) -> str:
     """16 hex digits of the SHA-256 of ``params`` as canonical JSON (keys sorted; tuples as lists).
 
-    Values JSON cannot hold are written as their ``repr`` (NumPy scalars as Python numbers, paths as strings).
-    """
+    Values JSON cannot hold are written as their ``repr`` (NumPy scalars as Python numbers, paths as strings)."""
     return hashlib.sha256(_canonical_json(params).encode()).hexdigest()[:16]
 
 
 def new_run_id() -> str:
-    """A fresh run id: UTC start time to the microsecond and a random token (``20250101T120000.123456Z-ab12cd34``).
-
-    Run ids sort in start order and are safe in file names.
-    """
+    """A fresh run id: UTC start time to the microsecond and a random token (``20250101T120000.123456Z-ab12cd34``); run
+    ids sort in start order and are safe in file names."""
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ") + "-" + secrets.token_hex(4)
 
 
@@ -112,8 +102,8 @@ _PROCESS_RUN_ID: str | None = None
 
 
 def current_run_id() -> str:
-    """The run id of this process: ``PRH_RUN_ID`` when set (the sweep runner sets it), else one fresh id per
-    process (one papermill execution is one kernel process, so one run).
+    """The run id of this process: ``PRH_RUN_ID`` when set (the sweep runner sets it), else one fresh id per process
+    (one papermill execution is one kernel process, so one run).
 
     Raises
     ------
@@ -155,9 +145,6 @@ def write(rows, *, chapter: str, params: Mapping[str, object], dataset: str | No
           **constants) -> Path | None:
     """Add ``rows`` to the results table as one part of the current run; return the file written.
 
-    A typical notebook call is ``results.write(table, chapter="sec3_1_layerwise", params=params,
-    dataset="coco-mini/first", draw=0, k=k, n=len(pairs))`` where ``table`` has one row per score.
-
     Parameters
     ----------
     rows : DataFrame, list of dict or dict of lists
@@ -169,13 +156,13 @@ def write(rows, *, chapter: str, params: Mapping[str, object], dataset: str | No
     dataset, draw : optional
         Values for every row, when ``rows`` has no such column.
     run_id : str, optional
-        Run to write into (default :func:`current_run_id`). Writes of one run are all kept; a later run with
-        the same ``chapter``, ``params`` and dataset/draw supersedes them.
+        Run to write into (default :func:`current_run_id`); a later run with the same ``chapter``, ``params`` and
+        dataset/draw supersedes its writes.
     root : path, optional
         Folder of the table (default ``paths.cache_dir("results")``).
     **constants
-        Further schema columns with one value for every row (``k=10``, ``n=239``, ``quantity="peak"``,
-        ``preprocessing="clip_outliers(q=0.95)"``, ...), when ``rows`` has no such column.
+        Further schema columns with one value for every row (``k=10``, ``quantity="peak"``, ...), when ``rows`` has no
+        such column.
 
     Returns
     -------
@@ -185,10 +172,10 @@ def write(rows, *, chapter: str, params: Mapping[str, object], dataset: str | No
     Raises
     ------
     ValueError
-        If a required column (:data:`REQUIRED`) is missing or null, a value has the wrong type or is out of
-        range (the message names the column), a column is given both in ``rows`` and as a keyword, ``rows``
-        carries a column :func:`write` sets itself, a keyword is not a schema column, or ``chapter`` /
-        ``run_id`` is not safe in a file name.
+        If a required column (:data:`REQUIRED`) is missing or null, a value has the wrong type or is out of range (the
+        message names the column), a column is given both in ``rows`` and as a keyword, ``rows`` carries a column
+        :func:`write` sets itself, a keyword is not a schema column, or ``chapter`` / ``run_id`` is not safe in a file
+        name.
 
     Examples
     --------
@@ -244,8 +231,8 @@ def _write_atomic(df: pd.DataFrame, final: Path) -> None:
 
 # --------------------------------------------------------------------------------------------- runs of prh-run
 
-#: Folder of the table that holds one marker per run started by ``prh-run``: ``<run_id>.started`` while the
-#: run has not finished (running, or killed), ``<run_id>.complete`` once it has (see the module docstring).
+#: Folder of the table that holds one marker per run started by ``prh-run``: ``<run_id>.started`` until the run finishes
+#: (running, or killed), then ``<run_id>.complete`` (see the module docstring).
 RUNS = ".runs"
 
 
@@ -257,8 +244,8 @@ def _marker(run_id: str, state: str, root) -> Path:
 def start_run(run_id: str, *, root: str | Path | None = None) -> Path:
     """Mark ``run_id`` as started: its parts stay out of :func:`load` until :func:`complete_run`.
 
-    Called by ``prh-run`` before a notebook's kernel starts. Starting a run id again (a rerun that reuses
-    ``PRH_RUN_ID``) hides its parts again until it completes again.
+    Called by ``prh-run`` before a notebook's kernel starts; starting a run id again (``PRH_RUN_ID`` reused) hides its
+    parts again until it completes again.
 
     Returns
     -------
@@ -312,16 +299,16 @@ def unfinished_runs(*, root: str | Path | None = None) -> set[str]:
 
 
 def _hidden_runs(root: Path) -> set[str]:
-    """Runs whose parts :func:`load` and :func:`compact` leave out: the unfinished ones, except this process's
-    own run (a notebook reads the rows it has written so far)."""
+    """Runs whose parts :func:`load` and :func:`compact` leave out: the unfinished ones, except this process's own run
+    (a notebook reads the rows it has written so far)."""
     return unfinished_runs(root=root) - {os.environ.get("PRH_RUN_ID")}
 
 
 # --------------------------------------------------------------------------------------------- reading
 
 
-#: Subfolder of a chapter's folder that :func:`compact` moves superseded parts to (``archive=True``): out of
-#: the way of every :func:`load`, still read by ``load(include_superseded=True)``.
+#: Subfolder of a chapter's folder that :func:`compact` moves superseded parts to (``archive=True``): out of the way of
+#: every :func:`load`, still read by ``load(include_superseded=True)``.
 SUPERSEDED = "superseded"
 
 
@@ -342,8 +329,8 @@ def _files(root: Path, chapter=None, *, superseded: bool = False) -> list[Path]:
 
 
 def _name_fields(f: Path) -> tuple[str, str] | tuple[None, None]:
-    """The params hash and run id in a part's file name (``<chapter>__<params hash>__<run id>__<part>.parquet``,
-    as :func:`write` names it), or Nones for a name of another form (then the file is read and filtered)."""
+    """The params hash and run id in a part's file name (``<chapter>__<params hash>__<run id>__<part>.parquet``, as
+    :func:`write` names it), or Nones for a name of another form (then the file is read and filtered)."""
     fields = f.name[: -len(".parquet")].rsplit("__", 3)  # from the right: a chapter may end in "_"
     if len(fields) == 4 and re.fullmatch(r"[0-9a-f]{16}", fields[1]):
         return fields[1], fields[2]
@@ -393,13 +380,12 @@ def load(*, root: str | Path | None = None, include_superseded: bool = False, ex
     root : path, optional
         Folder of the table (default ``paths.cache_dir("results")``).
     include_superseded : bool, default False
-        Keep the rows of runs that a rerun with the same parameters replaced, and those of runs that
-        ``prh-run`` started and that never completed (every part on disk).
+        Keep the rows of superseded runs and of ``prh-run`` runs that never completed (every part on disk).
     expand_extra : bool, default False
         Unpack the ``extra`` JSON column into one column per key (missing keys: NaN).
     **filters
-        ``column=value`` keeps the rows equal to ``value``; a list, tuple or set of values keeps the rows
-        equal to any of them. ``params=<mapping>`` selects by the hash of those parameters.
+        ``column=value`` keeps the rows equal to ``value`` (or to any of a list, tuple or set of values);
+        ``params=<mapping>`` selects by the hash of those parameters.
 
     Returns
     -------
@@ -448,8 +434,8 @@ def load(*, root: str | Path | None = None, include_superseded: bool = False, ex
 def expand_extra_columns(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with the ``extra`` JSON column unpacked into one column per key (missing keys: NaN).
 
-    Keys that are already columns of ``df`` (a table expanded before) are left as they are, so expanding twice
-    changes nothing. An empty table is returned unchanged.
+    Keys that are already columns of ``df`` (a table expanded before) are left as they are, so expanding twice changes
+    nothing.
 
     Parameters
     ----------
@@ -469,16 +455,14 @@ def expand_extra_columns(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def compact(*, root: str | Path | None = None, archive: bool = False) -> list[Path]:
-    """Delete the files whose every row is superseded by a rerun (or, with ``archive``, move them to the
-    chapter's :data:`SUPERSEDED` subfolder); return the files removed from the live table.
+    """Delete the files whose every row is superseded by a rerun (or, with ``archive``, move them to the chapter's
+    :data:`SUPERSEDED` subfolder); return the files removed from the live table.
 
-    ``prh-run`` archives after its notebooks ran, so that a chapter's live folder holds the latest run of
-    each configuration and :func:`load` reads only those, however many runs came before, while
-    ``load(include_superseded=True)`` still sees every run. Safe while others write or read: a
-    superseded file's rows are never returned by :func:`load`, and :func:`load` skips files that vanish
-    while it reads. Parts of unfinished runs (:func:`unfinished_runs`) are left where they are: they supersede
-    nothing, and a run still in progress (another ``prh-run``) must find them when it completes.
-    """
+    ``prh-run`` archives after its notebooks ran, so a chapter's live folder holds the latest run of each configuration
+    and :func:`load` reads only those, while ``load(include_superseded=True)`` still sees every run. Safe while others
+    write or read: :func:`load` never returns a superseded file's rows and skips files that vanish while it reads. Parts
+    of unfinished runs (:func:`unfinished_runs`) stay: they supersede nothing, and a run in progress must find them when
+    it completes."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -487,9 +471,8 @@ def compact(*, root: str | Path | None = None, archive: bool = False) -> list[Pa
     files = _without_runs(_files(root), hidden)
     if not files:
         return []
-    # Each part reduced, in Arrow, to one row per (run key, run id): its first write. A run's first write over
-    # all its parts is the minimum of these, so _latest_only picks the same winners as on every row, from a
-    # frame of a few hundred rows where the table has hundreds of thousands.
+    # Each part reduced, in Arrow, to one row per (run key, run id): its first write. A run's first write is the minimum
+    # of these, so _latest_only picks the same winners from a few hundred rows as from the whole table.
     cols = list(RUN_KEY) + ["run_id", "created"]
     parts = []
     for f in files:
@@ -528,24 +511,22 @@ def aggregate(df: pd.DataFrame, by: list[str], *, values: str | list[str] = "sco
     df : DataFrame
         Rows of the results table (e.g. from :func:`load`), with a ``draw`` column.
     by : list of str
-        Columns that identify one quantity; within a group, rows must differ only by ``draw`` (one row per
-        draw).
+        Columns that identify one quantity; within a group, rows must differ only by ``draw`` (one row per draw).
     values : str or list of str, default "score"
         Numeric columns to aggregate (e.g. ``["score", "calibrated", "p"]``).
 
     Returns
     -------
     DataFrame
-        One row per group: the ``by`` columns, then for each value ``<value>_mean`` and ``<value>_std``
-        (sample standard deviation, ddof = 1, over the draws with a non-NaN value; NaN, not 0, when fewer
-        than two draws have one), ``n_draws`` (distinct draws in the group) and ``single_draw`` (True when
-        the draws could not be repeated, i.e. ``n_draws < 2``: show no band, say so).
+        One row per group: the ``by`` columns, then for each value ``<value>_mean`` and ``<value>_std`` (sample standard
+        deviation, ddof = 1, over the draws with a non-NaN value; NaN, not 0, when fewer than two have one), ``n_draws``
+        (distinct draws in the group) and ``single_draw`` (``n_draws < 2``: show no band, say so).
 
     Raises
     ------
     ValueError
-        If a column of ``by`` or ``values`` is missing, or a group holds two rows for the same draw (the
-        message names the columns that vary within it, to add to ``by``).
+        If a column of ``by`` or ``values`` is missing, or a group holds two rows for the same draw (the message names
+        the columns that vary within it, to add to ``by``).
     """
     values = [values] if isinstance(values, str) else list(values)
     by = list(by)

@@ -3,8 +3,7 @@
 :data:`COLUMNS` (column -> kind, in table order), :data:`REQUIRED`, :data:`PROVENANCE` and :data:`RUN_KEY`
 are documented with the table in :mod:`prh_lib.results`, which re-exports them; :func:`_validate_rows` turns
 the rows given to :func:`prh_lib.results.write` into a frame of schema columns (extras packed into ``extra``
-as canonical JSON) and raises ``ValueError`` quoting the offending column and value.
-"""
+as canonical JSON) and raises ``ValueError`` quoting the offending column and value."""
 
 from __future__ import annotations
 

@@ -6,21 +6,18 @@ features it reads and of its options. :func:`cached` keys it by exactly those:
 - the bytes of every feature stack (float32 values, as :func:`prh_lib.extract.features.values_digest` hashes them),
   its layer labels, sample ids and name (rows, not only values: a re-ordered stack is another input);
 - the options, written as JSON with sorted keys (``k``, ``n_permutations``, ``seed``, the device, ...);
-- the function's name, :data:`SCORE_FORMAT` and the SHA-256 of the source files of the code that computes
-  scores (:data:`SCORE_CODE`: ``metrics/``, ``stats/`` and ``analysis/`` with their subfolders,
-  ``extract/features.py`` and ``validation.py``): an edit of that code names other entries, so no score
-  computed by older code is served. Page code (``pages/``), the runner and the notebooks are not in it: editing
-  a page's prose recomputes nothing.
+- the function's name, :data:`SCORE_FORMAT` and the SHA-256 of the source files of the code that computes scores
+  (:data:`SCORE_CODE`: ``metrics/``, ``stats/`` and ``analysis/`` with their subfolders, ``extract/features.py`` and
+  ``validation.py``): an edit of that code names other entries, so no score computed by older code is served. Page code
+  (``pages/``), the runner and the notebooks are not in it: editing a page's prose recomputes nothing.
 
 Entries are pickles under ``PRH_CACHE_DIR/scores/<key[:2]>/<key>.pkl``, written atomically
-(:func:`prh_lib.paths.atomic_path`): an interrupted write leaves no entry. The warnings the computation
-issued are stored with its value and issued again on every hit, so a cached score warns as a recomputed one. An entry that cannot be read
-(truncated, or pickled by a class that has changed) is recomputed and replaced, never raised.
-``PRH_SCORE_CACHE=0`` turns the cache off (every score recomputed, nothing written).
+(:func:`prh_lib.paths.atomic_path`). The warnings the computation issued are stored with its value and issued again on
+every hit. An entry that cannot be read (truncated, or pickled by a changed class) is recomputed and replaced, never
+raised. ``PRH_SCORE_CACHE=0`` turns the cache off (every score recomputed, nothing written).
 
 The score cache is an optimisation, never a source of results: the results table is written from the
-returned values on every run, exactly as without it.
-"""
+returned values on every run, exactly as without it."""
 
 from __future__ import annotations
 
@@ -93,8 +90,7 @@ def features_key(features) -> dict:
     """What identifies one feature stack as an input: values digest, layer labels and widths, sample ids and name.
 
     ``features`` is a :class:`prh_lib.extract.features.LayerFeatures` (or anything with ``values``,
-    ``layer_labels``, ``sample_ids`` and ``name``); the values are hashed as contiguous little-endian float32.
-    """
+    ``layer_labels``, ``sample_ids`` and ``name``); the values are hashed as contiguous little-endian float32."""
     dims = getattr(features, "layer_dims", None)  # the true widths: padding is not part of a layer
     return {"values": _values_digest(features.values), "layers": list(features.layer_labels),
             "dims": None if dims is None else [int(d) for d in dims],
@@ -188,13 +184,11 @@ def memoize(kind: str, *, code: tuple = ()):
     ``code``: modules outside :func:`score_code_digest`'s folders whose source the value also depends on;
     their files' digest joins the key, so an edit there recomputes as well.
 
-    Feature stacks (anything with ``layer_labels`` and ``sample_ids``) are keyed by :func:`features_key`,
-    tensors and arrays by their float32 bytes, DataFrames by their hashed values and index, columns and
-    dtypes, numbers, strings, None, lists, tuples and dicts of those by
-    value, a ``torch.device`` by its name; any other argument raises TypeError (its ``str()`` could name two
-    different objects alike). Defaults are filled in, so ``f(x, k=10)`` and ``f(x)`` share an entry when 10 is the
-    default. The function must be pure: its value may depend on nothing but its arguments and the code.
-    """
+    Feature stacks (anything with ``layer_labels`` and ``sample_ids``) are keyed by :func:`features_key`, tensors and
+    arrays by their float32 bytes, DataFrames by their hashed values, index, columns and dtypes, numbers, strings, None,
+    lists, tuples and dicts of those by value, a ``torch.device`` by its name; any other argument raises TypeError (its
+    ``str()`` could name two objects alike). Defaults are filled in, so ``f(x, k=10)`` and ``f(x)`` share an entry when
+    10 is the default. The function must be pure: its value may depend only on its arguments and the code."""
     def wrap(fn):
         signature = inspect.signature(fn)
         extra = {"code": _module_digest(code)} if code else {}

@@ -2,5 +2,4 @@
 every core, stopping cleanly), :mod:`~prh_lib.run.freshness` (what is out of date),
 :mod:`~prh_lib.run.profiles` (named parameter sets), :mod:`~prh_lib.run.rehearsal` (the paper path on
 stand-ins), :mod:`~prh_lib.run.profile_audit` and :mod:`~prh_lib.run.book` (placeholders and the Jupyter
-Book build). Nothing below imports this package.
-"""
+Book build). Nothing below imports this package."""

@@ -4,8 +4,7 @@
 - :func:`fold_parameters`: a page's parameters shown once, folded;
 - :func:`write_placeholders` / :func:`is_placeholder`: a page for every chapter not run yet, so the book
   builds with warnings as errors whatever was run;
-- :func:`build_book`: ``jupyter-book build -W``, with :class:`BookBuildError` naming what failed.
-"""
+- :func:`build_book`: ``jupyter-book build -W``, with :class:`BookBuildError` naming what failed."""
 
 from __future__ import annotations
 
@@ -37,8 +36,7 @@ def fold_parameters(ipynb: str | Path, *, source: str | None = None) -> None:
     injected cell (above the values set, which still take precedence in the same order), the ``parameters``
     cell is removed from the page (``remove-cell``), and the one remaining cell is tagged ``hide-input``
     with the prompt :data:`PARAMETERS_PROMPT`, so Jupyter Book renders it collapsed. A notebook run with
-    no values set keeps its ``parameters`` cell, folded the same way. Rewrites ``ipynb`` in place.
-    """
+    no values set keeps its ``parameters`` cell, folded the same way. Rewrites ``ipynb`` in place."""
     import nbformat
 
     nb = nbformat.read(str(ipynb), as_version=4)
@@ -98,8 +96,7 @@ def write_placeholders(book: Path | None = None) -> list[str]:
 
     A build after running only some notebooks then has a page for each chapter (no toctree warnings) and
     tells the reader which ones are missing. Placeholders are ``book/<name>.ipynb`` files marked in their
-    metadata; running the notebook replaces them. Returns the names of the chapters that are placeholders.
-    """
+    metadata; running the notebook replaces them. Returns the names of the chapters that are placeholders."""
     import nbformat
 
     book = paths.book_dir() if book is None else Path(book)

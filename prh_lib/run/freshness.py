@@ -18,11 +18,9 @@ The digests are stored in the executed notebook's metadata (:data:`METADATA_KEY`
 that wrote it; the notebook is up to date (:func:`up_to_date`) when every digest is equal and that run is still
 complete in the current cache's results table (a wiped cache executes every chapter again).
 
-What is not seen: a model or dataset on the Hugging Face Hub is named, not hashed, so a new revision there
-would go unnoticed. Skipping is therefore only offered (:func:`skipping_allowed`) when every input is local:
-the ``offline`` and ``smoke`` profiles, or any profile with ``HF_HUB_OFFLINE=1``. ``prh-run --force`` executes
-regardless.
-"""
+What is not seen: a model or dataset on the Hugging Face Hub is named, not hashed, so a new revision there would go
+unnoticed. Skipping is therefore only offered (:func:`skipping_allowed`) when every input is local: the ``offline`` and
+``smoke`` profiles, or any profile with ``HF_HUB_OFFLINE=1``. ``prh-run --force`` executes regardless."""
 
 from __future__ import annotations
 

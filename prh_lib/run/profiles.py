@@ -1,8 +1,7 @@
 """Named parameter sets for the notebooks.
 
-A profile maps parameter names to values. The runner passes a notebook only the parameters its
-``parameters`` cell declares, so one profile serves every notebook. ``key=value`` overrides on the
-command line are applied on top.
+A profile maps parameter names to values. The runner passes a notebook only the parameters its ``parameters`` cell
+declares, so one profile serves every notebook. ``key=value`` overrides on the command line are applied on top.
 
 - ``offline``: the notebooks' own defaults (real offline models from PyPI, the 239 COCO pairs, CPU).
 - ``smoke``: the same code path on fewer pairs and permutations, for tests and quick checks.
@@ -69,9 +68,8 @@ PROFILES: dict[str, dict[str, object]] = {
         "embedding_models": paper.models("embedding"),
         "vlm_models": paper.models("vlm"),
         "comparisons": [[v, lm] for v in _VISION for lm in _LANGUAGE],
-        # the pairs drawn in the figures (every comparison is scored and tabled; comparisons' order): DINOv2
-        # (Fig. 2's vision model) and MAE with a language model of Section 3.3's unimodal pairs, and Fig. 1a's
-        # DINOv3 × Qwen3-8B
+        # the pairs drawn in the figures (every comparison is scored and tabled; comparisons' order): DINOv2 (Fig. 2's
+        # vision model) and MAE with a language model of Section 3.3's unimodal pairs, and Fig. 1a's DINOv3 × Qwen3-8B
         "figure_pairs": [["facebook/dinov2-large", "Qwen/Qwen3-8B"],
                          ["facebook/dinov3-vitl16-pretrain-lvd1689m", "Qwen/Qwen3-8B"],
                          ["facebook/vit-mae-large", "meta-llama/Llama-3.1-8B"]],

