@@ -40,6 +40,10 @@ def findings_markdown(rows_by_chapter: dict[str, list[dict] | None]) -> str:
     def label(cid, key="verdict"):
         return claims.label_of(rows[cid][key])
 
+    def both(cid):  # one word where the two readings agree
+        p, v = label(cid, "paper reading"), label(cid)
+        return v if p == v else f"{p} by the paper's criterion, {v} with the controls"
+
     out = []
     cm = rows["3.1/cross-modal-peak"]
     if label("3.1/cross-modal-peak") == "not run in this build":
@@ -63,10 +67,10 @@ def findings_markdown(rows_by_chapter: dict[str, list[dict] | None]) -> str:
             if label(c) not in ("not run in this build", "not testable offline")]
     if same:
         out.append("**Other regimes.** " + "; ".join(
-            f"{r['claim'].split(',')[0].split(' (')[0]}: {r['headline']} ({label(r['id'])})" for r in same) + ".")
+            f"{r['claim'].split(',')[0].split(' (')[0]}: {r['headline']} ({both(r['id'])})" for r in same) + ".")
     if label("3.3/random-init") not in ("not run in this build", "not testable offline"):
         out.append(f"Randomly initialised pairs score {rows['3.3/random-init']['headline']} "
-                   f"({label('3.3/random-init')}).")
+                   f"({both('3.3/random-init')}).")
     tally = claims.tally(rows_by_chapter)
     short = {claims._NO_VLM: "CLIP-like models", claims._NO_BENCH: "published benchmark scores of the language "
              "models", claims._NO_DATA: "the paper's datasets"}
