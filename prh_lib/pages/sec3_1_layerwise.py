@@ -375,6 +375,7 @@ def describe_findings(agg: pd.DataFrame, rows: list[dict], *, dataset: str, n_pe
     verdicts of ``rows`` (:func:`findings`).
     """
     from prh_lib.formatting import format_p
+    from prh_lib.pages import claims
 
     a = agg[agg["dataset"] == dataset]
     lines = [f"On **{dataset}** (N = {int(a['n'].iloc[0])}, k = {int(a['k'].iloc[0])}, chance "
@@ -402,23 +403,12 @@ def describe_findings(agg: pd.DataFrame, rows: list[dict], *, dataset: str, n_pe
                "enter a pair without a language model." if r["n_draws"] > 1 and r["peak_std"] == 0
                and r["regime"] == "vision-vision" else ""))
     lines.append("")
-    agree = [r["id"] for r in rows if r["verdict"].startswith("reproduces")]
-    differ = [r["id"] for r in rows if r["verdict"] == "differs"]
-    if agree:
-        lines.append(f"This build agrees with the paper in kind on {', '.join(agree)}.")
-    if differ:
-        lines.append(f"It does **not** on {', '.join(differ)}: see the rows above for the numbers.")
-    undecided = [r["id"] for r in rows if r["verdict"] == "inconclusive"]
-    if undecided:
-        lines.append(f"It cannot decide {', '.join(undecided)}: an interval over images includes the claim's "
-                     "threshold (the notes name the test and the smallest difference this build detects).")
-    untestable = [r["id"] for r in rows if r["verdict"].startswith("not testable")]
-    if untestable:
-        lines.append(f"It does not test {', '.join(untestable)} (the rows say why).")
-    comparable = any(r["verdict"] == "reproduces" for r in rows)
-    if not comparable:
-        lines.append("None of the values is comparable with the paper's: the models and the data (Flickr8k and COCO, not "
-                     "WIT) differ, and N (1,000 and 239, not 1,024), so only the qualitative pattern is tested.")
+    by = {}
+    for r in rows:  # the verdicts, grouped by label (defined on the front page)
+        by.setdefault(claims.label_of(r["verdict"]), []).append(r["id"])
+    lines.append("Verdicts here: " + "; ".join(f"{v}: {', '.join(ids)}" for v, ids in by.items()) + " (the rows above "
+                 "give the numbers and why; no value is compared with the paper's unless this build runs its models, "
+                 "data and N).")
     return "\n".join(lines)
 
 
