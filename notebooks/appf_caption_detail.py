@@ -136,7 +136,9 @@ fig_raw = figures.plot_detail(summary_drawn, score="peak")
 _ = report.show_figure(fig_raw, CHAPTER, params)
 
 # %% [markdown]
-# Chance-corrected, (score - c) / (1 - c) with c = k/(N-1): 0 is chance for every control, on one shared scale.
+# Chance-corrected, (score - c) / (1 - c) with c = k/(N-1): 0 is chance for every control. It is not one scale
+# across k/N (Appendix G: at fixed N the corrected score still rises with k), so compare corrected scores only
+# between controls at the same k and N, within a panel, never across datasets.
 
 # %% tags=["hide-input"]
 fig_corrected = figures.plot_detail(summary_drawn, score="corrected peak")
