@@ -1,6 +1,7 @@
 """PCA compression sweeps (prh_lib.pages.sec3_1b_pca): exactness at full rank, scikit-learn agreement, validation."""
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from sklearn.decomposition import PCA
@@ -252,3 +253,21 @@ def test_the_share_of_rank_dimension_has_one_source_for_figure_table_and_verdict
     assert x_at(rank) == page.share_dims(rank) and y_at == 0.9 and "9.8%" in label
     if (n, d) == (1000, 384):
         assert page.share_dims(rank) == 38  # not 98 (= 9.8 % of N − 1), the figure's old mark
+
+
+def test_pca_rules_figure_marks_and_verdicts_read_one_set_of_thresholds(monkeypatch):
+    """Change a threshold in one place: the rule's text, the figure's mark and the verdict's reading all follow."""
+    from prh_lib.pages import sec3_1b_pca as page
+
+    for cid, (_, need, _) in page.THRESHOLDS.items():
+        assert f"{need:.0%}" in page.RULES[cid]
+    marks = {label.split(":")[0]: y for _, y, label in page.claim_marks("variance", n=1000) +
+             page.claim_marks("dims", n=1000)}
+    assert marks == {cid: t[1] for cid, t in page.THRESHOLDS.items()}
+    seen = []
+    monkeypatch.setattr(page, "_majority", lambda vals, thr, side: seen.append((thr, side)) or (True, True, 1, 1))
+    table = pd.DataFrame([{"dataset": "d", "layers": "peak", "compressed": "smollm2-135m", "pair": "v × smollm2-135m",
+                           "rel_var": 0.9, "rel_share": 0.9, "rel_low": 0.7, "dims_share": 38, "max_dims": 384,
+                           "min dims (90%)": 20, "min dims (95%)": 40}])
+    page.findings(table, dataset="d")
+    assert seen == [(t[1], t[2]) for t in page.THRESHOLDS.values()]

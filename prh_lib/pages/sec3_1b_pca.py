@@ -207,16 +207,22 @@ def _probe_intervals(intervals: pd.DataFrame | None, key: tuple) -> dict:
     return out
 
 
+#: Where each PCA claim is read and what it needs there: (probe, relative score, side). The one source the rules,
+#: the figure's marks (:func:`claim_marks`) and the verdicts (:func:`findings`) read.
+THRESHOLDS = {"3.1/pca-40": (0.4, 0.95, ">"), "3.1/pca-100": (PAPER_RANK_SHARE, 0.9, ">"),
+              "3.1/pca-strong": (8, 0.8, "<")}
+_T40, _T100, _TLOW = (THRESHOLDS[c][1] for c in ("3.1/pca-40", "3.1/pca-100", "3.1/pca-strong"))
+
 #: Each PCA claim's test, in one sentence (shown on the page and the front page)
 RULES = {
-    "3.1/pca-40": "in more than half of the rows that compress a language side, keeping 40 % of the variance keeps "
-                  "at least 95 % of the uncompressed score, its paired 95 % interval over images included; "
+    "3.1/pca-40": f"in more than half of the rows that compress a language side, keeping 40 % of the variance keeps "
+                  f"at least {_T40:.0%} of the uncompressed score, its paired 95 % interval over images included; "
                   "vision-side rows are shown, not counted",
-    "3.1/pca-100": "in more than half of the rows that compress a language side, the paper's share of rank (100 "
-                   "of 1,023 = 9.8 %) keeps at least 90 % of the score, interval included; the dimensions needed "
-                   "for 90 % and 95 % are reported beside it",
-    "3.1/pca-strong": "in more than half of the rows that compress a language side, 8 components keep less than "
-                      "80 %, interval included",
+    "3.1/pca-100": f"in more than half of the rows that compress a language side, the paper's share of rank (100 "
+                   f"of 1,023 = 9.8 %) keeps at least {_T100:.0%} of the score, interval included; the dimensions "
+                   f"needed for {_T100:.0%} and {_T40:.0%} are reported beside it",
+    "3.1/pca-strong": f"in more than half of the rows that compress a language side, 8 components keep less than "
+                      f"{_TLOW:.0%}, interval included",
 }
 
 def share_dims(rank: int, rank_share: float = PAPER_RANK_SHARE) -> int:
@@ -241,10 +247,10 @@ def claim_marks(sweep: str, *, n: int, rank_share: float = PAPER_RANK_SHARE) -> 
         If ``sweep`` is not ``"variance"`` or ``"dims"``.
     """
     if sweep == "variance":
-        return [(0.4, 0.95, "3.1/pca-40: needs ≥ 95 % at 40 % variance")]
+        return [(0.4, _T40, f"3.1/pca-40: needs ≥ {_T40:.0%} at 40 % variance")]
     if sweep == "dims":
-        return [(share_dims, 0.9, f"3.1/pca-100: needs ≥ 90 % at {rank_share:.1%} of the language side's rank"),
-                (8, 0.8, "3.1/pca-strong: needs < 80 % at 8 dims")]
+        return [(share_dims, _T100, f"3.1/pca-100: needs ≥ {_T100:.0%} at {rank_share:.1%} of the language side's rank"),
+                (8, _TLOW, f"3.1/pca-strong: needs < {_TLOW:.0%} at 8 dims")]
     raise ValueError(f"sweep must be 'variance' or 'dims'; got {sweep!r}")
 
 
@@ -315,29 +321,29 @@ def findings(table: pd.DataFrame, *, dataset: str, role: str = "peak", dims_prob
 
     rows = []
     v40 = read("ci_var", "rel_var")
-    holds, conclusive, n_est, n_clear = _majority(v40, 0.95, ">")
+    holds, conclusive, n_est, n_clear = _majority(v40, _T40, ">")
     rows.append(claims.finding("3.1/pca-40", holds=holds, conclusive=conclusive, rule=RULES["3.1/pca-40"],
-                               note=with_power(v40, 0.95),
-                               this_build=f"{n_est} of {n} language sides keep ≥ 95 % at 40 % variance ({n_clear} "
+                               note=with_power(v40, _T40),
+                               this_build=f"{n_est} of {n} language sides keep ≥ {_T40:.0%} at 40 % variance ({n_clear} "
                                           f"with the interval); {text(v40)}"))
     vshare = read("ci_share", "rel_share")
-    holds, conclusive, n_est, n_clear = _majority(vshare, 0.9, ">")
+    holds, conclusive, n_est, n_clear = _majority(vshare, _T100, ">")
     dims = "/".join(sorted({f"{int(r['ci_share'][3]) if has_ci else int(r['dims_share'])} of {int(r['max_dims'])}"
                             for _, r in lang.iterrows()}))
     top = next((c for c in lang.columns if c.startswith("min dims (") and c != "min dims (90%)"), None)
     need = "; ".join(f"{r['pair']} ({r['compressed']}): {r['min dims (90%)']} / {r[top] if top else '–'}"
                      for _, r in lang.iterrows())
     rows.append(claims.finding("3.1/pca-100", holds=holds, conclusive=conclusive, rule=RULES["3.1/pca-100"],
-                               note=with_power(vshare, 0.9),
-                               this_build=f"{n_est} of {n} language sides keep ≥ 90 % at the paper's share of rank "
+                               note=with_power(vshare, _T100),
+                               this_build=f"{n_est} of {n} language sides keep ≥ {_T100:.0%} at the paper's share of rank "
                                           f"({dims} dims; {n_clear} with the interval): {text(vshare)}; dims for "
                                           f"90 % / {top[10:-1] if top else '95%'} on the mean sweep over caption draws "
                                           f"(the relative scores above are the first draw's, whose curve can reach "
                                           f"them sooner): {need}"))
     vlow = read("ci_low", "rel_low")
-    holds, conclusive, n_est, n_clear = _majority(vlow, 0.8, "<")
+    holds, conclusive, n_est, n_clear = _majority(vlow, _TLOW, "<")
     rows.append(claims.finding("3.1/pca-strong", holds=holds, conclusive=conclusive, rule=RULES["3.1/pca-strong"],
-                               note=with_power(vlow, 0.8), this_build=f"{n_est} of {n} language sides fall below 80 % at 8 dims "
+                               note=with_power(vlow, _TLOW), this_build=f"{n_est} of {n} language sides fall below {_TLOW:.0%} at 8 dims "
                                                      f"({n_clear} with the interval); {text(vlow)}"))
     return rows
 
