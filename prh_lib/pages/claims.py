@@ -329,14 +329,6 @@ def verdict_lines(rows: list[dict]) -> list[str]:
     return [f"- `{r['id']}`: {r['verdict']} ({r['this build']})." for r in rows]
 
 
-def verdict_counts(rows: list[dict]) -> dict[str, int]:
-    """How many rows have each verdict (the 'not testable offline (reason)' rows counted together)."""
-    counts = dict.fromkeys(VERDICTS, 0)
-    for r in rows:
-        counts[label_of(r["verdict"])] += 1
-    return counts
-
-
 def _checklist_rows(rows_by_chapter: dict[str, list[dict] | None]) -> list[dict]:
     """The checklist's rows, one per claim in :data:`CLAIMS` order (a chapter not run: "not run in this build")."""
     rows = []

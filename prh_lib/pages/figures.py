@@ -86,7 +86,7 @@ def figure_pairs_of(comparisons: Sequence[Sequence[str]], figure_pairs: Sequence
 
 
 def heatmap_grid(matrices: dict, *, chance: float | None = None, ncols: int = 2, scale: str = "shared",
-                 shared_scale: bool | None = None, other_peaks: dict | None = None,
+                 other_peaks: dict | None = None,
                  panel_size: tuple[float, float] = (3.55, 3.3), dpi: int = 150):
     """One :func:`prh_lib.pages.plots.alignment_heatmap` per entry of ``matrices`` (label -> AlignmentMatrix-like).
 
@@ -104,8 +104,6 @@ def heatmap_grid(matrices: dict, *, chance: float | None = None, ncols: int = 2,
         same-modality one). ``"chance-corrected"``: the same shared range, drawn on
         (score - chance) / (1 - chance), 0 at chance. ``"panel"``: each panel its own range (the layer
         structure of weak pairs; never for comparing panels).
-    shared_scale : bool, optional
-        Deprecated spelling: True is ``scale="shared"``, False ``scale="panel"``.
     other_peaks : dict of str to list of (int, int), optional
         Label -> peaks of other draws, drawn as small circles.
     panel_size : (float, float)
@@ -119,8 +117,6 @@ def heatmap_grid(matrices: dict, *, chance: float | None = None, ncols: int = 2,
         The marker legend is one figure legend below the panels (never over cells); each panel's title
         carries its max and final scores.
     """
-    if shared_scale is not None:
-        scale = "shared" if shared_scale else "panel"
     if scale not in ("shared", "chance-corrected", "panel"):
         raise ValueError(f"scale must be 'shared', 'chance-corrected' or 'panel'; got {scale!r}")
     if scale == "chance-corrected" and chance is None:
