@@ -254,3 +254,10 @@ def test_explained_and_control_failed_are_labels_of_their_own_defined_once():
     row = claims.finding("C/hierarchy", this_build="x", holds=True, control_failed="the shuffled tree does too")
     assert row["verdict"] == "control failed"
     assert set(claims.LABELS) == set(claims.VERDICTS)
+
+
+def test_the_front_pages_short_value_keeps_parentheses_whole():
+    assert claims.headline_text({"this build": "-0.72 (shuffled tree -0.72; −1/(k−1) -0.74); more"}) == \
+        "-0.72 (shuffled tree -0.72; −1/(k−1) -0.74)"
+    assert claims.headline_text({"this build": "x", "headline": {"estimate": 0.1, "low": 0.05, "high": 0.15,
+                                                                 "label": "a × b"}}) == "0.100 [0.050, 0.150] (a × b)"

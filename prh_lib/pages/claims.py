@@ -356,7 +356,13 @@ def headline_text(row: dict, width: int = 70) -> str:
 
         text = format_interval(h["estimate"], h.get("low", math.nan), h.get("high", math.nan), h.get("digits", 3))
         return f"{text} ({h['label']})" if h.get("label") else text
-    first = str(row.get("this build") or "–").split("; ")[0]
+    text, depth, end = str(row.get("this build") or "–"), 0, None
+    for i, ch in enumerate(text):  # the first clause: up to a "; " outside parentheses
+        depth += (ch in "([") - (ch in ")]")
+        if depth == 0 and text.startswith("; ", i):
+            end = i
+            break
+    first = text[:end]
     return first if len(first) <= width else first[:width - 1].rstrip() + "…"
 
 
