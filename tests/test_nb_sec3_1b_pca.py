@@ -84,13 +84,12 @@ def test_verdicts_follow_the_numbers(rec):
         # the paper's 100 of 1,023 as a share of this rank
         assert r["ci_share"][3] == max(1, round(100 / 1023 * r["max_dims"]))
 
-    def verdict(col, thr, side):  # independent reading: majority by estimate, then by interval
-        on = (lambda v: v > thr) if side == ">" else (lambda v: v < thr)
-        est = sum(on(r[col][0]) for r in lang)
-        clear = sum(on(r[col][1] if side == ">" else r[col][2]) for r in lang)
-        if est <= len(lang) / 2:
-            return "differs"
-        return "reproduces in kind" if clear > len(lang) / 2 else "inconclusive"
+    def verdict(col, thr, side):  # independent, symmetric reading: a majority of whole intervals on each side
+        clear = sum((r[col][1] > thr) if side == ">" else (r[col][2] < thr) for r in lang)
+        off = sum((r[col][2] < thr) if side == ">" else (r[col][1] > thr) for r in lang)
+        if clear > len(lang) / 2:
+            return "reproduces in kind"
+        return "differs" if len(lang) - off <= len(lang) / 2 else "inconclusive"
 
     assert rows["3.1/pca-40"]["verdict"] == verdict("ci_var", 0.95, ">")
     assert rows["3.1/pca-100"]["verdict"] == verdict("ci_share", 0.9, ">")

@@ -98,11 +98,14 @@ def test_each_verdict_matches_the_held_out_numbers(rec, table):
         assert fl, f"{r['pair']} has no floor"
         return [(r["score"] - f["score"], *paired(r, f), 0.0, ">") for f in fl]
 
+    # claims about unimodal language models read the causal LMs (MiniLM, trained on caption pairs, is beside them)
+    causal = uni[~uni["pair"].str.contains("minilm")]
+    uni = causal if len(causal) else uni
     tests = [t for _, r in uni.iterrows() for t in
              [(r["score"] - 2 * chance, r["ci_low"] - 2 * chance, r["ci_high"] - 2 * chance, 0.0, ">"),
               *floor_tests(r)]]
     assert by["3.3/unimodal"]["verdict"] == VERDICT[three_way(tests)], by["3.3/unimodal"]["note"]
-    assert "not comparable at N = 48" in by["3.3/unimodal"]["note"]
+    assert "is not applied to these small models at N = 48" in by["3.3/unimodal"]["note"]
     best_uni = uni.loc[uni["score"].idxmax()]
     tests = []
     for _, r in same.iterrows():  # above the best unimodal pair and each of its own floors (random-init twins)

@@ -423,7 +423,8 @@ def ablation_figure(summary: pd.DataFrame):
     procs = list(dict.fromkeys(summary["procedure"]))
     fig, axes = plt.subplots(1, len(procs), figsize=(7.5, 3.4), sharey=True, squeeze=False, layout="constrained")
     vals = summary[["d_pointwise_low", "d_pointwise_high", "d_cross_model_low", "d_cross_model_high"]].to_numpy()
-    lim = max(0.05, float(np.nanmax(np.abs(vals))) * 1.25)
+    finite = np.abs(vals[np.isfinite(vals)])
+    lim = max(0.05, float(finite.max()) * 1.25 if finite.size else 0.05)
     for ax, proc in zip(axes[0], procs):
         g = summary[summary["procedure"] == proc].set_index("method")
         methods = [m for m in paper if m in g.index] + [m for m in g.index if m not in paper]

@@ -347,7 +347,7 @@ def _checklist_rows(rows_by_chapter: dict[str, list[dict] | None]) -> list[dict]
     return rows
 
 
-def headline_text(row: dict, width: int = 70) -> str:
+def headline_text(row: dict, width: int = 64) -> str:
     """The short form of a row's value for the front page: its ``headline`` (``"0.099 [0.091, 0.111]"``, with
     its ``label``) when the chapter gave one, else the first clause of ``this build`` cut at ``width``."""
     h = row.get("headline") or {}
@@ -407,9 +407,12 @@ def checklist_markdown(rows_by_chapter: dict[str, list[dict] | None]) -> str:
     lines = ["This build: " + ", ".join(f"**{n}** {v}" for v, n in counts.items()) + f" (of {len(rows)} claims).",
              "", "| claim | paper | this build | verdict: paper's criterion / with controls |",
              "| --- | --- | --- | --- |"]
+    def cut(text, width=64):  # one short line: the chapter page has the whole text
+        return text if len(text) <= width else text[:width - 1].rstrip() + "…"
+
     for r in rows:
         paper_v, v = label_of(r["paper reading"]), label_of(r["verdict"])
         word = f"**{v}**" if paper_v == v else f"{paper_v} / **{v}**"
-        lines.append(f"| {{doc}}`{r['id']} {_md_cell(r['claim'])} </{r['page']}>` | {_md_cell(r['paper value'])} | "
-                     f"{_md_cell(r['headline'])} | {word} |")
+        lines.append(f"| {{doc}}`{r['id']} {_md_cell(cut(r['claim']))} </{r['page']}>` | "
+                     f"{_md_cell(cut(r['paper value']))} | {_md_cell(r['headline'])} | {word} |")
     return "\n".join(lines) + "\n"
