@@ -175,8 +175,7 @@ def _extract_text_shared(model, texts: Sequence[str], *, batch_size: int, max_le
     (:func:`prefix_servers`): its features are the mean of the first ``len(text tokens)`` hidden states of that
     pass, per layer (a cumulative sum over positions). A text served by itself is pooled exactly as in
     :func:`_extract_text`. With ``check``, the first text served by a longer one is also run on its own, and a
-    difference beyond round-off (:func:`prefix_tolerance`: the model is not causal after all) raises
-    RuntimeError.
+    difference beyond round-off (:func:`prefix_tolerance`: the model is not causal after all) raises RuntimeError.
 
     Returns
     -------

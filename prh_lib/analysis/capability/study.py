@@ -139,8 +139,7 @@ def correlation_table(table: pd.DataFrame, *, alignment: Sequence[str], capabili
     Parameters
     ----------
     table : DataFrame
-        One row per (vision, language) model pair, e.g. :func:`alignment_table` joined with capability
-        scores.
+        One row per (vision, language) model pair, e.g. :func:`alignment_table` joined with capability scores.
     alignment, capability : sequence of str
         Column names.
     by : str, default="vision"
@@ -460,9 +459,8 @@ def capability_rows(language, *, texts: str, dataset: str = "held-out captions")
     Returns
     -------
     DataFrame
-        Per model two rows, ``quantity`` ``"bpb"`` (metric ``bits_per_byte``) and ``"next_token_accuracy"``,
-        ``model_x`` the model, ``n`` the texts scored, ``draw`` 0, ``family``, ``fraction``, ``texts``,
-        ``bytes``, ``tokens``.
+        Per model two rows, ``quantity`` ``"bpb"`` (metric ``bits_per_byte``) and ``"next_token_accuracy"``, ``model_x``
+        the model, ``n`` the texts scored, ``draw`` 0, ``family``, ``fraction``, ``texts``, ``bytes``, ``tokens``.
     """
     rows = []
     for r in language:

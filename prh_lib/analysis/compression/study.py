@@ -8,11 +8,10 @@
 
 Where the projection lives (``space``):
 
-- ``"original"`` (default): the rank-``m`` reconstruction ``mean + Z[:, :m] V[:m]`` in the layer's own
-  coordinates (``PCA.inverse_transform``). It removes the variance outside the top ``m`` directions and
-  changes nothing else, so at full rank it *is* the uncompressed layer and the score equals the uncompressed
-  score exactly (tested). Mutual k-NN uses cosine similarity, which is not invariant to centring, so this
-  matters.
+- ``"original"`` (default): the rank-``m`` reconstruction ``mean + Z[:, :m] V[:m]`` in the layer's own coordinates
+  (``PCA.inverse_transform``). It removes the variance outside the top ``m`` directions and changes nothing else, so at
+  full rank it *is* the uncompressed layer and the score equals the uncompressed score exactly (tested). Mutual k-NN
+  uses cosine similarity, which is not invariant to centring, so this matters.
 - ``"pca"``: the PCA coordinates ``Z[:, :m]`` (``PCA.transform``), centred. At full rank this equals the
   *centred* layer up to a rotation; the reference score is then that of the centred layer.
 
