@@ -150,8 +150,7 @@ def _shared_text_features(model, pairs_list: Sequence[Pairs], *, batch_size: int
             for pairs in pairs_list]
 
 
-# --------------------------------------------------------------------------------------------------------
-# cache
+# -- cache -----------------------------------------------------------------------------------------------
 
 
 def features_cache_path(model_name: str, revision: str, modality: str, pairs: Pairs, *, dtype: str,

@@ -29,8 +29,7 @@ from prh_lib.progress import bar as progress_bar
 __all__ = ["mean_pool", "cls_pool", "gap_pool", "stack_layers", "prefix_servers", "shares_prefixes"]
 
 
-# --------------------------------------------------------------------------------------------------------
-# pooling
+# -- pooling ---------------------------------------------------------------------------------------------
 
 
 def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -68,8 +67,7 @@ def gap_pool(fmap: torch.Tensor) -> torch.Tensor:
     raise ValueError(f"cannot global-average-pool a tensor of shape {tuple(fmap.shape)}")
 
 
-# --------------------------------------------------------------------------------------------------------
-# extraction
+# -- extraction ------------------------------------------------------------------------------------------
 
 
 def _accepts(module: torch.nn.Module, name: str) -> bool:

@@ -136,9 +136,7 @@ class Backend:
         return out.index_add_(out.ndim - 1, seg, values)
 
 
-# --------------------------------------------------------------------------------------------------
-# bit-sliced counting
-# --------------------------------------------------------------------------------------------------
+# -- bit-sliced counting ---------------------------------------------------------------------------
 
 
 def count_planes(W, bk: Backend, axis: int = -1, stop: int = 1):
@@ -205,9 +203,7 @@ def column_counts_axis(W, nbits: int, bk: Backend, axis: int, stop: int = 8):
     return counts if stop == 1 else counts.sum(axis=axis)  # stop = 1: the axis is already gone
 
 
-# --------------------------------------------------------------------------------------------------
-# fixed-point rationals
-# --------------------------------------------------------------------------------------------------
+# -- fixed-point rationals -------------------------------------------------------------------------
 
 
 def fixed_point_bits(n: int, k: int) -> int:

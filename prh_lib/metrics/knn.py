@@ -64,9 +64,7 @@ __all__ = ["knn_indices", "mutual_knn", "mutual_knn_layerwise", "mutual_knn_chan
            "jaccard_knn_layerwise", "jaccard_knn_chance", "cycle_knn", "cycle_knn_layerwise", "cknna",
            "cknna_layerwise"]
 
-# --------------------------------------------------------------------------------------------------
-# private core: two-stage form (neighbourhoods, then scores for any re-pairings), used by the engines
-# --------------------------------------------------------------------------------------------------
+# -- private core: two-stage form (neighbourhoods, then scores for any re-pairings), used by the engines ---
 
 _KIND = {"mutual_knn": "cosine", "jaccard_knn": "cosine", "cycle_knn": "cosine", "cknna": "linear"}
 
@@ -176,9 +174,7 @@ def _valid(state) -> np.ndarray:
     return state.valid
 
 
-# --------------------------------------------------------------------------------------------------
-# public API
-# --------------------------------------------------------------------------------------------------
+# -- public API ------------------------------------------------------------------------------------
 
 
 def _check(X, Y, *, ndim, k, min_n=2, estimator="k-NN metric", device=None):

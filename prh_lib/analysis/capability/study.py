@@ -79,8 +79,7 @@ def ladder_is_monotone(language) -> bool | None:
     return bool(np.all(np.diff([b for _, b in pts]) < 0))
 
 
-# --------------------------------------------------------------------------------------------------------
-# alignment and correlation
+# -- alignment and correlation ---------------------------------------------------------------------------
 
 
 def alignment_table(vision: dict, language, *, k: int = 10,
@@ -169,8 +168,7 @@ def correlation_table(table: pd.DataFrame, *, alignment: Sequence[str], capabili
     return pd.DataFrame(rows)
 
 
-# --------------------------------------------------------------------------------------------------------
-# the study: independently trained language models over datasets x draws, from the results table
+# -- the study: independently trained language models over datasets x draws, from the results table ------
 
 #: Quantities this chapter writes to the results table (column ``quantity``).
 QUANTITIES = ("peak", "final", "bpb", "next_token_accuracy")

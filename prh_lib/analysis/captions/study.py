@@ -245,8 +245,7 @@ def detail_alignment(vision: dict, variants: dict, language_models: Sequence[str
     return pd.DataFrame(rows)
 
 
-# --------------------------------------------------------------------------------------------------------
-# the study: caption variants on every draw of every dataset
+# -- the study: caption variants on every draw of every dataset ------------------------------------------
 
 
 def _concat(caps: Sequence[str], j: int, offset: int) -> str:
