@@ -1,8 +1,7 @@
 """Control floors: what a cross-modal score reaches without learned vision-language alignment.
 
-A mutual k-NN score is read against chance k/(N-1), but chance is not the only floor. Three controls
-bound every score of a model pair from below, each keeping one side's structure and removing what the
-other side learned:
+A mutual k-NN score is read against chance k/(N-1), but chance is not the only floor. Three controls bound every score
+of a model pair from below, each keeping one side's structure and removing what the other side learned:
 
 ``"random-language"`` / ``"random-vision"``
     One model of the pair replaced by the same architecture with seeded random weights
@@ -270,11 +269,10 @@ def score_controls(features: Mapping[str, LayerFeatures], controls: Sequence[Con
     Returns
     -------
     pandas.DataFrame
-        One row per control in the results-table schema: ``model_x``, ``model_y``, ``layer_x``,
-        ``layer_y``, ``depth_x``, ``depth_y`` (the peak layer pair and its relative depth in [0, 1]),
-        ``metric`` (``"mutual_knn"``), ``k``, ``n``, ``score`` (maximum over layer pairs, in [0, 1]),
-        ``calibrated`` (in [0, 1]), ``tau``, ``p``, ``quantity`` (``"control:<kind>"``), ``preprocessing``,
-        and the extra columns ``kind``, ``pair_x``, ``pair_y``.
+        One row per control in the results-table schema: ``model_x``, ``model_y``, ``layer_x``, ``layer_y``,
+        ``depth_x``, ``depth_y`` (the peak layer pair and its relative depth in [0, 1]), ``metric`` (``"mutual_knn"``),
+        ``k``, ``n``, ``score`` (maximum over layer pairs, in [0, 1]), ``calibrated`` (in [0, 1]), ``tau``, ``p``,
+        ``quantity`` (``"control:<kind>"``), ``preprocessing``, and the extra columns ``kind``, ``pair_x``, ``pair_y``.
 
     Raises
     ------

@@ -149,12 +149,11 @@ CLIP_MODES = ("stack", "layer")
 def clip_threshold(features: LayerFeatures, *, q: float = 0.95) -> float:
     """The PRH reference's clipping threshold for a model's whole stack of layers.
 
-    For every sample, the ``q``-quantile (linear interpolation, as ``torch.quantile``) of the absolute
-    values of all its entries over every layer and every feature of that layer (the ``L x D`` entries of
-    the sample's ``(L, D)`` slice; a narrower, zero-padded CNN stage contributes only its true width), then
-    the mean of these per-sample quantiles over the samples. This is ``remove_outliers(feats, q,
-    exact=False)`` of the PRH ``metrics.py`` on a model's ``(N, L, D)`` feature tensor, the path
-    ``measure_alignment.py`` takes by default (without ``--precise``).
+    For every sample, the ``q``-quantile (linear interpolation, as ``torch.quantile``) of the absolute values of all its
+    entries over every layer and every feature of that layer (the ``L x D`` entries of the sample's ``(L, D)`` slice; a
+    narrower, zero-padded CNN stage contributes only its true width), then the mean of these per-sample quantiles over
+    the samples. This is ``remove_outliers(feats, q, exact=False)`` of the PRH ``metrics.py`` on a model's ``(N, L, D)``
+    feature tensor, the path ``measure_alignment.py`` takes by default (without ``--precise``).
 
     Parameters
     ----------
@@ -231,10 +230,9 @@ def clip_features(features: LayerFeatures, *, q: float | None = 0.95, clip: str 
 
 
 #: (digest of the source stack, its dtype and layer widths, clip mode, thresholds) -> SHA-256 of the clipped stack.
-#: Clamping is elementwise, so the same source bytes clamped at the same thresholds give the same bytes: a
-#: chapter clips the same stack once per draw and variant, and the score cache keys each clipped stack by
-#: its digest, which is then computed once a process (``tests/test_clip_features.py`` checks it against
-#: hashing the clipped values).
+#: Clamping is elementwise, so the same source bytes clamped at the same thresholds give the same bytes: a chapter clips
+#: the same stack once per draw and variant, and the score cache keys each clipped stack by its digest, which is then
+#: computed once a process (``tests/test_clip_features.py`` checks it against hashing the clipped values).
 _CLIPPED_DIGESTS: dict[tuple, str] = {}
 
 
@@ -425,8 +423,7 @@ def score_pair(x: LayerFeatures, y: LayerFeatures, *, k: int = 10, n_permutation
     n_permutations, alpha : int, float
         Selection-aware permutation null of :func:`prh_lib.stats.permutation_test_layerwise`; 0: skipped.
     n_boot : int
-        Bootstrap replicates for the interval of the peak score (:func:`prh_lib.stats.bootstrap_ci`);
-        0: skipped.
+        Bootstrap replicates for the interval of the peak score (:func:`prh_lib.stats.bootstrap_ci`); 0: skipped.
     seed : int
         Seeds the shuffled control, the permutations and the bootstrap.
     control : bool
@@ -447,14 +444,13 @@ def score_pair(x: LayerFeatures, y: LayerFeatures, *, k: int = 10, n_permutation
 
     Notes
     -----
-    The three computations are cached apart (:mod:`prh_lib.results.score_cache`), each by the content of ``x``
-    and ``y`` and exactly the options it reads: the layer-pair matrix (``k``, ``device`` as given), the permutation null
-    (``k``, ``n_permutations``, ``seed``; not ``alpha``) and the bootstrap at the peak (``k``, ``n_boot``,
-    ``seed``, the peak's layers). A call that asks for fewer replicates (``n_boot=0``) is therefore served
-    the null another chapter computed with a bootstrap, and the reverse. A rerun at another ``alpha``
-    recalibrates the stored null (:meth:`~prh_lib.stats.LayerwiseCalibration.at_alpha`), which gives the
-    same bits as computing it afresh. ``label`` and ``control`` select what is returned, not what is
-    computed, so they are in no key.
+    The three computations are cached apart (:mod:`prh_lib.results.score_cache`), each by the content of ``x`` and ``y``
+    and exactly the options it reads: the layer-pair matrix (``k``, ``device`` as given), the permutation null (``k``,
+    ``n_permutations``, ``seed``; not ``alpha``) and the bootstrap at the peak (``k``, ``n_boot``, ``seed``, the peak's
+    layers). A call that asks for fewer replicates (``n_boot=0``) is therefore served the null another chapter computed
+    with a bootstrap, and the reverse. A rerun at another ``alpha`` recalibrates the stored null
+    (:meth:`~prh_lib.stats.LayerwiseCalibration.at_alpha`), which gives the same bits as computing it afresh. ``label``
+    and ``control`` select what is returned, not what is computed, so they are in no key.
 
     References
     ----------

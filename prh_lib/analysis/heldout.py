@@ -1,12 +1,11 @@
 """Selection-free estimates for the verdicts: held-out peaks, image-level intervals, paired floor margins.
 
 The verdicts of Sections 3.1 and 3.3 are tests on estimates that were not selected on the data they report
-(:func:`prh_lib.stats.selection.crossfit_peak`): for each comparison the peak layer pair is chosen on one
-half of the images and scored on the other (10 random splits, both directions, every caption draw), and its
-95 % interval comes from half-samples of the *images* (without replacement) that re-select the peak in every
-replicate.
-The caption draws keep the images fixed, so their spread (the ± on the pages) measures caption choice only;
-the image-level interval is the one the verdicts use.
+(:func:`prh_lib.stats.selection.crossfit_peak`): for each comparison the peak layer pair is chosen on one half of the
+images and scored on the other (10 random splits, both directions, every caption draw), and its 95 % interval comes from
+half-samples of the *images* (without replacement) that re-select the peak in every replicate. The caption draws keep
+the images fixed, so their spread (the ± on the pages) measures caption choice only; the image-level interval is the one
+the verdicts use.
 
 Every comparison is read against its floors, each scored the same way on the same splits and resamples, so
 the difference between a comparison and its floor has a paired interval:

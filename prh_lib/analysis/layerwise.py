@@ -65,9 +65,8 @@ def compare_pairs(features: dict[str, LayerFeatures], comparisons, *, k: int = 1
 
 def score_workers(device: str = "cpu", workers: int | None = None) -> int:
     """Threads that score draws side by side: ``workers`` if given, else 1 off the CPU (one GPU's work is
-    queued in order anyway, and each thread would hold its draw's features on the device) and
-    the cores this kernel may use (:func:`prh_lib.parallel.available_cores`, a ``prh-run`` lane's share), at least
-    two where there are two.
+    queued in order anyway, and each thread would hold its draw's features on the device) and the cores this kernel may
+    use (:func:`prh_lib.parallel.available_cores`, a ``prh-run`` lane's share), at least two where there are two.
 
     Raises
     ------
@@ -113,9 +112,8 @@ def pair_rows(result: PairResult, *, x_modality: str = "", y_modality: str = "")
     Returns
     -------
     list of dict
-        ``n_x * n_y`` rows ``"layer_pair"``, then ``"peak"``, ``"final"`` and the shuffled controls. Columns:
-        model_x/y, layer_x/y, depth_x/y, score, calibrated, tau, p, quantity, regime (and ci_low/ci_high on
-        the peak row).
+        ``n_x * n_y`` rows ``"layer_pair"``, then ``"peak"``, ``"final"`` and the shuffled controls. Columns: model_x/y,
+        layer_x/y, depth_x/y, score, calibrated, tau, p, quantity, regime (and ci_low/ci_high on the peak row).
     """
     m = result.matrix
     dx, dy = layer_depths(len(m.x_labels)), layer_depths(len(m.y_labels))
@@ -153,8 +151,7 @@ def run_study(draws, comparisons, *, chapter: str, params: dict, k: int = 10, n_
     draws, comparisons, chapter, params, dtype, batch_size, write, num_threads, root
         As in :func:`prh_lib.analysis.study.run_draws`.
     k, n_permutations, alpha, n_boot
-        As in :func:`compare_pairs` (``n_boot`` = 0 skips the per-draw bootstrap: the spread over draws
-        replaces it).
+        As in :func:`compare_pairs` (``n_boot`` = 0 skips the per-draw bootstrap: the spread over draws replaces it).
     clip_q, clip
         Outlier clipping (:func:`prh_lib.analysis.clip_features`); stored as ``preprocessing``.
     device : str
@@ -240,14 +237,13 @@ def aggregate_peaks(df: pd.DataFrame, *, preprocessing: str | None = None) -> pd
     Returns
     -------
     DataFrame
-        One row per (dataset, model_x, model_y), in order of first appearance, with columns ``regime``, ``n``,
-        ``k``, ``chance`` (k/(n-1)), ``n_draws``, ``single_draw``; ``peak_mean``, ``peak_std``, ``final_mean``,
-        ``final_std``, ``gap_mean`` (peak - final), ``shuffled_max_mean``, ``calibrated_mean``,
-        ``calibrated_std``, ``p_largest`` (the largest p over draws), ``depth_x_mean``, ``depth_y_mean``,
-        ``peak_layers`` (the most frequent peak layer pair; when several tie, all of them joined by
-        ``" and "``), ``peak_layers_draws`` (in how many draws, each), ``peak_layers_ties`` (how many tie),
-        ``peak_layer_x``, ``peak_layer_x_draws``, ``peak_layer_x_ties`` and the same for ``y`` (each model's
-        most frequent peak layer on its own, ties named the same way: :func:`modal`),
+        One row per (dataset, model_x, model_y), in order of first appearance, with columns ``regime``, ``n``, ``k``,
+        ``chance`` (k/(n-1)), ``n_draws``, ``single_draw``; ``peak_mean``, ``peak_std``, ``final_mean``, ``final_std``,
+        ``gap_mean`` (peak - final), ``shuffled_max_mean``, ``calibrated_mean``, ``calibrated_std``, ``p_largest`` (the
+        largest p over draws), ``depth_x_mean``, ``depth_y_mean``, ``peak_layers`` (the most frequent peak layer pair;
+        when several tie, all of them joined by ``" and "``), ``peak_layers_draws`` (in how many draws, each),
+        ``peak_layers_ties`` (how many tie), ``peak_layer_x``, ``peak_layer_x_draws``, ``peak_layer_x_ties`` and the
+        same for ``y`` (each model's most frequent peak layer on its own, ties named the same way: :func:`modal`),
         ``final_is_peak`` (draws whose peak is the final-layer pair).
 
     Raises

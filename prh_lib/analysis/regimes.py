@@ -156,16 +156,14 @@ def regime_table(
     Returns
     -------
     pandas.DataFrame
-        One row per comparison, indexed by its label, with columns ``regime`` (a key of :data:`REGIMES`),
-        ``x``, ``y``, ``seed``, ``max`` (mutual k-NN maximised over layer pairs, in [0, 1]),
-        ``max layer x``, ``max layer y``, ``max depth x``, ``max depth y`` (relative depth in [0, 1]),
-        ``max low`` and ``max high`` (bootstrap interval at that layer pair), ``final`` (last layer x last
-        layer), ``projection`` (joint-space x joint-space, for
-        comparisons whose two models both end in a ``"projection"`` layer, else NaN), ``shuffled (max)``
-        (maximum with the pairing shuffled), ``calibrated`` (selection-aware calibrated maximum, in
-        [0, 1]), ``calibrated low`` and ``calibrated high`` (the bootstrap interval mapped through the
-        same calibration, the null threshold held fixed), ``threshold`` (the null's 1 - alpha quantile of
-        the maximum) and ``p`` (its permutation p-value).
+        One row per comparison, indexed by its label, with columns ``regime`` (a key of :data:`REGIMES`), ``x``, ``y``,
+        ``seed``, ``max`` (mutual k-NN maximised over layer pairs, in [0, 1]), ``max layer x``, ``max layer y``,
+        ``max depth x``, ``max depth y`` (relative depth in [0, 1]), ``max low`` and ``max high`` (bootstrap interval at
+        that layer pair), ``final`` (last layer x last layer), ``projection`` (joint-space x joint-space, for
+        comparisons whose two models both end in a ``"projection"`` layer, else NaN), ``shuffled (max)`` (maximum with
+        the pairing shuffled), ``calibrated`` (selection-aware calibrated maximum, in [0, 1]), ``calibrated low`` and
+        ``calibrated high`` (the bootstrap interval mapped through the same calibration, the null threshold held fixed),
+        ``threshold`` (the null's 1 - alpha quantile of the maximum) and ``p`` (its permutation p-value).
 
     Raises
     ------

@@ -36,13 +36,11 @@ def run_draws(draws, comparisons, score, *, chapter: str, params: dict, clip_q: 
     models : sequence of str or callable
         Further models read on every draw (or a function of a draw giving them), not prefetched.
     prefetch : bool
-        Extract every model of ``comparisons`` on every draw first
-        (:func:`~prh_lib.analysis.core.prefetch_features`).
+        Extract every model of ``comparisons`` on every draw first (:func:`~prh_lib.analysis.core.prefetch_features`).
     workers : int, optional
-        Draws scored side by side (:func:`prh_lib.parallel.map_threads`: the same results, warnings and
-        errors), one draw's features read at a time, the rows written once every draw is scored (a failing
-        draw leaves no rows of this run). None: one draw after another, each draw's rows written as it is
-        scored.
+        Draws scored side by side (:func:`prh_lib.parallel.map_threads`: the same results, warnings and errors), one
+        draw's features read at a time, the rows written once every draw is scored (a failing draw leaves no rows of
+        this run). None: one draw after another, each draw's rows written as it is scored.
     num_threads : int, optional
         Torch intra-op threads while the loop runs (:func:`prh_lib.extract.torch_threads`); None: unchanged.
     then : callable, optional

@@ -72,8 +72,7 @@ def extract_features(
         Tokenizer padding side; results do not depend on it (positions are computed from the mask).
     max_length : int, optional
         Truncate texts to this many tokens (default: no truncation). Text towers of two-tower models
-        (``model.text_chunking``) keep this many caption tokens and split them into chunks that fit the
-        text context.
+        (``model.text_chunking``) keep this many caption tokens and split them into chunks that fit the text context.
     progress : bool
         Show a tqdm progress bar.
 
@@ -151,8 +150,7 @@ def _shared_text_features(model, pairs_list: Sequence[Pairs], *, batch_size: int
             for pairs in pairs_list]
 
 
-# --------------------------------------------------------------------------------------------------------
-# cache
+# -- cache -----------------------------------------------------------------------------------------------
 
 
 def features_cache_path(model_name: str, revision: str, modality: str, pairs: Pairs, *, dtype: str,
@@ -461,9 +459,8 @@ def features_for_models(model_names, pairs: Pairs, **options) -> dict[str, Layer
 def torch_threads(n: int | None):
     """Run the body with ``torch.set_num_threads(n)`` and restore the previous count afterwards (None: no change).
 
-    Token-by-token decoding and small forward passes run many small operations; on a shared CPU with other
-    busy processes, one intra-op thread can be several times faster than two. The setting is scoped,
-    never left behind.
+    Token-by-token decoding and small forward passes run many small operations; on a shared CPU with other busy
+    processes, one intra-op thread can be several times faster than two. The setting is scoped, never left behind.
 
     Raises
     ------

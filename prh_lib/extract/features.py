@@ -196,8 +196,7 @@ def check_aligned(a: LayerFeatures, b: LayerFeatures) -> None:
 def save_features(features: LayerFeatures, path: str | Path) -> Path:
     """Write features atomically as safetensors with their labels, sample ids and provenance as metadata.
 
-    The SHA-256 of the tensor bytes is recorded (``values_sha256``) so that damaged bytes are detected on
-    reading.
+    The SHA-256 of the tensor bytes is recorded (``values_sha256``) so that damaged bytes are detected on reading.
 
     Raises
     ------

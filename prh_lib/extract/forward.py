@@ -29,8 +29,7 @@ from prh_lib.progress import bar as progress_bar
 __all__ = ["mean_pool", "cls_pool", "gap_pool", "stack_layers", "prefix_servers", "shares_prefixes"]
 
 
-# --------------------------------------------------------------------------------------------------------
-# pooling
+# -- pooling ---------------------------------------------------------------------------------------------
 
 
 def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -68,8 +67,7 @@ def gap_pool(fmap: torch.Tensor) -> torch.Tensor:
     raise ValueError(f"cannot global-average-pool a tensor of shape {tuple(fmap.shape)}")
 
 
-# --------------------------------------------------------------------------------------------------------
-# extraction
+# -- extraction ------------------------------------------------------------------------------------------
 
 
 def _accepts(module: torch.nn.Module, name: str) -> bool:
@@ -175,8 +173,7 @@ def _extract_text_shared(model, texts: Sequence[str], *, batch_size: int, max_le
     (:func:`prefix_servers`): its features are the mean of the first ``len(text tokens)`` hidden states of that
     pass, per layer (a cumulative sum over positions). A text served by itself is pooled exactly as in
     :func:`_extract_text`. With ``check``, the first text served by a longer one is also run on its own, and a
-    difference beyond round-off (:func:`prefix_tolerance`: the model is not causal after all) raises
-    RuntimeError.
+    difference beyond round-off (:func:`prefix_tolerance`: the model is not causal after all) raises RuntimeError.
 
     Returns
     -------

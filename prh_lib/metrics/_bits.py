@@ -6,14 +6,12 @@ threaded, no thread start-up cost on small arrays) and torch on CUDA give the sa
 
 Bit-sliced counting
 -------------------
-Neighbour memberships of up to :data:`WORD` layers are packed into one word per (row, column)
-position, bit ``a`` for layer ``a``; the word is the narrowest signed integer type with a bit per
-layer (:func:`word_dtype`: int8 for up to 7 layers, ..., int64 for up to 63). Counting, for every
-bit position at once, how many of ``M`` words have that bit set ("positional popcount") is done by
-adding the words as bit-sliced counters: a counter is a list of *planes*, plane ``l`` holding bit
-``l`` of every position's count. Halving the list of counters and adding the halves with a
-ripple-carry adder on whole words takes about ``7 M`` word operations in all, for up to 63 positions
-at a time.
+Neighbour memberships of up to :data:`WORD` layers are packed into one word per (row, column) position, bit ``a`` for
+layer ``a``; the word is the narrowest signed integer type with a bit per layer (:func:`word_dtype`: int8 for up to 7
+layers, ..., int64 for up to 63). Counting, for every bit position at once, how many of ``M`` words have that bit set
+("positional popcount") is done by adding the words as bit-sliced counters: a counter is a list of *planes*, plane ``l``
+holding bit ``l`` of every position's count. Halving the list of counters and adding the halves with a ripple-carry
+adder on whole words takes about ``7 M`` word operations in all, for up to 63 positions at a time.
 
 Fixed-point values
 ------------------
@@ -138,9 +136,7 @@ class Backend:
         return out.index_add_(out.ndim - 1, seg, values)
 
 
-# --------------------------------------------------------------------------------------------------
-# bit-sliced counting
-# --------------------------------------------------------------------------------------------------
+# -- bit-sliced counting ---------------------------------------------------------------------------
 
 
 def count_planes(W, bk: Backend, axis: int = -1, stop: int = 1):
@@ -207,9 +203,7 @@ def column_counts_axis(W, nbits: int, bk: Backend, axis: int, stop: int = 8):
     return counts if stop == 1 else counts.sum(axis=axis)  # stop = 1: the axis is already gone
 
 
-# --------------------------------------------------------------------------------------------------
-# fixed-point rationals
-# --------------------------------------------------------------------------------------------------
+# -- fixed-point rationals -------------------------------------------------------------------------
 
 
 def fixed_point_bits(n: int, k: int) -> int:

@@ -1,11 +1,10 @@
 """CKNNA for all layer pairs and re-pairings (private; torch, float64 after float32 Gram matrices).
 
-Neighbourhoods are the hard lowest-index lists of :mod:`._neighbours` (inner-product ranking). Under a
-re-pairing ``Y' = Y[perm]`` the masks and kernel values of ``Y`` are looked up at permuted positions;
-rows of ``Y`` whose tie straddles the ``k``-th place are re-chosen with the lowest-*new*-index rule
-(what recomputing on ``Y[perm]`` does), and ``Y``'s self-HSIC is then recomputed. Sums whose order
-would change under relabelling (the self-HSIC terms) are taken over sorted terms, so a re-paired
-null equals recomputation bit for bit.
+Neighbourhoods are the hard lowest-index lists of :mod:`._neighbours` (inner-product ranking). Under a re-pairing
+``Y' = Y[perm]`` the masks and kernel values of ``Y`` are looked up at permuted positions; rows of ``Y`` whose tie
+straddles the ``k``-th place are re-chosen with the lowest-*new*-index rule (what recomputing on ``Y[perm]`` does), and
+``Y``'s self-HSIC is then recomputed. Sums whose order would change under relabelling (the self-HSIC terms) are taken
+over sorted terms, so a re-paired null equals recomputation bit for bit.
 """
 
 from __future__ import annotations

@@ -14,18 +14,16 @@ treated on its own, so chunking does not change a bit.
 
 Tie structure
 -------------
-For row ``i`` let ``v`` be its ``k``-th largest similarity (the sample itself excluded by index).
-``S(i)`` holds the samples strictly above ``v`` and ``T(i)`` those equal to it. When
-``|S| + |T| = k`` the neighbourhood is unambiguous. Otherwise a tie *straddles* the ``k``-th place:
-``r = k - |S|`` of the ``t = |T|`` tied samples must be chosen, and every choice is equally justified
-by the data. The metrics decide what to do with that (see :mod:`prh_lib.metrics.knn`); this module
-records ``S``, ``T``, ``r`` and ``t`` for the straddling rows, and a deterministic lowest-index choice
-(the hard lists ``idx``) for the metrics and functions that need one list.
+For row ``i`` let ``v`` be its ``k``-th largest similarity (the sample itself excluded by index). ``S(i)`` holds the
+samples strictly above ``v`` and ``T(i)`` those equal to it. When ``|S| + |T| = k`` the neighbourhood is unambiguous.
+Otherwise a tie *straddles* the ``k``-th place: ``r = k - |S|`` of the ``t = |T|`` tied samples must be chosen, and
+every choice is equally justified by the data. The metrics decide what to do with that (see :mod:`prh_lib.metrics.knn`);
+this module records ``S``, ``T``, ``r`` and ``t`` for the straddling rows, and a deterministic lowest-index choice (the
+hard lists ``idx``) for the metrics and functions that need one list.
 
-With ``groups`` (bootstrap resamples: positions holding copies of the same original sample), copies of
-the sample itself are excluded as well, and ties among copies of one *other* sample are resolved by
-copy rank (the first copy first), identically in ``X`` and ``Y``: copies are one sample, not a tie
-between samples.
+With ``groups`` (bootstrap resamples: positions holding copies of the same original sample), copies of the sample itself
+are excluded as well, and ties among copies of one *other* sample are resolved by copy rank (the first copy first),
+identically in ``X`` and ``Y``: copies are one sample, not a tie between samples.
 """
 
 from __future__ import annotations
@@ -83,9 +81,8 @@ class Hoods:
 def similarity(Z: torch.Tensor, kind: str, name: str) -> tuple[torch.Tensor, torch.Tensor]:
     """``(S, sq_norms)`` for one layer ``Z`` (N, d): ranking similarity (float32) and ``||z_i||^2``.
 
-    For ``kind="linear"`` ``S`` is the raw Gram matrix. Raises the package's NaN/inf error (naming
-    ``name``) when a row is not finite: the Gram diagonal ``sum_d z_id^2`` is NaN or infinite exactly
-    then (or when it overflows float32).
+    For ``kind="linear"`` ``S`` is the raw Gram matrix. Raises the package's NaN/inf error (naming ``name``) when a row
+    is not finite: the Gram diagonal ``sum_d z_id^2`` is NaN or infinite exactly then (or when it overflows float32).
     """
     G = Z @ Z.T
     diag = G.diagonal().clone()
@@ -225,12 +222,11 @@ def hoods_of_resamples(S: torch.Tensor, valid, draws: torch.Tensor, *, k: int, b
     ``S`` (N, N) is the full sample's similarity (not modified); ``draws`` (B, m) int64, each row sorted
     (a bootstrap resample, copies allowed, or a subsample); ``valid`` (B,) bool.
 
-    Each row's neighbours in a resample are the first drawn samples of its full-sample ranking, so the
-    ``k`` neighbours of a position are read off the row's :func:`candidates` best samples of the full
-    sample by counting copies: every copy of the best candidates, then the first copies of the one
-    where the count reaches ``k`` (copies of one sample are one sample, the first copy first). That
-    is ``O(B N (3k + 10))`` instead of a ``topk`` over ``B m^2`` entries. Rows whose full-sample
-    candidates hold a tie between samples, or whose resample holds fewer than ``k`` of their
+    Each row's neighbours in a resample are the first drawn samples of its full-sample ranking, so the ``k`` neighbours
+    of a position are read off the row's :func:`candidates` best samples of the full sample by counting copies: every
+    copy of the best candidates, then the first copies of the one where the count reaches ``k`` (copies of one sample
+    are one sample, the first copy first). That is ``O(B N (3k + 10))`` instead of a ``topk`` over ``B m^2`` entries.
+    Rows whose full-sample candidates hold a tie between samples, or whose resample holds fewer than ``k`` of their
     candidates, are selected exactly (:func:`select_rows`) instead.
     """
     N = S.shape[0]

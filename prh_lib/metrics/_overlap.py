@@ -12,13 +12,12 @@ observed scores, the null, and the scores of explicitly permuted data, so they a
 
 Mutual and Jaccard k-NN (tie-averaged membership)
 -------------------------------------------------
-Per sample the expected overlap under independent uniform tie-breaking is
-``m_i = sum_j w_X(i, j) w_Y(i, j)`` with ``w = 1`` on ``S``, ``r / t`` on ``T``. Rows where neither side
-straddles have an integer ``m_i`` (counted by the bit-sliced fast path). The others ("affected" rows)
-are computed exactly as ``num / den`` with integer weights ``u = t`` on ``S``, ``r`` on ``T``
-(``w = u / t``), ``den = t_X t_Y``, and added as fixed-point integers (:mod:`._bits`): type Y where
-the ``Y`` row straddles (its support, relabelled, looks up ``X``'s weights), type X where only the
-``X`` row does (``Y``'s ``k`` neighbours look up ``X``'s weights).
+Per sample the expected overlap under independent uniform tie-breaking is ``m_i = sum_j w_X(i, j) w_Y(i, j)`` with
+``w = 1`` on ``S``, ``r / t`` on ``T``. Rows where neither side straddles have an integer ``m_i`` (counted by the
+bit-sliced fast path). The others ("affected" rows) are computed exactly as ``num / den`` with integer weights ``u = t``
+on ``S``, ``r`` on ``T`` (``w = u / t``), ``den = t_X t_Y``, and added as fixed-point integers (:mod:`._bits`): type Y
+where the ``Y`` row straddles (its support, relabelled, looks up ``X``'s weights), type X where only the ``X`` row does
+(``Y``'s ``k`` neighbours look up ``X``'s weights).
 
 Cycle k-NN (lowest-index rule, re-applied in the re-paired frame)
 -----------------------------------------------------------------
@@ -41,9 +40,7 @@ __all__: list[str] = []
 _BUDGET = 1 << 18  # elements of the packed-word array of one batch of permutations (fits in cache)
 
 
-# --------------------------------------------------------------------------------------------------
-# cached views of a Hoods
-# --------------------------------------------------------------------------------------------------
+# -- cached views of a Hoods -----------------------------------------------------------------------
 
 
 def _cache(h: Hoods) -> dict:
@@ -146,9 +143,7 @@ def _tie_lists(h: Hoods):
     return c["tie_lists"]
 
 
-# --------------------------------------------------------------------------------------------------
-# permutations
-# --------------------------------------------------------------------------------------------------
+# -- permutations ----------------------------------------------------------------------------------
 
 
 def inverse(perms, N: int, bk: B.Backend):
@@ -206,9 +201,7 @@ def _map(fn, batches, bk: B.Backend) -> list:
         return [first] + list(ex.map(fn, batches[1:]))
 
 
-# --------------------------------------------------------------------------------------------------
-# mutual and Jaccard k-NN
-# --------------------------------------------------------------------------------------------------
+# -- mutual and Jaccard k-NN -----------------------------------------------------------------------
 
 
 def overlap_scores(hx: Hoods, hy: Hoods, perms=None, *, jaccard: bool = False) -> np.ndarray:
@@ -309,9 +302,7 @@ def _corrections(hx: Hoods, hy: Hoods, perms, pinv, q: int, jaccard: bool):
     return F
 
 
-# --------------------------------------------------------------------------------------------------
-# cycle k-NN
-# --------------------------------------------------------------------------------------------------
+# -- cycle k-NN ------------------------------------------------------------------------------------
 
 
 def rechosen(hy: Hoods, perms, pinv):

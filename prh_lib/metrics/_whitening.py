@@ -139,9 +139,8 @@ def fit_whitening(X_train, *, n_components: int = 100, eps: float = 1e-10) -> Wh
     Returns
     -------
     Whitening
-        With ``r <= min(n_components, n_train - 1, d)`` components for ``eps`` above the
-        float64 rounding floor; whitened training rows have zero mean and identity covariance
-        (``ddof=1``).
+        With ``r <= min(n_components, n_train - 1, d)`` components for ``eps`` above the float64 rounding floor;
+        whitened training rows have zero mean and identity covariance (``ddof=1``).
 
     Raises
     ------

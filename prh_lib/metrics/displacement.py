@@ -128,20 +128,17 @@ def cosine_measures(A, B, *, n_pairs: int = 10_000, seed: int = 0, pairs=None) -
     * ``pointwise``    = mean over all ``i`` of ``cos(a_i, b_i)``;
     * ``cross_model``  = mean over sampled pairs of ``cos(a_i - a_j, b_i - b_j)``: do the
       two models move in the same direction from sample ``j`` to sample ``i``?
-    * ``cross_object`` = mean over sampled pairs of ``cos(a_i - b_i, a_j - b_j)``: is the
-      residual between the models (the "modality gap" of an object) the same for
-      different objects?
+    * ``cross_object`` = mean over sampled pairs of ``cos(a_i - b_i, a_j - b_j)``: is the residual between the models
+      (the "modality gap" of an object) the same for different objects?
 
-    Pairs ``(i, j)``, ``i != j``, are drawn uniformly with replacement (or given as
-    ``pairs``). Each ``*_shuffled`` control recomputes its measure with ``b_i`` replaced by
-    ``b_pi(i)``, where ``pi`` is a random derangement (a single cycle, so no sample keeps
-    its partner).
+    Pairs ``(i, j)``, ``i != j``, are drawn uniformly with replacement (or given as ``pairs``). Each ``*_shuffled``
+    control recomputes its measure with ``b_i`` replaced by ``b_pi(i)``, where ``pi`` is a random derangement (a single
+    cycle, so no sample keeps its partner).
 
-    **Undefined cosines.** A vector whose norm is ``<= ZERO_NORM_RTOL`` (1e-8) times the RMS
-    row norm of ``A`` and ``B`` is treated as exactly zero and its pair is left out of the
-    mean; if every pair is left out the measure is NaN with a ``RuntimeWarning``. So
-    ``cross_object`` of identical inputs (or of an exactly rotated copy after Procrustes) is
-    NaN: every residual ``a_i - b_i`` is zero, and no residual direction can be shared.
+    **Undefined cosines.** A vector whose norm is ``<= ZERO_NORM_RTOL`` (1e-8) times the RMS row norm of ``A`` and ``B``
+    is treated as exactly zero and its pair is left out of the mean; if every pair is left out the measure is NaN with a
+    ``RuntimeWarning``. So ``cross_object`` of identical inputs (or of an exactly rotated copy after Procrustes) is NaN:
+    every residual ``a_i - b_i`` is zero, and no residual direction can be shared.
 
     Parameters
     ----------
@@ -164,9 +161,8 @@ def cosine_measures(A, B, *, n_pairs: int = 10_000, seed: int = 0, pairs=None) -
     Raises
     ------
     ValueError
-        If the inputs are not 2-D, differ in shape, contain NaN/inf or have fewer than 2 rows;
-        if ``pairs`` are not two equal-length integer arrays of indices in ``[0, n_samples)``
-        with ``i != j``.
+        If the inputs are not 2-D, differ in shape, contain NaN/inf or have fewer than 2 rows; if ``pairs`` are not two
+        equal-length integer arrays of indices in ``[0, n_samples)`` with ``i != j``.
     """
     A = _as_float64(A, "A", 2, "(n_samples, r)")
     B = _as_float64(B, "B", 2, "(n_samples, r)")
@@ -270,11 +266,10 @@ def displacement_similarity(X, Y, *, n_components: int = 100, test_fraction: flo
                             seed: int = 0, eps: float = 1e-10) -> DisplacementResult:
     """Displacement-geometry similarity of two representations of the same samples [1]_.
 
-    Split the samples (:func:`split_indices`); on the training rows whiten each model
-    (:func:`fit_whitening`), truncate both to the common dimension ``r = min(r_x, r_y)`` and
-    fit :func:`procrustes` mapping ``Y``'s whitened training rows onto ``X``'s; on the
-    held-out rows compute :func:`cosine_measures`. Nothing fitted sees a test row. The
-    three main measures are symmetric in ``X`` and ``Y``.
+    Split the samples (:func:`split_indices`); on the training rows whiten each model (:func:`fit_whitening`), truncate
+    both to the common dimension ``r = min(r_x, r_y)`` and fit :func:`procrustes` mapping ``Y``'s whitened training rows
+    onto ``X``'s; on the held-out rows compute :func:`cosine_measures`. Nothing fitted sees a test row. The three main
+    measures are symmetric in ``X`` and ``Y``.
 
     Parameters
     ----------
@@ -337,11 +332,10 @@ def displacement_layerwise(XL, YL, *, n_components: int = 100, test_fraction: fl
     Returns
     -------
     dict of str to ndarray of shape (L_x, L_y)
-        One float array per name in :data:`MEASURES` (values in [-1, 1] or NaN), plus
-        ``"n_components"``: the int array of common whitened dimensions used. A layer with
-        zero variance on the training rows gets NaN in its whole row or column and
-        ``n_components`` 0 (one ``RuntimeWarning`` lists such layers). Zero-padded columns
-        (narrow CNN stages in a padded stack) change nothing: PCA ignores them.
+        One float array per name in :data:`MEASURES` (values in [-1, 1] or NaN), plus ``"n_components"``: the int array
+        of common whitened dimensions used. A layer with zero variance on the training rows gets NaN in its whole row or
+        column and ``n_components`` 0 (one ``RuntimeWarning`` lists such layers). Zero-padded columns (narrow CNN stages
+        in a padded stack) change nothing: PCA ignores them.
 
     Raises
     ------

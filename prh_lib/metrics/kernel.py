@@ -39,9 +39,7 @@ __all__ = ["cka_linear", "cka_linear_unbiased", "cka_rbf", "cka_linear_layerwise
 
 BANDWIDTHS = ("median", "absolute")
 
-# --------------------------------------------------------------------------------------------------
-# private core
-# --------------------------------------------------------------------------------------------------
+# -- private core ----------------------------------------------------------------------------------
 
 
 def _hsic_unbiased_dense(K: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
@@ -163,9 +161,7 @@ def _score(sx: _KernelState, sy: _KernelState, perm=None) -> torch.Tensor:
     return out.masked_fill(bad, float("nan"))
 
 
-# --------------------------------------------------------------------------------------------------
-# public API
-# --------------------------------------------------------------------------------------------------
+# -- public API ------------------------------------------------------------------------------------
 
 
 def _check(X, Y, *, ndim, min_n, estimator, device=None):
@@ -212,10 +208,9 @@ def cka_linear(X, Y) -> float:
     Returns
     -------
     score : float in [0, 1]
-        ``||Y_c^T X_c||_F^2 / (||X_c^T X_c||_F ||Y_c^T Y_c||_F)`` with column-centred ``X_c, Y_c``,
-        computed in float64. 1 for ``X`` against itself; symmetric; invariant to orthogonal
-        transforms, isotropic scaling and sample permutation. NaN (RuntimeWarning) if either input has
-        all rows identical.
+        ``||Y_c^T X_c||_F^2 / (||X_c^T X_c||_F ||Y_c^T Y_c||_F)`` with column-centred ``X_c, Y_c``, computed in float64.
+        1 for ``X`` against itself; symmetric; invariant to orthogonal transforms, isotropic scaling and sample
+        permutation. NaN (RuntimeWarning) if either input has all rows identical.
 
     Raises
     ------
@@ -288,10 +283,9 @@ def cka_rbf(X, Y, *, sigma: float = 1.0, bandwidth: str = "median", unbiased: bo
     X : ndarray or Tensor of shape (n_samples, d_x)
     Y : ndarray or Tensor of shape (n_samples, d_y)
     sigma : float > 0, default=1.0
-        Bandwidth. With ``bandwidth="median"``, ``w = sigma * sqrt(median ||x_i - x_j||^2)`` per
-        representation, the median taken over all ``n^2`` pairs including the zero diagonal (Kornblith
-        et al.'s ``gram_rbf(x, threshold=sigma)``); with ``"absolute"``, ``w = sigma`` (the PRH code's
-        ``rbf_sigma``).
+        Bandwidth. With ``bandwidth="median"``, ``w = sigma * sqrt(median ||x_i - x_j||^2)`` per representation, the
+        median taken over all ``n^2`` pairs including the zero diagonal (Kornblith et al.'s
+        ``gram_rbf(x, threshold=sigma)``); with ``"absolute"``, ``w = sigma`` (the PRH code's ``rbf_sigma``).
     bandwidth : {"median", "absolute"}, default="median"
     unbiased : bool, default=False
         Use Song et al.'s unbiased HSIC instead of the biased one (then ``n_samples >= 4``).
@@ -299,9 +293,8 @@ def cka_rbf(X, Y, *, sigma: float = 1.0, bandwidth: str = "median", unbiased: bo
     Returns
     -------
     score : float
-        In [0, 1] for the biased HSIC. Invariant to orthogonal transforms and sample permutation; to
-        isotropic scaling only with ``bandwidth="median"``. NaN (RuntimeWarning) for constant inputs
-        or a zero median distance.
+        In [0, 1] for the biased HSIC. Invariant to orthogonal transforms and sample permutation; to isotropic scaling
+        only with ``bandwidth="median"``. NaN (RuntimeWarning) for constant inputs or a zero median distance.
 
     Raises
     ------

@@ -17,15 +17,13 @@ Exact ties are common (duplicate samples, quantised features, all-zero rows). Wh
 and ``Y`` (say, lowest index first) makes the neighbourhoods agree for no reason in the data, an inflation
 a permutation null does not reproduce.
 
-- ``mutual_knn`` and ``jaccard_knn`` use **tie-averaged membership**: sample ``j`` belongs to
-  ``N(i)`` with weight 1 if it is strictly among the ``k`` nearest, ``r / t`` if it is one of the ``t``
-  samples tied at the ``k``-th place, 0 otherwise. The per-sample overlap
-  ``m_i = sum_j w_X(i, j) w_Y(i, j)`` is the *expected* overlap under independent, uniformly random
-  tie-breaking in ``X`` and ``Y`` (:func:`prh_lib.metrics.reference.mutual_knn` computes it with plain
-  loops); without straddling ties it is the usual count. It does not depend on sample order, so the
-  re-paired null equals recomputation; unrelated tied data stay at chance, ``k / (N - 1)``, in
-  expectation; a representation with straddling ties scores below 1 against itself. Jaccard uses the
-  same ``m_i`` in ``m_i / (2k - m_i)``.
+- ``mutual_knn`` and ``jaccard_knn`` use **tie-averaged membership**: sample ``j`` belongs to ``N(i)`` with weight 1 if
+  it is strictly among the ``k`` nearest, ``r / t`` if it is one of the ``t`` samples tied at the ``k``-th place, 0
+  otherwise. The per-sample overlap ``m_i = sum_j w_X(i, j) w_Y(i, j)`` is the *expected* overlap under independent,
+  uniformly random tie-breaking in ``X`` and ``Y`` (:func:`prh_lib.metrics.reference.mutual_knn` computes it with plain
+  loops); without straddling ties it is the usual count. It does not depend on sample order, so the re-paired null
+  equals recomputation; unrelated tied data stay at chance, ``k / (N - 1)``, in expectation; a representation with
+  straddling ties scores below 1 against itself. Jaccard uses the same ``m_i`` in ``m_i / (2k - m_i)``.
 - ``cycle_knn`` and ``cknna`` are not linear in the memberships, so an expectation over tie-breaks has
   no cheap closed form; they keep the deterministic **lowest-index** rule of :func:`knn_indices` (as
   ``torch.topk`` in the PRH code does in practice), and their permutation nulls re-apply it in the
@@ -66,9 +64,7 @@ __all__ = ["knn_indices", "mutual_knn", "mutual_knn_layerwise", "mutual_knn_chan
            "jaccard_knn_layerwise", "jaccard_knn_chance", "cycle_knn", "cycle_knn_layerwise", "cknna",
            "cknna_layerwise"]
 
-# --------------------------------------------------------------------------------------------------
-# private core: two-stage form (neighbourhoods, then scores for any re-pairings), used by the engines
-# --------------------------------------------------------------------------------------------------
+# -- private core: two-stage form (neighbourhoods, then scores for any re-pairings), used by the engines ---
 
 _KIND = {"mutual_knn": "cosine", "jaccard_knn": "cosine", "cycle_knn": "cosine", "cknna": "linear"}
 
@@ -178,9 +174,7 @@ def _valid(state) -> np.ndarray:
     return state.valid
 
 
-# --------------------------------------------------------------------------------------------------
-# public API
-# --------------------------------------------------------------------------------------------------
+# -- public API ------------------------------------------------------------------------------------
 
 
 def _check(X, Y, *, ndim, k, min_n=2, estimator="k-NN metric", device=None):
@@ -299,8 +293,7 @@ def jaccard_knn(X, Y, *, k: int = 10) -> float:
     Returns
     -------
     score : float in [0, 1]
-        Chance level :func:`jaccard_knn_chance` (without ties). Symmetric; NaN (warning) for
-        degenerate inputs.
+        Chance level :func:`jaccard_knn_chance` (without ties). Symmetric; NaN (warning) for degenerate inputs.
 
     Raises
     ------
@@ -365,11 +358,10 @@ def cknna(X, Y, *, k: int = 10) -> float:
     Returns
     -------
     score : float
-        1 for ``X`` against itself; invariant to rotations and isotropic scaling. Can be slightly
-        negative. *Not exactly symmetric*: the masked kernels are not symmetric matrices (neighbour
-        relations need not be reciprocal), and Eq. (5)'s term ``1^T A B 1`` changes when ``A`` and ``B``
-        swap; the difference is small for realistic ``N`` (about 1e-3 at N=150, k=10). NaN (warning) if
-        either representation is constant or a denominator HSIC is not positive.
+        1 for ``X`` against itself; invariant to rotations and isotropic scaling. Can be slightly negative. *Not exactly
+        symmetric*: the masked kernels are not symmetric matrices (neighbour relations need not be reciprocal), and Eq.
+        (5)'s term ``1^T A B 1`` changes when ``A`` and ``B`` swap; the difference is small for realistic ``N`` (about
+        1e-3 at N=150, k=10). NaN (warning) if either representation is constant or a denominator HSIC is not positive.
 
     Raises
     ------
@@ -380,10 +372,9 @@ def cknna(X, Y, *, k: int = 10) -> float:
 
     Notes
     -----
-    This follows the PRH reference implementation (``AlignmentMetrics.cknna`` with ``unbiased=True``),
-    which applies ``hsic_unbiased`` to the masked kernels, rather than the row-centred sum written in
-    App. A. The PRH code adds ``1e-6`` to the denominator; this function does not, so values differ
-    from it by that offset.
+    This follows the PRH reference implementation (``AlignmentMetrics.cknna`` with ``unbiased=True``), which applies
+    ``hsic_unbiased`` to the masked kernels, rather than the row-centred sum written in App. A. The PRH code adds
+    ``1e-6`` to the denominator; this function does not, so values differ from it by that offset.
 
     References
     ----------

@@ -1,25 +1,22 @@
 """Bootstrap confidence intervals over samples for any alignment score.
 
-Resampling rows with replacement puts several copies of a sample at different positions. Treated
-naively, a copy is the perfect nearest neighbour of its twin in *both* representations, which inflates
-every k-NN score (for independent data mutual k-NN would rise far above its chance level
-``k/(N-1)``), and copies re-introduce the self-similarity terms that the unbiased HSIC removes. What
-this module does about it, per metric family (``method="bootstrap"``):
+Resampling rows with replacement puts several copies of a sample at different positions. Treated naively, a copy is the
+perfect nearest neighbour of its twin in *both* representations, which inflates every k-NN score (for independent data
+mutual k-NN would rise far above its chance level ``k/(N-1)``), and copies re-introduce the self-similarity terms that
+the unbiased HSIC removes. What this module does about it, per metric family (``method="bootstrap"``):
 
-- k-NN metrics (``mutual_knn``, ``jaccard_knn``, ``cycle_knn``, ``cknna``): neighbours are searched
-  among the resampled rows, excluding every position that holds a copy of the *same original sample*
-  (exclusion by sample identity, the resampling analogue of excluding the diagonal). Copies of *other*
-  samples remain distinct positions and can both be neighbours; they tie exactly. A tie at the k-th
-  place between copies of one sample is not a tie between samples: the first copy wins, identically in
-  ``X`` and ``Y``. Ties between different samples follow the metric's tie semantics
-  (:mod:`prh_lib.metrics.knn`: tie-averaged for mutual and Jaccard k-NN, lowest position for cycle
-  k-NN and CKNNA, which the resampled positions, sorted by original index, make the lowest index).
+- k-NN metrics (``mutual_knn``, ``jaccard_knn``, ``cycle_knn``, ``cknna``): neighbours are searched among the resampled
+  rows, excluding every position that holds a copy of the *same original sample* (exclusion by sample identity, the
+  resampling analogue of excluding the diagonal). Copies of *other* samples remain distinct positions and can both be
+  neighbours; they tie exactly. A tie at the k-th place between copies of one sample is not a tie between samples: the
+  first copy wins, identically in ``X`` and ``Y``. Ties between different samples follow the metric's tie semantics
+  (:mod:`prh_lib.metrics.knn`: tie-averaged for mutual and Jaccard k-NN, lowest position for cycle k-NN and CKNNA, which
+  the resampled positions, sorted by original index, make the lowest index).
 - ``cka_linear_unbiased``: entries of the Gram matrix at pairs of positions holding the same sample are
   zeroed together with the diagonal before U-centring. This removes the duplicated self-similarity
   (without it the replicates drift towards the biased CKA); it is an approximation of the U-statistic,
   whose exact form would need all four indices to be distinct samples.
-- ``cycle_knn`` asks whether a sample is found again; under resampling, finding *any copy* of it
-  counts.
+- ``cycle_knn`` asks whether a sample is found again; under resampling, finding *any copy* of it counts.
 - ``cka_linear`` and ``cka_rbf`` (biased HSIC, a V-statistic that already includes self-pairs): the
   resampled Gram matrix is used as is, the textbook bootstrap. With ``bandwidth="median"`` the RBF
   bandwidth is recomputed on every resample, as part of the estimator. A resample holds only about
@@ -27,15 +24,13 @@ this module does about it, per metric family (``method="bootstrap"``):
   sit *above* the estimate (for independent data often entirely above it). The result reports this
   shift as ``bias``; ``interval="basic"`` corrects a constant shift, or use ``cka_linear_unbiased``.
 
-``method="subsample"`` draws ``round(fraction * N)`` rows *without* replacement instead (no duplicates,
-no special cases). The spread then describes scores at the smaller sample size and is wider than at
-``N``; k-NN scores also shift with ``N`` (their chance level is ``k/(N-1)``), so read such intervals as
-conservative.
+``method="subsample"`` draws ``round(fraction * N)`` rows *without* replacement instead (no duplicates, no special
+cases). The spread then describes scores at the smaller sample size and is wider than at ``N``; k-NN scores also shift
+with ``N`` (their chance level is ``k/(N-1)``), so read such intervals as conservative.
 
-Similarity or Gram matrices of the full sample are computed once; each replicate takes rows and columns
-from them (positions sorted by original index, so the lowest-index tie-break keeps its meaning). For
-mutual, Jaccard and cycle k-NN no resampled matrix is formed at all
-(:func:`prh_lib.metrics._neighbours.hoods_of_resamples`), with the same bits.
+Similarity or Gram matrices of the full sample are computed once; each replicate takes rows and columns from them
+(positions sorted by original index, so the lowest-index tie-break keeps its meaning). For mutual, Jaccard and cycle
+k-NN no resampled matrix is formed at all (:func:`prh_lib.metrics._neighbours.hoods_of_resamples`), with the same bits.
 
 References
 ----------

@@ -9,10 +9,9 @@ samples. With observed score ``s_obs`` and permuted scores ``s_1..s_K``:
 - calibrated score ``clip((s_obs - tau) / (1 - tau), 0, 1)``: 0 unless the score clears the null's
   ``1 - alpha`` quantile, 1 for a perfect score.
 
-When a reported score is the maximum over all layer pairs, the null must undergo the same selection:
-each permutation is applied to every layer of ``Y`` at once and the maximum of each permuted
-``(L_x, L_y)`` matrix forms the null of the maximum (``selection_aware=True``). Comparing a selected
-maximum with a single pair's null is anti-conservative.
+When a reported score is the maximum over all layer pairs, the null must undergo the same selection: each permutation is
+applied to every layer of ``Y`` at once and the maximum of each permuted ``(L_x, L_y)`` matrix forms the null of the
+maximum (``selection_aware=True``). Comparing a selected maximum with a single pair's null is anti-conservative.
 
 Permutations never recompute Gram matrices: k-NN metrics look up packed neighbour memberships at
 permuted positions, all layer pairs and batches of permutations at once (see
@@ -263,9 +262,8 @@ def permutation_test(
     Returns
     -------
     CalibratedScore
-        ``observed`` equals ``METRICS[metric](X, Y)`` and ``null[t]`` equals
-        ``METRICS[metric](X, Y[perm_t])`` bit for bit for the k-NN metrics (one code path); to float32
-        accuracy for the kernel metrics.
+        ``observed`` equals ``METRICS[metric](X, Y)`` and ``null[t]`` equals ``METRICS[metric](X, Y[perm_t])`` bit for
+        bit for the k-NN metrics (one code path); to float32 accuracy for the kernel metrics.
 
     Raises
     ------
@@ -316,11 +314,10 @@ def permutation_test_layerwise(
 
     Notes
     -----
-    Cost: the ``L_x + L_y`` Gram matrices once, then per permutation, for mutual, Jaccard and cycle
-    k-NN, ``L_y N k`` look-ups of packed words holding 63 layers of ``X`` each and a bit-sliced
-    count (all layer pairs at once; at the paper's size about a millisecond); for CKNNA
-    ``O(L_x L_y N k)`` gathers in float64; for the kernel metrics an ``(L_x, N^2) @ (N^2, L_y)``
-    product. ``benchmarks/bench_metrics.py`` measures these against the Gram-matrix floor.
+    Cost: the ``L_x + L_y`` Gram matrices once, then per permutation, for mutual, Jaccard and cycle k-NN, ``L_y N k``
+    look-ups of packed words holding 63 layers of ``X`` each and a bit-sliced count (all layer pairs at once; at the
+    paper's size about a millisecond); for CKNNA ``O(L_x L_y N k)`` gathers in float64; for the kernel metrics an
+    ``(L_x, N^2) @ (N^2, L_y)`` product. ``benchmarks/bench_metrics.py`` measures these against the Gram-matrix floor.
 
     References
     ----------

@@ -10,8 +10,7 @@ Near-constant input. Pearson's r is undefined for a constant series, and numeric
 series that is constant up to rounding. :func:`near_constant` is the one test, applied alike to the
 observed series (r and p are NaN, with :class:`scipy.stats.ConstantInputWarning` or
 :class:`scipy.stats.NearConstantInputWarning`) and to every bootstrap resample and permutation: the
-SciPy rule ``norm(x - mean(x)) < eps**0.75 * |mean(x)|`` (``scipy.stats.pearsonr``, SciPy >= 1.14), plus
-exact equality.
+SciPy rule ``norm(x - mean(x)) < eps**0.75 * |mean(x)|`` (``scipy.stats.pearsonr``, SciPy >= 1.14), plus exact equality.
 
 References
 ----------

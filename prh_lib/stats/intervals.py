@@ -37,15 +37,13 @@ def bootstrap_interval(estimate: float, reps, ci: float = 0.95, *, method: str =
         median: the replicates' spread (their level differs at the smaller size) placed around the estimate
         (:mod:`prh_lib.stats.selection`). No bias correction: an in-sample maximum keeps its upward bias.
     ``"basic"`` (the "reverse percentile" interval)
-        ``(2 θ̂ − q_{(1+ci)/2}, 2 θ̂ − q_{(1-ci)/2})``: the distribution of ``θ* − θ̂`` stands in for that of
-        ``θ̂ − θ`` (Davison & Hinkley 1997, Sec. 5.2, eq. 5.6). With bootstrap replicates *with replacement*
-        of a k-NN score this reads the resampling's own downward shift (duplicates thin the neighbourhoods;
-        seen on final layers, which nothing selects) as the estimator's bias and moves the interval up by it:
-        kept for comparison only.
+        ``(2 θ̂ − q_{(1+ci)/2}, 2 θ̂ − q_{(1-ci)/2})``: the distribution of ``θ* − θ̂`` stands in for that of ``θ̂ − θ``
+        (Davison & Hinkley 1997, Sec. 5.2, eq. 5.6). With bootstrap replicates *with replacement* of a k-NN score this
+        reads the resampling's own downward shift (duplicates thin the neighbourhoods; seen on final layers, which
+        nothing selects) as the estimator's bias and moves the interval up by it: kept for comparison only.
     ``"bc"`` (bias-corrected percentile)
-        The percentile interval at the levels ``Φ(2 z0 ± z_{(1+ci)/2})`` with ``z0 = Φ⁻¹(share of
-        replicates below θ̂)`` (Efron & Tibshirani 1993, Sec. 14.3 with acceleration 0). Same caveat as
-        "basic".
+        The percentile interval at the levels ``Φ(2 z0 ± z_{(1+ci)/2})`` with ``z0 = Φ⁻¹(share of replicates below θ̂)``
+        (Efron & Tibshirani 1993, Sec. 14.3 with acceleration 0). Same caveat as "basic".
     ``"percentile"``
         :func:`percentile_interval` (Efron & Tibshirani 1993, Sec. 13.3).
 
@@ -119,10 +117,9 @@ def paired_interval(a_reps, b_reps, ci: float = 0.95, *, ratio: bool = False, es
         Replicates of ``a`` and ``b`` on the same subsamples.
     ci : float, default=0.95
     ratio : bool, default=False
-        The ratio ``a / b`` instead of the difference. With a positive estimate and ``method`` "centred" or
-        "basic", the interval of ``log(a / b)``, exponentiated (replicates that are not positive are left
-        out), so it stays positive and the long upper tail of a ratio is not mirrored below 0 (Davison &
-        Hinkley 1997, Sec. 5.2.1).
+        The ratio ``a / b`` instead of the difference. With a positive estimate and ``method`` "centred" or "basic", the
+        interval of ``log(a / b)``, exponentiated (replicates that are not positive are left out), so it stays positive
+        and the long upper tail of a ratio is not mirrored below 0 (Davison & Hinkley 1997, Sec. 5.2.1).
     estimates : (float, float)
         The point estimates of ``a`` and ``b``: the difference (ratio) of the two is the statistic's estimate,
         around which the interval is placed. Required unless ``method="percentile"``.

@@ -6,30 +6,27 @@ Its spread over caption draws (which keep the images fixed) measures neither tha
 images. This module gives the estimates a reviewer asks for instead:
 
 Cross-fitted (held-out) peak
-    The images are split at random into two halves ``A`` and ``B``. The layer pair with the highest score on
-    ``A`` is scored on ``B``, and the reverse; the held-out peak is the mean of the two over ``n_splits``
-    random splits (and over the caption draws, which share the images). A half has about ``N/2`` samples,
-    so each half is scored with ``k_half = round(k (n_half - 1) / (N - 1))`` neighbours: the chance level
-    ``k/(N-1)`` of mutual k-NN stays the same as on all ``N`` (Herbst et al., App. G: at a fixed ``k/N``
-    mutual k-NN is stable across ``N``). The in-sample maximum on the same halves is kept too
-    (``insample_half``), and how often each layer pair is selected.
+    The images are split at random into two halves ``A`` and ``B``. The layer pair with the highest score on ``A`` is
+    scored on ``B``, and the reverse; the held-out peak is the mean of the two over ``n_splits`` random splits (and over
+    the caption draws, which share the images). A half has about ``N/2`` samples, so each half is scored with
+    ``k_half = round(k (n_half - 1) / (N - 1))`` neighbours: the chance level ``k/(N-1)`` of mutual k-NN stays the same
+    as on all ``N`` (Herbst et al., App. G: at a fixed ``k/N`` mutual k-NN is stable across ``N``). The in-sample
+    maximum on the same halves is kept too (``insample_half``), and how often each layer pair is selected.
 Image-level intervals by half-sampling, paired
-    Replicate ``b`` draws half of the images *without replacement* and repeats the whole cross-fitted
-    procedure on them, selection included, for every caption draw: ``rep_splits`` random splits of the
-    subsample into halves, each half scored with the same ``k_half`` as the estimate. This is subsampling
-    (Politis & Romano 1994) at ``m = n/2``, i.e. half-sampling: for a statistic whose variance is
-    ``σ²/size``, the variance of the estimate on ``m`` of ``n`` images drawn without replacement, around the
-    full-sample estimate, is ``σ² (1/m − 1/n)``, which at ``m = n/2`` equals the ``σ²/n`` of the estimate
-    itself, so the replicates' spread needs no rescaling (Shao & Wu 1989). A subsample scores at its own
-    level (half the images: a noisier selection, a higher chance level at the same ``k``), so the intervals
-    read only the replicates' spread, never their level: they are centred (:func:`bootstrap_interval`,
-    ``"centred"``). Not the bootstrap with replacement (kept as ``resampling="bootstrap"`` for comparison):
-    duplicates change every neighbourhood, and it fails for nearest-neighbour statistics (Abadie & Imbens
-    2008); against the true spread (``benchmarks/crossfit_interval_coverage.py``) half-sampling errs wide by
-    1.1–1.3×, the bootstrap's reflected interval was 1.6–2.2× wide and off-centre.
-    The subsamples depend only on ``(N, n_boot, seed, rep_splits)``, so two comparisons on the same images
-    scored in separate calls get the *same* replicates: the difference of their replicate vectors is the
-    paired replicate of their difference (:func:`paired_interval`).
+    Replicate ``b`` draws half of the images *without replacement* and repeats the whole cross-fitted procedure on them,
+    selection included, for every caption draw: ``rep_splits`` random splits of the subsample into halves, each half
+    scored with the same ``k_half`` as the estimate. This is subsampling (Politis & Romano 1994) at ``m = n/2``, i.e.
+    half-sampling: for a statistic whose variance is ``σ²/size``, the variance of the estimate on ``m`` of ``n`` images
+    drawn without replacement, around the full-sample estimate, is ``σ² (1/m − 1/n)``, which at ``m = n/2`` equals the
+    ``σ²/n`` of the estimate itself, so the replicates' spread needs no rescaling (Shao & Wu 1989). A subsample scores
+    at its own level (half the images: a noisier selection, a higher chance level at the same ``k``), so the intervals
+    read only the replicates' spread, never their level: they are centred (:func:`bootstrap_interval`, ``"centred"``).
+    Not the bootstrap with replacement (kept as ``resampling="bootstrap"`` for comparison): duplicates change every
+    neighbourhood, and it fails for nearest-neighbour statistics (Abadie & Imbens 2008); against the true spread
+    (``benchmarks/crossfit_interval_coverage.py``) half-sampling errs wide by 1.1–1.3×, the bootstrap's reflected
+    interval was 1.6–2.2× wide and off-centre. The subsamples depend only on ``(N, n_boot, seed, rep_splits)``, so two
+    comparisons on the same images scored in separate calls get the *same* replicates: the difference of their replicate
+    vectors is the paired replicate of their difference (:func:`paired_interval`).
 
 References
 ----------
@@ -345,9 +342,8 @@ def crossfit_peak(X_draws, Y_draws, *, metric: str = "mutual_knn", k: int = 10, 
     n_boot : int, default=200
         Replicates (0: none; the ``*_reps`` are then empty).
     seed : int, default=0
-        Seeds the splits and the resampling (:func:`split_halves`, :func:`resampled_halves`). Equal ``n``,
-        ``n_splits``, ``n_boot`` and ``seed`` give equal splits and replicates: comparisons on the same images
-        are paired.
+        Seeds the splits and the resampling (:func:`split_halves`, :func:`resampled_halves`). Equal ``n``, ``n_splits``,
+        ``n_boot`` and ``seed`` give equal splits and replicates: comparisons on the same images are paired.
     resampling : {"subsample", "bootstrap"}, default="subsample"
         How replicates draw images (:func:`resampled_halves`): half of the images without replacement, on
         which the procedure is repeated with ``rep_splits`` splits and the halves' ``k_half``, or the
@@ -364,9 +360,8 @@ def crossfit_peak(X_draws, Y_draws, *, metric: str = "mutual_knn", k: int = 10, 
     Raises
     ------
     ValueError
-        Fewer than 8 samples; draws of different layer or sample counts; ``n_splits < 1``;
-        ``n_boot < 0``; ``k`` too large for a half; a metric outside the k-NN family; an unknown
-        ``resampling``.
+        Fewer than 8 samples; draws of different layer or sample counts; ``n_splits < 1``; ``n_boot < 0``; ``k`` too
+        large for a half; a metric outside the k-NN family; an unknown ``resampling``.
 
     References
     ----------

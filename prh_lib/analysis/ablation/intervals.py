@@ -171,15 +171,14 @@ def fixed_ratio_intervals(rows: pd.DataFrame, *, dataset: str, quantity: str = "
                           ci: float = 0.95) -> pd.DataFrame:
     """Relative spread of the N sweep at fixed k/N per pair, with a 95 % interval over the image subsets.
 
-    The statistic is that of ``G/fixed-ratio``: the mean raw score at each N (over caption draws and the random
-    image subsets of size N within each draw), then ``(max − min) / mean`` over the N grid. Each subset is a
-    random sample of N images, so the scores' spread at one N is the image-sampling variation of that mean (at
-    the full N every subset is the whole set and only the caption draws vary). A max − min of noisy means is
-    biased upward, and a bootstrap of it is biased further (its replicates sit above the estimate), so the
-    interval is built from *simultaneous* intervals of the means instead: normal intervals ``mean ± z se`` at
-    every N with Bonferroni's ``z = Φ⁻¹(1 − (1 − ci)/(2 m))`` over the ``m`` sizes. With probability at least
-    ``ci`` every true mean lies in its interval, so the true spread lies in
-    ``[max(0, max L − min U), max U − min L]`` (divided by the mean of the means): a conservative upper end for a
+    The statistic is that of ``G/fixed-ratio``: the mean raw score at each N (over caption draws and the random image
+    subsets of size N within each draw), then ``(max − min) / mean`` over the N grid. Each subset is a random sample of
+    N images, so the scores' spread at one N is the image-sampling variation of that mean (at the full N every subset is
+    the whole set and only the caption draws vary). A max − min of noisy means is biased upward, and a bootstrap of it
+    is biased further (its replicates sit above the estimate), so the interval is built from *simultaneous* intervals of
+    the means instead: normal intervals ``mean ± z se`` at every N with Bonferroni's ``z = Φ⁻¹(1 − (1 − ci)/(2 m))``
+    over the ``m`` sizes. With probability at least ``ci`` every true mean lies in its interval, so the true spread lies
+    in ``[max(0, max L − min U), max U − min L]`` (divided by the mean of the means): a conservative upper end for a
     claim of stability (the side ``G/fixed-ratio`` reads), and an interval that always holds the estimate.
 
     Parameters

@@ -461,9 +461,8 @@ def aggregate_sweeps(df: pd.DataFrame) -> pd.DataFrame:
     Returns
     -------
     DataFrame
-        Columns dataset, model_x, model_y, regime, quantity, k, n, ``score_mean``, ``score_std``,
-        ``corrected_mean``, ``corrected_std``, ``calibrated_mean``, ``calibrated_std``, ``n_draws``,
-        ``single_draw``, ``chance`` (k/(n-1)).
+        Columns dataset, model_x, model_y, regime, quantity, k, n, ``score_mean``, ``score_std``, ``corrected_mean``,
+        ``corrected_std``, ``calibrated_mean``, ``calibrated_std``, ``n_draws``, ``single_draw``, ``chance`` (k/(n-1)).
     """
     from prh_lib import results as results_table
 

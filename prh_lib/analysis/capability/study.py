@@ -79,8 +79,7 @@ def ladder_is_monotone(language) -> bool | None:
     return bool(np.all(np.diff([b for _, b in pts]) < 0))
 
 
-# --------------------------------------------------------------------------------------------------------
-# alignment and correlation
+# -- alignment and correlation ---------------------------------------------------------------------------
 
 
 def alignment_table(vision: dict, language, *, k: int = 10,
@@ -139,8 +138,7 @@ def correlation_table(table: pd.DataFrame, *, alignment: Sequence[str], capabili
     Parameters
     ----------
     table : DataFrame
-        One row per (vision, language) model pair, e.g. :func:`alignment_table` joined with capability
-        scores.
+        One row per (vision, language) model pair, e.g. :func:`alignment_table` joined with capability scores.
     alignment, capability : sequence of str
         Column names.
     by : str, default="vision"
@@ -170,8 +168,7 @@ def correlation_table(table: pd.DataFrame, *, alignment: Sequence[str], capabili
     return pd.DataFrame(rows)
 
 
-# --------------------------------------------------------------------------------------------------------
-# the study: independently trained language models over datasets x draws, from the results table
+# -- the study: independently trained language models over datasets x draws, from the results table ------
 
 #: Quantities this chapter writes to the results table (column ``quantity``).
 QUANTITIES = ("peak", "final", "bpb", "next_token_accuracy")
@@ -460,9 +457,8 @@ def capability_rows(language, *, texts: str, dataset: str = "held-out captions")
     Returns
     -------
     DataFrame
-        Per model two rows, ``quantity`` ``"bpb"`` (metric ``bits_per_byte``) and ``"next_token_accuracy"``,
-        ``model_x`` the model, ``n`` the texts scored, ``draw`` 0, ``family``, ``fraction``, ``texts``,
-        ``bytes``, ``tokens``.
+        Per model two rows, ``quantity`` ``"bpb"`` (metric ``bits_per_byte``) and ``"next_token_accuracy"``, ``model_x``
+        the model, ``n`` the texts scored, ``draw`` 0, ``family``, ``fraction``, ``texts``, ``bytes``, ``tokens``.
     """
     rows = []
     for r in language:

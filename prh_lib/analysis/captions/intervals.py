@@ -93,15 +93,14 @@ def order_intervals(vision: dict, variants: dict, language_models: Sequence[str]
     Returns
     -------
     DataFrame
-        One row per (vision model, shorter level) with :data:`COLUMNS`. With three or more language models:
-        ``tau`` of the held-out peaks over the language models, ``low``, ``high`` (95 % centred interval over
-        image half-samples, clipped to [-1, 1]); the margin columns are NaN and ``lm_a``, ``lm_b`` empty. With two
-        (``lm_a``, ``lm_b``, in the order given): ``full_margin`` = ``d_full``, the held-out peak of ``lm_a``
-        minus that of ``lm_b`` at the full text, with ``full_low``, ``full_high``; ``margin`` = ``s · d_level``
-        (``s = sign(d_full)``; NaN when ``d_full`` is 0), the full-text leader's lead at this level, with
-        ``margin_low``, ``margin_high``; all in units of the score (mutual k-NN, in [-1, 1]), intervals 95 %
-        centred over the paired image half-samples (NaN without replicates); ``tau``, ``low``, ``high`` NaN.
-        Empty with fewer than two language models or no such variants.
+        One row per (vision model, shorter level) with :data:`COLUMNS`. With three or more language models: ``tau`` of
+        the held-out peaks over the language models, ``low``, ``high`` (95 % centred interval over image half-samples,
+        clipped to [-1, 1]); the margin columns are NaN and ``lm_a``, ``lm_b`` empty. With two (``lm_a``, ``lm_b``, in
+        the order given): ``full_margin`` = ``d_full``, the held-out peak of ``lm_a`` minus that of ``lm_b`` at the full
+        text, with ``full_low``, ``full_high``; ``margin`` = ``s · d_level`` (``s = sign(d_full)``; NaN when ``d_full``
+        is 0), the full-text leader's lead at this level, with ``margin_low``, ``margin_high``; all in units of the
+        score (mutual k-NN, in [-1, 1]), intervals 95 % centred over the paired image half-samples (NaN without
+        replicates); ``tau``, ``low``, ``high`` NaN. Empty with fewer than two language models or no such variants.
     """
     from prh_lib.analysis.heldout import _crossfit_cached
 

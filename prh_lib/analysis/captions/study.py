@@ -198,11 +198,9 @@ def detail_alignment(vision: dict, variants: dict, language_models: Sequence[str
     -------
     DataFrame
         One row per (vision model, language model, variant): ``vision model``, ``language model``, ``variant``,
-        ``control``, ``level``, ``n``,
-        ``words`` and ``tokens`` (mean per text), ``peak`` (max over layer pairs; NaN, with ``peak layers``
-        "undefined", when every layer pair is degenerate, e.g. every summary of a variant is the same text),
-        ``peak layers``, ``final``,
-        ``chance`` (``k/(n-1)``), ``corrected peak`` and ``corrected final``
+        ``control``, ``level``, ``n``, ``words`` and ``tokens`` (mean per text), ``peak`` (max over layer pairs; NaN,
+        with ``peak layers`` "undefined", when every layer pair is degenerate, e.g. every summary of a variant is the
+        same text), ``peak layers``, ``final``, ``chance`` (``k/(n-1)``), ``corrected peak`` and ``corrected final``
         (:func:`prh_lib.pages.appg_k_n_ablation.chance_corrected`).
 
     References
@@ -247,8 +245,7 @@ def detail_alignment(vision: dict, variants: dict, language_models: Sequence[str
     return pd.DataFrame(rows)
 
 
-# --------------------------------------------------------------------------------------------------------
-# the study: caption variants on every draw of every dataset
+# -- the study: caption variants on every draw of every dataset ------------------------------------------
 
 
 def _concat(caps: Sequence[str], j: int, offset: int) -> str:

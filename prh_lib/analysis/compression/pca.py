@@ -24,9 +24,8 @@ DENSE_DIMS = 32
 def max_components(n_samples: int, n_features: int) -> int:
     """Largest number of principal components scikit-learn's PCA accepts: ``min(n_samples, n_features)``.
 
-    The centred data have rank at most ``n_samples - 1``, so with ``n_features >= n_samples`` the last
-    component carries zero variance; it is allowed (and harmless) so that "full" means the same as in
-    scikit-learn.
+    The centred data have rank at most ``n_samples - 1``, so with ``n_features >= n_samples`` the last component carries
+    zero variance; it is allowed (and harmless) so that "full" means the same as in scikit-learn.
     """
     return int(min(n_samples, n_features))
 

@@ -8,11 +8,10 @@
 
 Where the projection lives (``space``):
 
-- ``"original"`` (default): the rank-``m`` reconstruction ``mean + Z[:, :m] V[:m]`` in the layer's own
-  coordinates (``PCA.inverse_transform``). It removes the variance outside the top ``m`` directions and
-  changes nothing else, so at full rank it *is* the uncompressed layer and the score equals the uncompressed
-  score exactly (tested). Mutual k-NN uses cosine similarity, which is not invariant to centring, so this
-  matters.
+- ``"original"`` (default): the rank-``m`` reconstruction ``mean + Z[:, :m] V[:m]`` in the layer's own coordinates
+  (``PCA.inverse_transform``). It removes the variance outside the top ``m`` directions and changes nothing else, so at
+  full rank it *is* the uncompressed layer and the score equals the uncompressed score exactly (tested). Mutual k-NN
+  uses cosine similarity, which is not invariant to centring, so this matters.
 - ``"pca"``: the PCA coordinates ``Z[:, :m]`` (``PCA.transform``), centred. At full rank this equals the
   *centred* layer up to a rotation; the reference score is then that of the centred layer.
 
@@ -266,8 +265,7 @@ def pca_sweep(X, Y, *, compress: str = "x", dims=None, variance=None, k: int = 1
                             target, compress, space, int(k), X.shape[0], (sx.top, sy.top), dict(labels or {}))
 
 
-# --------------------------------------------------------------------------------------------------------
-# intervals over images of the relative scores the claims read
+# -- intervals over images of the relative scores the claims read ----------------------------------------
 
 #: The paper's language-side probe as a share of rank: 100 components of a rank of at most N - 1 = 1023
 PAPER_RANK_SHARE = 100 / 1023
@@ -347,8 +345,7 @@ def relative_intervals(X, Y, *, compress: str = "x", dims: dict | None = None, k
     return out
 
 
-# --------------------------------------------------------------------------------------------------------
-# layer pairs of two models
+# -- layer pairs of two models ---------------------------------------------------------------------------
 
 
 #: Layer pairs compressed by default: the peak of mutual k-NN over all layer pairs, and the final layers.

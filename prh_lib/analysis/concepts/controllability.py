@@ -10,10 +10,9 @@ a teacher model's features of the same rows:
   row-wise softmax distributions of cosine similarities of *whitened* features within a batch,
   :func:`relation_distillation_loss`.
 
-The paper reports that fine-tuning keeps Pointwise and lowers Cross-Model, MSE distillation raises
-both, and relation distillation leaves Pointwise and raises Cross-Model. The displacement measures
-before and after are computed by the caller with either procedure
-(:func:`prh_lib.metrics.displacement.displacement_similarity`,
+The paper reports that fine-tuning keeps Pointwise and lowers Cross-Model, MSE distillation raises both, and relation
+distillation leaves Pointwise and raises Cross-Model. The displacement measures before and after are computed by the
+caller with either procedure (:func:`prh_lib.metrics.displacement.displacement_similarity`,
 :func:`prh_lib.analysis.displacement.procedures.reference_procedure`) on held-out rows.
 
 Everything runs in torch on CPU in float32, full-batch or in mini-batches; a few hundred steps on

@@ -11,12 +11,11 @@ This module computes the three statistics for one model's concept vectors and a 
 a bootstrap interval over parents and a control that shuffles the tree (children re-assigned to
 parents at random, keeping every parent's number of children).
 
-When a parent has no vector of its own (ImageNet-1k classes are almost all leaves), it is the
-**centroid of its children**. Then the children's variations sum to zero, and for ``k`` children
-of roughly equal variation norm their mean pairwise cosine is exactly ``-1/(k-1)``
-(:func:`centroid_sibling_bound`): a sibling cosine near -0.3 is then an artefact of the
-construction (k ~ 4), not a property of the model. The shuffled-tree control shows it: it gives the
-same sibling value for random "families".
+When a parent has no vector of its own (ImageNet-1k classes are almost all leaves), it is the **centroid of its
+children**. Then the children's variations sum to zero, and for ``k`` children of roughly equal variation norm their
+mean pairwise cosine is exactly ``-1/(k-1)`` (:func:`centroid_sibling_bound`): a sibling cosine near -0.3 is then an
+artefact of the construction (k ~ 4), not a property of the model. The shuffled-tree control shows it: it gives the same
+sibling value for random "families".
 
 WordNet 3.0 is read directly from Debian's ``wordnet-base`` files (``/usr/share/wordnet/data.noun``,
 :func:`read_hypernyms`); ImageNet's ``n########`` ids are ``'n'`` + the synset's 8-digit offset.

@@ -1,12 +1,11 @@
 """Consensus decomposition: shared and private subspaces of ``M >= 2`` models.
 
-The companion result [1]_ diagonalises the symmetric cross-model covariance of whitened, aligned
-representations: its top eigenvectors span a subspace the models share, its bottom ones a subspace
-private to each. This module fits that decomposition on training rows
-(:func:`consensus_subspaces`, with :func:`cross_covariance`), projects features onto a subspace
-(:func:`project`), scores model pairs in the full, shared, private and random subspaces on held-out
-rows (:func:`subspace_alignment`), and gives the displacement chapter its table and figure
-(:func:`consensus_summary`; its figure and bullet are :mod:`prh_lib.pages.ch_displacement`'s).
+The companion result [1]_ diagonalises the symmetric cross-model covariance of whitened, aligned representations: its
+top eigenvectors span a subspace the models share, its bottom ones a subspace private to each. This module fits that
+decomposition on training rows (:func:`consensus_subspaces`, with :func:`cross_covariance`), projects features onto a
+subspace (:func:`project`), scores model pairs in the full, shared, private and random subspaces on held-out rows
+(:func:`subspace_alignment`), and gives the displacement chapter its table and figure (:func:`consensus_summary`; its
+figure and bullet are :mod:`prh_lib.pages.ch_displacement`'s).
 
 The steps it builds on (split, whitening, Procrustes, the cosine measures) are the pure array
 functions of :mod:`prh_lib.metrics.displacement`; everything here is computed in float64 as there.
@@ -106,12 +105,10 @@ def _cross_covariance(Z: list) -> np.ndarray:
 def cross_covariance(features: Sequence) -> np.ndarray:
     """Symmetric cross-model covariance ``S_cross`` of ``M >= 2`` aligned representations [1]_.
 
-    ``S_cross = 1 / (M (M - 1)) * sum_{m != n} (Z_m.T Z_n + Z_n.T Z_m) / (2 (n_samples - 1))``:
-    the mean over ordered model pairs of the symmetrised cross-covariances. Rows are *not*
-    re-centred: pass features centred on the statistics that defined the frame (whitened
-    training rows have zero mean; held-out rows of the same frame are used as they are, so
-    ``v.T @ cross_covariance(test rows) @ v`` is the held-out value of a direction ``v``
-    fitted on training rows).
+    ``S_cross = 1 / (M (M - 1)) * sum_{m != n} (Z_m.T Z_n + Z_n.T Z_m) / (2 (n_samples - 1))``: the mean over ordered
+    model pairs of the symmetrised cross-covariances. Rows are *not* re-centred: pass features centred on the statistics
+    that defined the frame (whitened training rows have zero mean; held-out rows of the same frame are used as they are,
+    so ``v.T @ cross_covariance(test rows) @ v`` is the held-out value of a direction ``v`` fitted on training rows).
 
     Parameters
     ----------
@@ -161,9 +158,8 @@ def consensus_subspaces(
 
     ``S_cross = 1 / (M (M - 1)) * sum_{m != n} (Z_m.T Z_n + Z_n.T Z_m) / (2 (n_train - 1))``
 
-    with ``Z_m`` the whitened, aligned training features. Its top eigenvectors span the
-    shared subspace, its bottom ones the private subspace. Eigenvector signs are fixed so
-    the largest-magnitude entry is positive (deterministic output).
+    with ``Z_m`` the whitened, aligned training features. Its top eigenvectors span the shared subspace, its bottom ones
+    the private subspace. Eigenvector signs are fixed so the largest-magnitude entry is positive (deterministic output).
 
     Parameters
     ----------
@@ -178,10 +174,9 @@ def consensus_subspaces(
         As in :func:`~prh_lib.metrics.displacement.displacement_similarity`.
     max_iter : int, default 1000
     tol : float, default 1e-10
-        GPA stops when the loss decreases by at most ``tol`` times the total sum of squares
-        (a ``RuntimeWarning`` if ``max_iter`` is reached). Convergence is linear and slow in
-        directions where models are unrelated (the loss is flat there), typically 50-200
-        iterations of ``M`` ``r x r`` SVDs each - cheap next to the whitening.
+        GPA stops when the loss decreases by at most ``tol`` times the total sum of squares (a ``RuntimeWarning`` if
+        ``max_iter`` is reached). Convergence is linear and slow in directions where models are unrelated (the loss is
+        flat there), typically 50-200 iterations of ``M`` ``r x r`` SVDs each - cheap next to the whitening.
 
     Returns
     -------
@@ -276,12 +271,11 @@ def subspace_alignment(
 ) -> dict:
     """Mutual k-NN and Cross-Model similarity in the full, shared and private subspaces.
 
-    For every pair of models ``m < n`` in ``result``, on the held-out rows
-    (``result.test_idx``) of ``result.features`` projected onto each subspace
-    (:func:`project`), compute :func:`prh_lib.metrics.knn.mutual_knn` and the
+    For every pair of models ``m < n`` in ``result``, on the held-out rows (``result.test_idx``) of ``result.features``
+    projected onto each subspace (:func:`project`), compute :func:`prh_lib.metrics.knn.mutual_knn` and the
     ``cross_model`` measure of :func:`~prh_lib.metrics.displacement.cosine_measures`. Features are already aligned, so
-    nothing is refitted. Mutual k-NN here is computed in the whitened, aligned frame (the
-    ``"full"`` entry is its reference), not on the raw features.
+    nothing is refitted. Mutual k-NN here is computed in the whitened, aligned frame (the ``"full"`` entry is its
+    reference), not on the raw features.
 
     Parameters
     ----------
@@ -291,11 +285,10 @@ def subspace_alignment(
     n_pairs, seed
         As in :func:`~prh_lib.metrics.displacement.cosine_measures`.
     n_random : int >= 0, default 0
-        If positive, add a ``"random"`` control: the mean over ``n_random`` random
-        subspaces of the shared subspace's dimension (orthonormal bases from the QR
-        decomposition of Gaussian matrices, ``np.random.default_rng([seed, 2])``). A shared
-        subspace that beats it is more aligned than an arbitrary one of its size; a private
-        subspace should fall below it.
+        If positive, add a ``"random"`` control: the mean over ``n_random`` random subspaces of the shared subspace's
+        dimension (orthonormal bases from the QR decomposition of Gaussian matrices,
+        ``np.random.default_rng([seed, 2])``). A shared subspace that beats it is more aligned than an arbitrary one of
+        its size; a private subspace should fall below it.
 
     Returns
     -------
@@ -356,10 +349,9 @@ class ConsensusSummary:
     chance : float
         Mutual k-NN chance level ``k / (n_test - 1)`` on the held-out rows.
     held_out_eigenvalues : ndarray of shape (r,)
-        ``v.T @ S_cross(test rows) @ v`` for each eigenvector ``v`` (fitted on training rows):
-        what each direction's cross-model agreement is on samples no fit has seen. The fitted
-        eigenvalues are biased upward (Procrustes and the eigenvectors are fitted to the same
-        training rows); these are not.
+        ``v.T @ S_cross(test rows) @ v`` for each eigenvector ``v`` (fitted on training rows): what each direction's
+        cross-model agreement is on samples no fit has seen. The fitted eigenvalues are biased upward (Procrustes and
+        the eigenvectors are fitted to the same training rows); these are not.
     """
 
     layers: dict

@@ -5,9 +5,8 @@ The study's shape (:mod:`prh_lib.data.study`, the loop :func:`prh_lib.analysis.s
 
 - :func:`run_study` scores both views (mutual k-NN and the three displacement measures) over all layer pairs
   on every draw and writes the rows (:func:`view_rows`, quantities in :data:`QUANTITIES`);
-- :func:`aggregate_best` reads them back: per (dataset, model pair), the measures at each draw's best
-  Cross-Model layer pair, as mean ± std over the draws; :func:`headline_table` and :func:`describe_study`
-  put them on the page.
+- :func:`aggregate_best` reads them back: per (dataset, model pair), the measures at each draw's best Cross-Model layer
+  pair, as mean ± std over the draws; :func:`headline_table` and :func:`describe_study` put them on the page.
 
 The split of one draw into training and held-out rows, and the sampled ``(i, j)`` pairs, are seeded by
 ``split_seed``, the same in every draw: what varies between draws is what the dataset's draws vary (caption
@@ -64,11 +63,10 @@ def view_rows(comp: ViewComparison, *, k: int) -> list[dict]:
     Returns
     -------
     list of dict
-        ``4 * n_x * n_y`` rows ``"layer_pair"``, then four :data:`BEST` rows, three ``"control:shuffled"`` rows
-        and one ``"control:shuffled-max"`` row. Columns: model_x/y, layer_x/y, depth_x/y, metric, k, score,
-        quantity; extra columns ``kind`` (the pair's modalities), ``r`` (the whitened dimension of that layer
-        pair; NA for mutual k-NN) and the displacement options ``n_components``, ``test_fraction``,
-        ``n_sampled_pairs`` and ``split_seed``.
+        ``4 * n_x * n_y`` rows ``"layer_pair"``, then four :data:`BEST` rows, three ``"control:shuffled"`` rows and one
+        ``"control:shuffled-max"`` row. Columns: model_x/y, layer_x/y, depth_x/y, metric, k, score, quantity; extra
+        columns ``kind`` (the pair's modalities), ``r`` (the whitened dimension of that layer pair; NA for mutual k-NN)
+        and the displacement options ``n_components``, ``test_fraction``, ``n_sampled_pairs`` and ``split_seed``.
 
     Raises
     ------
@@ -135,8 +133,7 @@ def run_study(draws, comparisons: Sequence, *, chapter: str, params: dict, k: in
     split_seed : int
         Seed of the train/test split and the sampled pairs, the same in every draw.
     clip_q, clip
-        Outlier clipping before both views (:func:`prh_lib.analysis.clip_features`); the rows'
-        ``preprocessing``.
+        Outlier clipping before both views (:func:`prh_lib.analysis.clip_features`); the rows' ``preprocessing``.
     keep : sequence of (str, int)
         ``(dataset, draw)`` whose features are returned (for the analyses of one draw); only they also
         extract ``models``.
@@ -260,10 +257,9 @@ def _ms(mean: float, std: float, n_draws: int, digits: int = 3) -> str:
 def headline_table(agg: pd.DataFrame) -> pd.DataFrame:
     """The page's summary: one row per (dataset, pair), each measure as mean ± std over draws.
 
-    Columns: draws (``"(not repeatable)"`` when a dataset has one draw that cannot be repeated), best layers
-    (most frequent, in how many draws), r, Pointwise, Cross-Model, Cross-Object, Cross-Model shuffled (at the
-    best pair, mean over draws), shuffled (max) (over all layer pairs), mutual k-NN (at the same layers) and
-    its chance k/(N-1).
+    Columns: draws (``"(not repeatable)"`` when a dataset has one draw that cannot be repeated), best layers (most
+    frequent, in how many draws), r, Pointwise, Cross-Model, Cross-Object, Cross-Model shuffled (at the best pair, mean
+    over draws), shuffled (max) (over all layer pairs), mutual k-NN (at the same layers) and its chance k/(N-1).
     """
     rows = []
     for _, r in agg.iterrows():

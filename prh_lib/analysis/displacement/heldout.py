@@ -149,8 +149,7 @@ def heldout_best_pair(X, Y, *, n_splits: int = 5, n_boot: int = 20, n_candidates
     Raises
     ------
     ValueError
-        Different sample counts; fewer than 16 samples; ``n_splits < 1``, ``n_boot < 0`` or
-        ``n_candidates < 1``.
+        Different sample counts; fewer than 16 samples; ``n_splits < 1``, ``n_boot < 0`` or ``n_candidates < 1``.
     """
     X, Y = np.asarray(X, dtype=np.float64), np.asarray(Y, dtype=np.float64)
     if X.ndim != 3 or Y.ndim != 3 or X.shape[1] != Y.shape[1]:

@@ -28,10 +28,9 @@ centred features) and 5 (10 000 random pairs with replacement, plus shuffled con
 :func:`reference_procedure` runs the reference's steps with one switch for each of 2, 4 and 5, so
 each difference can be measured on its own (:func:`compare_procedures`).
 
-Step 4 is the decisive one. In a centred, whitened, aligned space with concentrated norms
-(``|a|^2 ~ |b|^2 ~ r``) and mean canonical correlation ``rho``, ``E[Cross-Model] ~ rho ~
-E[Pointwise]``. Offsets cancel in differences, so Cross-Model keeps ``rho``, while
-(:func:`predicted_measures`)
+Step 4 is the decisive one. In a centred, whitened, aligned space with concentrated norms (``|a|^2 ~ |b|^2 ~ r``) and
+mean canonical correlation ``rho``, ``E[Cross-Model] ~ rho ~ E[Pointwise]``. Offsets cancel in differences, so
+Cross-Model keeps ``rho``, while (:func:`predicted_measures`)
 
 ``Pointwise ~ (r rho + m_a.m_b) / sqrt((r + |m_a|^2)(r + |m_b|^2))`` and
 ``Cross-Object ~ |m_a - m_b|^2 / (2 r (1 - rho) + |m_a - m_b|^2)``.
@@ -95,11 +94,10 @@ def compare_procedures(features: dict, best: pd.DataFrame, *, n_components: int 
                        train_fractions=(0.3, 0.7), reference_components: int = 100) -> pd.DataFrame:
     """Our procedure, the reference's and the reference with one step changed, at each pair's best layers.
 
-    Both procedures see the same features. ``r = min(n_components, n_train - 1, d_x - 1, d_y - 1)``
-    for every procedure, so they compare at equal ``r`` (the reference's own 100 is one more step,
-    capped at ``min(reference_components, n - 1, d_x - 1, d_y - 1)``). The reference's default
-    split has as many training rows as ours; split ``s`` uses seed ``seed + s`` for both procedures
-    (each draws its own split from it).
+    Both procedures see the same features. ``r = min(n_components, n_train - 1, d_x - 1, d_y - 1)`` for every procedure,
+    so they compare at equal ``r`` (the reference's own 100 is one more step, capped at
+    ``min(reference_components, n - 1, d_x - 1, d_y - 1)``). The reference's default split has as many training rows as
+    ours; split ``s`` uses seed ``seed + s`` for both procedures (each draws its own split from it).
 
     Parameters
     ----------
@@ -164,8 +162,7 @@ def compare_procedures(features: dict, best: pd.DataFrame, *, n_components: int 
 def summarise(table: pd.DataFrame, *, by=("pair", "step")) -> pd.DataFrame:
     """Mean and standard deviation (``ddof=1``; NaN for one split) over splits of every numeric column.
 
-    Returns a DataFrame indexed by ``by`` with columns ``(column, "mean" | "sd")``, rows in the
-    order they first appear.
+    Returns a DataFrame indexed by ``by`` with columns ``(column, "mean" | "sd")``, rows in the order they first appear.
     """
     by = list(by)
     num = [c for c in table.columns if c not in by + ["split", "kind", "layers"]
@@ -258,9 +255,8 @@ def synthetic_sweep(offsets2=(0.0, 0.25, 0.5, 1.0, 2.0, 4.0), *, n: int = 2000, 
 def procedure_figure(sweep: pd.DataFrame, table: pd.DataFrame):
     """Synthetic sweep (three panels: measured markers, predicted lines) and real pairs (predicted vs measured).
 
-    Returns a 2 x 2 matplotlib Figure, 7 inches wide at 150 dpi (page width), fonts of at least 9 pt.
-    Our procedure's markers are drawn slightly to the right of the reference's so both stay visible
-    where they coincide (Cross-Model).
+    Returns a 2 x 2 matplotlib Figure, 7 inches wide at 150 dpi (page width), fonts of at least 9 pt. Our procedure's
+    markers are drawn slightly to the right of the reference's so both stay visible where they coincide (Cross-Model).
     """
     import matplotlib.pyplot as plt
 
@@ -298,10 +294,9 @@ def procedure_figure(sweep: pd.DataFrame, table: pd.DataFrame):
 def procedure_verdict(table: pd.DataFrame, sweep: pd.DataFrame, *, tol: float = 0.05) -> str:
     """Markdown: what the numbers of :func:`compare_procedures` and :func:`synthetic_sweep` support.
 
-    The statement is chosen by the numbers: whether the formula predicts the reference's measures
-    within ``tol`` (offline pairs and synthetic), whether the reference's Cross-Model exceeds its
-    Pointwise by more than ``tol`` where ours does not, whether undoing step 4 alone closes the
-    gap, and how far each other step moves the measures.
+    The statement is chosen by the numbers: whether the formula predicts the reference's measures within ``tol``
+    (offline pairs and synthetic), whether the reference's Cross-Model exceeds its Pointwise by more than ``tol`` where
+    ours does not, whether undoing step 4 alone closes the gap, and how far each other step moves the measures.
     """
     m = table.groupby(["pair", "step"], sort=False)[list(_MAIN)].mean()
     pairs = list(dict.fromkeys(table["pair"]))

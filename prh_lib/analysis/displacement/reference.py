@@ -74,8 +74,7 @@ def reference_whitening(X, *, n_components: int = 100, seed: int = 42, fit_rows=
     ----------
     X : ndarray or torch.Tensor of shape (n_samples, d)
     n_components : int in [1, d - 1], default 100
-        The reference requires fewer components than features; PCA needs at most as many as
-        fitted rows.
+        The reference requires fewer components than features; PCA needs at most as many as fitted rows.
     seed : int >= 0, default 42
         ``random_state`` of the PCA (used by its randomized solver, which the default ``"auto"``
         solver picks for large inputs).
@@ -241,9 +240,8 @@ def predicted_measures(rho: float, mean_a, mean_b, *, norm2_a: float, norm2_b: f
     * Cross-Object ``|m_a - m_b|^2 / (s_a + s_b - 2c + |m_a - m_b|^2)``,
 
     which for ``s_a = s_b = r`` (whitened on the evaluated rows) are the forms
-    ``(r rho + m_a.m_b) / sqrt((r + |m_a|^2)(r + |m_b|^2))`` and
-    ``|m_a - m_b|^2 / (2 r (1 - rho) + |m_a - m_b|^2)``; with no offsets, Pointwise = Cross-Model =
-    ``rho`` and Cross-Object = 0.
+    ``(r rho + m_a.m_b) / sqrt((r + |m_a|^2)(r + |m_b|^2))`` and ``|m_a - m_b|^2 / (2 r (1 - rho) + |m_a - m_b|^2)``;
+    with no offsets, Pointwise = Cross-Model = ``rho`` and Cross-Object = 0.
 
     Parameters
     ----------
@@ -284,14 +282,13 @@ def synthetic_pair(n: int = 2000, *, r: int = 32, n_shared: int = 16, correlatio
                    seed: int = 0) -> tuple[np.ndarray, np.ndarray, float]:
     """Two representations with a known shared component and controlled mean offsets.
 
-    Each model has ``r`` unit-variance latent coordinates: the first ``n_shared`` are
-    ``sqrt(c) s + sqrt(1 - c) u`` (``s`` shared by both models, ``u`` the model's own), the rest
-    the model's own noise; so its canonical correlations with the other model are ``c``
-    (``n_shared`` times) and 0, and their mean is ``rho = c n_shared / r``. The coordinates are
-    scaled by distinct random standard deviations (log-uniform in [0.2, 5]) and embedded by a random
-    orthonormal map into ``d`` features (``d > r``; the other ``d - r`` directions carry nothing).
-    The mean is ``offset`` times a random unit direction, in whitened units: a PCA whitening to ``r``
-    components gives the projected mean a norm of about ``offset``.
+    Each model has ``r`` unit-variance latent coordinates: the first ``n_shared`` are ``sqrt(c) s + sqrt(1 - c) u``
+    (``s`` shared by both models, ``u`` the model's own), the rest the model's own noise; so its canonical correlations
+    with the other model are ``c`` (``n_shared`` times) and 0, and their mean is ``rho = c n_shared / r``. The
+    coordinates are scaled by distinct random standard deviations (log-uniform in [0.2, 5]) and embedded by a random
+    orthonormal map into ``d`` features (``d > r``; the other ``d - r`` directions carry nothing). The mean is
+    ``offset`` times a random unit direction, in whitened units: a PCA whitening to ``r`` components gives the projected
+    mean a norm of about ``offset``.
 
     Returns
     -------

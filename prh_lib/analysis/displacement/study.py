@@ -132,11 +132,10 @@ def best_pair_table(results: list[ViewComparison], features: dict[str, LayerFeat
                     n_splits: int = 0) -> pd.DataFrame:
     """The three measures and their shuffled controls at each pair's best Cross-Model layer pair.
 
-    The best pair is the maximum of the Cross-Model matrix (split seed ``s0`` of the matrices).
-    ``shuffled (max)`` is the largest shuffled-pairing Cross-Model value over *all* layer pairs: a
-    control that includes the selection of the best pair. With ``n_splits > 0`` the best pair is
-    re-scored on ``n_splits`` fresh splits (seeds ``s0 + 1, ...``), whose mean and standard
-    deviation show how much the value owes to one split and to the selection.
+    The best pair is the maximum of the Cross-Model matrix (split seed ``s0`` of the matrices). ``shuffled (max)`` is
+    the largest shuffled-pairing Cross-Model value over *all* layer pairs: a control that includes the selection of the
+    best pair. With ``n_splits > 0`` the best pair is re-scored on ``n_splits`` fresh splits (seeds ``s0 + 1, ...``),
+    whose mean and standard deviation show how much the value owes to one split and to the selection.
 
     Returns
     -------
@@ -194,10 +193,9 @@ def n_components_sweep(results: list[ViewComparison], features: dict[str, LayerF
                        n_components: Sequence[int] = (8, 16, 32, 50, 100)) -> pd.DataFrame:
     """The measures at each pair's best Cross-Model layer pair for several whitened dimensions.
 
-    The layer pair, split and sampled pairs stay those of ``results``; only ``n_components``
-    changes (requests above ``min(n_train - 1, d)`` give the same ``r``). With every kept
-    component whitened to unit variance, a measure behaves like (shared dimensions) / ``r``
-    once ``r`` exceeds the shared dimension, so values compare only at equal ``r``.
+    The layer pair, split and sampled pairs stay those of ``results``; only ``n_components`` changes (requests above
+    ``min(n_train - 1, d)`` give the same ``r``). With every kept component whitened to unit variance, a measure behaves
+    like (shared dimensions) / ``r`` once ``r`` exceeds the shared dimension, so values compare only at equal ``r``.
 
     Returns
     -------
@@ -248,10 +246,9 @@ def depth_profiles(results: list[ViewComparison], features: dict[str, LayerFeatu
     Returns
     -------
     dict of str to DataFrame
-        Pair label -> DataFrame indexed by the second model's layer labels, with columns
-        ``"mutual k-NN"`` and ``"Cross-Model, r=<r>"`` for each distinct ``r`` used (requests above
-        what the training rows support collapse onto one ``r``). The frame's ``attrs["layer x"]``
-        names the first model's layer.
+        Pair label -> DataFrame indexed by the second model's layer labels, with columns ``"mutual k-NN"`` and
+        ``"Cross-Model, r=<r>"`` for each distinct ``r`` used (requests above what the training rows support collapse
+        onto one ``r``). The frame's ``attrs["layer x"]`` names the first model's layer.
     """
     out = {}
     for comp in results:
@@ -273,9 +270,8 @@ def best_layers(results: list[ViewComparison], models: Sequence[str] | None = No
                 measure: str = "cross_model") -> dict[str, str]:
     """One layer per model: where it aligns best, on average, with its partners in ``results``.
 
-    For each comparison involving a model, take for each of its layers the best score over the
-    partner's layers; average these profiles over the model's comparisons; return the layer with
-    the highest average.
+    For each comparison involving a model, take for each of its layers the best score over the partner's layers; average
+    these profiles over the model's comparisons; return the layer with the highest average.
 
     Parameters
     ----------
