@@ -132,10 +132,10 @@ def test_bad_rows_are_rejected():
 
 def test_checklist_covers_every_claim_and_marks_chapters_not_run():
     row = claims.finding("3.1/cross-modal-peak", this_build="0.167", holds=True)
-    table = claims.checklist({"sec3_1_layerwise": [row]})
-    assert list(table.index) == list(claims.CLAIMS)
-    assert table.loc["3.1/cross-modal-peak", "this build"] == "0.167"
-    assert table.loc["3.3/unimodal", "verdict"] == "not run in this build"
+    table = {r["id"]: r for r in claims.checklist({"sec3_1_layerwise": [row]})}
+    assert list(table) == list(claims.CLAIMS)
+    assert table["3.1/cross-modal-peak"]["this build"] == "0.167"
+    assert table["3.3/unimodal"]["verdict"] == "not run in this build"
     counts = claims.tally({"sec3_1_layerwise": [row], "sec3_3_regimes": [], "ch_displacement": None})
     n31, n33, nd = (len(claims.claims_for(c)) for c in ("sec3_1_layerwise", "sec3_3_regimes", "ch_displacement"))
     assert counts["reproduces in kind"] == 1 and counts["not testable offline"] == n31 - 1 + n33

@@ -323,7 +323,7 @@ def test_checklist_rows_carry_our_procedures_verdict_and_the_reference_reading_a
     # the front page carries our procedure's verdict, never the reference code's
     assert rows[0]["verdict"] == "differs" and "reference code: 0.53" in rows[0]["this build"]
     assert "reproduces in kind" in rows[0]["note"]
-    assert claims.checklist({"ch_displacement": rows}).loc["D/vision-vision", "verdict"] == "differs"
+    assert {r["id"]: r for r in claims.checklist({"ch_displacement": rows})}["D/vision-vision"]["verdict"] == "differs"
 
 
 def test_checklist_verdicts_read_the_held_out_gap_and_its_interval_over_images():

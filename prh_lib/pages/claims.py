@@ -3,7 +3,7 @@
 Every chapter page ends with a section "The paper and this build": one row per claim of the paper that
 the chapter addresses, the paper's value, this build's value (mean ± std over draws, from the results
 table) and a verdict computed from the numbers by :func:`verdict`. The front page collects the same rows
-for the whole book (:func:`checklist`).
+for the whole book (:func:`checklist_markdown`).
 
 The paper's values are quoted from the papers' text as summarised in ``shared/papers/`` (Herbst et al.,
 arXiv 2611.12869; for the displacement chapter, arXiv 2609.24209).
@@ -329,8 +329,9 @@ def verdict_lines(rows: list[dict]) -> list[str]:
     return [f"- `{r['id']}`: {r['verdict']} ({r['this build']})." for r in rows]
 
 
-def _checklist_rows(rows_by_chapter: dict[str, list[dict] | None]) -> list[dict]:
-    """The checklist's rows, one per claim in :data:`CLAIMS` order (a chapter not run: "not run in this build")."""
+def checklist(rows_by_chapter: dict[str, list[dict] | None]) -> list[dict]:
+    """The front page's checklist: one row (a dict) per claim in :data:`CLAIMS` order. ``rows_by_chapter`` maps a
+    chapter to the rows its page recorded, or None for a chapter not run (its claims: "not run in this build")."""
     rows = []
     for claim in CLAIMS.values():
         recorded = rows_by_chapter.get(claim.chapter)
@@ -371,17 +372,6 @@ def label_of(verdict: str) -> str:
     return "not testable offline" if verdict.startswith("not testable") else verdict
 
 
-def checklist(rows_by_chapter: dict[str, list[dict] | None]) -> pd.DataFrame:
-    """The front page's claims checklist: one row per claim, indexed by claim id; columns page, claim, paper,
-    this build, paper reading, verdict. ``rows_by_chapter`` maps a chapter to the rows its page recorded, or
-    None for a chapter not run in this build."""
-    import pandas as pd
-
-    rows = _checklist_rows(rows_by_chapter)
-    return pd.DataFrame([{k: r[k] for k in ("page", "claim", "paper", "this build", "paper reading", "verdict")}
-                         for r in rows], index=pd.Index([r["id"] for r in rows], name="id"))
-
-
 #: Name under which each chapter records its "The paper and this build" rows (``report.record``).
 RECORD_NAME = "claims"
 
@@ -393,7 +383,7 @@ def _md_cell(text) -> str:
 def tally(rows_by_chapter: dict[str, list[dict] | None]) -> dict[str, int]:
     """How many claims have each label, by the reading with this book's controls (zeros left out)."""
     counts = dict.fromkeys([*VERDICTS, "not run in this build"], 0)
-    for r in _checklist_rows(rows_by_chapter):
+    for r in checklist(rows_by_chapter):
         counts[label_of(r["verdict"])] += 1
     return {v: n for v, n in counts.items() if n}
 
@@ -402,7 +392,7 @@ def checklist_markdown(rows_by_chapter: dict[str, list[dict] | None]) -> str:
     """The front page's checklist as a Markdown table, one short line per claim: the claim (linking to its
     chapter, where its test and notes are), the paper's value, this build's headline with its interval, and
     the verdict by the paper's criterion and with this book's controls (one word where they agree)."""
-    rows = _checklist_rows(rows_by_chapter)  # not checklist(): the book build need not import pandas
+    rows = checklist(rows_by_chapter)
     counts = tally(rows_by_chapter)
     lines = ["This build: " + ", ".join(f"**{n}** {v}" for v, n in counts.items()) + f" (of {len(rows)} claims).",
              "", "| claim | paper | this build | verdict: paper's criterion / with controls |",

@@ -1,7 +1,7 @@
 """The front page's generated parts: the findings paragraph, the claims figure and the verdict labels.
 
 Everything here reads the claim rows the chapters recorded (:func:`prh_lib.pages.claims.finding`, through
-:func:`prh_lib.pages.claims._checklist_rows`); the book build writes the results into ``book/_generated/``
+:func:`prh_lib.pages.claims.checklist`); the book build writes the results into ``book/_generated/``
 (``book/_ext/prh_book.py``). Nothing restates a number by hand."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def findings_markdown(rows_by_chapter: dict[str, list[dict] | None]) -> str:
     """The findings paragraph (at most :data:`MAX_FINDINGS_WORDS` words), generated from the claim rows: how large
     cross-modal alignment is against chance and floors, where it emerges, the other regimes, and what could not
     be tested here and why. A claim whose chapter did not run is said to be missing, not guessed."""
-    rows = {r["id"]: r for r in claims._checklist_rows(rows_by_chapter)}
+    rows = {r["id"]: r for r in claims.checklist(rows_by_chapter)}
 
     def label(cid, key="verdict"):
         return claims.label_of(rows[cid][key])
@@ -103,7 +103,7 @@ def claims_figure(rows_by_chapter: dict[str, list[dict] | None]) -> tuple[bytes,
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    rows = claims._checklist_rows(rows_by_chapter)
+    rows = claims.checklist(rows_by_chapter)
     chapters = list(dict.fromkeys(r["page"] for r in rows))
     fig, ax = plt.subplots(figsize=(9, 0.5 * len(chapters) + 1.6), dpi=110)
     drawn = []

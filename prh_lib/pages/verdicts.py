@@ -18,18 +18,13 @@ from prh_lib.stats.selection import detectable_difference, paired_interval
 from prh_lib.analysis.heldout import QUANTITY, floor_margins, margin
 from prh_lib.formatting import format_interval
 
-__all__ = ["PAPER_N", "PAPER_K", "caption_trained", "model_caveats", "unimodal_first", "comparisons_of", "above_chance", "above_floors", "above_pair", "ratio_above", "depth_tests",
+__all__ = ["caption_trained", "model_caveats", "unimodal_first", "comparisons_of", "above_chance", "above_floors", "above_pair", "ratio_above", "depth_tests",
            "peak_above_final", "detectable", "power_note", "held_text", "fisher_n_for_r"]
 
 
-#: The paper's sample size and neighbourhood size (Herbst et al., Sec. 2: N = 1024 pairs, k = 10).
-PAPER_N, PAPER_K = 1024, 10
-
-
 def caption_trained(pair: str) -> str:
-    """What makes a pair's language model trained on image-caption pairs (its zoo entry's ``caption_trained``,
-    e.g. MiniLM-L6's COCO and Flickr30k captions), or "" for a unimodal one. Such a model is shown beside the
-    unimodal language models, and no claim about them rests on it (issue 44)."""
+    """The zoo's ``caption_trained`` of a pair's language model (MiniLM-L6: COCO and Flickr30k caption pairs), or
+    "" for a unimodal one: such a model is shown beside the unimodal language models, never read as one."""
     from prh_lib.models.zoo.registry import ZOO
 
     return next((e.caption_trained for m in str(pair).split(" × ") if "@random-init" not in m

@@ -139,7 +139,8 @@ def combine(tests) -> tuple[bool, bool, str]:
     bad = [t for t in tests if t.outcome == "differs"]
     open_ = [t for t in tests if t.outcome == "inconclusive"]
     parts = ["fails: " + "; ".join(t.describe() for t in bad)] if bad else []
-    parts += ["cannot decide: " + "; ".join(t.describe() + _power(t) for t in open_)] if open_ else []
+    parts += ["cannot decide: " + "; ".join(t.describe() + (f" ({t.power()})" if t.power() else "") for t in open_)
+              ] if open_ else []
     if parts:
         parts.append(f"holds: {len(tests) - len(bad) - len(open_)} of {len(tests)} parts")
     return not bad, not open_ or bool(bad), "; ".join(parts)
@@ -158,10 +159,3 @@ def readings(tests) -> dict[str, tuple[bool, bool, str]]:
     tests = list(tests)
     paper = [t for t in tests if not t.control]
     return {"controls": combine(tests)} | ({"paper": combine(paper)} if paper else {})
-
-
-def _power(test: Test) -> str:
-    """``" (detects a difference from 0 of 0.070 at 80 % power)"``: what an undecided test could have resolved
-    (:meth:`Test.power`); "" without a finite interval."""
-    p = test.power()
-    return f" ({p})" if p else ""
