@@ -260,7 +260,7 @@ def test_pca_rules_figure_marks_and_verdicts_read_one_set_of_thresholds(monkeypa
     from prh_lib.pages import sec3_1b_pca as page
 
     for cid, (_, need, _) in page.THRESHOLDS.items():
-        assert f"{need:.0%}" in page.RULES[cid]
+        assert f"{need * 100:g} %" in page.RULES[cid]
     marks = {label.split(":")[0]: y for _, y, label in page.claim_marks("variance", n=1000) +
              page.claim_marks("dims", n=1000)}
     assert marks == {cid: t[1] for cid, t in page.THRESHOLDS.items()}

@@ -216,13 +216,13 @@ _T40, _T100, _TLOW = (THRESHOLDS[c][1] for c in ("3.1/pca-40", "3.1/pca-100", "3
 #: Each PCA claim's test, in one sentence (shown on the page and the front page)
 RULES = {
     "3.1/pca-40": f"in more than half of the rows that compress a language side, keeping 40 % of the variance keeps "
-                  f"at least {_T40:.0%} of the uncompressed score, its paired 95 % interval over images included; "
+                  f"at least {_T40 * 100:g} % of the uncompressed score, its paired 95 % interval over images included; "
                   "vision-side rows are shown, not counted",
     "3.1/pca-100": f"in more than half of the rows that compress a language side, the paper's share of rank (100 "
-                   f"of 1,023 = 9.8 %) keeps at least {_T100:.0%} of the score, interval included; the dimensions "
-                   f"needed for {_T100:.0%} and {_T40:.0%} are reported beside it",
+                   f"of 1,023 = 9.8 %) keeps at least {_T100 * 100:g} % of the score, interval included; the dimensions "
+                   f"needed for {_T100 * 100:g} % and {_T40 * 100:g} % are reported beside it",
     "3.1/pca-strong": f"in more than half of the rows that compress a language side, 8 components keep less than "
-                      f"{_TLOW:.0%}, interval included",
+                      f"{_TLOW * 100:g} %, interval included",
 }
 
 def share_dims(rank: int, rank_share: float = PAPER_RANK_SHARE) -> int:
@@ -247,10 +247,10 @@ def claim_marks(sweep: str, *, n: int, rank_share: float = PAPER_RANK_SHARE) -> 
         If ``sweep`` is not ``"variance"`` or ``"dims"``.
     """
     if sweep == "variance":
-        return [(0.4, _T40, f"3.1/pca-40: needs ≥ {_T40:.0%} at 40 % variance")]
+        return [(0.4, _T40, f"3.1/pca-40: needs ≥ {_T40 * 100:g} % at 40 % variance")]
     if sweep == "dims":
-        return [(share_dims, _T100, f"3.1/pca-100: needs ≥ {_T100:.0%} at {rank_share:.1%} of the language side's rank"),
-                (8, _TLOW, f"3.1/pca-strong: needs < {_TLOW:.0%} at 8 dims")]
+        return [(share_dims, _T100, f"3.1/pca-100: needs ≥ {_T100 * 100:g} % at {rank_share:.1%} of the language side's rank"),
+                (8, _TLOW, f"3.1/pca-strong: needs < {_TLOW * 100:g} % at 8 dims")]
     raise ValueError(f"sweep must be 'variance' or 'dims'; got {sweep!r}")
 
 
@@ -324,7 +324,7 @@ def findings(table: pd.DataFrame, *, dataset: str, role: str = "peak", dims_prob
     holds, conclusive, n_est, n_clear = _majority(v40, _T40, ">")
     rows.append(claims.finding("3.1/pca-40", holds=holds, conclusive=conclusive, rule=RULES["3.1/pca-40"],
                                note=with_power(v40, _T40),
-                               this_build=f"{n_est} of {n} language sides keep ≥ {_T40:.0%} at 40 % variance ({n_clear} "
+                               this_build=f"{n_est} of {n} language sides keep ≥ {_T40 * 100:g} % at 40 % variance ({n_clear} "
                                           f"with the interval); {text(v40)}"))
     vshare = read("ci_share", "rel_share")
     holds, conclusive, n_est, n_clear = _majority(vshare, _T100, ">")
@@ -335,7 +335,7 @@ def findings(table: pd.DataFrame, *, dataset: str, role: str = "peak", dims_prob
                      for _, r in lang.iterrows())
     rows.append(claims.finding("3.1/pca-100", holds=holds, conclusive=conclusive, rule=RULES["3.1/pca-100"],
                                note=with_power(vshare, _T100),
-                               this_build=f"{n_est} of {n} language sides keep ≥ {_T100:.0%} at the paper's share of rank "
+                               this_build=f"{n_est} of {n} language sides keep ≥ {_T100 * 100:g} % at the paper's share of rank "
                                           f"({dims} dims; {n_clear} with the interval): {text(vshare)}; dims for "
                                           f"90 % / {top[10:-1] if top else '95%'} on the mean sweep over caption draws "
                                           f"(the relative scores above are the first draw's, whose curve can reach "
@@ -343,7 +343,7 @@ def findings(table: pd.DataFrame, *, dataset: str, role: str = "peak", dims_prob
     vlow = read("ci_low", "rel_low")
     holds, conclusive, n_est, n_clear = _majority(vlow, _TLOW, "<")
     rows.append(claims.finding("3.1/pca-strong", holds=holds, conclusive=conclusive, rule=RULES["3.1/pca-strong"],
-                               note=with_power(vlow, _TLOW), this_build=f"{n_est} of {n} language sides fall below {_TLOW:.0%} at 8 dims "
+                               note=with_power(vlow, _TLOW), this_build=f"{n_est} of {n} language sides fall below {_TLOW * 100:g} % at 8 dims "
                                                      f"({n_clear} with the interval); {text(vlow)}"))
     return rows
 
