@@ -214,3 +214,17 @@ def test_a_sweeps_headline_is_the_pages_number(rec, table):
     for row in rec["summary"]:
         got = scores.loc[(row["dataset"], f"{row['model_x']} × {row['model_y']}"), "this run"]
         assert got == pytest.approx(row["peak_mean"])
+
+
+def test_every_model_has_a_sanity_row_equal_to_a_recomputation(nb, table):
+    from prh_lib.analysis import sanity
+
+    san = table[table["quantity"] == "sanity"].set_index("model_x")
+    assert set(san.index) == set(LAYERS) and set(san["dataset"]) == {"coco-mini"}  # the concat set has no draws
+    draws = [d for d in study_draws(profiles.get_profile("smoke")["datasets"]) if d.dataset == "coco-mini"]
+    twins = {m: f"{m}@random-init:0" for m in LAYERS}
+    f = analysis.prepare_features([], draws[0].pairs, models=[*twins, *twins.values()], dtype="auto", batch_size=16)
+    rel = sanity.relevance(sanity.salient_words([[t] for t in draws[1].pairs.texts], min_captions=1))
+    got = sanity.sanity_check({m: f[m].values.numpy() for m in f}, twins, rel, k=5).set_index("model")
+    np.testing.assert_allclose(san.loc[got.index, "score"].to_numpy(float), got["margin"].to_numpy(float), atol=1e-12)
+    assert (san["P@k"] > san["chance"]).any() and "Sanity check" in nb.read_text()  # the page shows it

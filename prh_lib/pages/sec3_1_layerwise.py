@@ -6,7 +6,7 @@ results table (:func:`pair_rows`, quantities :data:`QUANTITIES`), :func:`clip_va
 other clipping choices; from the table, :func:`aggregate_peaks` gives mean ± std over draws,
 :func:`headline_table`, :func:`peak_locations` and :func:`clip_effect_table` the page's tables,
 :func:`findings` the rows of "The paper and this build" and :func:`describe_findings` the prose, generated
-from the numbers. :func:`summary_table` / :func:`describe_peaks` remain for one draw.
+from the numbers. :func:`summary_table` remains for one draw.
 
 The scoring and the study (:func:`compare_pairs`, :func:`run_study`, :func:`pair_rows`, :func:`clip_variants`,
 :func:`aggregate_peaks`) live in :mod:`~prh_lib.analysis.layerwise` and are re-exported here; this module
@@ -101,23 +101,53 @@ def summary_table(results: list[PairResult], *, chance: float | None = None) -> 
     return table
 
 
-def describe_peaks(table: pd.DataFrame) -> str:
-    """A Markdown paragraph per model pair stating what :func:`summary_table` measured, in figures."""
-    lines = []
-    for pair, row in table.iterrows():
-        where = ("at the final layers" if row["peak depth x"] == 1 and row["peak depth y"] == 1 else
-                 f"at {row['peak layer x']} × {row['peak layer y']} (relative depth {row['peak depth x']:.2f} "
-                 f"× {row['peak depth y']:.2f})")
-        text = f"- **{pair}**: peak {row['peak']:.3f} {row['peak 95% CI']} {where}; final layers {row['final layers']:.3f}"
-        if "chance" in row:
-            text += (f"; {row['peak / chance']:.1f}× chance ({row['chance']:.3f}; chance-corrected (s − c)/(1 − c) "
-                     f"{(row['peak'] - row['chance']) / (1 - row['chance']):.3f})")
-        if "shuffled (max)" in row:
-            text += f"; shuffled-pairs control at most {row['shuffled (max)']:.3f}"
-        if "p (max)" in row:
-            text += f"; calibrated {row['calibrated (max)']:.3f}, p = {row['p (max)']:.3g}"
-        lines.append(text + ".")
-    return "\n".join(lines)
+def sanity_table(draws, models: Sequence[str], *, chapter: str, params: dict, k: int = 10, seed: int = 0,
+                 **options) -> tuple[pd.DataFrame, dict, str]:
+    """The semantic sanity check of every model (:func:`prh_lib.analysis.sanity.sanity_check`) on each dataset of
+    caption draws: draw 0's features, relevance from the other draws' captions. Rows go to the results table
+    (``quantity="sanity"``, ``score`` the held-out margin over the random-init twin). Returns the page's table, the
+    models whose margin does not exclude 0 on some dataset (model -> note) and a paragraph on both. ``options``: as
+    :func:`~prh_lib.analysis.core.prepare_features`."""
+    from prh_lib import results
+    from prh_lib.analysis import prepare_features, sanity
+    from prh_lib.analysis.controls import random_init_name
+
+    frames, flagged = [], {}
+    twins = {m: random_init_name(m, seed) for m in models}
+    for name in sorted({d.dataset for d in draws}):
+        ds = draws_of(draws, name)
+        if len(ds) < 2 or any(d.pairs.images != ds[0].pairs.images for d in ds):
+            continue  # needs caption draws: the same images, another caption besides draw 0's
+        f = prepare_features([], ds[0].pairs, models=[*twins, *twins.values()], **options)
+        rel = sanity.relevance(sanity.salient_words(list(zip(*(d.pairs.texts for d in ds[1:]))),
+                                                    min_captions=min(2, len(ds) - 1)))
+        df = sanity.sanity_check({m: f[m].values.numpy() for m in f}, twins, rel, k=k, seed=seed,
+                                 layers={m: f[m].layer_labels for m in twins})
+        results.write(df.rename(columns={"model": "model_x", "twin": "model_y", "layer": "layer_x",
+                                         "margin": "score"}), chapter=chapter, params=params, dataset=name, draw=0,
+                      metric=f"precision@{k}", quantity="sanity", k=k, n=len(rel), seed=seed)
+        frames.append(df.assign(dataset=name))
+        for _, r in df[~df["passes"]].iterrows():
+            flagged[r["model"]] = (f"{r['model']} fails the sanity check on {name} (precision@{k} margin over its "
+                                   f"random-init twin {format_interval(r['margin'], r['low'], r['high'])})")
+    if not frames:
+        return pd.DataFrame(), flagged, "No dataset here has caption draws, so the sanity check did not run."
+    t = pd.concat(frames)
+    weak = t[t["final margin"] < t["margin"] / 2]
+    text = ((f"**Models that fail it**: {'; '.join(flagged.values())}. " if flagged else
+             f"Every model beats its random-init twin on every dataset (smallest margin "
+             f"{format_number(t['margin'].min())}, {t.loc[t['margin'].idxmin(), 'model']}). ")
+            + "".join(f"At its final layer {r['model']} keeps less than half of that margin on {r['dataset']} "
+                      f"({format_interval(r['final margin'], r['final low'], r['final high'])}). "
+                      for _, r in weak.iterrows()))
+    return pd.DataFrame({
+        "dataset": t["dataset"], "model": t["model"], "chance": t["chance"].map(format_number),
+        f"P@{k} (held-out layer)": [f"{format_number(p)} at {layer}" for p, layer in zip(t["P@k"], t["layer"])],
+        "twin": t["twin P@k"].map(format_number),
+        "margin over twin": [format_interval(*v) for v in zip(t["margin"], t["low"], t["high"])],
+        f"final layer: P@{k}, margin": [f"{format_number(p)}, {format_interval(*v)}" for p, *v in
+                                        zip(t["final P@k"], t["final margin"], t["final low"], t["final high"])],
+        "passes": t["passes"].map({True: "yes", False: "**no**"})}).set_index(["dataset", "model"]), flagged, text
 
 
 #: ``"mean ± std"`` over draws (``"mean"`` for one draw), the cells of the page's tables
@@ -230,7 +260,7 @@ RULES = {
 
 
 def findings(agg: pd.DataFrame, heldout: pd.DataFrame, *, dataset: str, alpha: float = 0.05,
-             paper_setting: bool = False) -> list[dict]:
+             paper_setting: bool = False, flagged=None) -> list[dict]:
     """The rows of "The paper and this build" for the claims ``3.1/*``, from held-out estimates.
 
     Parameters
@@ -245,6 +275,9 @@ def findings(agg: pd.DataFrame, heldout: pd.DataFrame, *, dataset: str, alpha: f
         Level of the selection-aware permutation p-values.
     paper_setting : bool
         Whether the run is in the paper's setting (its models, N = 1024), so values compare.
+    flagged : mapping of str to str, optional
+        Models that fail their sanity check (:func:`sanity_table`) -> note: their comparisons are left out of the
+        tests (:func:`~prh_lib.pages.verdicts.without_flagged`) and the notes name them.
 
     Returns
     -------
@@ -256,7 +289,7 @@ def findings(agg: pd.DataFrame, heldout: pd.DataFrame, *, dataset: str, alpha: f
     from prh_lib.pages import verdicts as V
 
     a = agg[agg["dataset"] == dataset]
-    comps = V.comparisons_of(heldout)
+    comps = V.without_flagged(V.comparisons_of(heldout), flagged or {})
     if comps.empty:
         why = "no held-out estimates in this run (heldout_boot = 0)"
         return [claims.finding(cid, this_build=None, holds=None, note=why) for cid in RULES]
@@ -270,7 +303,7 @@ def findings(agg: pd.DataFrame, heldout: pd.DataFrame, *, dataset: str, alpha: f
 
     def row(cid, tests, this_build, **kw):
         power = V.power_note(tests)
-        note = "; ".join(t for t in (kw.pop("note", ""), power, V.model_caveats(this_build)) if t)
+        note = "; ".join(t for t in (kw.pop("note", ""), power, V.model_caveats(this_build, flagged)) if t)
         rows.append(claims.finding(cid, this_build=this_build, tests=tests, rule=RULES[cid], note=note, **kw))
 
     if len(cross):
@@ -464,11 +497,12 @@ def heldout_tables(draws, comparisons, agg: pd.DataFrame, *, chapter: str, param
     return held, heldout.heldout_table(held, agg[agg["dataset"] == dataset])
 
 
-def claim_rows(agg: pd.DataFrame, held: pd.DataFrame, *, dataset: str, alpha: float) -> list[dict]:
+def claim_rows(agg: pd.DataFrame, held: pd.DataFrame, *, dataset: str, alpha: float, flagged=None) -> list[dict]:
     """:func:`findings` on ``dataset``, knowing whether this build runs the paper's models."""
     from prh_lib.data import paper
 
-    return findings(agg, held, dataset=dataset, alpha=alpha, paper_setting=in_paper_setting(agg, paper.models()))
+    return findings(agg, held, dataset=dataset, alpha=alpha, paper_setting=in_paper_setting(agg, paper.models()),
+                    flagged=flagged)
 
 
 def draws_table(draws) -> pd.DataFrame:

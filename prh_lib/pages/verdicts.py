@@ -18,7 +18,7 @@ from prh_lib.stats.selection import detectable_difference, paired_interval
 from prh_lib.analysis.heldout import QUANTITY, floor_margins, margin
 from prh_lib.formatting import format_interval
 
-__all__ = ["caption_trained", "model_caveats", "unimodal_first", "comparisons_of", "above_chance", "above_floors", "above_pair", "ratio_above", "depth_tests",
+__all__ = ["caption_trained", "model_caveats", "without_flagged", "unimodal_first", "comparisons_of", "above_chance", "above_floors", "above_pair", "ratio_above", "depth_tests",
            "peak_above_final", "detectable", "power_note", "held_text", "fisher_n_for_r"]
 
 
@@ -31,15 +31,23 @@ def caption_trained(pair: str) -> str:
                  and (e := ZOO.get(m.split(" (")[0])) is not None and e.caption_trained), "")
 
 
-def model_caveats(text: str) -> str:
-    """The zoo's ``caveat`` (and ``caption_trained``) of every zoo model ``text`` names, as one note ("" if none):
-    what a reader must know about a verdict that rests on them (issue 44: DINOv2-S's saliency-tuned weights)."""
+def model_caveats(text: str, flagged=None) -> str:
+    """The zoo's ``caveat`` (and ``caption_trained``) of every zoo model ``text`` names, and the note of every
+    ``flagged`` model it names (model -> note: failed sanity checks), as one note ("" if none)."""
     import re
 
     from prh_lib.models.zoo.registry import ZOO
 
-    named = [e for n, e in ZOO.items() if (e.caveat or e.caption_trained) and re.search(rf"\b{re.escape(n)}\b(?!@)", text)]
-    return "; ".join(f"{e.name} is {e.caveat or e.caption_trained}" for e in named)
+    names = lambda n: re.search(rf"\b{re.escape(n)}\b(?!@)", text)  # noqa: E731
+    return "; ".join([f"{e.name} is {e.caveat or e.caption_trained}" for n, e in ZOO.items()
+                      if (e.caveat or e.caption_trained) and names(n)] + [v for m, v in (flagged or {}).items() if names(m)])
+
+
+def without_flagged(rows: pd.DataFrame, flagged) -> pd.DataFrame:
+    """The comparisons of ``rows`` with no ``flagged`` model (a model that fails its sanity check carries no
+    verdict), or all of them when every one has one."""
+    keep = ~rows["pair"].map(lambda p: any(m.split(" (")[0] in flagged for m in str(p).split(" × "))).astype(bool)
+    return rows[keep] if keep.any() or not len(rows) else rows
 
 
 def unimodal_first(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, str]:
