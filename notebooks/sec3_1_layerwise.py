@@ -81,7 +81,7 @@ workers = None  # draws scored side by side, one thread each, same results (None
 from IPython.display import Markdown, display
 
 from prh_lib import models, results
-from prh_lib.pages import claims, figures, report, sec3_1_layerwise as page
+from prh_lib.pages import claims, figures, report, sec3_1_layerwise as page, verdicts
 
 CHAPTER = "sec3_1_layerwise"
 params = report.setup_page(CHAPTER, globals())
@@ -122,7 +122,7 @@ Markdown(page.dtype_note(comparisons, dtype, device))
 models.describe(sorted({m for pair in comparisons for m in pair}))
 
 # %% [markdown]
-# (sanity-check)=
+# (sec3-1-sanity)=
 # ### Sanity check: does each model carry what its images or captions show?
 # Before any model is read against another, each is read against its own random-init twin on a task that needs
 # no outside labels: for every image, precision@10 of retrieving the images whose captions share one of its
@@ -134,9 +134,9 @@ models.describe(sorted({m for pair in comparisons for m in pair}))
 # exclude 0 carries no verdict on this page and is named in every note that reads it.
 
 # %% tags=["hide-input"]
-sanity, flagged, sanity_text = page.sanity_table(draws, sorted({m for pair in comparisons for m in pair}), chapter=CHAPTER,
-                                    params=params, k=k, clip_q=clip_q, clip=clip, device=device, dtype=dtype,
-                                    batch_size=batch_size)
+sanity, flagged, sanity_text = verdicts.sanity_table(
+    draws, sorted({m for pair in comparisons for m in pair}), chapter=CHAPTER, params=params, k=k, clip_q=clip_q,
+    clip=clip, device=device, dtype=dtype, batch_size=batch_size)
 display(sanity)
 Markdown(sanity_text)
 

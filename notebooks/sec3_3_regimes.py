@@ -102,7 +102,7 @@ batch_size = 32
 # %% tags=["remove-cell"]
 from IPython.display import Markdown
 from prh_lib import analysis, data, models
-from prh_lib.pages import claims, figures, report, sec3_3_regimes as regimes
+from prh_lib.pages import claims, figures, report, sec3_3_regimes as regimes, verdicts
 
 CHAPTER = "sec3_3_regimes"
 MISSING = "needs the paper profile"
@@ -144,6 +144,16 @@ Markdown(models.precision.dtype_statement(analysis.model_names(comparisons), dty
 
 # %% tags=["hide-input"]
 models.describe(analysis.model_names(comparisons))
+
+# %% [markdown]
+# **Sanity check.** Each trained unimodal model is read against its random-init twin on caption-word retrieval,
+# as in Section 3.1, whose table has the numbers; a model that fails it carries no verdict below.
+
+# %% tags=["hide-input"]
+_, flagged, sanity_text = verdicts.sanity_table(
+    draws, analysis.model_names(unimodal_pairs + same_modality_pairs), chapter=CHAPTER, params=params, k=k,
+    clip_q=clip_q, device=device, dtype=dtype, batch_size=batch_size)
+Markdown(sanity_text)
 
 # %% [markdown]
 # ## Scores on every draw
@@ -238,7 +248,7 @@ analysis.heldout.heldout_table(held)
 analysis.heldout.floors_table(held)
 
 # %% tags=["hide-input"]
-claim_rows = regimes.regime_claims(summary, projection, heldout=held, headline=headline_ds)
+claim_rows = regimes.regime_claims(summary, projection, heldout=held, headline=headline_ds, flagged=flagged)
 claims.claims_table(claim_rows, chapter=CHAPTER)
 
 # %% tags=["remove-cell"]

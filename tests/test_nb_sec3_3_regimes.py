@@ -197,3 +197,10 @@ def test_a_text_only_dataset_scores_the_language_pairs_and_their_floors_only(exe
     held = results.load(chapter=CHAPTER, params_hash=rec["params_hash"])
     held = held[held["quantity"].astype(str).str.startswith("heldout")]
     assert set(held["dataset"]) == {"coco-mini"}
+
+
+def test_the_page_runs_the_sanity_check_of_its_trained_models(table):
+    san = table[table["quantity"] == "sanity"]
+    assert {"dinov2-small", "efficientnet-lite2", "smollm2-135m"} <= set(san["model_x"])
+    assert not san["model_x"].str.contains("@random-init").any()
+    assert (san["model_y"] == san["model_x"] + "@random-init:0").all()

@@ -101,55 +101,6 @@ def summary_table(results: list[PairResult], *, chance: float | None = None) -> 
     return table
 
 
-def sanity_table(draws, models: Sequence[str], *, chapter: str, params: dict, k: int = 10, seed: int = 0,
-                 **options) -> tuple[pd.DataFrame, dict, str]:
-    """The semantic sanity check of every model (:func:`prh_lib.analysis.sanity.sanity_check`) on each dataset of
-    caption draws: draw 0's features, relevance from the other draws' captions. Rows go to the results table
-    (``quantity="sanity"``, ``score`` the held-out margin over the random-init twin). Returns the page's table, the
-    models whose margin does not exclude 0 on some dataset (model -> note) and a paragraph on both. ``options``: as
-    :func:`~prh_lib.analysis.core.prepare_features`."""
-    from prh_lib import results
-    from prh_lib.analysis import prepare_features, sanity
-    from prh_lib.analysis.controls import random_init_name
-
-    frames, flagged = [], {}
-    twins = {m: random_init_name(m, seed) for m in models}
-    for name in sorted({d.dataset for d in draws}):
-        ds = draws_of(draws, name)
-        if len(ds) < 2 or any(d.pairs.images != ds[0].pairs.images for d in ds):
-            continue  # needs caption draws: the same images, another caption besides draw 0's
-        f = prepare_features([], ds[0].pairs, models=[*twins, *twins.values()], **options)
-        rel = sanity.relevance(sanity.salient_words(list(zip(*(d.pairs.texts for d in ds[1:]))),
-                                                    min_captions=min(2, len(ds) - 1)))
-        df = sanity.sanity_check({m: f[m].values.numpy() for m in f}, twins, rel, k=k, seed=seed,
-                                 layers={m: f[m].layer_labels for m in twins})
-        results.write(df.rename(columns={"model": "model_x", "twin": "model_y", "layer": "layer_x",
-                                         "margin": "score"}), chapter=chapter, params=params, dataset=name, draw=0,
-                      metric=f"precision@{k}", quantity="sanity", k=k, n=len(rel), seed=seed)
-        frames.append(df.assign(dataset=name))
-        for _, r in df[~df["passes"]].iterrows():
-            flagged[r["model"]] = (f"{r['model']} fails the sanity check on {name} (precision@{k} margin over its "
-                                   f"random-init twin {format_interval(r['margin'], r['low'], r['high'])})")
-    if not frames:
-        return pd.DataFrame(), flagged, "No dataset here has caption draws, so the sanity check did not run."
-    t = pd.concat(frames)
-    weak = t[t["final margin"] < t["margin"] / 2]
-    text = ((f"**Models that fail it**: {'; '.join(flagged.values())}. " if flagged else
-             f"Every model beats its random-init twin on every dataset (smallest margin "
-             f"{format_number(t['margin'].min())}, {t.loc[t['margin'].idxmin(), 'model']}). ")
-            + "".join(f"At its final layer {r['model']} keeps less than half of that margin on {r['dataset']} "
-                      f"({format_interval(r['final margin'], r['final low'], r['final high'])}). "
-                      for _, r in weak.iterrows()))
-    return pd.DataFrame({
-        "dataset": t["dataset"], "model": t["model"], "chance": t["chance"].map(format_number),
-        f"P@{k} (held-out layer)": [f"{format_number(p)} at {layer}" for p, layer in zip(t["P@k"], t["layer"])],
-        "twin": t["twin P@k"].map(format_number),
-        "margin over twin": [format_interval(*v) for v in zip(t["margin"], t["low"], t["high"])],
-        f"final layer: P@{k}, margin": [f"{format_number(p)}, {format_interval(*v)}" for p, *v in
-                                        zip(t["final P@k"], t["final margin"], t["final low"], t["final high"])],
-        "passes": t["passes"].map({True: "yes", False: "**no**"})}).set_index(["dataset", "model"]), flagged, text
-
-
 #: ``"mean ± std"`` over draws (``"mean"`` for one draw), the cells of the page's tables
 _ms = partial(format_mean_std, count=False)
 
@@ -276,7 +227,7 @@ def findings(agg: pd.DataFrame, heldout: pd.DataFrame, *, dataset: str, alpha: f
     paper_setting : bool
         Whether the run is in the paper's setting (its models, N = 1024), so values compare.
     flagged : mapping of str to str, optional
-        Models that fail their sanity check (:func:`sanity_table`) -> note: their comparisons are left out of the
+        Models that fail their sanity check (:func:`~prh_lib.pages.verdicts.sanity_table`) -> note: their comparisons are left out of the
         tests (:func:`~prh_lib.pages.verdicts.without_flagged`) and the notes name them.
 
     Returns

@@ -321,7 +321,7 @@ def random_vision_pointer(heldout: pd.DataFrame, same: pd.DataFrame, chance: flo
 
 
 def regime_claims(summary: pd.DataFrame, projection: pd.DataFrame | None = None, *, heldout: pd.DataFrame | None = None,
-                  headline: str | None = None, near_chance: float = 2.0) -> list[dict]:
+                  headline: str | None = None, near_chance: float = 2.0, flagged=None) -> list[dict]:
     """Rows of "The paper and this build" for the claims ``3.3/*``, computed from the aggregated numbers.
 
     Parameters
@@ -339,6 +339,8 @@ def regime_claims(summary: pd.DataFrame, projection: pd.DataFrame | None = None,
         the first dataset of ``summary``).
     near_chance : float
         "Near chance" is read as a held-out peak below ``near_chance`` × k/(N-1).
+    flagged : mapping of str to str, optional
+        As in :func:`prh_lib.pages.sec3_1_layerwise.findings`.
 
     Returns
     -------
@@ -360,7 +362,7 @@ def regime_claims(summary: pd.DataFrame, projection: pd.DataFrame | None = None,
     paper_n = n == 1024 and k == 10  # the paper's setting: values compare (offline models never do)
     where = f"{headline}, N = {n}, k = {k}"
     h = heldout if heldout is not None else pd.DataFrame()
-    comps = V.comparisons_of(h)
+    comps = V.without_flagged(V.comparisons_of(h), flagged or {})
     regime_of = {r["comparison"]: r["regime"] for _, r in s.iterrows()}
     if len(comps):
         comps = comps.assign(regime3=[regime_of.get(p, regime_of.get(f"{p} (seed 0)", "")) for p in comps["pair"]])
@@ -371,7 +373,7 @@ def regime_claims(summary: pd.DataFrame, projection: pd.DataFrame | None = None,
 
     def row(cid, tests, this_build, **kw):
         power = V.power_note(tests)
-        note = "; ".join(t for t in (kw.pop("note", ""), power, V.model_caveats(this_build)) if t)
+        note = "; ".join(t for t in (kw.pop("note", ""), power, V.model_caveats(this_build, flagged)) if t)
         rows.append(claims.finding(cid, this_build=this_build, tests=tests, rule=RULES[cid], note=note, **kw))
 
     if comps.empty:

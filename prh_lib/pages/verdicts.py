@@ -16,9 +16,9 @@ import pandas as pd
 from prh_lib.pages import claims
 from prh_lib.stats.selection import detectable_difference, paired_interval
 from prh_lib.analysis.heldout import QUANTITY, floor_margins, margin
-from prh_lib.formatting import format_interval
+from prh_lib.formatting import format_interval, format_number
 
-__all__ = ["caption_trained", "model_caveats", "without_flagged", "unimodal_first", "comparisons_of", "above_chance", "above_floors", "above_pair", "ratio_above", "depth_tests",
+__all__ = ["caption_trained", "model_caveats", "without_flagged", "sanity_table", "unimodal_first", "comparisons_of", "above_chance", "above_floors", "above_pair", "ratio_above", "depth_tests",
            "peak_above_final", "detectable", "power_note", "held_text", "fisher_n_for_r"]
 
 
@@ -48,6 +48,56 @@ def without_flagged(rows: pd.DataFrame, flagged) -> pd.DataFrame:
     verdict), or all of them when every one has one."""
     keep = ~rows["pair"].map(lambda p: any(m.split(" (")[0] in flagged for m in str(p).split(" × "))).astype(bool)
     return rows[keep] if keep.any() or not len(rows) else rows
+
+
+def sanity_table(draws, models, *, chapter: str, params: dict, k: int = 10, seed: int = 0,
+                 **options) -> tuple[pd.DataFrame, dict, str]:
+    """The semantic sanity check of every model (:func:`prh_lib.analysis.sanity.sanity_check`) on each dataset of
+    caption draws: draw 0's features, relevance from the other draws' captions. Rows go to the results table
+    (``quantity="sanity"``, ``score`` the held-out margin over the random-init twin). Returns the page's table, the
+    models whose margin does not exclude 0 on some dataset (model -> note) and a paragraph on both. ``options``: as
+    :func:`~prh_lib.analysis.core.prepare_features`."""
+    from prh_lib import results
+    from prh_lib.analysis import prepare_features, sanity
+    from prh_lib.analysis.controls import random_init_name
+
+    models = [m for m in models if "@random-init:" not in m]
+    frames, flagged = [], {}
+    twins = {m: random_init_name(m, seed) for m in models}
+    for name in sorted({d.dataset for d in draws}):
+        ds = [d for d in draws if d.dataset == name]
+        if len(ds) < 2 or any(d.pairs.images != ds[0].pairs.images for d in ds):
+            continue  # needs caption draws: the same images, another caption besides draw 0's
+        f = prepare_features([], ds[0].pairs, models=[*twins, *twins.values()], **options)
+        rel = sanity.relevance(sanity.salient_words(list(zip(*(d.pairs.texts for d in ds[1:]))),
+                                                    min_captions=min(2, len(ds) - 1)))
+        df = sanity.sanity_check({m: f[m].values.numpy() for m in f}, twins, rel, k=k, seed=seed,
+                                 layers={m: f[m].layer_labels for m in twins})
+        results.write(df.rename(columns={"model": "model_x", "twin": "model_y", "layer": "layer_x",
+                                         "margin": "score"}), chapter=chapter, params=params, dataset=name, draw=0,
+                      metric=f"precision@{k}", quantity="sanity", k=k, n=len(rel), seed=seed)
+        frames.append(df.assign(dataset=name))
+        for _, r in df[~df["passes"]].iterrows():
+            flagged[r["model"]] = (f"{r['model']} fails the sanity check on {name} (precision@{k} margin over its "
+                                   f"random-init twin {format_interval(r['margin'], r['low'], r['high'])})")
+    if not frames:
+        return pd.DataFrame(), flagged, "No dataset here has caption draws, so the sanity check did not run."
+    t = pd.concat(frames)
+    weak = t[t["final margin"] < t["margin"] / 2]
+    text = ((f"**Models that fail it**: {'; '.join(flagged.values())}. " if flagged else
+             f"Every model beats its random-init twin on every dataset (smallest margin "
+             f"{format_number(t['margin'].min())}, {t.loc[t['margin'].idxmin(), 'model']}). ")
+            + "".join(f"At its final layer {r['model']} keeps less than half of that margin on {r['dataset']} "
+                      f"({format_interval(r['final margin'], r['final low'], r['final high'])}). "
+                      for _, r in weak.iterrows()))
+    return pd.DataFrame({
+        "dataset": t["dataset"], "model": t["model"], "chance": t["chance"].map(format_number),
+        f"P@{k} (held-out layer)": [f"{format_number(p)} at {layer}" for p, layer in zip(t["P@k"], t["layer"])],
+        "twin": t["twin P@k"].map(format_number),
+        "margin over twin": [format_interval(*v) for v in zip(t["margin"], t["low"], t["high"])],
+        f"final layer: P@{k}, margin": [f"{format_number(p)}, {format_interval(*v)}" for p, *v in
+                                        zip(t["final P@k"], t["final margin"], t["final low"], t["final high"])],
+        "passes": t["passes"].map({True: "yes", False: "**no**"})}).set_index(["dataset", "model"]), flagged, text
 
 
 def unimodal_first(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, str]:
