@@ -60,3 +60,13 @@ def test_a_flagged_model_carries_no_verdict_and_is_named_in_the_notes():
     assert len(V.without_flagged(rows.iloc[:1], flagged)) == 1  # every comparison flagged: shown, not dropped
     assert "fails the sanity check" in V.model_caveats("dinov2-small × smollm2-135m", flagged)
     assert "fails" not in V.model_caveats("efficientnet-lite0 × smollm2-135m", flagged)
+
+
+def test_the_sanity_paragraph_names_the_smallest_margin_and_weak_final_layers_over_datasets():
+    t = pd.DataFrame({"dataset": ["a", "a", "b", "b"], "model": ["vit", "lm", "vit", "lm"],
+                      "margin": [0.14, 0.12, 0.06, 0.05], "final margin": [0.06, 0.18, 0.02, 0.07],
+                      "final low": [0.03, 0.15, 0.01, 0.05], "final high": [0.10, 0.2, 0.04, 0.08]})
+    text = V.sanity_text(t, {})
+    assert text.startswith("Every model beats its random-init twin on every dataset (smallest margin 0.050, lm on b)")
+    assert text.count("keeps less than half") == 1 and "0.060 [0.030, 0.100] on a; 0.020 [0.010, 0.040] on b" in text
+    assert V.sanity_text(t, {"lm": "lm fails the sanity check on b"}).startswith("**Models that fail it**: lm fails")

@@ -82,14 +82,7 @@ def sanity_table(draws, models, *, chapter: str, params: dict, k: int = 10, seed
                                    f"random-init twin {format_interval(r['margin'], r['low'], r['high'])})")
     if not frames:
         return pd.DataFrame(), flagged, "No dataset here has caption draws, so the sanity check did not run."
-    t = pd.concat(frames)
-    weak = t[t["final margin"] < t["margin"] / 2]
-    text = ((f"**Models that fail it**: {'; '.join(flagged.values())}. " if flagged else
-             f"Every model beats its random-init twin on every dataset (smallest margin "
-             f"{format_number(t['margin'].min())}, {t.loc[t['margin'].idxmin(), 'model']}). ")
-            + "".join(f"At its final layer {r['model']} keeps less than half of that margin on {r['dataset']} "
-                      f"({format_interval(r['final margin'], r['final low'], r['final high'])}). "
-                      for _, r in weak.iterrows()))
+    t = pd.concat(frames, ignore_index=True)
     return pd.DataFrame({
         "dataset": t["dataset"], "model": t["model"], "chance": t["chance"].map(format_number),
         f"P@{k} (held-out layer)": [f"{format_number(p)} at {layer}" for p, layer in zip(t["P@k"], t["layer"])],
@@ -97,7 +90,21 @@ def sanity_table(draws, models, *, chapter: str, params: dict, k: int = 10, seed
         "margin over twin": [format_interval(*v) for v in zip(t["margin"], t["low"], t["high"])],
         f"final layer: P@{k}, margin": [f"{format_number(p)}, {format_interval(*v)}" for p, *v in
                                         zip(t["final P@k"], t["final margin"], t["final low"], t["final high"])],
-        "passes": t["passes"].map({True: "yes", False: "**no**"})}).set_index(["dataset", "model"]), flagged, text
+        "passes": t["passes"].map({True: "yes", False: "**no**"})}).set_index(["dataset", "model"]), flagged, \
+        sanity_text(t, flagged)
+
+
+def sanity_text(t: pd.DataFrame, flagged) -> str:
+    """The paragraph under the sanity table: the models that fail (``flagged``) or the smallest margin, and each
+    model whose final layer keeps less than half of its held-out margin (``t``: the checks of every dataset)."""
+    weak = t[t["final margin"] < t["margin"] / 2]
+    low = t.loc[t["margin"].idxmin()]
+    return ((f"**Models that fail it**: {'; '.join(flagged.values())}. " if flagged else
+             f"Every model beats its random-init twin on every dataset (smallest margin "
+             f"{format_number(low['margin'])}, {low['model']} on {low['dataset']}). ")
+            + "".join(f"At its final layer {m} keeps less than half of its held-out margin: " + "; ".join(
+                f"{format_interval(r['final margin'], r['final low'], r['final high'])} on {r['dataset']}"
+                for _, r in g.iterrows()) + ". " for m, g in weak.groupby("model")))
 
 
 def unimodal_first(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, str]:
