@@ -33,19 +33,18 @@ from prh_lib.stats.correlation import CorrelationResult, correlate, exact_p_floo
 
 # the computation (single-run tables, the study over draws), re-exported: this module stays the chapter's one namespace
 from prh_lib.analysis.capability.study import (BENCHMARK_DIRECTION, OFFLINE_CAPABILITY, QUANTITIES, DegenerateLayers,  # noqa: F401
-    StudySets, alignment_table, bpb_table, capability_columns, capability_rows, correlation_table, heldout_texts,
-    join_capabilities, ladder_is_monotone, paper_setting, study_alignment, study_sets, vision_features)
+    StudySets, alignment_table, bpb_table, capability_rows, correlation_table, heldout_texts, paper_setting,
+    study_alignment, study_sets, vision_features)
 from prh_lib.analysis.capability.intervals import image_correlations, image_display, verdict_correlations  # noqa: F401
 from prh_lib.pages import claims
 from prh_lib.pages.verdicts import fisher_n_for_r
 from prh_lib import formatting
 
-__all__ = ["join_capabilities", "capability_columns", "bpb_table", "ladder_is_monotone", "alignment_table",
-           "CorrelationResult", "correlate", "correlation_table", "correlation_note", "QUANTITIES", "StudySets",
-           "study_sets", "heldout_texts", "DegenerateLayers", "paper_setting", "vision_features", "study_alignment",
-           "capability_rows", "summary_table", "summary_display", "study_correlations", "format_correlation",
-           "correlation_display", "too_few_models", "findings", "describe_study", "study_record", "near_constant",
-           "image_correlations", "image_display"]
+__all__ = ["bpb_table", "alignment_table", "CorrelationResult", "correlate", "correlation_table", "correlation_note",
+           "QUANTITIES", "StudySets", "study_sets", "heldout_texts", "DegenerateLayers", "paper_setting",
+           "vision_features", "study_alignment", "capability_rows", "summary_table", "summary_display",
+           "study_correlations", "format_correlation", "correlation_display", "too_few_models", "findings",
+           "describe_study", "study_record", "near_constant", "image_correlations", "image_display"]
 
 
 # --------------------------------------------------------------------------------------------------------

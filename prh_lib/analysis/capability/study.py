@@ -26,42 +26,6 @@ from prh_lib.analysis.core import clip_features, score_pair
 from prh_lib.stats.correlation import correlate
 
 
-def join_capabilities(table: pd.DataFrame, capabilities: pd.DataFrame, *, on: str = "language") -> pd.DataFrame:
-    """``table`` with the benchmark columns of each row's model added (NaN for models not in ``capabilities``).
-
-    Parameters
-    ----------
-    table : DataFrame
-        E.g. :func:`alignment_table`; column ``on`` names the language model of each row.
-    capabilities : DataFrame
-        From :func:`load_capability_table`.
-    on : str, default="language"
-
-    Returns
-    -------
-    DataFrame
-        A copy with the :data:`BENCHMARKS` columns appended (ladder models and other models outside the
-        table get NaN, which :func:`correlate` leaves out).
-
-    Raises
-    ------
-    ValueError
-        If ``on`` is not a column of ``table``.
-    """
-    if on not in table.columns:
-        raise ValueError(f"column {on!r} is not in the table; it has {list(table.columns)}")
-    out = table.copy()
-    for bench in BENCHMARKS:
-        out[bench] = out[on].map(capabilities[bench]).astype(np.float64)
-    return out
-
-
-def capability_columns(table: pd.DataFrame, *, min_models: int = 3) -> list[str]:
-    """``"bpb"`` and the benchmarks with at least ``min_models`` non-missing values in ``table``."""
-    cols = ["bpb"] if "bpb" in table.columns else []
-    return cols + [b for b in BENCHMARKS if b in table.columns and table[b].notna().sum() >= min_models]
-
-
 def bpb_table(language) -> pd.DataFrame:
     """Bits per byte of each language model, indexed by ``label``: ``fraction``, ``bpb``, ``bits``, ``bytes``,
     ``tokens`` (scored) and ``context`` (see :class:`BitsPerByte`)."""
@@ -69,14 +33,6 @@ def bpb_table(language) -> pd.DataFrame:
                         "bytes": int(r.bpb.n_bytes.sum()), "tokens": r.bpb.n_tokens, "context": r.bpb.context}
                        for r in language]).set_index("label")
     return df
-
-
-def ladder_is_monotone(language) -> bool | None:
-    """Whether bits per byte falls strictly with ``t`` along the ladder (None with fewer than two ladder points)."""
-    pts = sorted((r.fraction, r.bpb.bpb) for r in language if r.fraction is not None)
-    if len(pts) < 2:
-        return None
-    return bool(np.all(np.diff([b for _, b in pts]) < 0))
 
 
 # -- alignment and correlation ---------------------------------------------------------------------------
