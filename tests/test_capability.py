@@ -299,36 +299,6 @@ def test_bits_per_byte_validates(tiny_lm, texts, match):
         L.bits_per_byte(tiny_lm.lm, tiny_lm.tokenizer, "a string")
 
 
-def test_heldout_captions_exclude_the_aligned_text():
-    ds = ImageCaptionDataset("d", ("1", "2"), ("a.jpg", "b.jpg"),
-                             (("first one", "second one", "third one"), ("only caption",)), "test")
-    pairs = Pairs("d", ("2", "1"), ("b.jpg", "a.jpg"), ("only caption", "first one"))
-    assert L.heldout_captions(ds, pairs) == ["second one"]
-    assert L.heldout_captions(ds, pairs, per_image=5) == ["second one", "third one"]
-    assert L.heldout_captions(ds, pairs, per_image=5, max_texts=1) == ["second one"]
-    with pytest.raises(ValueError, match="max_texts"):
-        L.heldout_captions(ds, pairs, max_texts=0)
-    concat = Pairs("d", ("1",), ("a.jpg",), ("first one second one",))
-    assert L.heldout_captions(ds, concat) == ["third one"]
-    with pytest.raises(ValueError, match="not in dataset"):
-        L.heldout_captions(ds, Pairs("d", ("9",), ("x.jpg",), ("t",)))
-    with pytest.raises(ValueError, match="no held-out"):
-        L.heldout_captions(ds, Pairs("d", ("2",), ("b.jpg",), ("only caption",)))
-
-
-def test_bpb_corpus_falls_back_to_the_aligned_texts_only_when_asked_or_automatic():
-    ds = ImageCaptionDataset("d", ("1", "2"), ("a.jpg", "b.jpg"), (("one a", "one b"), ("two",)), "test")
-    pairs = Pairs("d", ("1", "2"), ("a.jpg", "b.jpg"), ("one a", "two"))
-    assert L.bpb_corpus(ds, pairs) == (["one b"], "heldout")
-    single = Pairs("d", ("2",), ("b.jpg",), ("two",))  # one text per image, as in WIT
-    assert L.bpb_corpus(ds, single) == (["two"], "aligned")
-    assert L.bpb_corpus(ds, pairs, source="aligned", max_texts=1) == (["one a"], "aligned")
-    with pytest.raises(ValueError, match="no held-out"):
-        L.bpb_corpus(ds, single, source="heldout")
-    with pytest.raises(ValueError, match="unknown bits-per-byte source"):
-        L.bpb_corpus(ds, pairs, source="wiki")
-
-
 # --------------------------------------------------------------------------------------------------------
 # the interpolation ladder
 
