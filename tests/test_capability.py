@@ -10,7 +10,6 @@ import pytest
 import torch
 from scipy import stats
 
-from prh_lib.pages import figures
 from prh_lib import lm as L
 from prh_lib.pages import sec3_2_capability as C
 from prh_lib.data import benchmarks
@@ -106,17 +105,6 @@ def test_nan_pairs_are_left_out():
 def test_correlate_validates(x, y, kw, match):
     with pytest.raises(ValueError, match=match):
         C.correlate(x, y, **kw)
-
-
-def test_correlation_table_matches_correlate_per_group():
-    rng = np.random.default_rng(0)
-    table = pd.DataFrame({"vision": ["a"] * 5 + ["b"] * 5, "peak": rng.random(10), "bpb": rng.random(10)})
-    out = C.correlation_table(table, alignment=["peak"], capability=["bpb"], n_boot=50, seed=1)
-    assert list(out["vision"]) == ["a", "b"]
-    direct = C.correlate(table["peak"][:5], table["bpb"][:5], n_boot=50, seed=1)
-    assert out.iloc[0]["r"] == pytest.approx(direct.r) and out.iloc[0]["ci low"] == pytest.approx(direct.ci_low)
-    with pytest.raises(ValueError, match="mmlu"):
-        C.correlation_table(table, alignment=["peak"], capability=["mmlu"])
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -385,46 +373,6 @@ def test_load_causal_lm_refuses_encoders(tmp_path):
     BertModel(config).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="not a causal language model"):
         L.load_causal_lm(str(tmp_path))
-
-
-# --------------------------------------------------------------------------------------------------------
-# alignment table
-
-
-def _features(values, name):
-    from prh_lib.extract import LayerFeatures
-
-    L, N, _ = values.shape
-    return LayerFeatures(torch.as_tensor(values, dtype=torch.float32), tuple(f"l{i}" for i in range(L)),
-                         tuple(str(i) for i in range(N)), {"model": name})
-
-
-def test_alignment_table_tracks_a_planted_capability_axis():
-    rng = np.random.default_rng(0)
-    N = 60
-    shared = rng.normal(size=(N, 8))
-    vision = {"v": _features(np.stack([shared + 0.1 * rng.normal(size=(N, 8)), rng.normal(size=(N, 8))]), "v")}
-    language = []
-    for i, t in enumerate([0.0, 0.5, 1.0]):
-        layer = t * shared + (1 - t) * rng.normal(size=(N, 8))
-        feats = _features(np.stack([rng.normal(size=(N, 8)), layer]), f"lm{i}")
-        bpb = L.BitsPerByte(3.0 - 2 * t, np.ones(2), np.ones(2, dtype=np.int64), 2, "bos")
-        language.append(L.LanguageModelResult(f"t={t:g}", f"lm{i}", t, feats, bpb))
-    table = C.alignment_table(vision, language, k=5, n_permutations=19, seed=0)
-    assert list(table["language"]) == ["t=0", "t=0.5", "t=1"]
-    assert table["peak"].is_monotonic_increasing and table.loc[2, "peak"] > 0.5
-    assert table.loc[2, "peak layer v"] == "l0" and table.loc[2, "peak layer l"] == "l1"
-    assert table.loc[2, "p (max)"] == pytest.approx(1 / 20) and table.loc[2, "calibrated (max)"] > 0
-    assert ((table[["peak", "final"]] >= 0) & (table[["peak", "final"]] <= 1)).all().all()
-    corr = C.correlate(table["peak"], table["bpb"], n_boot=0)
-    assert corr.r < -0.9
-    fig = figures.scatter_grid(table.assign(mmlu_5shot=[1.0, 2.0, 3.0]), x=["bpb", "mmlu_5shot"], ys=["peak"],
-                         correlations=C.correlation_table(table, alignment=["peak"], capability=["bpb"], n_boot=10))
-    assert len(fig.axes) == 2 and fig.axes[0].xaxis_inverted()
-    assert any(t.get_text().startswith("r = ") for t in fig.axes[0].texts)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
 
 
 # --------------------------------------------------------------------------------------------------------
