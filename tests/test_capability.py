@@ -10,7 +10,6 @@ import pytest
 import torch
 from scipy import stats
 
-from prh_lib.pages import figures
 from prh_lib import lm as L
 from prh_lib.pages import sec3_2_capability as C
 from prh_lib.data import benchmarks
@@ -108,17 +107,6 @@ def test_correlate_validates(x, y, kw, match):
         C.correlate(x, y, **kw)
 
 
-def test_correlation_table_matches_correlate_per_group():
-    rng = np.random.default_rng(0)
-    table = pd.DataFrame({"vision": ["a"] * 5 + ["b"] * 5, "peak": rng.random(10), "bpb": rng.random(10)})
-    out = C.correlation_table(table, alignment=["peak"], capability=["bpb"], n_boot=50, seed=1)
-    assert list(out["vision"]) == ["a", "b"]
-    direct = C.correlate(table["peak"][:5], table["bpb"][:5], n_boot=50, seed=1)
-    assert out.iloc[0]["r"] == pytest.approx(direct.r) and out.iloc[0]["ci low"] == pytest.approx(direct.ci_low)
-    with pytest.raises(ValueError, match="mmlu"):
-        C.correlation_table(table, alignment=["peak"], capability=["mmlu"])
-
-
 # --------------------------------------------------------------------------------------------------------
 # capability table
 
@@ -192,15 +180,6 @@ def test_malformed_tables_are_refused(tmp_path, body, match):
 def test_missing_file():
     with pytest.raises(FileNotFoundError):
         benchmarks.load_capability_table("/nonexistent/caps.csv")
-
-
-def test_join_capabilities_leaves_unknown_models_missing():
-    table = benchmarks.load_capability_table()
-    df = pd.DataFrame({"vision": ["v", "v"], "language": ["google/gemma-2-9b", "t=0.5"], "peak": [0.2, 0.1]})
-    out = C.join_capabilities(df, table)
-    assert out.loc[0, "mmlu_5shot"] == table.loc["google/gemma-2-9b", "mmlu_5shot"]
-    assert out.loc[1, list(benchmarks.BENCHMARKS)].isna().all()
-    assert C.capability_columns(out.assign(bpb=[1.0, 2.0])) == ["bpb"]  # no benchmark has 3 values
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -308,36 +287,6 @@ def test_bits_per_byte_validates(tiny_lm, texts, match):
         L.bits_per_byte(tiny_lm.lm, tiny_lm.tokenizer, "a string")
 
 
-def test_heldout_captions_exclude_the_aligned_text():
-    ds = ImageCaptionDataset("d", ("1", "2"), ("a.jpg", "b.jpg"),
-                             (("first one", "second one", "third one"), ("only caption",)), "test")
-    pairs = Pairs("d", ("2", "1"), ("b.jpg", "a.jpg"), ("only caption", "first one"))
-    assert L.heldout_captions(ds, pairs) == ["second one"]
-    assert L.heldout_captions(ds, pairs, per_image=5) == ["second one", "third one"]
-    assert L.heldout_captions(ds, pairs, per_image=5, max_texts=1) == ["second one"]
-    with pytest.raises(ValueError, match="max_texts"):
-        L.heldout_captions(ds, pairs, max_texts=0)
-    concat = Pairs("d", ("1",), ("a.jpg",), ("first one second one",))
-    assert L.heldout_captions(ds, concat) == ["third one"]
-    with pytest.raises(ValueError, match="not in dataset"):
-        L.heldout_captions(ds, Pairs("d", ("9",), ("x.jpg",), ("t",)))
-    with pytest.raises(ValueError, match="no held-out"):
-        L.heldout_captions(ds, Pairs("d", ("2",), ("b.jpg",), ("only caption",)))
-
-
-def test_bpb_corpus_falls_back_to_the_aligned_texts_only_when_asked_or_automatic():
-    ds = ImageCaptionDataset("d", ("1", "2"), ("a.jpg", "b.jpg"), (("one a", "one b"), ("two",)), "test")
-    pairs = Pairs("d", ("1", "2"), ("a.jpg", "b.jpg"), ("one a", "two"))
-    assert L.bpb_corpus(ds, pairs) == (["one b"], "heldout")
-    single = Pairs("d", ("2",), ("b.jpg",), ("two",))  # one text per image, as in WIT
-    assert L.bpb_corpus(ds, single) == (["two"], "aligned")
-    assert L.bpb_corpus(ds, pairs, source="aligned", max_texts=1) == (["one a"], "aligned")
-    with pytest.raises(ValueError, match="no held-out"):
-        L.bpb_corpus(ds, single, source="heldout")
-    with pytest.raises(ValueError, match="unknown bits-per-byte source"):
-        L.bpb_corpus(ds, pairs, source="wiki")
-
-
 # --------------------------------------------------------------------------------------------------------
 # the interpolation ladder
 
@@ -413,7 +362,6 @@ def test_ladder_models_cache_features_and_bpb_apart(tiny_lm_folder, tmp_path, mo
         assert a.bpb.bpb == pytest.approx(b.bpb.bpb) and torch.equal(a.features.values, b.features.values)
     table = C.bpb_table(again)
     assert list(table.index) == ["t=0", "t=0.5", "t=1"] and (table["bytes"] > 0).all()
-    assert C.ladder_is_monotone(again) in (True, False)
     with pytest.raises(ValueError, match="distinct"):
         L.ladder_models(str(tiny_lm_folder), [0.5, 0.5], **kw)
 
@@ -425,46 +373,6 @@ def test_load_causal_lm_refuses_encoders(tmp_path):
     BertModel(config).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="not a causal language model"):
         L.load_causal_lm(str(tmp_path))
-
-
-# --------------------------------------------------------------------------------------------------------
-# alignment table
-
-
-def _features(values, name):
-    from prh_lib.extract import LayerFeatures
-
-    L, N, _ = values.shape
-    return LayerFeatures(torch.as_tensor(values, dtype=torch.float32), tuple(f"l{i}" for i in range(L)),
-                         tuple(str(i) for i in range(N)), {"model": name})
-
-
-def test_alignment_table_tracks_a_planted_capability_axis():
-    rng = np.random.default_rng(0)
-    N = 60
-    shared = rng.normal(size=(N, 8))
-    vision = {"v": _features(np.stack([shared + 0.1 * rng.normal(size=(N, 8)), rng.normal(size=(N, 8))]), "v")}
-    language = []
-    for i, t in enumerate([0.0, 0.5, 1.0]):
-        layer = t * shared + (1 - t) * rng.normal(size=(N, 8))
-        feats = _features(np.stack([rng.normal(size=(N, 8)), layer]), f"lm{i}")
-        bpb = L.BitsPerByte(3.0 - 2 * t, np.ones(2), np.ones(2, dtype=np.int64), 2, "bos")
-        language.append(L.LanguageModelResult(f"t={t:g}", f"lm{i}", t, feats, bpb))
-    table = C.alignment_table(vision, language, k=5, n_permutations=19, seed=0)
-    assert list(table["language"]) == ["t=0", "t=0.5", "t=1"]
-    assert table["peak"].is_monotonic_increasing and table.loc[2, "peak"] > 0.5
-    assert table.loc[2, "peak layer v"] == "l0" and table.loc[2, "peak layer l"] == "l1"
-    assert table.loc[2, "p (max)"] == pytest.approx(1 / 20) and table.loc[2, "calibrated (max)"] > 0
-    assert ((table[["peak", "final"]] >= 0) & (table[["peak", "final"]] <= 1)).all().all()
-    corr = C.correlate(table["peak"], table["bpb"], n_boot=0)
-    assert corr.r < -0.9
-    fig = figures.scatter_grid(table.assign(mmlu_5shot=[1.0, 2.0, 3.0]), x=["bpb", "mmlu_5shot"], ys=["peak"],
-                         correlations=C.correlation_table(table, alignment=["peak"], capability=["bpb"], n_boot=10))
-    assert len(fig.axes) == 2 and fig.axes[0].xaxis_inverted()
-    assert any(t.get_text().startswith("r = ") for t in fig.axes[0].texts)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
 
 
 # --------------------------------------------------------------------------------------------------------

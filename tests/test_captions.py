@@ -159,25 +159,13 @@ def test_detail_variants_without_a_generator():
     assert list(full) == ["concat-1", "concat-2", "truncation-1", "summary-1", "truncation-0.5"]
 
 
-def test_summary_report_and_detail_summary():
+def test_summary_report():
     s = L.Summaries(("x y", "a b"), ("x y", ""), ("", "empty"), 0.25, "m", "r", "p", "s")
     rep = captions.summary_report({0.25: s}, ["a b c d e f g h", "a b c d e f g h"])
     assert rep.loc[0.25, "fallbacks"] == 1 and rep.loc[0.25, "reasons"] == "empty: 1"
     assert rep.loc[0.25, "achieved fraction"] == pytest.approx(0.25)
     with pytest.raises(ValueError, match="rows"):
         captions.summary_report({0.25: s}, ["a"])
-    rows = []
-    for control, n, levels in [("more detail", 100, [1, 2, 3]), ("truncation", 50, [0.25, 0.5, 1.0])]:
-        for i, lev in enumerate(levels):
-            peak = 0.1 + 0.05 * i
-            rows.append({"vision model": "v", "language model": "l", "control": control, "level": lev, "n": n,
-                         "tokens": 10.0 * (i + 1), "peak": peak, "chance": 10 / (n - 1),
-                         "corrected peak": (peak - 10 / (n - 1)) / (1 - 10 / (n - 1))})
-    summ = captions.detail_summary(pd.DataFrame(rows))
-    assert summ.loc[("v", "l", "more detail"), "spearman"] == pytest.approx(1.0)
-    assert summ.loc[("v", "l", "truncation"), "peak long"] == pytest.approx(0.2)
-    assert "N = 50" in captions.describe(summ)
-    assert np.isfinite(summ["corrected short"]).all()
 
 
 def _text_features(texts, ids, name):

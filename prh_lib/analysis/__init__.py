@@ -21,8 +21,8 @@ Analyses never load models (features come through :mod:`prh_lib.extract`, langua
 """
 
 
-from prh_lib.analysis.core import (AlignmentMatrix, PairResult, check_comparisons, clip_features, describe_features,
-    find_peak, layerwise_alignment, model_names, prepare_features, score_pair, shuffled_pairing)
+from prh_lib.analysis.core import (AlignmentMatrix, PairResult, check_comparisons, clip_features, find_peak,
+    layerwise_alignment, model_names, prepare_features, score_pair, shuffled_pairing)
 
-__all__ = ["AlignmentMatrix", "PairResult", "check_comparisons", "clip_features", "describe_features", "find_peak",
-           "layerwise_alignment", "model_names", "prepare_features", "score_pair", "shuffled_pairing"]
+__all__ = ["AlignmentMatrix", "PairResult", "check_comparisons", "clip_features", "find_peak", "layerwise_alignment",
+           "model_names", "prepare_features", "score_pair", "shuffled_pairing"]

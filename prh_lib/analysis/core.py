@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 import numpy as np
-import pandas as pd
 import torch
 
 from prh_lib import extract
@@ -34,7 +33,7 @@ from prh_lib.validation import check_model_pairs
 
 __all__ = ["AlignmentMatrix", "find_peak", "layerwise_alignment", "clip_features", "clip_threshold", "CLIP_MODES",
            "preprocessing_label", "shuffled_pairing",
-           "check_comparisons", "model_names", "prepare_features", "prefetch_features", "describe_features", "PairResult", "score_pair"]
+           "check_comparisons", "model_names", "prepare_features", "prefetch_features", "PairResult", "score_pair"]
 
 
 def find_peak(scores) -> tuple[int, int, float]:
@@ -376,12 +375,6 @@ def prefetch_features(comparisons, draws, *, models: Sequence[str] = (), device:
             if missing:
                 extract.features_for_pairs(name, missing, device=device, dtype=dtype, batch_size=batch_size,
                                            progress=False, num_threads=num_threads, keep=False)
-
-
-def describe_features(features: dict[str, LayerFeatures]) -> pd.DataFrame:
-    """One row per model: ``layers``, ``dim`` (widest layer) and ``pooling``."""
-    return pd.DataFrame({name: {"layers": f.n_layers, "dim": f.values.shape[-1], "pooling": f.meta["pooling"]}
-                         for name, f in features.items()}).T
 
 
 @dataclass(frozen=True)

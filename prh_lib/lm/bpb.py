@@ -1,7 +1,7 @@
 """Bits per byte of a causal language model on a list of texts: the capability axis of Huh et al. (2024).
 
-:func:`bits_per_byte` needs no benchmark download; :func:`bpb_corpus` picks the texts (held-out captions of the pairs'
-images, or the aligned captions); :func:`cached_bits_per_byte` caches the result under ``cache_dir("bpb")``.
+:func:`bits_per_byte` needs no benchmark download; :func:`study_heldout` picks the texts (captions no draw aligns,
+else the aligned captions); :func:`cached_bits_per_byte` caches the result under ``cache_dir("bpb")``.
 
 References
 ----------
@@ -24,8 +24,8 @@ from prh_lib import __version__, paths
 from prh_lib.progress import bar as progress_bar
 from prh_lib.validation import check_texts
 
-__all__ = ["BitsPerByte", "bits_per_byte", "heldout_captions", "study_heldout", "BPB_SOURCES", "bpb_corpus", "BPB_FORMAT_VERSION",
-           "bpb_cache_path", "cached_bits_per_byte"]
+__all__ = ["BitsPerByte", "bits_per_byte", "study_heldout", "BPB_FORMAT_VERSION", "bpb_cache_path",
+           "cached_bits_per_byte"]
 
 #: Bump when a change to :func:`bits_per_byte` changes its numbers; part of every cache key.
 BPB_FORMAT_VERSION = 2
@@ -215,47 +215,6 @@ def bits_per_byte(lm: torch.nn.Module, tokenizer, texts: Sequence[str], *, batch
     return BitsPerByte(float(bits.sum() / n_bytes.sum()), bits, n_bytes, n_tokens, context, n_correct)
 
 
-def heldout_captions(dataset, pairs, *, per_image: int = 1, max_texts: int | None = None) -> list[str]:
-    """Captions of the pairs' images that are not the pairs' own texts: held-out text for bits per byte.
-
-    Parameters
-    ----------
-    dataset : prh_lib.data.ImageCaptionDataset
-        The dataset the pairs were drawn from (all captions of each image).
-    pairs : prh_lib.data.Pairs
-    per_image : int, default=1
-        Captions taken per image, in the dataset's order, skipping any caption contained in the pair's
-        text (so ``"first"``, ``"random"`` and ``"concat"`` policies all leave the aligned text out).
-    max_texts : int, optional
-        Keep the first ``max_texts`` captions (in the pairs' row order), to bound the cost.
-
-    Returns
-    -------
-    list of str
-        Up to ``per_image * len(pairs)`` captions (images with fewer spare captions contribute fewer).
-
-    Raises
-    ------
-    ValueError
-        If ``per_image`` or ``max_texts`` is below 1, a pair's sample is not in ``dataset``, or no caption is left.
-    """
-    if not isinstance(per_image, int) or per_image < 1:
-        raise ValueError(f"per_image must be an int >= 1, got {per_image!r}")
-    if max_texts is not None and (not isinstance(max_texts, int) or max_texts < 1):
-        raise ValueError(f"max_texts must be an int >= 1 or None, got {max_texts!r}")
-    index = {sid: i for i, sid in enumerate(dataset.sample_ids)}
-    unknown = [s for s in pairs.sample_ids if s not in index]
-    if unknown:
-        raise ValueError(f"{len(unknown)} pair samples are not in dataset {dataset.name!r}: {unknown[:5]}")
-    out = []
-    for sid, text in zip(pairs.sample_ids, pairs.texts):
-        spare = [c for c in dataset.captions[index[sid]] if c.strip() and c not in text]
-        out.extend(spare[:per_image])
-    if not out:
-        raise ValueError("no held-out captions: every image's captions are used by the pairs")
-    return out if max_texts is None else out[:max_texts]
-
-
 def study_heldout(datasets, draws, *, per_image: int = 1, max_texts: int | None = None) -> tuple[list[str], str]:
     """Captions that no draw of the study aligns: held-out text for bits per byte across datasets and draws.
 
@@ -308,49 +267,6 @@ def study_heldout(datasets, draws, *, per_image: int = 1, max_texts: int | None 
         texts = list(draws[0].pairs.texts)
         return (texts if max_texts is None else texts[:max_texts]), "aligned"
     return (out if max_texts is None else out[:max_texts]), "heldout"
-
-
-#: Where the bits-per-byte texts come from (see :func:`bpb_corpus`).
-BPB_SOURCES = ("auto", "heldout", "aligned")
-
-
-def bpb_corpus(dataset, pairs, *, source: str = "auto", per_image: int = 1,
-               max_texts: int | None = None) -> tuple[list[str], str]:
-    """The texts to measure bits per byte on, and which source was used.
-
-    Parameters
-    ----------
-    dataset : prh_lib.data.ImageCaptionDataset
-    pairs : prh_lib.data.Pairs
-    source : {"auto", "heldout", "aligned"}
-        ``"heldout"``: :func:`heldout_captions` (other captions of the same images, not used for alignment);
-        ``"aligned"``: the pairs' own texts (the captions themselves, as Huh et al. 2024); ``"auto"``: held-out captions
-        when the dataset has any (COCO: four per image), else the aligned texts (WIT and DOCCI have one text per image).
-    per_image, max_texts
-        As in :func:`heldout_captions`; ``max_texts`` also bounds the aligned texts.
-
-    Returns
-    -------
-    texts : list of str
-    used : {"heldout", "aligned"}
-
-    Raises
-    ------
-    ValueError
-        If ``source`` is unknown, or ``"heldout"`` is asked for and there are no spare captions.
-    """
-    if source not in BPB_SOURCES:
-        raise ValueError(f"unknown bits-per-byte source {source!r}; use one of {BPB_SOURCES}")
-    if source in ("heldout", "auto"):
-        try:
-            return heldout_captions(dataset, pairs, per_image=per_image, max_texts=max_texts), "heldout"
-        except ValueError as err:
-            if source == "heldout" or "no held-out captions" not in str(err):
-                raise
-    if max_texts is not None and (not isinstance(max_texts, int) or max_texts < 1):
-        raise ValueError(f"max_texts must be an int >= 1 or None, got {max_texts!r}")
-    texts = list(pairs.texts)
-    return (texts if max_texts is None else texts[:max_texts]), "aligned"
 
 
 def bpb_cache_path(name: str, revision: str, dtype: str, texts: Sequence[str]) -> Path:

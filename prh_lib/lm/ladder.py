@@ -221,7 +221,7 @@ def ladder_models(model: str, fractions: Sequence[float], *, seed: int, pairs, b
     pairs : prh_lib.data.Pairs or list of Pairs
         Texts to extract features of (several sets: one model load serves them all; ``features`` is then a tuple).
     bpb_texts : sequence of str
-        Held-out texts for bits per byte (e.g. :func:`heldout_captions`).
+        Held-out texts for bits per byte (e.g. :func:`prh_lib.lm.study_heldout`).
     device, dtype, batch_size, progress
         As in :func:`prh_lib.extract.get_features`.
 

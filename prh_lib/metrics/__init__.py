@@ -59,17 +59,12 @@ def _lookup(registry: dict, name: str, what: str):
     return registry[name]
 
 
-def get_metric(name: str) -> Callable[..., float]:
-    """The pairwise metric ``name`` from :data:`METRICS`; ValueError listing valid names otherwise."""
-    return _lookup(METRICS, name, "metric")
-
-
 def get_layerwise_metric(name: str) -> Callable:
     """The layer-wise metric ``name`` from :data:`LAYERWISE_METRICS`; ValueError otherwise."""
     return _lookup(LAYERWISE_METRICS, name, "layer-wise metric")
 
 
-__all__ = ["METRICS", "LAYERWISE_METRICS", "KNN_METRICS", "get_metric", "get_layerwise_metric", "l2_normalize",
+__all__ = ["METRICS", "LAYERWISE_METRICS", "KNN_METRICS", "get_layerwise_metric", "l2_normalize",
            "clip_outliers", "center", "knn_indices", "mutual_knn", "mutual_knn_layerwise", "mutual_knn_chance",
            "jaccard_knn", "jaccard_knn_layerwise", "jaccard_knn_chance", "cycle_knn", "cycle_knn_layerwise", "cknna",
            "cknna_layerwise", "cka_linear", "cka_linear_layerwise", "cka_linear_unbiased",

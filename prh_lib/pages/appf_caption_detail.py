@@ -62,42 +62,6 @@ def summary_report(summaries: dict, sources: Sequence[str]) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("fraction")
 
 
-def detail_summary(table: pd.DataFrame, *, score: str = "peak") -> pd.DataFrame:
-    """Per (vision model, language model, control): the score at the shortest and the longest captions and the
-    rank correlation of score with caption length.
-
-    Returns
-    -------
-    DataFrame
-        Columns ``n``, ``tokens short``/``long``, ``{score} short``/``long``, ``corrected short``/``long``,
-        ``spearman`` (Spearman rank correlation of score and tokens over the control's levels).
-    """
-    from scipy.stats import spearmanr
-
-    corrected = "corrected " + score if not score.startswith("corrected") else score
-    rows = []
-    for (vm, lm_name, control), sub in table.groupby(["vision model", "language model", "control"], sort=False):
-        sub = sub.drop_duplicates("level").sort_values("tokens")
-        lo, hi = sub.iloc[0], sub.iloc[-1]
-        rho = float(spearmanr(sub["tokens"], sub[score]).statistic) if len(sub) > 2 else np.nan
-        rows.append({"vision model": vm, "language model": lm_name, "control": control, "n": int(lo["n"]),
-                     "tokens short": lo["tokens"], "tokens long": hi["tokens"],
-                     f"{score} short": lo[score], f"{score} long": hi[score],
-                     "corrected short": lo[corrected], "corrected long": hi[corrected], "spearman": rho})
-    return pd.DataFrame(rows).set_index(["vision model", "language model", "control"])
-
-
-def describe(summary: pd.DataFrame, *, score: str = "peak") -> str:
-    """A Markdown line per row of :func:`detail_summary`, in figures."""
-    lines = []
-    for (vm, lm_name, control), r in summary.iterrows():
-        lines.append(f"- **{vm} × {lm_name}**, {control} (N = {int(r['n'])}): {r['tokens short']:.0f} → "
-                     f"{r['tokens long']:.0f} tokens, {score} {r[f'{score} short']:.3f} → {r[f'{score} long']:.3f} "
-                     f"(chance-corrected "
-                     f"{r['corrected short']:.3f} → {r['corrected long']:.3f}; Spearman ρ = {r['spearman']:.2f}).")
-    return "\n".join(lines)
-
-
 def example_texts(variants: dict, *, row: int = 0) -> pd.DataFrame:
     """The text of every variant for one image (row ``row`` of the "less detail" source), one row per variant."""
     sid = variants["summary-1"]["pairs"].sample_ids[row]

@@ -31,7 +31,6 @@ if TYPE_CHECKING:  # pandas is imported where a table is built: the book build r
     import pandas as pd
 
 PAPER = "Herbst et al. 2026, arXiv 2611.12869"
-COMPANION = "arXiv 2609.24209"
 
 VERDICTS = ("reproduces", "reproduces in kind", "inconclusive", "differs", "explained", "control failed",
             "not testable offline")

@@ -1,10 +1,10 @@
 """Chapter figures: drawn from result objects and tables with the primitives of :mod:`prh_lib.pages.plots`.
 
-One function per figure of the book: :func:`heatmap_grid` (Section 3.1, Fig. 1), :func:`plot_sweeps`
-(Section 3.1, Fig. 2), :func:`scatter_grid` (Section 3.2, Figs. 3-4), :func:`plot_detail` (App. F),
+One function per figure of the book: :func:`heatmap_grid` (Section 3.1, Fig. 1), :func:`plot_sweep_bands`
+(Section 3.1, Fig. 2), :func:`capability_panels` (Section 3.2, Figs. 3-4), :func:`plot_detail` (App. F),
 :func:`regime_figure` (Section 3.3, Fig. 5) and :func:`plot_sweep` (App. G). They read result objects and
-tables by their fields; none computes a score. The sweep figures (:func:`plot_sweeps`,
-:func:`plot_sweep_bands`, :func:`plot_sweep`) live in :mod:`prh_lib.pages.figures_sweeps` and are re-exported here.
+tables by their fields; none computes a score. The sweep figures live in :mod:`prh_lib.pages.figures_sweeps`
+and are re-exported here.
 """
 
 from __future__ import annotations
@@ -16,14 +16,13 @@ import numpy as np
 import pandas as pd
 
 from prh_lib.pages import plots
-from prh_lib.pages.sec3_2_capability import correlation_note
 from prh_lib.validation import check_columns
 
 # the sweep figures (Section 3.1 Fig. 2, App. G), re-exported: notebooks read every figure from this module
-from prh_lib.pages.figures_sweeps import plot_sweep, plot_sweep_bands, plot_sweeps  # noqa: F401
+from prh_lib.pages.figures_sweeps import plot_sweep, plot_sweep_bands  # noqa: F401
 
-__all__ = ["MAX_PANELS", "figure_pairs_of", "plot_sweep_bands", "heatmap_grid", "regime_figure", "scatter_grid", "capability_panels", "plot_detail",
-           "plot_sweeps", "plot_sweep"]
+__all__ = ["MAX_PANELS", "figure_pairs_of", "plot_sweep_bands", "heatmap_grid", "regime_figure", "capability_panels",
+           "plot_detail", "plot_sweep"]
 
 
 #: Most panels a figure draws before :func:`figure_pairs_of` leaves comparisons to the tables: 12 panels
@@ -161,57 +160,6 @@ def heatmap_grid(matrices: dict, *, chance: float | None = None, ncols: int = 2,
                                  linestyle="none", label="peak of another draw"))
     fig.legend(handles=handles, loc="outside lower center", ncol=2, fontsize=plots.HEATMAP_FONTS["legend"],
                frameon=False)
-    return fig
-
-
-def scatter_grid(table: pd.DataFrame, *, x, ys: Sequence[str], by: str = "vision", label: str = "language",
-                 correlations: pd.DataFrame | None = None, invert_bpb: bool = True,
-                 panel_size: tuple[float, float] = (4.6, 3.6)):
-    """One labelled scatter per (group, capability, alignment column) (Figures 3 and 4).
-
-    Rows are (group, capability) combinations (vision models times ``x`` columns), columns are ``ys``.
-
-    Parameters
-    ----------
-    table : DataFrame
-        One row per (vision, language) pair with columns ``by``, ``label``, ``x`` and each of ``ys``.
-    x : str or sequence of str
-        Capability column(s) (e.g. ``"bpb"``, ``"mmlu_5shot"``).
-    ys : sequence of str
-        Alignment columns.
-    correlations : DataFrame, optional
-        From :func:`prh_lib.pages.sec3_2_capability.correlation_table`; the matching row is written in each panel.
-    invert_bpb : bool, default=True
-        Draw ``bpb`` decreasing, so that capability grows to the right in every panel.
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-
-    Raises
-    ------
-    ValueError
-        If a named column is missing.
-    """
-    xs = [x] if isinstance(x, str) else list(x)
-    check_columns(table, [by, label, *xs, *ys])
-    rows = [(g, c) for g in dict.fromkeys(table[by]) for c in xs]
-    fig, axes = plt.subplots(len(rows), len(ys), figsize=(panel_size[0] * len(ys), panel_size[1] * len(rows)),
-                             squeeze=False)
-    for ri, (group, cap) in enumerate(rows):
-        sub = table[table[by] == group]
-        for yi, y in enumerate(ys):
-            note = None
-            if correlations is not None:
-                hit = correlations[(correlations[by] == group) & (correlations["alignment"] == y)
-                                   & (correlations["capability"] == cap)]
-                if len(hit):
-                    note = correlation_note(hit.iloc[0])
-            xlabel = f"{cap} (lower = more capable)" if cap == "bpb" else cap
-            plots.scatter_with_labels(sub[cap].to_numpy(float), sub[y].to_numpy(float), list(sub[label]), ax=axes[ri, yi],
-                                xlabel=xlabel, ylabel=y, title=f"{group}: {y}", note=note,
-                                invert_x=invert_bpb and cap == "bpb")
-    fig.tight_layout()
     return fig
 
 

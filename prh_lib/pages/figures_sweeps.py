@@ -1,72 +1,19 @@
 """The sweep figures of the book, drawn from result objects and tables with :mod:`prh_lib.pages.plots`.
 
-:func:`plot_sweeps` and :func:`plot_sweep_bands` (Section 3.1, Fig. 2: alignment under PCA compression, one
-draw and over draws) and :func:`plot_sweep` (App. G: k and N sweeps). Re-exported by :mod:`prh_lib.pages.figures`,
+:func:`plot_sweep_bands` (Section 3.1, Fig. 2: alignment under PCA compression over draws) and
+:func:`plot_sweep` (App. G: k and N sweeps). Re-exported by :mod:`prh_lib.pages.figures`,
 the module notebooks read figures from; none computes a score.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
 from prh_lib.pages import plots
-
-if TYPE_CHECKING:  # pragma: no cover
-    from prh_lib.pages.sec3_1b_pca import CompressionSweep
-
-
-def plot_sweeps(sweeps: Sequence[CompressionSweep], *, sweep: str = "variance", ncols: int = 2,
-                relative: bool = False, panel_size: tuple[float, float] = (5.0, 3.6)):
-    """Figure 2-style panels: alignment against variance retained or against dimensions kept.
-
-    One panel per (model pair, layer pair), one line per side compressed; the dashed black line is the
-    uncompressed score (the reference) and the grey line the chance level ``k/(N-1)``.
-
-    Parameters
-    ----------
-    sweeps : sequence of CompressionSweep
-        From :func:`prh_lib.pages.sec3_1b_pca.compress_layer_pairs`; only those whose ``labels["sweep"] == sweep`` are drawn.
-    sweep : {"variance", "dims"}
-        x axis: fraction of variance retained, or number of components (log scale).
-    relative : bool
-        Plot ``score / reference`` instead of the score.
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-    """
-    if sweep not in ("variance", "dims"):
-        raise ValueError(f"sweep must be 'variance' or 'dims'; got {sweep!r}")
-    panels: dict[str, list[CompressionSweep]] = {}
-    for s in sweeps:
-        if s.labels.get("sweep") == sweep:
-            lab = s.labels
-            title = f"{lab.get('pair')}\n{lab.get('layers')}: {lab.get('layer x')} × {lab.get('layer y')}"
-            panels.setdefault(title, []).append(s)
-    if not panels:
-        raise ValueError(f"no sweeps of kind {sweep!r} to plot")
-    nrows = int(np.ceil(len(panels) / ncols))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows), squeeze=False)
-    names = {"x": "compress {x}", "y": "compress {y}", "both": "compress both"}
-    for ax, (title, group) in zip(axes.flat, panels.items()):
-        xs = {names[s.compress].format(**s.labels): (s.variance if sweep == "variance" else s.dims) for s in group}
-        ys = {names[s.compress].format(**s.labels): (s.relative if relative else s.scores) for s in group}
-        ref = 1.0 if relative else group[0].reference
-        chance = group[0].chance / (group[0].reference if relative else 1.0)
-        ax.axhline(ref, color="black", linestyle=":", linewidth=1.2, label=f"uncompressed {group[0].reference:.3f}")
-        plots.line_plot(xs, ys, ax=ax, chance=chance, logx=sweep == "dims", title=title,
-                        xlabel="fraction of variance retained" if sweep == "variance" else "principal components kept",
-                        ylabel="score / uncompressed" if relative else f"mutual k-NN (k={group[0].k})",
-                        marker="o" if sweep == "variance" else "")
-        ax.title.set_fontsize(9)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.set_visible(False)
-    fig.tight_layout()
-    return fig
 
 
 def plot_sweep(frames: dict[str, pd.DataFrame], *, x: str, scores: Sequence[str] = ("fixed", "max"),

@@ -459,58 +459,6 @@ def _label_column(ax, labelled, size: float) -> None:
                                     "shrinkA": 0, "shrinkB": 2} if moved else None)
 
 
-def scatter_with_labels(x, y, labels: Sequence[str], *, ax=None, xlabel: str = "", ylabel: str = "",
-                        title: str | None = None, note: str | None = None, invert_x: bool = False):
-    """Scatter of one point per model, each labelled, with a least-squares line (Figures 3 and 4).
-
-    Parameters
-    ----------
-    x, y : array_like of shape (n_models,)
-        NaN points are not drawn.
-    labels : sequence of str, length n_models
-    ax : matplotlib Axes, optional
-    xlabel, ylabel, title : str
-    note : str, optional
-        Text in the upper-left corner (e.g. ``"r = 0.81, p = 0.02"``).
-    invert_x : bool, default=False
-        Draw the x axis decreasing (for bits per byte, so that capability grows to the right).
-
-    Returns
-    -------
-    matplotlib.axes.Axes
-
-    Raises
-    ------
-    ValueError
-        If ``x``, ``y`` and ``labels`` differ in length.
-    """
-    x = np.asarray(x, dtype=float)
-    y = np.asarray(y, dtype=float)
-    if not (x.shape == y.shape == (len(labels),)):
-        raise ValueError(f"x {x.shape}, y {y.shape} and {len(labels)} labels must have the same length")
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5.0, 3.8))
-    ok = ~(np.isnan(x) | np.isnan(y))
-    ax.scatter(x[ok], y[ok], s=24, zorder=3)
-    for xi, yi, lab in zip(x[ok], y[ok], np.asarray(labels, dtype=object)[ok]):
-        ax.annotate(str(lab), (xi, yi), textcoords="offset points", xytext=(4, 3), fontsize=9)
-    if ok.sum() >= 2 and np.ptp(x[ok]) > 0:
-        slope, intercept = np.polyfit(x[ok], y[ok], 1)
-        xs = np.linspace(x[ok].min(), x[ok].max(), 50)
-        ax.plot(xs, slope * xs + intercept, color="grey", linestyle="--", linewidth=1)
-    if invert_x:
-        ax.invert_xaxis()
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    if title:
-        ax.set_title(title, fontsize=10)
-    if note:
-        ax.text(0.02, 0.97, note, transform=ax.transAxes, va="top", fontsize=9,
-                bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0})
-    ax.grid(alpha=0.3)
-    return ax
-
-
 #: Columns of :func:`figure_data`: where (``panel``), what (``kind``, ``series``) and the values drawn.
 DATA_COLUMNS = ["panel", "kind", "series", "x", "y", "low", "high", "row", "column", "value"]
 

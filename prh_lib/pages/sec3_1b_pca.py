@@ -1,7 +1,8 @@
 """The PCA-compression page (Section 3.1, Figure 2, App. C): summary tables, prose, verdicts and the record.
 
 The sweeps, the projection ``space`` and the study over datasets x draws are
-:mod:`prh_lib.analysis.compression.study`'s (re-exported here); figures: :func:`prh_lib.pages.figures.plot_sweeps`."""
+:mod:`prh_lib.analysis.compression.study`'s (re-exported here); figures:
+:func:`prh_lib.pages.figures.plot_sweep_bands`."""
 
 from __future__ import annotations
 

@@ -2,13 +2,8 @@
 
 The paper's claim: alignment of a language model with a vision model grows with the language model's capability when
 captions are informative. The language models (features and bits per byte) come from :mod:`prh_lib.lm.ladder`, the
-benchmark scores from :mod:`prh_lib.data.benchmarks`. Here:
-
-- :func:`alignment_table` scores each language model against each vision model (raw mutual k-NN at the best layer pair
-  and at the final layers, plus permutation-calibrated scores), with :func:`~prh_lib.analysis.core.score_pair`;
-- :func:`correlate` gives Pearson's r with its p-value and a bootstrap interval over models;
-  :func:`correlation_table` applies it to every (vision model, alignment score, capability measure);
-- :func:`bpb_table`: bits per byte along the interpolation ladder.
+benchmark scores from :mod:`prh_lib.data.benchmarks`; :func:`correlate` gives Pearson's r with its p-value and a
+bootstrap interval over models, and :func:`bpb_table` bits per byte along the interpolation ladder.
 
 The computation lives in :mod:`prh_lib.analysis.capability` (re-exported: the chapter's one namespace); this
 module holds the page: summaries and correlations over draws, their displays, findings, prose and the record.
@@ -31,34 +26,23 @@ import pandas as pd
 from prh_lib.data.benchmarks import BENCHMARKS, missing_counts
 from prh_lib.stats.correlation import CorrelationResult, correlate, exact_p_floor, near_constant
 
-# the computation (single-run tables, the study over draws), re-exported: this module stays the chapter's one namespace
+# the computation (the ladder's table, the study over draws), re-exported: this module stays the chapter's one namespace
 from prh_lib.analysis.capability.study import (BENCHMARK_DIRECTION, OFFLINE_CAPABILITY, QUANTITIES, DegenerateLayers,  # noqa: F401
-    StudySets, alignment_table, bpb_table, capability_columns, capability_rows, correlation_table, heldout_texts,
-    join_capabilities, ladder_is_monotone, paper_setting, study_alignment, study_sets, vision_features)
+    StudySets, bpb_table, capability_rows, heldout_texts, paper_setting, study_alignment, study_sets, vision_features)
 from prh_lib.analysis.capability.intervals import image_correlations, image_display, verdict_correlations  # noqa: F401
 from prh_lib.pages import claims
 from prh_lib.pages.verdicts import fisher_n_for_r
 from prh_lib import formatting
 
-__all__ = ["join_capabilities", "capability_columns", "bpb_table", "ladder_is_monotone", "alignment_table",
-           "CorrelationResult", "correlate", "correlation_table", "correlation_note", "QUANTITIES", "StudySets",
-           "study_sets", "heldout_texts", "DegenerateLayers", "paper_setting", "vision_features", "study_alignment",
-           "capability_rows", "summary_table", "summary_display", "study_correlations", "format_correlation",
-           "correlation_display", "too_few_models", "findings", "describe_study", "study_record", "near_constant",
-           "image_correlations", "image_display"]
+__all__ = ["bpb_table", "CorrelationResult", "correlate", "QUANTITIES", "StudySets", "study_sets", "heldout_texts",
+           "DegenerateLayers", "paper_setting", "vision_features", "study_alignment", "capability_rows",
+           "summary_table", "summary_display", "study_correlations", "format_correlation", "correlation_display",
+           "too_few_models", "findings", "describe_study", "study_record", "near_constant", "image_correlations",
+           "image_display"]
 
 
 # --------------------------------------------------------------------------------------------------------
 # page tables and records
-
-
-def correlation_note(res) -> str:
-    """``"r = 0.81 [0.42, 0.97], p = 0.02, n = 7"`` for a :class:`CorrelationResult` or a row of
-    :func:`correlation_table` (undefined parts are written "n/a")."""
-    if isinstance(res, CorrelationResult):
-        res = {"r": res.r, "p": res.p_value, "ci low": res.ci_low, "ci high": res.ci_high, "n": res.n}
-    return (f"r = {_fmt(res['r'])} [{_fmt(res['ci low'])}, {_fmt(res['ci high'])}], "
-            f"p = {_fmt(res['p'], '.2g')}, n = {int(res['n'])}")
 
 
 def summary_table(df: pd.DataFrame, capabilities: pd.DataFrame | None = None) -> pd.DataFrame:

@@ -239,31 +239,14 @@ _KERNEL_CONFIG = {"KernelManager": {"transport": "ipc"}}
 @contextmanager
 def _progress_channel(path: Path, prefix: str = ""):
     """Point the kernel (it inherits the environment) at the progress file ``path`` and follow it."""
-    old = os.environ.get(progress.ENV)
-    os.environ[progress.ENV] = str(path)
-    try:
-        with progress.follow(path, prefix=prefix):
-            yield
-    finally:
-        if old is None:
-            os.environ.pop(progress.ENV, None)
-        else:
-            os.environ[progress.ENV] = old
+    with _env(progress.ENV, str(path)), progress.follow(path, prefix=prefix):
+        yield
 
 
-@contextmanager
 def _inline_matplotlib():
     """Let the kernel draw figures into the notebook even when ``MPLBACKEND`` (e.g. ``Agg``) is set for
     headless scripts: the kernel inherits the environment, and a non-inline backend records no images."""
-    old = os.environ.get("MPLBACKEND")
-    os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("MPLBACKEND", None)
-        else:
-            os.environ["MPLBACKEND"] = old
+    return _env("MPLBACKEND", "module://matplotlib_inline.backend_inline")
 
 
 # --------------------------------------------------------------------------------------------- sweeps

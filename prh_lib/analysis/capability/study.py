@@ -1,9 +1,8 @@
 """The computation of the capability chapter (Herbst et al., Section 3.2, App. D): scores, correlations, the study.
 
-Single-run tables (:func:`alignment_table`, :func:`correlation_table`, :func:`bpb_table`) and the study over
-datasets x draws (:func:`study_sets`, :func:`study_alignment`, :func:`capability_rows`). Re-exported by
-:mod:`prh_lib.pages.sec3_2_capability`, which holds the page: summaries and correlations over draws, findings
-and records.
+The ladder's :func:`bpb_table` and the study over datasets x draws (:func:`study_sets`, :func:`study_alignment`,
+:func:`capability_rows`). Re-exported by :mod:`prh_lib.pages.sec3_2_capability`, which holds the page: summaries
+and correlations over draws, findings and records.
 
 References
 ----------
@@ -21,45 +20,7 @@ import pandas as pd
 
 from prh_lib import data, extract, lm
 from prh_lib.data.benchmarks import BENCHMARKS
-from prh_lib.validation import check_columns
 from prh_lib.analysis.core import clip_features, score_pair
-from prh_lib.stats.correlation import correlate
-
-
-def join_capabilities(table: pd.DataFrame, capabilities: pd.DataFrame, *, on: str = "language") -> pd.DataFrame:
-    """``table`` with the benchmark columns of each row's model added (NaN for models not in ``capabilities``).
-
-    Parameters
-    ----------
-    table : DataFrame
-        E.g. :func:`alignment_table`; column ``on`` names the language model of each row.
-    capabilities : DataFrame
-        From :func:`load_capability_table`.
-    on : str, default="language"
-
-    Returns
-    -------
-    DataFrame
-        A copy with the :data:`BENCHMARKS` columns appended (ladder models and other models outside the
-        table get NaN, which :func:`correlate` leaves out).
-
-    Raises
-    ------
-    ValueError
-        If ``on`` is not a column of ``table``.
-    """
-    if on not in table.columns:
-        raise ValueError(f"column {on!r} is not in the table; it has {list(table.columns)}")
-    out = table.copy()
-    for bench in BENCHMARKS:
-        out[bench] = out[on].map(capabilities[bench]).astype(np.float64)
-    return out
-
-
-def capability_columns(table: pd.DataFrame, *, min_models: int = 3) -> list[str]:
-    """``"bpb"`` and the benchmarks with at least ``min_models`` non-missing values in ``table``."""
-    cols = ["bpb"] if "bpb" in table.columns else []
-    return cols + [b for b in BENCHMARKS if b in table.columns and table[b].notna().sum() >= min_models]
 
 
 def bpb_table(language) -> pd.DataFrame:
@@ -69,103 +30,6 @@ def bpb_table(language) -> pd.DataFrame:
                         "bytes": int(r.bpb.n_bytes.sum()), "tokens": r.bpb.n_tokens, "context": r.bpb.context}
                        for r in language]).set_index("label")
     return df
-
-
-def ladder_is_monotone(language) -> bool | None:
-    """Whether bits per byte falls strictly with ``t`` along the ladder (None with fewer than two ladder points)."""
-    pts = sorted((r.fraction, r.bpb.bpb) for r in language if r.fraction is not None)
-    if len(pts) < 2:
-        return None
-    return bool(np.all(np.diff([b for _, b in pts]) < 0))
-
-
-# -- alignment and correlation ---------------------------------------------------------------------------
-
-
-def alignment_table(vision: dict, language, *, k: int = 10,
-                    n_permutations: int = 200, alpha: float = 0.05, seed: int = 0, device=None) -> pd.DataFrame:
-    """Alignment of every language model with every vision model, with each LM's bits per byte.
-
-    Parameters
-    ----------
-    vision : dict of str to LayerFeatures
-        Vision features (clipped as the caller wishes), all on the same pairs as the language features.
-    language : sequence of LanguageModelResult
-        Language features (pre-processed the same way) and bits per byte.
-    k, n_permutations, alpha, seed, device
-        Mutual k-NN neighbours and the permutation null of
-        :func:`prh_lib.stats.permutation_test_layerwise` (selection-aware for the maximum).
-
-    Returns
-    -------
-    DataFrame
-        One row per (vision, language) pair with columns ``vision``, ``language``, ``fraction``,
-        ``bpb``, ``peak`` (max over layer pairs), ``peak layer v``, ``peak layer l``, ``final`` (last
-        layer pair), ``calibrated (max)``, ``p (max)`` (selection-aware), ``calibrated (final)``,
-        ``p (final)`` (the final pair against its own null: the same as
-        :func:`prh_lib.stats.permutation_test` with the same permutations).
-
-    Raises
-    ------
-    prh_lib.extract.features.FeatureMismatchError
-        If features hold other samples or another row order.
-
-    References
-    ----------
-    Herbst et al., Section 3.2; Gröger et al. (2026), Sec. 5 (calibration).
-    """
-    rows = []
-    for v_name, v in vision.items():
-        for res in language:
-            scored = score_pair(v, res.features, k=k, n_permutations=n_permutations, alpha=alpha, n_boot=0,
-                                seed=seed, control=False, device=device)
-            m, cal = scored.matrix, scored.calibration
-            i, j, best = m.peak
-            rows.append({
-                "vision": v_name, "language": res.label, "fraction": res.fraction, "bpb": res.bpb.bpb,
-                "peak": best, "peak layer v": m.x_labels[i], "peak layer l": m.y_labels[j], "final": m.final,
-                "calibrated (max)": cal.calibrated_max, "p (max)": cal.p_max,
-                "calibrated (final)": float(cal.calibrated[-1, -1]), "p (final)": float(cal.p_value[-1, -1]),
-            })
-    return pd.DataFrame(rows)
-
-
-def correlation_table(table: pd.DataFrame, *, alignment: Sequence[str], capability: Sequence[str],
-                      by: str = "vision", n_boot: int = 1000, ci: float = 0.95, seed: int = 0,
-                      **options) -> pd.DataFrame:
-    """:func:`correlate` of each alignment column with each capability column, per group of rows.
-
-    Parameters
-    ----------
-    table : DataFrame
-        One row per (vision, language) model pair, e.g. :func:`alignment_table` joined with capability scores.
-    alignment, capability : sequence of str
-        Column names.
-    by : str, default="vision"
-        Rows are grouped by this column (one correlation per vision model).
-    n_boot, ci, seed, **options
-        As in :func:`correlate` (``method``, ``p_value``, ``interval``).
-
-    Returns
-    -------
-    DataFrame
-        Columns ``by``, ``alignment``, ``capability``, ``r``, ``p``, ``ci low``, ``ci high``, ``n``.
-
-    Raises
-    ------
-    ValueError
-        If a named column is not in ``table``.
-    """
-    check_columns(table, [by, *alignment, *capability])
-    rows = []
-    for group, sub in table.groupby(by, sort=False):
-        for a in alignment:
-            for c in capability:
-                res = correlate(sub[a].to_numpy(float), sub[c].to_numpy(float), n_boot=n_boot, ci=ci, seed=seed,
-                                **options)
-                rows.append({by: group, "alignment": a, "capability": c, "r": res.r, "p": res.p_value,
-                             "ci low": res.ci_low, "ci high": res.ci_high, "n": res.n})
-    return pd.DataFrame(rows)
 
 
 # -- the study: independently trained language models over datasets x draws, from the results table ------

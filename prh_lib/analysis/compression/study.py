@@ -109,18 +109,6 @@ class CompressionSweep:
         ok = np.nonzero(self.scores >= fraction * self.reference - 1e-12)[0]
         return int(self.dims[ok[0]]) if ok.size else None
 
-    def to_frame(self) -> pd.DataFrame:
-        """One row per grid point: dims, variance, score, relative score and the description labels."""
-        df = pd.DataFrame({"dims": self.dims, "dims y": self.dims_y, "variance": self.variance,
-                           "score": self.scores, "relative": self.relative})
-        if self.target_variance is not None:
-            df.insert(0, "target variance", self.target_variance)
-        for key, value in self.labels.items():
-            df[key] = value
-        df["compress"] = self.compress
-        return df
-
-
 class _Side:
     """One side of a pair: its float64 features and (lazily) its full PCA."""
 

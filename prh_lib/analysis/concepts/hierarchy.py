@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-__all__ = ["WORDNET_DIR", "read_hypernyms", "ancestors", "families", "hierarchy_statistics",
+__all__ = ["WORDNET_DIR", "read_hypernyms", "families", "hierarchy_statistics",
            "shuffled_families", "hierarchy_table", "centroid_sibling_bound"]
 
 #: Where Debian's ``wordnet-base`` installs WordNet 3.0.
@@ -80,19 +80,6 @@ def read_hypernyms(path=None) -> dict[str, list[str]]:
                 if sym in ("@", "@i") and pos == "n":
                     hyper.append("n" + off)
             out["n" + tok[0]] = hyper
-    return out
-
-
-def ancestors(synset: str, hypernyms: dict[str, list[str]]) -> list[str]:
-    """All ancestors of ``synset`` (breadth first, each once; the synset itself excluded)."""
-    seen, queue, out = {synset}, list(hypernyms.get(synset, [])), []
-    while queue:
-        s = queue.pop(0)
-        if s in seen:
-            continue
-        seen.add(s)
-        out.append(s)
-        queue += hypernyms.get(s, [])
     return out
 
 

@@ -66,7 +66,7 @@ from prh_lib.analysis.displacement.reference import (_MAIN, PAIRINGS, WHITEN_ROW
 
 __all__ = ["PAIRINGS", "WHITEN_ROWS", "ReferenceResult", "reference_split", "reference_whitening",
            "predecessor_pairs", "reference_procedure", "predicted_measures", "synthetic_pair", "OURS", "REFERENCE",
-           "compare_procedures", "summarise", "side_by_side", "step_table", "formula_check", "synthetic_sweep",
+           "compare_procedures", "side_by_side", "step_table", "formula_check", "synthetic_sweep",
            "procedure_figure", "procedure_verdict"]
 
 
@@ -157,19 +157,6 @@ def compare_procedures(features: dict, best: pd.DataFrame, *, n_components: int 
                                **{f"predicted_{k}": v for k, v in res.predicted().items()})
                 rows.append(row)
     return pd.DataFrame(rows)
-
-
-def summarise(table: pd.DataFrame, *, by=("pair", "step")) -> pd.DataFrame:
-    """Mean and standard deviation (``ddof=1``; NaN for one split) over splits of every numeric column.
-
-    Returns a DataFrame indexed by ``by`` with columns ``(column, "mean" | "sd")``, rows in the order they first appear.
-    """
-    by = list(by)
-    num = [c for c in table.columns if c not in by + ["split", "kind", "layers"]
-           and pd.api.types.is_numeric_dtype(table[c])]
-    g = table.groupby(by, sort=False)[num]
-    out = pd.concat({"mean": g.mean(), "sd": g.std(ddof=1)}, axis=1).swaplevel(axis=1)
-    return out[[(c, s) for c in num for s in ("mean", "sd")]]
 
 
 def _formatted(table: pd.DataFrame, by: list) -> pd.DataFrame:
