@@ -46,8 +46,10 @@ def model_caveats(text: str, flagged=None) -> str:
 def without_flagged(rows: pd.DataFrame, flagged) -> pd.DataFrame:
     """The comparisons of ``rows`` with no ``flagged`` model (a model that fails its sanity check carries no
     verdict), or all of them when every one has one."""
+    if rows.empty or not flagged:
+        return rows
     keep = ~rows["pair"].map(lambda p: any(m.split(" (")[0] in flagged for m in str(p).split(" × "))).astype(bool)
-    return rows[keep] if keep.any() or not len(rows) else rows
+    return rows[keep] if keep.any() else rows
 
 
 def sanity_table(draws, models, *, chapter: str, params: dict, k: int = 10, seed: int = 0,
