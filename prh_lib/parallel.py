@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import os
 
-from prh_lib.metrics._parallel import ignoring, in_worker, map_threads, recording, reissue
-
-__all__ = ["available_cores", "map_threads", "recording", "ignoring", "reissue", "in_worker"]
+from prh_lib.metrics._parallel import ignoring, in_worker, map_threads, recording, reissue  # noqa: F401
 
 
 def available_cores() -> int:

@@ -10,8 +10,6 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["check_seed", "check_seeds", "check_texts", "check_model_pairs", "check_columns", "as_float64_matrix"]
-
 
 def check_seed(seed, name: str = "seed") -> int:
     """``seed`` as an int (bools are refused).

@@ -27,14 +27,9 @@ from prh_lib import data
 from prh_lib.data import paper
 from prh_lib.models import DTYPES
 from prh_lib.run.profiles import PROFILES, get_profile
-from prh_lib.batch.plan import (DatasetSpec, Job, clear_caches, describe_plan, plan_study, plan_table,
-    planned_cache_file, study_from_profile, study_pairs)
-from prh_lib.batch.run import (EXECUTORS, JobOutcome, RunSummary, StudyTask, choose_batch_size, gpus_needed,
-    group_by_model, is_out_of_memory, run_job, run_jobs)
-
-__all__ = ["DatasetSpec", "Job", "clear_caches", "describe_plan", "plan_study", "plan_table", "planned_cache_file",
-           "study_from_profile", "study_pairs", "EXECUTORS", "JobOutcome", "RunSummary", "StudyTask",
-           "choose_batch_size", "gpus_needed", "group_by_model", "is_out_of_memory", "run_job", "run_jobs", "main"]
+from prh_lib.batch.plan import (Job, clear_caches, describe_plan, plan_study, plan_table,  # noqa: F401
+    study_from_profile)
+from prh_lib.batch.run import EXECUTORS, StudyTask, choose_batch_size, gpus_needed, run_job, run_jobs  # noqa: F401
 
 
 def _expand_models(names: Sequence[str]) -> list[str]:

@@ -23,9 +23,6 @@ import submitit
 
 from prh_lib import paths
 
-__all__ = ["PAPER_TASKS", "REHEARSAL_TASKS", "CapabilityTask", "capability_file", "run_capability",
-           "run_capability_jobs", "capability_table", "write_rehearsal_tasks"]
-
 
 @dataclass(frozen=True)
 class CapabilityTask:

@@ -15,11 +15,8 @@ from typing import Sequence
 from prh_lib import data, extract
 from prh_lib.data import paper
 from prh_lib.extract.features import CorruptFeatureFileError, check_feature_file
-from prh_lib.data.study import DatasetSpec, clear_caches, study_draws, study_pairs
+from prh_lib.data.study import DatasetSpec, clear_caches, study_draws, study_pairs  # noqa: F401 (re-exported)
 from prh_lib.models import DTYPES
-
-__all__ = ["DatasetSpec", "Job", "study_pairs", "clear_caches", "planned_cache_file", "plan_study", "plan_table",
-           "describe_plan", "study_from_profile"]
 
 
 @dataclass(frozen=True)

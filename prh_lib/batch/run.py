@@ -23,9 +23,6 @@ from prh_lib.data import paper
 from prh_lib.models import dtype_bytes
 from prh_lib.batch.plan import Job, planned_cache_file
 
-__all__ = ["EXECUTORS", "JobOutcome", "is_out_of_memory", "choose_batch_size", "run_job", "StudyTask", "RunSummary",
-           "gpus_needed", "group_by_model", "run_jobs"]
-
 EXECUTORS = ("inline", "debug", "local", "slurm")
 
 

@@ -35,9 +35,6 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["BENCHMARKS", "SOURCE_COLUMNS", "capability_table_path", "load_capability_table", "capability_scores",
-           "missing_counts", "describe_missing"]
-
 #: Benchmark columns of the capability table (percent, 0-100) and the column naming each value's source.
 BENCHMARKS = ("mmlu_5shot", "arc_challenge", "gsm8k_5shot")
 #: The benchmarks as pages name them (prose and table headers).

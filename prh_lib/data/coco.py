@@ -12,8 +12,6 @@ from pathlib import Path
 from prh_lib import paths
 from prh_lib.data.pairs import DataError, DataWarning, ImageCaptionDataset
 
-__all__ = ["load_coco_folder", "load_coco_official", "read_coco_captions"]
-
 
 def _decode_utf8(raw: bytes, ann_path: Path) -> str:
     """The file's text as UTF-8 (a byte-order mark is allowed), whatever the locale's encoding.

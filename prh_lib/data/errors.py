@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-__all__ = ["DataError", "DataWarning"]
-
 
 class DataError(ValueError):
     """A dataset is missing, unreadable or malformed; the message names the path and the fix."""

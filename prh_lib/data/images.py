@@ -22,8 +22,6 @@ from pathlib import Path
 
 from prh_lib.data.errors import DataError
 
-__all__ = ["to_rgb", "open_rgb"]
-
 _HIGH_DEPTH = ("I", "F")  # I;16, I;16B, I;16L, I, F
 
 

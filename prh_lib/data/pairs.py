@@ -15,10 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
-from prh_lib.data.errors import DataError, DataWarning
+from prh_lib.data.errors import DataError, DataWarning  # noqa: F401 (re-exported)
 from prh_lib.data.images import open_rgb, to_rgb
-
-__all__ = ["CAPTION_POLICIES", "DataError", "DataWarning", "ImageCaptionDataset", "Pairs", "sample_pairs"]
 
 CAPTION_POLICIES = ("first", "random", "concat", "nth")
 

@@ -43,9 +43,6 @@ from prh_lib.data.pairs import DataError, ImageCaptionDataset
 from prh_lib.data.tables import _describe, _texts, load_hf_table, open_table, table_to_dataset
 from prh_lib.data.text_only import load_coco_captions_text
 
-__all__ = ["DEFAULTS", "DREAMLIP_COLUMNS", "DREAMLIP_LONG", "SOURCES", "load_dataset", "load_wit",
-           "load_coco_captions", "load_docci", "load_cc3m_dreamlip"]
-
 
 #: Default Hub location, revision and split of each source (``None``: the source needs a local path).
 DEFAULTS: dict[str, dict[str, object]] = {

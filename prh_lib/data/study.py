@@ -24,12 +24,9 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from prh_lib.data.pairs import DataError, ImageCaptionDataset, Pairs, sample_pairs
+from prh_lib.data.pairs import ImageCaptionDataset, Pairs, sample_pairs
 from prh_lib.data.sources import SOURCES, load_dataset
 from prh_lib.data.text_only import check_disjoint, disjoint_pairs
-
-__all__ = ["DRAW_KINDS", "DatasetSpec", "Draw", "study_pairs", "study_draws", "load_spec_dataset", "clear_caches",
-           "headline_dataset"]
 
 DRAW_KINDS = ("seeds", "captions", "disjoint")
 
@@ -250,10 +247,6 @@ def study_draws(datasets, *, n_draws: int | None = None) -> list[Draw]:
             seed = spec.first_seed + r
             out.append(Draw(spec.name, r, seed, study_pairs(spec, seed), repeatable, varies))
     return out
-
-
-# re-exported for callers that catch data errors from a study
-__all__ += ["DataError"]
 
 
 #: The paper's own dataset at N = 1024 whose verdicts the chapters read when it is in the study (Herbst et al., Sec. 3:

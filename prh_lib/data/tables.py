@@ -18,8 +18,6 @@ from typing import Sequence
 from prh_lib import paths
 from prh_lib.data.pairs import DataError, DataWarning, ImageCaptionDataset
 
-__all__ = ["TableImage", "open_table", "table_to_dataset", "load_hf_table"]
-
 _TABLE_SUFFIXES = {".parquet": "parquet", ".arrow": "arrow", ".csv": "csv", ".json": "json", ".jsonl": "json"}
 
 

@@ -23,9 +23,6 @@ from prh_lib import paths
 from prh_lib.data.coco import read_coco_captions
 from prh_lib.data.pairs import DataError, ImageCaptionDataset, Pairs, sample_pairs
 
-__all__ = ["TEXT_ONLY_FILE", "TextOnlyImage", "is_text_only", "load_coco_captions_text", "check_disjoint",
-           "disjoint_pairs", "heldout_texts"]
-
 #: File name of the official val2017 caption annotations, looked for inside a folder location.
 TEXT_ONLY_FILE = "captions_val2017.json"
 #: Folder of the text-only captions next to ``PRH_DATA_ROOT`` (the default location).

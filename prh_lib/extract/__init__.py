@@ -34,13 +34,8 @@ from prh_lib import __version__, models, paths
 from prh_lib.models import precision
 from prh_lib.progress import note
 from prh_lib.data import Pairs
-from prh_lib.extract.features import (CorruptCacheWarning, CorruptFeatureFileError, FeatureMismatchError,
+from prh_lib.extract.features import (CorruptCacheWarning, CorruptFeatureFileError, FeatureMismatchError,  # noqa: F401
     LayerFeatures, check_aligned, load_features, quarantine, save_features)
-
-__all__ = ["FEATURES_FORMAT_VERSION", "mean_pool", "cls_pool", "gap_pool", "stack_layers", "extract_features",
-           "features_cache_path", "features_path", "get_features", "features_for_models", "features_for_pairs",
-           "read_cached_features", "torch_threads", "model_identity", "LayerFeatures", "FeatureMismatchError",
-           "CorruptFeatureFileError", "CorruptCacheWarning", "check_aligned", "save_features", "load_features"]
 
 #: Bump when a change to extraction changes the numbers; it is part of every cache key.
 FEATURES_FORMAT_VERSION = 1

@@ -29,9 +29,6 @@ from safetensors.torch import save_file
 
 from prh_lib import paths
 
-__all__ = ["FeatureMismatchError", "CorruptFeatureFileError", "CorruptCacheWarning", "LayerFeatures",
-           "check_aligned", "save_features", "load_features", "check_feature_file", "quarantine"]
-
 #: Metadata every feature file must carry (``layer_dims`` and ``values_sha256`` are checked when present:
 #: files written before they were recorded stay readable).
 REQUIRED_METADATA = ("layer_labels", "sample_ids")

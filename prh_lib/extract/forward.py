@@ -26,8 +26,6 @@ from prh_lib import models
 from prh_lib.data import DataError, Pairs
 from prh_lib.progress import bar as progress_bar
 
-__all__ = ["mean_pool", "cls_pool", "gap_pool", "stack_layers", "prefix_servers", "shares_prefixes"]
-
 
 # -- pooling ---------------------------------------------------------------------------------------------
 

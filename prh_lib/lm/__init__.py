@@ -8,21 +8,12 @@ Modules: :mod:`~prh_lib.lm.bpb` (bits per byte and its texts), :mod:`~prh_lib.lm
 bits per byte of the capability study's models, the interpolation ladder), :mod:`~prh_lib.lm.generate`
 (greedy generation), :mod:`~prh_lib.lm.summaries` (shortened captions, truncation baseline)."""
 
-from prh_lib.models import CausalLM, load_causal_lm, load_tokenizer
-from prh_lib.lm.bpb import (BPB_FORMAT_VERSION, BPB_PREFIX, BitsPerByte, bits_per_byte, bpb_cache_path,
-    cached_bits_per_byte, study_heldout)
-from prh_lib.lm.generate import greedy_generate, load_generator, max_new_tokens_for, render_prompt
-from prh_lib.lm.ladder import (LanguageModelResult, RandomWeights, available_models, install_hint, ladder_models,
-    ladder_tag, ladder_weights, pretrained_models, random_weights)
-from prh_lib.lm.quiet import quiet
-from prh_lib.lm.summaries import (DEFAULT_FRACTIONS, DEFAULT_PROMPT, DEFAULT_SYSTEM, SUMMARY_FORMAT_VERSION,
-    Summaries, clean_generation, finalize_summaries, summaries_path, summarize_texts, target_words, token_counts,
-    truncate_text, truncate_texts, word_count)
-
-__all__ = ["CausalLM", "load_causal_lm", "load_tokenizer", "BPB_FORMAT_VERSION", "BPB_PREFIX", "BitsPerByte",
-           "bits_per_byte", "bpb_cache_path", "cached_bits_per_byte", "study_heldout", "quiet", "available_models",
-           "install_hint", "greedy_generate", "load_generator", "max_new_tokens_for", "render_prompt",
-           "LanguageModelResult", "RandomWeights", "ladder_models", "ladder_tag", "ladder_weights",
-           "pretrained_models", "random_weights", "DEFAULT_FRACTIONS", "DEFAULT_PROMPT", "DEFAULT_SYSTEM",
-           "SUMMARY_FORMAT_VERSION", "Summaries", "clean_generation", "finalize_summaries", "summaries_path",
-           "summarize_texts", "target_words", "token_counts", "truncate_text", "truncate_texts", "word_count"]
+from prh_lib.models import load_causal_lm, load_tokenizer  # noqa: F401
+from prh_lib.lm.bpb import BPB_PREFIX, bits_per_byte, bpb_cache_path, study_heldout  # noqa: F401
+from prh_lib.lm.generate import greedy_generate, load_generator, max_new_tokens_for  # noqa: F401
+from prh_lib.lm.ladder import (available_models, ladder_models, ladder_weights, pretrained_models,  # noqa: F401
+    random_weights)
+from prh_lib.lm.quiet import quiet  # noqa: F401
+from prh_lib.lm.summaries import (DEFAULT_FRACTIONS, DEFAULT_PROMPT, DEFAULT_SYSTEM, Summaries,  # noqa: F401
+    clean_generation, finalize_summaries, summaries_path, summarize_texts, target_words, token_counts, truncate_text,
+    truncate_texts, word_count)

@@ -24,9 +24,6 @@ from prh_lib import __version__, paths
 from prh_lib.progress import bar as progress_bar
 from prh_lib.validation import check_texts
 
-__all__ = ["BitsPerByte", "bits_per_byte", "study_heldout", "BPB_FORMAT_VERSION", "bpb_cache_path",
-           "cached_bits_per_byte"]
-
 #: Bump when a change to :func:`bits_per_byte` changes its numbers; part of every cache key.
 BPB_FORMAT_VERSION = 2
 

@@ -12,8 +12,6 @@ from typing import Sequence
 from prh_lib import models
 from prh_lib.progress import bar as progress_bar
 
-__all__ = ["load_generator", "render_prompt", "max_new_tokens_for", "greedy_generate"]
-
 
 def load_generator(model: str, *, device: str = "cpu", dtype: str = "float32"):
     """A causal language model for generation and its tokenizer: ``(module, tokenizer, revision)``.

@@ -25,9 +25,6 @@ from prh_lib.validation import check_seed
 from prh_lib.lm.bpb import BitsPerByte, bits_per_byte, bpb_cache_path, cached_bits_per_byte
 from prh_lib.lm.quiet import quiet
 
-__all__ = ["RandomWeights", "random_weights", "ladder_tag", "ladder_weights", "LanguageModelResult",
-           "ladder_models", "pretrained_models", "available_models", "install_hint"]
-
 
 @dataclass(frozen=True)
 class RandomWeights:

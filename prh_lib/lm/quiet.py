@@ -14,8 +14,6 @@ import os
 import sys
 import warnings
 
-__all__ = ["quiet", "quiet_hub_for_session"]
-
 _LOGGERS = ("transformers", "huggingface_hub", "accelerate", "torch", "timm", "prh_lib", "gguf")
 
 

@@ -24,10 +24,6 @@ from prh_lib.extract import torch_threads
 from prh_lib.lm.generate import greedy_generate, load_generator, max_new_tokens_for, render_prompt
 from prh_lib.lm.quiet import quiet
 
-__all__ = ["DEFAULT_FRACTIONS", "DEFAULT_PROMPT", "DEFAULT_SYSTEM", "SUMMARY_FORMAT_VERSION", "word_count",
-           "target_words", "truncate_text", "truncate_texts", "token_counts", "clean_generation", "Summaries",
-           "summaries_path", "finalize_summaries", "summarize_texts"]
-
 #: Target lengths of the "less detail" control, as fractions of the source's words.
 DEFAULT_FRACTIONS = (0.1, 0.25, 0.5, 0.75)
 

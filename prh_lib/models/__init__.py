@@ -12,16 +12,10 @@ model, dtypes, placement), :mod:`~prh_lib.models.hf`, :mod:`~prh_lib.models.timm
 :mod:`~prh_lib.models.two_tower` (loaders), :mod:`~prh_lib.models.random_init`, :mod:`~prh_lib.models.load`
 (the dispatcher), :mod:`~prh_lib.models.zoo` and :mod:`~prh_lib.models.zoo.converters` (the offline zoo)."""
 
-from prh_lib.models.hf import CausalLM, load_causal_lm
-from prh_lib.models.load import UnsafeWeightsError, describe, load_model, load_tokenizer
-from prh_lib.models.loaded import DTYPES, LoadedModel, dtype_bytes, dtype_name, torch_dtype
-from prh_lib.models.random_init import random_init
-from prh_lib.models.spec import (JOINT_MODEL_TYPES, VISION_MODEL_TYPES, ModelIdentity, ModelSpec, parse_model_name,
-    resolve_identity)
-from prh_lib.models.two_tower import TextChunking
-from prh_lib.models.zoo import ZOO, ModelNotAvailableError
-
-__all__ = ["LoadedModel", "describe", "load_model", "load_tokenizer", "load_causal_lm", "CausalLM", "resolve_identity", "parse_model_name",
-           "ModelSpec", "ModelIdentity", "ModelNotAvailableError", "VISION_MODEL_TYPES", "JOINT_MODEL_TYPES",
-           "TextChunking", "random_init", "DTYPES", "torch_dtype", "dtype_name", "dtype_bytes", "ZOO",
-           "UnsafeWeightsError"]
+from prh_lib.models.hf import CausalLM, load_causal_lm  # noqa: F401
+from prh_lib.models.load import UnsafeWeightsError, describe, load_model, load_tokenizer  # noqa: F401
+from prh_lib.models.loaded import DTYPES, LoadedModel, dtype_bytes, dtype_name, torch_dtype  # noqa: F401
+from prh_lib.models.random_init import random_init  # noqa: F401
+from prh_lib.models.spec import ModelSpec, parse_model_name, resolve_identity  # noqa: F401
+from prh_lib.models.two_tower import TextChunking  # noqa: F401
+from prh_lib.models.zoo import ZOO, ModelNotAvailableError  # noqa: F401

@@ -16,8 +16,6 @@ from prh_lib.models.spec import (ModelSpec, hf_config, infer_modality, is_causal
     remote_code_kwargs)
 from prh_lib.models.zoo import ModelNotAvailableError
 
-__all__ = ["load_hf", "CausalLM", "load_causal_lm", "text_tokenizer"]
-
 
 @dataclass
 class CausalLM:

@@ -24,8 +24,6 @@ import struct
 import time
 from pathlib import Path
 
-__all__ = ["DamagedFolderWarning", "manifest", "problems", "safetensors_problem", "quarantine"]
-
 
 class DamagedFolderWarning(UserWarning):
     """A converted model folder failed its integrity check and was quarantined and rebuilt."""

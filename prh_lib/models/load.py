@@ -21,8 +21,6 @@ from prh_lib.models.spec import ModelSpec, is_timm_folder, location, parse_model
 from prh_lib.models.timm_cnn import build_timm, timm_source_name
 from prh_lib.models.two_tower import load_joint
 
-__all__ = ["load_model", "load_spec", "load_tokenizer", "describe", "UnsafeWeightsError"]
-
 #: Pickle weight files (``torch.save``); they are only ever read with ``torch.load(weights_only=True)``.
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 

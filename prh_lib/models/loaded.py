@@ -28,9 +28,6 @@ from typing import Any, Callable, Literal
 
 import torch
 
-__all__ = ["LoadedModel", "DTYPES", "torch_dtype", "dtype_name", "dtype_bytes", "MODALITIES", "dtype_kwarg", "placement",
-           "freeze", "input_device", "hf_labels", "timm_all_stages"]
-
 MODALITIES = ("language", "vision")
 
 #: Weight dtypes by name: the one dtype map of the package.

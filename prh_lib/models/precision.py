@@ -15,9 +15,6 @@ import json
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["BF16_TABLE", "read_bf16_table", "cpu_has_native_bf16", "cpu_default_dtype", "check_cpu_dtype",
-           "AUTO", "feature_dtype", "dtype_statement"]
-
 #: The ``dtype`` that lets each model's benchmark row decide (:func:`feature_dtype`).
 AUTO = "auto"
 

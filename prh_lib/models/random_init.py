@@ -10,8 +10,6 @@ import torch
 from prh_lib.validation import check_seed
 from prh_lib.models.loaded import LoadedModel, freeze
 
-__all__ = ["random_init"]
-
 
 def _fresh_module(module: torch.nn.Module, family: str) -> torch.nn.Module:
     if family == "timm-cnn":

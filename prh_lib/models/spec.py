@@ -29,9 +29,6 @@ from pathlib import Path
 from prh_lib.models import standins, zoo
 from prh_lib.models.zoo import ModelNotAvailableError
 
-__all__ = ["ModelSpec", "ModelIdentity", "parse_model_name", "resolve_identity", "VISION_MODEL_TYPES",
-           "JOINT_MODEL_TYPES", "POOLING", "TOWER_MODALITY"]
-
 #: Hugging Face ``model_type`` values treated as vision models when the config does not say otherwise.
 VISION_MODEL_TYPES = frozenset({
     "vit", "deit", "dinov2", "dinov2_with_registers", "dinov3_vit", "vit_mae", "vit_msn", "beit",

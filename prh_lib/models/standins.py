@@ -29,9 +29,6 @@ from prh_lib.models import integrity
 #: File in a stand-in folder recording the size, mtime and sha256 of its other files (checked on each use).
 MANIFEST_FILE = "prh_standin.json"
 
-__all__ = ["SUFFIX", "STANDINS", "StandIn", "is_standin_name", "paper_id_of", "standin_name", "ensure_standin",
-           "standin_folder", "build_standin", "FORMAT_VERSION"]
-
 #: What marks a stand-in name: ``"<paper id>~rehearsal"``.
 SUFFIX = paper.STANDIN_SUFFIX
 

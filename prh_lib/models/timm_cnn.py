@@ -12,8 +12,6 @@ from prh_lib.models.loaded import LoadedModel, freeze, timm_all_stages
 from prh_lib.models.spec import hub_unreachable_hint
 from prh_lib.models.zoo import ModelNotAvailableError
 
-__all__ = ["timm_source_name", "build_timm"]
-
 
 def timm_source_name(name: str) -> str:
     """What ``timm.create_model`` reads for a ``"timm:<arch>"`` or ``"timm/<hub-id>"`` name."""

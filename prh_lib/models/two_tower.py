@@ -24,8 +24,6 @@ from prh_lib.models.standins import SUFFIX
 from prh_lib.models.vlm import VLM_MODEL_TYPES, load_vlm
 from prh_lib.models.zoo import ModelNotAvailableError
 
-__all__ = ["TextChunking", "load_joint"]
-
 
 @dataclass(frozen=True)
 class TextChunking:

@@ -18,11 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from prh_lib.models.loaded import (LoadedModel, dtype_kwarg, freeze, hf_labels, input_device, placement,
-    vlm_layer_outputs)
+from prh_lib.models.loaded import LoadedModel, dtype_kwarg, freeze, hf_labels, input_device, placement
 from prh_lib.models.zoo import ModelNotAvailableError
-
-__all__ = ["VLM_MODEL_TYPES", "IMAGE_SIZE", "load_vlm", "vlm_layer_outputs"]
 
 #: ``model_type`` of decoder-embedding VLMs and the loader of each.
 VLM_MODEL_TYPES = ("qwen3_vl",)

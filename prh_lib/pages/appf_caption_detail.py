@@ -62,13 +62,6 @@ def summary_report(summaries: dict, sources: Sequence[str]) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("fraction")
 
 
-def example_texts(variants: dict, *, row: int = 0) -> pd.DataFrame:
-    """The text of every variant for one image (row ``row`` of the "less detail" source), one row per variant."""
-    sid = variants["summary-1"]["pairs"].sample_ids[row]
-    return pd.DataFrame({name: [v["pairs"].texts[v["pairs"].sample_ids.index(sid)]]
-                         for name, v in variants.items() if sid in v["pairs"].sample_ids}, index=[sid]).T.rename(columns=str)
-
-
 def to_record(variants: dict, summary_table: pd.DataFrame, table: pd.DataFrame, detail: pd.DataFrame, *, k: int,
               summary_model: str | None, prompt: str) -> dict:
     """What the Appendix F page records for the book and the tests (:func:`prh_lib.pages.report.record`)."""
@@ -241,8 +234,6 @@ def describe_study(summary: pd.DataFrame) -> str:
     """Markdown lines, generated from :func:`study_summary`: per (dataset, model pair, control) the score at
     the shortest and the longest texts (mean ± std over draws) and the Spearman ρ of score with length."""
     from scipy.stats import spearmanr
-
-    from prh_lib import results
 
     def fmt(mean, std, n):
         # a control run on fewer draws (the summaries: generation is costly) is one draw by choice, not a set

@@ -28,9 +28,8 @@ from prh_lib.pages import claims
 from prh_lib.formatting import format_mean_std
 
 # the computation (sweeps, the study over draws), re-exported: this module stays the chapter's one namespace
-from prh_lib.analysis.ablation.study import (DEFAULT_KS, DEFAULT_N_FRACTIONS, SCORES, SWEEP_QUANTITY,  # noqa: F401
-    aggregate_sweeps, chance_corrected, k_grid, k_sweep, n_grid, n_sweep, run_ablation, run_study, subsample_rows,
-    summarize, sweep_rows)
+from prh_lib.analysis.ablation.study import (aggregate_sweeps, chance_corrected, k_grid, k_sweep, n_grid,  # noqa: F401
+    n_sweep, run_ablation, run_study, subsample_rows, summarize)
 
 
 def summary_table(results: dict) -> pd.DataFrame:

@@ -21,9 +21,6 @@ from prh_lib.validation import check_columns
 # the sweep figures (Section 3.1 Fig. 2, App. G), re-exported: notebooks read every figure from this module
 from prh_lib.pages.figures_sweeps import plot_sweep, plot_sweep_bands  # noqa: F401
 
-__all__ = ["MAX_PANELS", "figure_pairs_of", "plot_sweep_bands", "heatmap_grid", "regime_figure", "capability_panels",
-           "plot_detail", "plot_sweep"]
-
 
 #: Most panels a figure draws before :func:`figure_pairs_of` leaves comparisons to the tables: 12 panels
 #: in two columns are six rows, about 22 inches of figure, still read at page width one screen at a time.

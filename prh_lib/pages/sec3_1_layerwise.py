@@ -1,16 +1,10 @@
 """Section 3.1: where does alignment emerge? Every layer pair of each model pair, against chance and controls.
 
-:func:`compare_pairs` scores each comparison with :func:`~prh_lib.analysis.core.score_pair`.
-Over a study's datasets and draws, :func:`run_study` scores every draw and writes every score to the
-results table (:func:`pair_rows`, quantities :data:`QUANTITIES`), :func:`clip_variants` adds the peaks under
-other clipping choices; from the table, :func:`aggregate_peaks` gives mean ± std over draws,
-:func:`headline_table`, :func:`peak_locations` and :func:`clip_effect_table` the page's tables,
-:func:`findings` the rows of "The paper and this build" and :func:`describe_findings` the prose, generated
-from the numbers. :func:`summary_table` remains for one draw.
-
-The scoring and the study (:func:`compare_pairs`, :func:`run_study`, :func:`pair_rows`, :func:`clip_variants`,
-:func:`aggregate_peaks`) live in :mod:`~prh_lib.analysis.layerwise` and are re-exported here; this module
-holds the page: tables, findings, prose and the record.
+The scoring and the study over datasets and draws (:func:`run_study`, :func:`pair_rows`, :func:`clip_variants`,
+:func:`aggregate_peaks`: mean ± std over draws) live in :mod:`~prh_lib.analysis.layerwise` and are re-exported
+here. This module holds the page: from the results table, :func:`headline_table`, :func:`peak_locations` and
+:func:`clip_effect_table` give its tables, :func:`findings` the rows of "The paper and this build" and
+:func:`describe_findings` the prose, generated from the numbers; :func:`summary_table` remains for one draw.
 
 References
 ----------
@@ -20,7 +14,6 @@ Sec. 5 (calibration).
 
 from __future__ import annotations
 
-import math
 from functools import partial
 from typing import Sequence
 
@@ -28,16 +21,12 @@ import numpy as np
 import pandas as pd
 
 from prh_lib.results import expand_extra_columns
-from prh_lib.formatting import format_mean_std
-from prh_lib.formatting import format_number
+from prh_lib.formatting import format_interval, format_mean_std, format_number
 from prh_lib.analysis.core import AlignmentMatrix, PairResult
 from prh_lib.analysis.heldout import floor_margins, floors_table  # noqa: F401 (the page's floors table)
-from prh_lib.formatting import format_interval
 
 # the computation (scoring, the study over draws), re-exported: this module stays the chapter's one namespace
-from prh_lib.analysis.layerwise import (QUANTITIES, aggregate_peaks, clip_variants, compare_pairs, pair_rows,  # noqa: F401
-    regime_of, run_study)
-from prh_lib import formatting
+from prh_lib.analysis.layerwise import QUANTITIES, aggregate_peaks, clip_variants, pair_rows, run_study  # noqa: F401
 
 
 

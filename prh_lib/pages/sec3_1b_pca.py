@@ -14,13 +14,11 @@ import pandas as pd
 
 from prh_lib.pages import claims
 from prh_lib.formatting import format_mean_std
-from prh_lib.analysis.compression.pca import (DENSE_DIMS, components_for_variance, default_dims, fit_pca,
-    max_components)  # noqa: F401
+from prh_lib.analysis.compression.pca import components_for_variance, default_dims, fit_pca  # noqa: F401
 
 # the computation (sweeps, the study over draws), re-exported: this module stays the chapter's one namespace
-from prh_lib.analysis.compression.study import (COMPRESS, DEFAULT_VARIANCE, LAYER_ROLES, PAPER_RANK_SHARE, PROBES,  # noqa: F401
-    SPACES, CompressionSweep, aggregate_sweeps, compress_comparisons, compress_layer_pairs, interval_table,
-    pca_sweep, probe_dims, relative_intervals, run_study, select_layer_pairs, sweep_rows)
+from prh_lib.analysis.compression.study import (PAPER_RANK_SHARE, PROBES, CompressionSweep,  # noqa: F401
+    aggregate_sweeps, compress_layer_pairs, interval_table, pca_sweep, probe_dims, run_study, select_layer_pairs)
 
 
 

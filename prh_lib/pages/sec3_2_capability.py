@@ -24,21 +24,15 @@ import numpy as np
 import pandas as pd
 
 from prh_lib.data.benchmarks import BENCHMARKS, missing_counts
-from prh_lib.stats.correlation import CorrelationResult, correlate, exact_p_floor, near_constant
+from prh_lib.stats.correlation import correlate, exact_p_floor  # noqa: F401 (read as ``capability.correlate``)
 
 # the computation (the ladder's table, the study over draws), re-exported: this module stays the chapter's one namespace
-from prh_lib.analysis.capability.study import (BENCHMARK_DIRECTION, OFFLINE_CAPABILITY, QUANTITIES, DegenerateLayers,  # noqa: F401
-    StudySets, bpb_table, capability_rows, heldout_texts, paper_setting, study_alignment, study_sets, vision_features)
-from prh_lib.analysis.capability.intervals import image_correlations, image_display, verdict_correlations  # noqa: F401
+from prh_lib.analysis.capability.study import (BENCHMARK_DIRECTION, OFFLINE_CAPABILITY, DegenerateLayers,  # noqa: F401
+    bpb_table, capability_rows, heldout_texts, paper_setting, study_alignment, study_sets, vision_features)
+from prh_lib.analysis.capability.intervals import image_display, verdict_correlations  # noqa: F401
 from prh_lib.pages import claims
 from prh_lib.pages.verdicts import fisher_n_for_r
 from prh_lib import formatting
-
-__all__ = ["bpb_table", "CorrelationResult", "correlate", "QUANTITIES", "StudySets", "study_sets", "heldout_texts",
-           "DegenerateLayers", "paper_setting", "vision_features", "study_alignment", "capability_rows",
-           "summary_table", "summary_display", "study_correlations", "format_correlation", "correlation_display",
-           "too_few_models", "findings", "describe_study", "study_record", "near_constant", "image_correlations",
-           "image_display"]
 
 
 # --------------------------------------------------------------------------------------------------------

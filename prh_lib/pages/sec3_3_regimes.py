@@ -33,15 +33,9 @@ from prh_lib.analysis.heldout import floor_margins, margin  # noqa: F401 (the ch
 from prh_lib.formatting import format_interval
 
 # the comparisons and the study, re-exported: this module stays the chapter's one namespace
-from prh_lib.analysis.regimes import (Comparison, FINAL, PEAK, PROJECTION, REGIMES, REGIME_LABELS, SHUFFLED,  # noqa: F401
-    comparison_table, control_pairs, projection_table, regime_comparisons, regime_rows, regime_table, run_study)
+from prh_lib.analysis.regimes import (Comparison, PEAK, REGIMES, REGIME_LABELS, SHUFFLED,  # noqa: F401
+    comparison_table, projection_table, regime_comparisons, regime_rows, regime_table, run_study)
 from prh_lib import formatting, results
-
-__all__ = ["regime_floor_marks", "REGIMES", "REGIME_LABELS", "Comparison", "regime_comparisons", "regime_table", "projection_table",
-           "comparison_table", "regime_rows", "control_pairs", "run_study", "study_summary", "floor_summary",
-           "with_floors", "held_out_floor_count", "regime_means", "floor_bands", "regime_groups_over_draws",
-           "page_table", "floor_table",
-           "regime_claims", "describe_study", "offline_scope", "study_record"]
 
 
 # --------------------------------------------------------------------------------- from the results table

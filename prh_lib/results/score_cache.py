@@ -39,8 +39,6 @@ from prh_lib import paths
 from prh_lib.extract.features import values_digest
 from prh_lib.parallel import recording, reissue as _reissue
 
-__all__ = ["SCORE_FORMAT", "cached", "memoize", "features_key", "enabled", "score_code_digest"]
-
 #: Version of the entries' layout; bump it when what a cached function returns changes shape.
 SCORE_FORMAT = 2
 

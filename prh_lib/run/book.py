@@ -16,9 +16,6 @@ from pathlib import Path
 
 from prh_lib import paths
 
-__all__ = ["PARAMETERS_PROMPT", "PLACEHOLDER_KEY", "BookBuildError", "available_notebooks", "build_book",
-           "fold_parameters", "is_placeholder", "toc_notebooks", "write_placeholders"]
-
 
 def available_notebooks() -> list[str]:
     """Names of the notebook sources in ``notebooks/`` (without ``.py``), sorted."""

@@ -32,9 +32,6 @@ from typing import Mapping
 
 from prh_lib import paths
 
-__all__ = ["METADATA_KEY", "LOCAL_PROFILES", "MAX_DATA_FILES", "input_digests", "recorded_inputs",
-           "up_to_date", "skipping_allowed"]
-
 #: Key of the executed notebook's metadata holding ``{"digests": {...}, "run_id": ...}``.
 METADATA_KEY = "prh_inputs"
 #: Profiles whose models are all zoo models (installed weights) and whose data are local folders.

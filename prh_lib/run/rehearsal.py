@@ -26,9 +26,6 @@ from pathlib import Path
 from prh_lib.data import paper
 from prh_lib import paths
 
-__all__ = ["DATA_ENV", "DATA_FORMAT", "FIXTURE_IMAGES", "N_PAIRS", "N_DRAWS", "data_dir", "build_data",
-           "dataset_locations", "map_models", "profile_from_paper", "prepare"]
-
 #: Environment variable naming the folder of the rehearsal's dataset copies.
 DATA_ENV = "PRH_REHEARSAL_DATA"
 #: Bump when a fixture changes (part of the folder name).

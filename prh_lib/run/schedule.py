@@ -28,9 +28,6 @@ from typing import Mapping, Sequence
 from prh_lib import paths
 from prh_lib.parallel import available_cores
 
-__all__ = ["NotebookFailed", "RunStopped", "available_cores", "default_jobs", "plan_lanes", "run_notebooks",
-           "remembered_seconds", "stopping_on_signals"]
-
 
 class NotebookFailed(RuntimeError):
     """A notebook raised while executing; the message names it and gives the error's last lines."""

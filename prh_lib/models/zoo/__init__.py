@@ -47,7 +47,7 @@ from typing import Iterator, Sequence
 from prh_lib import paths
 from prh_lib.progress import note
 from prh_lib.models import integrity
-from prh_lib.models.zoo.registry import GROUPS, ZOO, Package, ZooEntry, packages_summary
+from prh_lib.models.zoo.registry import GROUPS, ZOO, Package, ZooEntry, packages_summary  # noqa: F401
 
 #: Version of the conversion code's output layout and provenance record; bump it when a converter changes what it
 #: writes, so old folders are rebuilt, not silently reused.
@@ -63,12 +63,6 @@ class ModelNotAvailableError(LookupError):
 
 class ChecksumError(ModelNotAvailableError):
     """The installed packages of a zoo model do not assemble into the weight file whose sha256 it pins."""
-
-
-__all__ = ["ZOO", "GROUPS", "Package", "ZooEntry", "packages_summary", "ModelNotAvailableError",
-           "ChecksumError", "get_entry", "group", "installed_versions", "installed_version", "source_parts",
-           "source_file", "converted_dir", "read_provenance", "revision_of", "revision", "is_converted",
-           "sha256_file", "sha256_files", "weight_file", "convert", "describe"]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -11,8 +11,6 @@ from typing import Sequence
 
 from prh_lib.models import zoo
 
-__all__ = ["main"]
-
 
 def _install_state(name: str) -> str:
     versions = zoo.installed_versions(name)

@@ -11,8 +11,6 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["convert_minilm", "convert_gguf_causal_lm", "efficientnet_lite", "convert_dinov2_small"]
-
 
 
 def convert_minilm(src: Path, out: Path) -> None:
