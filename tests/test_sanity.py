@@ -60,6 +60,7 @@ def test_a_flagged_model_carries_no_verdict_and_is_named_in_the_notes():
     assert len(V.without_flagged(rows.iloc[:1], flagged)) == 1  # every comparison flagged: shown, not dropped
     assert "fails the sanity check" in V.model_caveats("dinov2-small × smollm2-135m", flagged)
     assert "fails" not in V.model_caveats("efficientnet-lite0 × smollm2-135m", flagged)
+    assert V.without_flagged(pd.DataFrame(), flagged).empty  # no held-out rows (heldout_boot = 0): nothing to drop
 
 
 def test_the_sanity_paragraph_names_the_smallest_margin_and_weak_final_layers_over_datasets():
@@ -70,4 +71,3 @@ def test_the_sanity_paragraph_names_the_smallest_margin_and_weak_final_layers_ov
     assert text.startswith("Every model beats its random-init twin on every dataset (smallest margin 0.050, lm on b)")
     assert text.count("keeps less than half") == 1 and "0.060 [0.030, 0.100] on a; 0.020 [0.010, 0.040] on b" in text
     assert V.sanity_text(t, {"lm": "lm fails the sanity check on b"}).startswith("**Models that fail it**: lm fails")
-    assert V.without_flagged(pd.DataFrame(), flagged).empty  # no held-out rows (heldout_boot = 0): nothing to drop
