@@ -40,9 +40,6 @@ from prh_lib.extract.features import LayerFeatures
 from prh_lib.validation import check_model_pairs
 from prh_lib.analysis.core import prepare_features, score_pair
 
-__all__ = ["CONTROL_KINDS", "CONTROL_LABELS", "TFIDF", "Control", "tfidf_name", "random_init_name", "tfidf_features",
-           "control_comparisons", "control_features", "score_controls", "control_floors", "floors_of_pair"]
-
 #: Control kinds, in display order; a row's quantity is ``"control:<kind>"``.
 CONTROL_KINDS = ("random-language", "random-vision", "tfidf", "tfidf-svd")
 

@@ -31,10 +31,6 @@ from prh_lib.metrics import get_layerwise_metric
 from prh_lib.metrics.preprocess import _quantile_lastdim
 from prh_lib.validation import check_model_pairs
 
-__all__ = ["AlignmentMatrix", "find_peak", "layerwise_alignment", "clip_features", "clip_threshold", "CLIP_MODES",
-           "preprocessing_label", "shuffled_pairing",
-           "check_comparisons", "model_names", "prepare_features", "prefetch_features", "PairResult", "score_pair"]
-
 
 def find_peak(scores) -> tuple[int, int, float]:
     """Row, column and value of the maximum of a score matrix, ignoring NaN (undefined layers).

@@ -42,9 +42,6 @@ from prh_lib.progress import note
 from prh_lib.analysis.controls import control_comparisons, control_features
 from prh_lib.analysis.core import prepare_features
 
-__all__ = ["QUANTITY", "verdict_controls", "heldout_study", "heldout_summary", "margin", "floor_margins",
-           "heldout_table", "floors_table"]
-
 #: ``quantity`` of a comparison's held-out row; a floor's is ``"heldout:control:<kind>"``.
 QUANTITY = "heldout"
 

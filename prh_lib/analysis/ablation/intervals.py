@@ -30,8 +30,6 @@ from prh_lib.stats.decision import Test
 from prh_lib.stats.selection import bootstrap_interval, paired_interval
 from prh_lib.analysis.ablation.study import chance_corrected
 
-__all__ = ["k_sweep_intervals", "draw_intervals", "regime_order_tests", "fixed_ratio_intervals"]
-
 
 def _half_size(n: int) -> int:
     """Images in one of ``bootstrap_ci``'s half-samples (``fraction=0.5``), whose chance level corrects them."""

@@ -36,8 +36,6 @@ from scipy.stats import rankdata
 from prh_lib.stats.selection import bootstrap_interval
 from prh_lib.analysis.core import clip_features
 
-__all__ = ["image_correlations", "replicate_correlations", "draw_spread", "image_display"]
-
 COLUMNS = ["dataset", "vision", "capability", "method", "r", "ci low", "ci high", "r draws mean", "r draws std",
            "n draws", "n", "images", "n_boot", "direction", "r (capability)", "low (capability)", "high (capability)",
            "r final", "final ci low", "final ci high", "peak − final (capability)", "peak − final low",

@@ -36,8 +36,6 @@ from prh_lib.stats.selection import bootstrap_interval
 from prh_lib.analysis.captions.study import variant_features
 from prh_lib.analysis.core import clip_features
 
-__all__ = ["order_intervals", "order_display"]
-
 COLUMNS = ["dataset", "draw", "vision model", "control", "level", "tau", "low", "high", "lm_a", "lm_b",
            "full_margin", "full_low", "full_high", "margin", "margin_low", "margin_high", "n_lms", "n", "n_boot"]
 

@@ -15,8 +15,6 @@ import numpy as np
 
 from prh_lib.validation import as_float64_matrix
 
-__all__ = ["DENSE_DIMS", "max_components", "fit_pca", "default_dims", "components_for_variance"]
-
 #: Every number of components up to this is swept by default; beyond it a geometric grid (:func:`default_dims`).
 DENSE_DIMS = 32
 

@@ -31,9 +31,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["METHODS", "batch_whiten", "feature_distillation_loss", "relation_distillation_loss", "Student",
-           "train_student"]
-
 METHODS = ("finetune", "mse", "relation")
 
 

@@ -35,9 +35,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-__all__ = ["WORDNET_DIR", "read_hypernyms", "families", "hierarchy_statistics",
-           "shuffled_families", "hierarchy_table", "centroid_sibling_bound"]
-
 #: Where Debian's ``wordnet-base`` installs WordNet 3.0.
 WORDNET_DIR = Path("/usr/share/wordnet")
 

@@ -18,8 +18,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-__all__ = ["PROMPT", "imagenet_concepts", "concept_prompts", "subsample"]
-
 #: The prompt a language model embeds for a concept (``{lemma}``: its first lemma, ``{definition}``: WordNet's gloss).
 PROMPT = "a photo of a {lemma}"
 

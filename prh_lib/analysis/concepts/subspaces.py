@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["rbf_kernel", "hsic_rbf", "linear_probe"]
-
 
 def rbf_kernel(X, *, sigma: float | None = None) -> np.ndarray:
     """Gaussian kernel ``exp(-|x_i - x_j|^2 / (2 sigma^2))``; ``sigma`` defaults to the median distance."""

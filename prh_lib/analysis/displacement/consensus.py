@@ -32,9 +32,6 @@ from prh_lib.metrics import mutual_knn, mutual_knn_chance
 from prh_lib.metrics._validation import as_float64 as _as_float64
 from prh_lib.metrics._validation import check_int, check_k
 
-__all__ = ["ConsensusResult", "consensus_subspaces", "cross_covariance", "project", "subspace_alignment",
-           "SUBSPACES", "ConsensusSummary", "consensus_summary"]
-
 #: Subspaces reported by :func:`consensus_summary`, in order.
 SUBSPACES = ("full", "shared", "random", "private")
 _VIEWS = (("mutual k-NN", "mutual_knn"), ("Cross-Model", "cross_model"))

@@ -31,9 +31,6 @@ from prh_lib.analysis.core import find_peak, layer_depths, preprocessing_label
 from prh_lib.analysis.study import run_draws
 from prh_lib.analysis.displacement.study import MEASURE_NAMES, ViewComparison, compare_views
 
-__all__ = ["METRICS", "QUANTITIES", "BEST", "StudyDraw", "view_rows", "run_study", "load_rows", "aggregate_best",
-           "headline_table", "describe_study", "draw_coverage"]
-
 #: Results-table metric name of each displacement measure (and of mutual k-NN, scored at the same layers).
 METRICS = {"pointwise": "displacement_pointwise", "cross_model": "displacement_cross_model",
            "cross_object": "displacement_cross_object", "mutual_knn": "mutual_knn"}

@@ -39,9 +39,6 @@ from prh_lib.results import score_cache
 from prh_lib.metrics import displacement as D
 from prh_lib.stats.selection import split_halves
 
-__all__ = ["MIN_SAMPLES", "HeldoutBestPair", "heldout_best_pair", "heldout_best_pairs", "heldout_table",
-           "subsample_interval"]
-
 #: Fewest samples of a held-out best layer pair: halves of 16, subsamples of 8 (each split again by the measures).
 MIN_SAMPLES = 32
 

@@ -64,11 +64,6 @@ from prh_lib.analysis.displacement.study import MEASURE_NAMES as _LABELS
 from prh_lib.analysis.displacement.reference import (_MAIN, PAIRINGS, WHITEN_ROWS, ReferenceResult,  # noqa: F401
     predecessor_pairs, predicted_measures, reference_procedure, reference_split, reference_whitening, synthetic_pair)
 
-__all__ = ["PAIRINGS", "WHITEN_ROWS", "ReferenceResult", "reference_split", "reference_whitening",
-           "predecessor_pairs", "reference_procedure", "predicted_measures", "synthetic_pair", "OURS", "REFERENCE",
-           "compare_procedures", "side_by_side", "step_table", "formula_check", "synthetic_sweep",
-           "procedure_figure", "procedure_verdict"]
-
 
 # --------------------------------------------------------------------------- the chapter's comparison
 OURS = "our procedure"
