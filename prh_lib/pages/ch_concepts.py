@@ -25,7 +25,8 @@ from prh_lib.data.pairs import Pairs
 from prh_lib.analysis.concepts import prompts as cc
 from prh_lib.analysis.concepts.study import PAPER, concept_measures
 from prh_lib.analysis.displacement.heldout import subsample_interval
-from prh_lib.analysis.displacement.procedures import OURS, REFERENCE, reference_procedure
+from prh_lib.analysis.displacement.procedures import OURS, REFERENCE
+from prh_lib.analysis.displacement.reference import reference_procedure
 from prh_lib.formatting import format_interval, format_number
 from prh_lib.pages import claims as _claims
 

@@ -13,7 +13,7 @@ a teacher model's features of the same rows:
 The paper reports that fine-tuning keeps Pointwise and lowers Cross-Model, MSE distillation raises both, and relation
 distillation leaves Pointwise and raises Cross-Model. The displacement measures before and after are computed by the
 caller with either procedure (:func:`prh_lib.metrics.displacement.displacement_similarity`,
-:func:`prh_lib.analysis.displacement.procedures.reference_procedure`) on held-out rows.
+:func:`prh_lib.analysis.displacement.reference.reference_procedure`) on held-out rows.
 
 Everything runs in torch on CPU in float32, full-batch or in mini-batches; a few hundred steps on
 a few thousand rows take seconds.

@@ -12,7 +12,8 @@ import torch
 
 from prh_lib.metrics import displacement as D
 from prh_lib.analysis.concepts import controllability as C
-from prh_lib.analysis.displacement.procedures import OURS, REFERENCE, reference_procedure
+from prh_lib.analysis.displacement.procedures import OURS, REFERENCE
+from prh_lib.analysis.displacement.reference import reference_procedure
 
 #: The paper's concept-level numbers (Cross-Model, Pointwise), ``../shared/papers/003_*``.
 PAPER = {"V-V": (0.73, 0.41), "L-L": (0.91, 0.36), "V-L": (0.49, 0.25)}
