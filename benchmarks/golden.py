@@ -41,17 +41,18 @@ def records(ipynb: Path) -> dict:
 
 
 def latest_rows(cache: Path, since: str | None = None) -> pd.DataFrame:
-    """The results table's latest rows per (chapter, params_hash, dataset, draw), as results.load keeps them;
-    with ``since`` (an ISO time), only rows written since then (the run being saved, not older ones)."""
+    """The rows of the latest run (``run_id``) per (chapter, params_hash): every row that run wrote, whatever
+    the write it came in (a page's main scores and its clipping variants are separate writes of one run); with
+    ``since`` (an ISO time), only rows written since then (the run being saved, not older ones)."""
     parts = sorted((cache / "results").rglob("*.parquet"))
     df = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True) if parts else pd.DataFrame()
     if df.empty:
         return df
     if since is not None:
         df = df[df["created"] >= pd.Timestamp(since, tz="UTC")]
-    key = ["chapter", "params_hash", "dataset", "draw"]
-    last = df.groupby(key, dropna=False)["created"].transform("max")
-    df = df[df["created"] == last].drop(columns=[c for c in VOLATILE if c in df])
+    started = df.groupby("run_id")["created"].transform("min")
+    last = started.groupby([df["chapter"], df["params_hash"]], dropna=False).transform("max")
+    df = df[started == last].drop(columns=[c for c in VOLATILE if c in df])
     df = df.astype({c: "string" for c in df.columns if df[c].dtype == object})
     return df.sort_values(list(df.columns), kind="stable", na_position="last").reset_index(drop=True)
 
