@@ -147,12 +147,12 @@ def test_display_hierarchy_writes_each_statistic_with_its_interval_in_words():
 
     from prh_lib.pages import ch_concepts as cp
 
-    row = {"model": "minilm-l6", "tree": "WordNet", "n_families": 219, "centroid_artefact": -0.737}
+    row = {"model": "minilm-l6", "tree": "WordNet", "n_families": 219, "own_parents": 219, "centroid_artefact": -0.737}
     for col, v in (("child_parent", 0.713), ("variation_parent", 0.01), ("sibling", -0.737)):
         row.update({col: v, f"{col}_low": v - 0.02, f"{col}_high": v + 0.02})
     shown = cp.display_hierarchy(pd.DataFrame([row]))
     assert shown.loc[0, "cos(child, parent)"] == "0.713 [0.693, 0.733]"
-    assert shown.loc[0, "families"] == 219
+    assert shown.loc[0, "families"] == 219 and shown.loc[0, "parents with a vector of their own"] == 219
     assert not [c for c in shown.columns if "_" in c]
     with pytest.raises(ValueError, match="sibling_low"):
         cp.display_hierarchy(pd.DataFrame([row]).drop(columns=["sibling_low"]))
