@@ -212,6 +212,7 @@ record = report.record("ch_concepts", {
     "lm_depth": lm_depth, "wordnet": hypernyms is not None,
     "measures": measures.to_dict(orient="records"), "summary": summary.to_dict(orient="records"),
     "hierarchy": None if hier is None else hier.to_dict(orient="records"),
+    "hierarchy_parents": None if hier is None else parents.to_dict(orient="records"),  # embedded by the language models
     "ablation": ablation.to_dict(orient="records"), "ablation_summary": ablation_table.to_dict(orient="records"),
     "ablation_verdicts": verdicts.reset_index().to_dict(orient="records"),
     "subspaces": subspaces.reset_index().to_dict(orient="records"),

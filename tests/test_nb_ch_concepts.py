@@ -63,6 +63,11 @@ def test_hierarchy_against_the_shuffled_tree(rec):
     # the language models' parents are concepts of their own (their lemma embedded), the vision models' are not
     lms, vision = ["minilm-l6", "smollm2-135m"], ["efficientnet-lite0", "efficientnet-lite2"]
     assert (w.loc[lms, "own_parents"] == w.loc[lms, "n_families"]).all() and (w.loc[vision, "own_parents"] == 0).all()
+    parents = pd.DataFrame(rec["hierarchy_parents"])  # the parents embedded, none of them a concept (no classifier row)
+    assert len(parents) == w["n_families"].iloc[0] and parents["lemma"].str.len().gt(0).all()
+    from prh_lib.analysis.concepts.prompts import imagenet_concepts
+
+    assert not set(parents["synset"]) & set(imagenet_concepts()["synset"])  # what the page says of the vision models
     # centroid parents: siblings sit at the -1/(k-1) artefact on both trees; own parents leave it
     assert np.allclose(w.loc[vision, "sibling"], w.loc[vision, "centroid_artefact"], atol=0.06)
     assert (abs(w.loc[lms, "sibling"] - w.loc[lms, "centroid_artefact"]) > 0.2).all()
