@@ -204,6 +204,17 @@ def test_vision_rows_with_centroid_parents_are_shown_not_tested():
                                      "one)")
 
 
+def test_hierarchy_prose_reads_own_parents_and_labels_the_centroid_rows():
+    text = cp.describe_hierarchy(_hier(-0.50, -0.70, own=10, sib=(0.43, 0.50), vision=True))
+    assert "- m (parents: their own vectors)" in text and "- v (parents: centroids of their children)" in text
+    assert "the variation–parent cosine is not within ±0.05 of 0 (-0.50 to -0.50" in text
+    assert "siblings' variations +0.43 to +0.43 (paper −0.30), below the shuffled tree's" in text
+    assert "**Centroid parents** (v: 0 of the 10 parents have a vector of their own" in text
+    assert "shown beside the tested rows" in text
+    alone = cp.describe_hierarchy(_hier(-0.005, -0.03))
+    assert "Parents as concepts of their own" not in alone and alone.endswith("no evidence about the models.")
+
+
 def _ablation(mse_d_pointwise):
     def row(method, dp, dc):
         return {"method": method, "procedure": OURS, "n_seeds": 3, "pointwise_before": 0.3,

@@ -408,7 +408,9 @@ def describe_hierarchy(hier: pd.DataFrame | None) -> str:
                    f"{t['child_parent'].max():.2f} (paper 0.72), " + ("above" if above else "not in every model above")
                    + " the shuffled tree's; the variation–parent cosine " + ("is" if near0 else "is not")
                    + f" within ±0.05 of 0 ({t['variation_parent'].min():+.2f} to {t['variation_parent'].max():+.2f}; "
-                   f"paper ≈ 0); siblings' variations {t['sibling'].min():+.2f} to {t['sibling'].max():+.2f} (paper −0.30), "
+                   "paper ≈ 0; 0 needs |c| cos(c, p) = |p|, a child's projection on its parent equal to the parent, so it "
+                   "reads the vectors' norms as much as their directions); siblings' variations "
+                   f"{t['sibling'].min():+.2f} to {t['sibling'].max():+.2f} (paper −0.30), "
                    + ("below" if below else "not in every model below") + " the shuffled tree's.")
     if len(c):
         art = float(hier["centroid_artefact"].iloc[0])
