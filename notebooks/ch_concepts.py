@@ -113,16 +113,23 @@ Markdown(cp.describe_measures(summary))
 # %% [markdown]
 # ## Hierarchical orthogonality on the WordNet tree
 #
-# Families: concepts grouped under their direct WordNet hypernym (at least two children). ImageNet-1k
-# classes are leaves, so a parent's vector is the **centroid of its children** (vectors centred over all
-# concepts first). Then the children's variations sum to zero and, for `k` children of similar variation
-# norm, their mean pairwise cosine is `−1/(k−1)` whatever the model (red dotted line): the shuffled tree
-# (children re-assigned to random families of the same sizes) is the control that separates the model from
-# this construction. Intervals: bootstrap over families (`n_boot`).
+# Families: concepts grouped under their direct WordNet hypernym (at least two children). Each parent is a
+# **concept of its own** where a model has a vector for it: a language model embeds the parent's first lemma in
+# the same prompt at the same layer as the children's. A vision model has a vector only for a class of its
+# classifier, and no parent of these families is an ImageNet-1k class, so the vision models' parents are the
+# **centroids of their children**, shown but not tested: their variations sum to zero and, for `k` children of
+# similar variation norm, their mean pairwise cosine is `−1/(k−1)` whatever the model (red dotted line).
+# Vectors are centred over all concepts first (a parent's with the same mean). The shuffled tree (children
+# re-assigned to random parents, family sizes kept, each parent keeping its own vector) is the control that
+# separates the hierarchy from chance pairings. Intervals: bootstrap over families (`n_boot`).
 
 # %% tags=["hide-input"]
 if hypernyms is not None:
-    hier = H.hierarchy_table(vectors, list(concepts.synset), hypernyms, n_boot=n_boot, seed=0)
+    parents = H.read_synsets(H.families(list(concepts.synset), hypernyms), wordnet_path)
+    parent_vectors = cp.lemma_vectors(concept_language_models, parents, template=prompt, depth=lm_depth, device=device,
+                                      dtype=dtype, dataset="wordnet-parents")
+    hier = H.hierarchy_table(vectors, list(concepts.synset), hypernyms, parents=list(parents.synset),
+                             parent_vectors=parent_vectors, n_boot=n_boot, seed=0)
     report.show_figure(cp.hierarchy_figure(hier), CHAPTER, params)
 else:
     hier = None
@@ -205,6 +212,7 @@ record = report.record("ch_concepts", {
     "lm_depth": lm_depth, "wordnet": hypernyms is not None,
     "measures": measures.to_dict(orient="records"), "summary": summary.to_dict(orient="records"),
     "hierarchy": None if hier is None else hier.to_dict(orient="records"),
+    "hierarchy_parents": None if hier is None else parents.to_dict(orient="records"),  # embedded by the language models
     "ablation": ablation.to_dict(orient="records"), "ablation_summary": ablation_table.to_dict(orient="records"),
     "ablation_verdicts": verdicts.reset_index().to_dict(orient="records"),
     "subspaces": subspaces.reset_index().to_dict(orient="records"),

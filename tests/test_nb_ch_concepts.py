@@ -60,8 +60,18 @@ def test_hierarchy_against_the_shuffled_tree(rec):
     # the classifiers' WordNet families are tighter than random families
     for m in ("efficientnet-lite0", "efficientnet-lite2"):
         assert w.loc[m, "child_parent"] > sh.loc[m, "child_parent"] + 0.03
-    # centroid parents: siblings sit at the -1/(k-1) artefact on both trees
-    assert np.allclose(w["sibling"], w["centroid_artefact"], atol=0.06)
+    # the language models' parents are concepts of their own (their lemma embedded), the vision models' are not
+    lms, vision = ["minilm-l6", "smollm2-135m"], ["efficientnet-lite0", "efficientnet-lite2"]
+    assert (w.loc[lms, "own_parents"] == w.loc[lms, "n_families"]).all() and (w.loc[vision, "own_parents"] == 0).all()
+    parents = pd.DataFrame(rec["hierarchy_parents"])  # the parents embedded, none of them a concept (no classifier row)
+    assert len(parents) == w["n_families"].iloc[0] and parents["lemma"].str.len().gt(0).all()
+    from prh_lib.analysis.concepts.prompts import imagenet_concepts
+
+    assert not set(parents["synset"]) & set(imagenet_concepts()["synset"])  # what the page says of the vision models
+    # centroid parents: siblings sit at the -1/(k-1) artefact on both trees; own parents leave it
+    assert np.allclose(w.loc[vision, "sibling"], w.loc[vision, "centroid_artefact"], atol=0.06)
+    assert (abs(w.loc[lms, "sibling"] - w.loc[lms, "centroid_artefact"]) > 0.2).all()
+    assert (abs(w.loc[lms, "variation_parent"]) > 0.05).all() or (abs(sh.loc[lms, "variation_parent"]) > 0.05).all()
 
 
 def test_ablation_rows_and_verdicts(rec):
@@ -81,9 +91,17 @@ def test_claims_recorded_with_rules(executed):
     assert ids == [c.id for c in claims.claims_for("ch_concepts")]
     by = {r["id"]: r for r in rows}
     assert by["C/shadowclip"]["verdict"].startswith("not testable offline")
-    for cid in ("C/vision-vision", "C/language-language", "C/cross-modal", "C/hierarchy", "C/relation-distillation"):
+    for cid in ("C/vision-vision", "C/language-language", "C/cross-modal", "C/hierarchy", "C/siblings",
+                "C/relation-distillation"):
         assert by[cid]["rule"] and by[cid]["this build"] != "–", cid
         assert by[cid]["verdict"].split(" (")[0] in claims.VERDICTS
+    rec_ = report.read_record(executed, "ch_concepts")
+    if rec_["wordnet"]:  # parents of their own for the language models: tested, the vision rows only shown
+        for cid in ("C/hierarchy", "C/siblings"):
+            assert by[cid]["verdict"] in ("reproduces in kind", "inconclusive", "differs"), by[cid]
+            assert by[cid]["note"].startswith("parents are concepts of their own (their lemma in the same prompt) for "
+                                              "minilm-l6, smollm2-135m; shown, not tested: efficientnet-lite0 (0 of ")
+            assert "efficientnet" not in by[cid]["note"].split("fails:")[-1].split("cannot decide:")[-1]
     # Cross-Model ~ Pointwise under our procedure: no concept-level gap claim can hold; where the reference code's
     # procedure shows the paper's gap the row is explained (the displacement chapter's cause), else it differs
     for cid in ("C/vision-vision", "C/language-language", "C/cross-modal"):
@@ -124,27 +142,77 @@ def test_ablation_verdict_reading():
     assert v.loc[("mse", OURS), "paper's row"] == "inconclusive"  # Pointwise must rise: its interval reaches 0
 
 
-def _hier(vp_wordnet, vp_shuffled, half=0.01):
-    """A hierarchy table of one model: child-parent clearly above the shuffled tree's, the given variation-parent."""
+def _hier(vp_wordnet, vp_shuffled, half=0.01, *, own=0, sib=(-0.7, -0.7), vision=False):
+    """A hierarchy table of model "m" (``own`` of its 10 parents with vectors of their own): child-parent clearly above
+    the shuffled tree's, the given variation-parent and siblings (WordNet, shuffled); ``vision``: and a model "v" with
+    centroid parents whose values would fail every test."""
     rows = []
-    for tree, vp, cp_ in (("WordNet", vp_wordnet, 0.70), ("shuffled", vp_shuffled, 0.55)):
-        rows.append({"model": "m", "tree": tree, "child_parent": cp_, "child_parent_low": cp_ - 0.02,
-                     "child_parent_high": cp_ + 0.02, "variation_parent": vp, "variation_parent_low": vp - half,
-                     "variation_parent_high": vp + half, "sibling": -0.7, "sibling_low": -0.72,
-                     "sibling_high": -0.68, "centroid_artefact": -0.74})
+    for model, o, vps, sbs in (("m", own, (vp_wordnet, vp_shuffled), sib), ("v", 0, (0.3, 0.3), (0.3, 0.3)))[: 1 + vision]:
+        for tree, vp, cp_, sb in (("WordNet", vps[0], 0.70, sbs[0]), ("shuffled", vps[1], 0.55, sbs[1])):
+            rows.append({"model": model, "tree": tree, "child_parent": cp_, "child_parent_low": cp_ - 0.02,
+                         "child_parent_high": cp_ + 0.02, "variation_parent": vp, "variation_parent_low": vp - half,
+                         "variation_parent_high": vp + half, "sibling": sb, "sibling_low": sb - 0.02,
+                         "sibling_high": sb + 0.02, "n_families": 10, "own_parents": o, "centroid_artefact": -0.74})
     return pd.DataFrame(rows)
 
 
-def test_hierarchy_orthogonality_needs_a_shuffled_tree_that_is_not_orthogonal_too():
-    """Centroid parents give variation-parent ~0 on any tree: near 0 on both trees cannot test the claim."""
-    both = {r["id"]: r for r in cp.claim_rows(_summary(0.3), _hier(-0.005, -0.03), None)}
-    assert both["C/hierarchy"]["verdict"] == "control failed"
-    assert both["C/hierarchy"]["note"].startswith("the control fails to separate")
-    assert "1 of 1 models (m -0.030 [-0.040, -0.020])" in both["C/hierarchy"]["note"]
-    only = {r["id"]: r for r in cp.claim_rows(_summary(0.3), _hier(-0.005, -0.20), None)}
-    assert only["C/hierarchy"]["verdict"] == "reproduces in kind"
-    far = {r["id"]: r for r in cp.claim_rows(_summary(0.3), _hier(-0.20, -0.03), None)}
-    assert far["C/hierarchy"]["verdict"] == "differs"
+def _rows(hier):
+    return {r["id"]: r for r in cp.claim_rows(_summary(0.3), hier, None)}
+
+
+def test_centroid_parents_leave_hierarchy_and_siblings_untestable():
+    """Centroid parents give variation-parent ~0 and siblings ~-1/(k-1) on any tree: no verdict about the models."""
+    for hier in (_hier(-0.005, -0.03), _hier(-0.005, -0.20), _hier(-0.20, -0.03), _hier(-0.005, -0.03, own=9)):
+        for cid in ("C/hierarchy", "C/siblings"):
+            assert _rows(hier)[cid]["verdict"] == _rows(hier)[cid]["paper reading"] == "control failed"
+            assert _rows(hier)[cid]["note"].startswith("parents are their children's centroids")
+    assert "−1/(k−1), mean over families -0.74" in _rows(_hier(0, 0))["C/siblings"]["this build"]
+
+
+def test_explicit_parents_orthogonality_needs_a_shuffled_tree_that_is_not_orthogonal_too():
+    only = _rows(_hier(-0.005, -0.20, own=10))["C/hierarchy"]
+    assert only["verdict"] == only["paper reading"] == "reproduces in kind"
+    # orthogonal on the shuffled tree as well: the paper's reading holds, the control does not
+    both = _rows(_hier(-0.005, -0.03, own=10))["C/hierarchy"]
+    assert (both["paper reading"], both["verdict"]) == ("reproduces in kind", "differs")
+    assert "fails: |variation–parent|, shuffled tree (m): needs > 0.05" in both["note"]
+    far = _rows(_hier(-0.50, -0.70, own=10))["C/hierarchy"]
+    assert far["verdict"] == far["paper reading"] == "differs"
+    assert "fails: |variation–parent| (m): needs < 0.05, got 0.500" in far["note"]
+
+
+def test_explicit_parents_siblings_read_against_zero_and_the_shuffled_tree():
+    apart = _rows(_hier(-0.005, -0.2, own=10, sib=(-0.30, 0.50)))["C/siblings"]
+    assert apart["verdict"] == apart["paper reading"] == "reproduces in kind"
+    assert apart["this build"] == "-0.30 (shuffled tree 0.50)"
+    # negative, but no lower than on random families: the paper's reading holds, the control does not
+    chance = _rows(_hier(-0.005, -0.2, own=10, sib=(-0.30, -0.35)))["C/siblings"]
+    assert (chance["paper reading"], chance["verdict"]) == ("reproduces in kind", "differs")
+    # positive (this build's language models): below the shuffled tree, yet not apart
+    pos = _rows(_hier(-0.005, -0.2, own=10, sib=(0.43, 0.50)))["C/siblings"]
+    assert pos["verdict"] == pos["paper reading"] == "differs"
+    assert "fails: siblings (m): needs < 0, got 0.430 [0.410, 0.450]" in pos["note"]
+
+
+def test_vision_rows_with_centroid_parents_are_shown_not_tested():
+    rows = _rows(_hier(-0.005, -0.2, own=10, sib=(-0.30, 0.50), vision=True))
+    for cid in ("C/hierarchy", "C/siblings"):
+        assert rows[cid]["verdict"] == "reproduces in kind"  # the centroid row "v" is not read
+        assert rows[cid]["note"] == ("parents are concepts of their own (their lemma in the same prompt) for m; shown, "
+                                     "not tested: v (0 of 10 parents with a vector), where the children's centroid "
+                                     "stands in for a parent without a classifier row (only ImageNet-1k classes have "
+                                     "one)")
+
+
+def test_hierarchy_prose_reads_own_parents_and_labels_the_centroid_rows():
+    text = cp.describe_hierarchy(_hier(-0.50, -0.70, own=10, sib=(0.43, 0.50), vision=True))
+    assert "- m (parents: their own vectors)" in text and "- v (parents: centroids of their children)" in text
+    assert "the variation–parent cosine is not within ±0.05 of 0 (-0.50 to -0.50" in text
+    assert "siblings' variations +0.43 to +0.43 (paper −0.30), below the shuffled tree's" in text
+    assert "**Centroid parents** (v: 0 of the 10 parents have a vector of their own" in text
+    assert "shown beside the tested rows" in text
+    alone = cp.describe_hierarchy(_hier(-0.005, -0.03))
+    assert "Parents as concepts of their own" not in alone and alone.endswith("no evidence about the models.")
 
 
 def _ablation(mse_d_pointwise):
@@ -165,16 +233,6 @@ def test_relation_distillation_is_inconclusive_when_the_mse_positive_control_fai
     assert failed["C/relation-distillation"]["note"].startswith("the positive control fails")
     working = {r["id"]: r for r in cp.claim_rows(_summary(0.3), None, _ablation(+0.2))}
     assert working["C/relation-distillation"]["verdict"] == "differs"
-
-
-def test_siblings_are_not_testable_with_centroid_parents():
-    """Centroid parents put the siblings' cosine near -1/(k-1) on any tree: no verdict about the models."""
-    rows = {r["id"]: r for r in cp.claim_rows(_summary(0.3), _hier(-0.005, -0.20), None)}
-    assert rows["C/siblings"]["verdict"] == "control failed"
-    assert rows["C/siblings"]["note"].startswith("parents are their children's centroids")
-    assert rows["C/siblings"]["this build"] != "–"
-    other = {r["id"]: r for r in cp.claim_rows(_summary(0.3), _hier(-0.005, -0.20), None, centroid_parents=False)}
-    assert other["C/siblings"]["verdict"] in ("differs", "inconclusive", "reproduces in kind")
 
 
 def test_controllability_figure_is_readable_at_page_width_and_draws_this_builds_changes():

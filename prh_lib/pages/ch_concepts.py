@@ -68,8 +68,8 @@ def concept_pairs(vectors: dict, vision: list, language: list) -> dict:
 KINDS = {"V-V": "vision-vision", "L-L": "language-language", "V-L": "vision-language"}
 
 
-def lemma_vectors(models, concepts: pd.DataFrame, *, template: str = cc.PROMPT, depth: float = 0.75,
-                  batch_size: int = 64, device: str = "cpu", dtype: str = "float32") -> dict[str, np.ndarray]:
+def lemma_vectors(models, concepts: pd.DataFrame, *, template: str = cc.PROMPT, depth: float = 0.75, batch_size: int = 64,
+                  device: str = "cpu", dtype: str = "float32", dataset: str = "imagenet-1k-concepts") -> dict[str, np.ndarray]:
     """Each language model's embedding of ``template`` for every concept, at one relative depth.
 
     Parameters
@@ -77,7 +77,8 @@ def lemma_vectors(models, concepts: pd.DataFrame, *, template: str = cc.PROMPT, 
     models : sequence of str
         Language models (zoo names or Hugging Face ids).
     concepts : DataFrame
-        :func:`prh_lib.analysis.concepts.prompts.imagenet_concepts` (or rows of it).
+        :func:`prh_lib.analysis.concepts.prompts.imagenet_concepts` (or rows of it) or, with ``dataset`` naming them
+        in the cache, :func:`prh_lib.analysis.concepts.hierarchy.read_synsets`.
     depth : float in [0, 1], default 0.75
         Relative depth of the layer used (0: embedding output, 1: last layer), the same rule for every model.
 
@@ -93,7 +94,7 @@ def lemma_vectors(models, concepts: pd.DataFrame, *, template: str = cc.PROMPT, 
     """
     if not 0.0 <= depth <= 1.0:
         raise ValueError(f"depth must be in [0, 1], got {depth!r}")
-    pairs = Pairs(dataset="imagenet-1k-concepts", sample_ids=tuple(concepts.synset),
+    pairs = Pairs(dataset=dataset, sample_ids=tuple(concepts.synset),
                   images=(None,) * len(concepts), texts=tuple(cc.concept_prompts(concepts, template=template)))
     out = {}
     for m in models:
@@ -343,7 +344,7 @@ def hierarchy_figure(table: pd.DataFrame):
         ax.axhline(paper, color="k", ls="--", lw=1, label="paper")
         if k == "sibling":
             ax.axhline(float(table["centroid_artefact"].iloc[0]), color="tab:red", ls=":", lw=1.2,
-                       label="−1/(k−1)")
+                       label="−1/(k−1) (centroid parents)")
         ax.set_xticks(np.arange(len(models)), [short_name(m) for m in models], fontsize=9, rotation=30)
         ax.set_title(title, fontsize=10)
         ax.tick_params(axis="y", labelsize=9)
@@ -390,28 +391,37 @@ def describe_hierarchy(hier: pd.DataFrame | None) -> str:
     if hier is None:
         return "No hierarchy statistics: WordNet 3.0 (Debian's `wordnet-base`) is not installed on this machine."
     w, sh = hier[hier["tree"] == "WordNet"], hier[hier["tree"] == "shuffled"].set_index("model")
-    lines = []
-    for _, r in w.iterrows():
-        s = sh.loc[r["model"]]
-        lines.append(f"- {r['model']}: child–parent {format_interval(r['child_parent'], r['child_parent_low'], r['child_parent_high'])}"
-                     f" (shuffled tree {format_number(s['child_parent'])}); variation–parent "
-                     f"{format_number(r['variation_parent'], 4, sign=True)}; siblings {format_number(r['sibling'])} "
-                     f"(shuffled tree {format_number(s['sibling'])}).")
-    cp_above = bool(all(r["child_parent_low"] > sh.loc[r["model"], "child_parent_high"] for _, r in w.iterrows()))
-    art = float(hier["centroid_artefact"].iloc[0])
-    near0 = shuffled_near_zero(sh)
-    vp = ("the variation–parent cosine is ≈ 0 on the WordNet tree, but " + (
-          f"on the shuffled tree too the interval reaches within 0.05 of 0 for {len(near0)} of {len(sh)} models: with "
-          "parents as their children's centroids the variations sum to 0 in every family, so the mean "
-          "variation–parent dot product is exactly 0 on any tree and the cosine stays near it; this build cannot "
-          "tell the hierarchy's orthogonality from the construction's, so C/hierarchy is not testable offline"
-          if near0 else "not on the shuffled tree, so the orthogonality belongs to the hierarchy"))
-    return ("\n".join(lines) + "\n\n"
-            "Agrees with the paper: child–parent is near the paper's 0.72"
-            + (", above the shuffled tree in every model (the WordNet families are tighter than random ones)"
-               if cp_above else ", but not above the shuffled tree in every model")
-            + f"; and {vp}. Differs in meaning: the siblings' cosine equals −1/(k−1) (mean over families {art:.2f}) on both trees, not "
-              "the paper's −0.30, so it is no evidence about the models here.")
+    own = w["own_parents"] == w["n_families"]  # tested: the models whose parents are concepts of their own
+    f = lambda r, k: format_interval(r[k], r[k + "_low"], r[k + "_high"], sign=True)  # noqa: E731
+    lines = [f"- {r['model']} (parents: {'their own vectors' if o else 'centroids of their children'}): child–parent "
+             f"{f(r, 'child_parent')} (shuffled tree {f(sh.loc[r['model']], 'child_parent')}); variation–parent "
+             f"{f(r, 'variation_parent')} (shuffled tree {f(sh.loc[r['model']], 'variation_parent')}); siblings "
+             f"{f(r, 'sibling')} (shuffled tree {f(sh.loc[r['model']], 'sibling')})." for (_, r), o in zip(w.iterrows(), own)]
+    out, c = ["\n".join(lines)], w[~own]
+    if own.any():
+        t = w[own]
+        above = all(r["child_parent_low"] > sh.loc[r["model"], "child_parent_high"] for _, r in t.iterrows())
+        near0 = all(max(abs(r["variation_parent_low"]), abs(r["variation_parent_high"])) < 0.05 for _, r in t.iterrows())
+        below = all(r["sibling_high"] < sh.loc[r["model"], "sibling_low"] for _, r in t.iterrows())
+        out.append(f"**Parents as concepts of their own** ({', '.join(t['model'])}: each parent's first lemma in the same "
+                   f"prompt, its vector centred with the children's): child–parent {t['child_parent'].min():.2f} to "
+                   f"{t['child_parent'].max():.2f} (paper 0.72), " + ("above" if above else "not in every model above")
+                   + " the shuffled tree's; the variation–parent cosine " + ("is" if near0 else "is not")
+                   + f" within ±0.05 of 0 ({t['variation_parent'].min():+.2f} to {t['variation_parent'].max():+.2f}; "
+                   "paper ≈ 0; 0 needs |c| cos(c, p) = |p|, a child's projection on its parent equal to the parent, so it "
+                   "reads the vectors' norms as much as their directions); siblings' variations "
+                   f"{t['sibling'].min():+.2f} to {t['sibling'].max():+.2f} (paper −0.30), "
+                   + ("below" if below else "not in every model below") + " the shuffled tree's.")
+    if len(c):
+        art = float(hier["centroid_artefact"].iloc[0])
+        out.append(f"**Centroid parents** ({', '.join(c['model'])}: {int(c['own_parents'].max())} "
+                   f"of the {int(c['n_families'].iloc[0])} parents have a vector of their own; a vision model has one "
+                   "only for a parent that is an ImageNet-1k class, and the centroid of its children stands in for "
+                   "every other): the children's variations sum to 0, so the variation–parent cosine is near 0 and the "
+                   f"siblings' cosine near −1/(k−1) (mean over families {art:.2f}) on any tree, whatever the model: "
+                   "artefacts of the construction, no evidence about the models" + (", shown beside the tested rows."
+                                                                                    if own.any() else "."))
+    return "\n\n".join(out)
 
 
 def ablation_figure(summary: pd.DataFrame):
@@ -504,6 +514,8 @@ def display_hierarchy(table: pd.DataFrame) -> pd.DataFrame:
         out["siblings if parents were centroids, −1/(k−1)"] = [format_number(v) for v in table["centroid_artefact"]]
     if "n_families" in table.columns:
         out["families"] = table["n_families"].astype(int).to_numpy()
+    if "own_parents" in table.columns:  # the others' parents are their children's centroids
+        out["parents with a vector of their own"] = table["own_parents"].astype(int).to_numpy()
     return out
 
 
@@ -513,27 +525,18 @@ def _abs_interval(lo: float, hi: float) -> tuple[float, float]:
     return (0.0 if lo <= 0 <= hi else min(a, b)), max(a, b)
 
 
-def shuffled_near_zero(shuffled: pd.DataFrame, band: float = 0.05) -> list[str]:
-    """Models whose shuffled-tree |variation–parent| interval reaches within ``band`` of 0 (rows of the hierarchy
-    table's shuffled tree, indexed by model): where it does, a WordNet value near 0 cannot be told from the
-    centroid construction's."""
-    return [m for m, s in shuffled.iterrows()
-            if _abs_interval(s["variation_parent_low"], s["variation_parent_high"])[0] <= band]
-
-
 def claim_rows(summary: pd.DataFrame, hier: pd.DataFrame | None, verdicts: pd.DataFrame | None, *,
-               min_gap: float = 0.05, centroid_parents: bool = True) -> list[dict]:
+               min_gap: float = 0.05) -> list[dict]:
     """The page's rows of "The paper and this build" (:func:`prh_lib.pages.claims.finding`), claims ``C/*``.
 
     Concept-level claims: per kind, our procedure's Cross-Model − Pointwise interval (over concepts where the summary
     has them, :func:`summarise_measures`) must be above ``min_gap`` (the paper's gaps are 0.24-0.55; a gap of a few
     thousandths is not its claim) and Cross-Model above its shuffled control (the reference code's reading is a note).
-    Hierarchy: variation-parent within ±0.05 of 0 on the WordNet tree while the shuffled tree's interval is not, and
-    child-parent above the shuffled tree's. Siblings: with ``centroid_parents`` (parents are their children's centroids,
-    as for ImageNet's leaf classes) not testable, since the construction sets the statistic near −1/(k−1) on any tree;
-    otherwise below the shuffled tree's. Controllability: the relation-distillation row under our procedure, not
-    testable when the positive control (MSE distillation raises both measures) fails. ``hier`` or ``verdicts`` None: not
-    testable (the reason is the missing input)."""
+    Hierarchy and siblings: tested on the models whose parents all have vectors of their own (``own_parents`` of the
+    hierarchy table); control failed where no model has (centroid parents fix both statistics on any tree).
+    Controllability: the relation-distillation row under our procedure, not testable when the positive control (MSE
+    distillation raises both measures) fails. ``hier`` or ``verdicts`` None: not testable (the reason is the missing
+    input)."""
     rows = []
     ids = {"vision-vision": "C/vision-vision", "language-language": "C/language-language",
            "vision-language": "C/cross-modal"}
@@ -571,52 +574,44 @@ def claim_rows(summary: pd.DataFrame, hier: pd.DataFrame | None, verdicts: pd.Da
                  for c in ("C/hierarchy", "C/siblings")]
     else:
         w, sh = hier[hier["tree"] == "WordNet"], hier[hier["tree"] == "shuffled"].set_index("model")
-        tests = []
-        for _, r in w.iterrows():
-            tests.append(_claims.Test(f"|variation–parent| ({r['model']})", abs(r["variation_parent"]),
-                                      *_abs_interval(r["variation_parent_low"], r["variation_parent_high"]),
-                                      0.05, side="<"))
-            s = sh.loc[r["model"]]
-            tests.append(_claims.Test(f"child–parent − shuffled tree ({r['model']})",
-                                      r["child_parent"] - s["child_parent"],
-                                      r["child_parent_low"] - s["child_parent_high"],
-                                      r["child_parent_high"] - s["child_parent_low"]))
-        holds, conclusive, why = _claims.combine(tests)
-        # Control: centroid parents make the mean variation-parent dot product exactly 0 on any tree, so the
-        # WordNet value near 0 says something about the hierarchy only where the shuffled tree's is clearly not.
-        same = shuffled_near_zero(sh)
-        reason = ""
-        if holds and same:  # the control cannot separate the models from the construction: no test of the claim
-            reason = ("the control fails to separate: the shuffled tree's signed variation–parent cosine has an "
-                      "interval reaching within 0.05 of 0 as well for " + f"{len(same)} of {len(sh)} models ("
-                      + ", ".join(f"{m} " + format_interval(sh.loc[m, 'variation_parent'], sh.loc[m, 'variation_parent_low'],
-                                                            sh.loc[m, 'variation_parent_high'], sign=True) for m in same)
-                      + "); with centroid parents it is near 0 on any tree, so this build cannot tell the "
-                        "hierarchy's orthogonality from the construction's")
+        own = w["own_parents"] == w["n_families"]
+        t = w[own] if own.any() else w
+        st, hier_tests, sib_tests = sh.loc[t["model"]], [], []
+        for (_, r), (_, s) in zip(t.iterrows(), st.iterrows()):
+            d = lambda k: (r[k] - s[k], r[k + "_low"] - s[k + "_high"], r[k + "_high"] - s[k + "_low"])  # noqa: E731
+            hier_tests += [
+                _claims.Test(f"|variation–parent| ({r['model']})", abs(r["variation_parent"]),
+                             *_abs_interval(r["variation_parent_low"], r["variation_parent_high"]), 0.05, side="<"),
+                _claims.Test(f"child–parent − shuffled tree ({r['model']})", *d("child_parent"), control=True),
+                # the orthogonality belongs to the tree only where a random parent's variation is not orthogonal
+                _claims.Test(f"|variation–parent|, shuffled tree ({r['model']})", abs(s["variation_parent"]),
+                             *_abs_interval(s["variation_parent_low"], s["variation_parent_high"]), 0.05, control=True)]
+            sib_tests += [_claims.Test(f"siblings ({r['model']})", r["sibling"], r["sibling_low"], r["sibling_high"], side="<"),
+                          _claims.Test(f"siblings − shuffled tree ({r['model']})", *d("sibling"), side="<", control=True)]
+        # Centroid parents: the variations of a family sum to 0, so neither statistic is about the models
+        failed = "" if own.any() else (
+            "parents are their children's centroids (ImageNet classes are leaves), so the variations of a family sum to "
+            "0: their mean dot product with the parent is 0 and their mean cosine near −1/(k−1) on any tree, set by "
+            "family sizes; the paper's parents are concept vectors of their own")
+        note = "" if failed else ("parents are concepts of their own (their lemma in the same prompt) for "
+                                  + ", ".join(t["model"]) + ("; shown, not tested: " + ", ".join(
+                                      f"{r.model} ({r.own_parents} of {r.n_families} parents with a vector)"
+                                      for r in w[~own].itertuples()) + ", where the children's centroid stands in for a "
+                                      "parent without a classifier row (only ImageNet-1k classes have one)"
+                                      if (~own).any() else ""))
         rows.append(_claims.finding(
-            "C/hierarchy", holds=holds, conclusive=conclusive, control_failed=reason,
-            this_build=f"child–parent {w['child_parent'].mean():.2f} (shuffled tree {sh['child_parent'].mean():.2f}); "
-                       f"variation–parent cosine, signed, {w['variation_parent'].mean():+.3f} (shuffled tree "
-                       f"{sh['variation_parent'].mean():+.3f})",
-            note="; ".join(("parents are their children's centroids (ImageNet classes are leaves)", why)),
-            rule="variation–parent within ±0.05 of 0 while the shuffled tree's interval is not, and child–parent above "
-                 "the shuffled tree's, every model"))
-        sib = [_claims.Test(f"siblings (WordNet) − siblings (shuffled) ({r['model']})",
-                            r["sibling"] - sh.loc[r["model"], "sibling"],
-                            r["sibling_low"] - sh.loc[r["model"], "sibling_high"],
-                            r["sibling_high"] - sh.loc[r["model"], "sibling_low"], 0.0, side="<") for _, r in w.iterrows()]
-        sib_build = (f"{w['sibling'].mean():.2f} (shuffled tree {sh['sibling'].mean():.2f}; "
-                     f"−1/(k−1), mean over families {float(hier['centroid_artefact'].iloc[0]):.2f})")
-        sib_rule = ("siblings' variation cosine below the shuffled tree's (the centroid construction alone gives "
-                    "−1/(k−1))")
-        if centroid_parents:  # the construction fixes the statistic: no reading of it is about the models
-            rows.append(_claims.finding(
-                "C/siblings", this_build=sib_build, holds=None, rule=sib_rule,
-                control_failed="parents are their children's centroids (ImageNet classes are leaves), so the variations of a "
-                     "family sum to 0 and their mean cosine sits near −1/(k−1) on any tree, set by family sizes; "
-                     "the paper's parents are concept vectors of their own"))
-        else:
-            rows.append(_claims.finding("C/siblings", tests=sib, this_build=sib_build, rule=sib_rule))
+            "C/hierarchy", tests=None if failed else hier_tests, holds=None, control_failed=failed, note=note,
+            this_build=f"child–parent {t['child_parent'].mean():.2f} (shuffled tree {st['child_parent'].mean():.2f}); "
+                       f"variation–parent cosine, signed, {t['variation_parent'].mean():+.3f} (shuffled tree "
+                       f"{st['variation_parent'].mean():+.3f})",
+            rule="variation–parent within ±0.05 of 0 (the paper's reading); child–parent above the shuffled tree's and "
+                 "the shuffled tree's variation–parent not within ±0.05 (controls); every model with parents of its own"))
+        rows.append(_claims.finding(
+            "C/siblings", tests=None if failed else sib_tests, holds=None, control_failed=failed, note=note,
+            this_build=f"{t['sibling'].mean():.2f} (shuffled tree {st['sibling'].mean():.2f}"
+                       + (f"; −1/(k−1), mean over families {float(hier['centroid_artefact'].iloc[0]):.2f})" if failed else ")"),
+            rule="siblings' variation cosine below 0 (the paper's reading) and below the shuffled tree's (control); "
+                 "every model with parents of its own"))
     if verdicts is None or ("relation", OURS) not in verdicts.index:
         rows.append(_claims.finding("C/relation-distillation", this_build=None, holds=None))
     else:

@@ -9,13 +9,13 @@ concept's vector and ``v_c`` a child's, it reports
 
 This module computes the three statistics for one model's concept vectors and a parent map, with
 a bootstrap interval over parents and a control that shuffles the tree (children re-assigned to
-parents at random, keeping every parent's number of children).
+parents at random, keeping every parent's number of children; a parent keeps its own vector).
 
-When a parent has no vector of its own (ImageNet-1k classes are almost all leaves), it is the **centroid of its
-children**. Then the children's variations sum to zero, and for ``k`` children of roughly equal variation norm their
-mean pairwise cosine is exactly ``-1/(k-1)`` (:func:`centroid_sibling_bound`): a sibling cosine near -0.3 is then an
-artefact of the construction (k ~ 4), not a property of the model. The shuffled-tree control shows it: it gives the same
-sibling value for random "families".
+A parent is a concept of its own where the model has a vector for it (a language model's embedding of the parent's
+lemma, :func:`read_synsets`; a classifier row where the parent is a class). Otherwise (a vision model's parents of
+ImageNet-1k classes, which are leaves) it is the **centroid of its children**: then the variations sum to zero, and for
+``k`` children of roughly equal variation norm their mean pairwise cosine is exactly ``-1/(k-1)``
+(:func:`centroid_sibling_bound`), an artefact of the construction on any tree, not a property of the model.
 
 WordNet 3.0 is read directly from Debian's ``wordnet-base`` files (``/usr/share/wordnet/data.noun``,
 :func:`read_hypernyms`); ImageNet's ``n########`` ids are ``'n'`` + the synset's 8-digit offset.
@@ -64,20 +64,22 @@ def read_hypernyms(path=None) -> dict[str, list[str]]:
                                 "(apt-get install wordnet-base) or pass path=")
     out: dict[str, list[str]] = {}
     with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            if line.startswith(" "):  # licence header
-                continue
-            tok = line.split()
-            w_cnt = int(tok[3], 16)
-            k = 4 + 2 * w_cnt
-            p_cnt = int(tok[k])
-            hyper = []
-            for p in range(p_cnt):
-                sym, off, pos = tok[k + 1 + 4 * p: k + 4 + 4 * p]
-                if sym in ("@", "@i") and pos == "n":
-                    hyper.append("n" + off)
-            out["n" + tok[0]] = hyper
+        for tok in (line.split() for line in f if not line.startswith(" ")):  # " ": the licence header
+            k = 4 + 2 * int(tok[3], 16)  # after the w_cnt words and their lex_ids
+            ptrs = [tok[k + 1 + 4 * p: k + 4 + 4 * p] for p in range(int(tok[k]))]
+            out["n" + tok[0]] = ["n" + off for sym, off, pos in ptrs if sym in ("@", "@i") and pos == "n"]
     return out
+
+
+def read_synsets(ids, path=None) -> pd.DataFrame:
+    """WordNet noun synsets as concepts of their own, in the order of ``ids`` (``'n' + offset``, e.g. the parents of
+    :func:`families`): ``synset``, ``lemma`` (first word, ``_`` -> space) and ``definition`` (the gloss), the columns
+    :func:`~prh_lib.analysis.concepts.prompts.concept_prompts` reads; ``path`` as in :func:`read_hypernyms` (an
+    unknown id raises ``KeyError``)."""
+    with open(Path(path) if path is not None else WORDNET_DIR / "data.noun", encoding="utf-8", errors="replace") as f:
+        syn = {"n" + ln[:8]: (ln.split()[4].replace("_", " "), ln.partition(" | ")[2].strip()) for ln in f if ln[0] != " "}
+    ids = list(ids)
+    return pd.DataFrame({"synset": ids, "lemma": [syn[i][0] for i in ids], "definition": [syn[i][1] for i in ids]})
 
 
 def families(concepts, hypernyms: dict[str, list[str]], *, min_children: int = 2,
@@ -199,30 +201,36 @@ def centroid_sibling_bound(k) -> np.ndarray:
     return -1.0 / (k - 1.0)
 
 
-def hierarchy_table(vectors: dict, concepts, hypernyms: dict, *, n_boot: int = 1000, seed: int = 0,
-                    min_children: int = 2, max_children: int | None = None) -> pd.DataFrame:
+def hierarchy_table(vectors: dict, concepts, hypernyms: dict, *, parents=(), parent_vectors: dict | None = None,
+                    n_boot: int = 1000, seed: int = 0, min_children: int = 2, max_children: int | None = None) -> pd.DataFrame:
     """:func:`hierarchy_statistics` per model, on the tree and on a shuffled tree.
 
     Parameters
     ----------
     vectors : dict
-        model name -> array (n_concepts, d), rows in the order of ``concepts``.
+        model name -> array (n_concepts, d), rows in the order of ``concepts``; centred on their mean here.
     concepts : sequence of str
     hypernyms : dict
+    parents, parent_vectors : sequence of str, dict
+        Parent ids, and model name -> array (len(parents), d) of their own vectors (centred on the model's concepts'
+        mean). For a model not in it, a parent among ``concepts`` is its row there, any other its children's centroid.
 
     Returns
     -------
     DataFrame
-        One row per (model, tree in {"WordNet", "shuffled"}), the statistics' columns and
-        ``centroid_artefact`` (mean ``-1/(k-1)`` over families).
+        One row per (model, tree in {"WordNet", "shuffled"}), the statistics' columns, ``own_parents`` (of the
+        ``n_families`` parents, those with a vector of their own), ``centroid_artefact`` (mean ``-1/(k-1)``).
     """
     fams = families(concepts, hypernyms, min_children=min_children, max_children=max_children)
     artefact = float(np.mean(centroid_sibling_bound([len(ix) for ix in fams.values()]))) if fams else np.nan
-    rows = []
+    rows, index = [], {c: i for i, c in enumerate(concepts)}
     for name, V in vectors.items():
         V = np.asarray(V, dtype=np.float64)
-        V = V - V.mean(axis=0)
+        mu = V.mean(axis=0)
+        own = (dict(zip(parents, np.asarray(parent_vectors[name], dtype=np.float64))) if name in (parent_vectors or {})
+               else {p: V[index[p]] for p in fams if p in index})
+        pv = {p: own[p] - mu for p in fams if p in own}
         for tree, f in (("WordNet", fams), ("shuffled", shuffled_families(fams, seed=seed))):
-            rows.append({"model": name, "tree": tree, **hierarchy_statistics(V, f, n_boot=n_boot, seed=seed),
-                         "centroid_artefact": artefact})
+            stats = hierarchy_statistics(V - mu, f, parent_vectors=pv, n_boot=n_boot, seed=seed)
+            rows.append({"model": name, "tree": tree, **stats, "own_parents": len(pv), "centroid_artefact": artefact})
     return pd.DataFrame(rows)
