@@ -76,7 +76,7 @@ def load_model(
     ----------
     name_or_path : str
         Any name :mod:`prh_lib.models.spec` reads (zoo, timm, folder, Hub id, ``:vision``/``:text`` tower,
-        ``@random-init:<seed>`` for :func:`~prh_lib.models.random_init` of the named model).
+        ``@pool:<pooling>``, ``@random-init:<seed>`` for :func:`~prh_lib.models.random_init` of the named model).
     device : str or torch.device, default "cpu"
     dtype : torch.dtype, default torch.float32
         Parameter dtype; inputs are cast to it in :meth:`LoadedModel.layer_outputs`.
@@ -129,6 +129,10 @@ def load_spec(spec: ModelSpec, *, device: torch.device, dtype: torch.dtype, moda
                             weights=False)  # (a two-tower model's tower is still cut from the loaded model)
         return dataclasses.replace(random_init(trained, seed=spec.seed),
                                    revision=random_init_revision(trained.revision, spec.seed))
+    if spec.pooling is not None:  # the same model, its tokens pooled another way (the identity checks it may be)
+        spec.identity(revision)
+        return dataclasses.replace(load_spec(spec.mean_pooled, device=device, dtype=dtype, modality=modality,
+                                             revision=revision, weights=weights), name=spec.name, pooling=spec.pooling)
     if spec.tower is not None:
         return load_joint(spec, device=device, dtype=dtype, modality=modality, revision=revision)
     name = spec.name
