@@ -30,11 +30,8 @@ def _no_weight_loading_bars():
     """``transformers``' progress bars off for one load ("Loading weights: 100%|...", shown by transformers 5 on
     every ``from_pretrained``), restored afterwards. Its log messages stay on: a missing or unexpected weight
     is still reported."""
-    try:
-        from transformers.utils import logging as hf_logging
-    except ImportError:  # pragma: no cover - transformers is a dependency
-        yield
-        return
+    from transformers.utils import logging as hf_logging
+
     enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:

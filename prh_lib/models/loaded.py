@@ -227,7 +227,6 @@ def _timm_layer_outputs(module, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return tuple(module.forward_intermediates(x, intermediates_only=True))
 
 
-
 def _joint_layer_outputs(module, modality: str, inputs: dict) -> tuple[torch.Tensor, ...]:
     """The tower's hidden states, then its joint-space embedding (``get_image_features`` / ``get_text_features``)."""
     if getattr(module.config, "model_type", None) == "qwen3_vl":  # one decoder for both inputs

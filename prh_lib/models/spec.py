@@ -429,6 +429,12 @@ def infer_modality(config) -> str:
 
 
 def is_causal_lm(config) -> bool:
+    """Whether a Hugging Face config, or the model a name names (no weights loaded), is a decoder-only LM."""
+    if isinstance(config, str):
+        spec = parse_model_name(config)
+        if spec.tower is not None or spec.identity().family != "hf-text":
+            return False
+        config = hf_config(config, location(spec))
     architectures = getattr(config, "architectures", None) or []
     if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures):
         return True

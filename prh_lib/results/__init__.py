@@ -445,9 +445,9 @@ def expand_extra_columns(df: pd.DataFrame) -> pd.DataFrame:
     Returns
     -------
     DataFrame
-        A new frame (``df`` itself when empty), same rows and index.
+        A new frame (``df`` itself when empty or without ``extra``: rows not written yet), same rows and index.
     """
-    if df.empty:
+    if df.empty or "extra" not in df:
         return df
     codes, uniques = pd.factorize(df["extra"], use_na_sentinel=False)  # a few hundred texts in 10^5 rows
     extra = pd.DataFrame([json.loads(e) for e in uniques]).take(codes).set_axis(df.index)
