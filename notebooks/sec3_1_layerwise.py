@@ -236,12 +236,13 @@ page.floors_table(held)
 # %% [markdown]
 # (sec3-1-pooling)=
 # ### Token pooling of the causal language models
-# The language models here are mean-pooled over all real tokens, as the paper does. A causal LM's first token
-# (Gemma-3's BOS; SmolLM2 adds none, so its first word) sees nothing before it and often carries a large, nearly constant
-# hidden state, which a mean over a short caption's tokens can be dominated by in early layers. Each vision × causal-LM
-# pair is therefore also scored with the mean over all real tokens but the first (`mean-nofirst`) and with the last real
-# token alone (`last`, which has read the whole caption), on every dataset, with the held-out peak, interval over
-# images and floors of the verdicts above; the random-init twin is pooled the same way. The verdicts keep mean pooling.
+# The language models here are mean-pooled over all real tokens, as the paper does. A causal LM's first token (Gemma-3's
+# BOS; SmolLM2 adds none, so its first word) sees nothing before it and can carry a large, nearly constant hidden state
+# that dominates a mean over a short caption's tokens, most of all in early layers (layer.1 peaks may come from it).
+# Each vision × causal-LM pair is therefore also scored with the mean over all real tokens but the first
+# (`mean-nofirst`) and with the last real token alone (`last`, which has read the whole caption), on every dataset,
+# with the held-out peak, interval over images and floors of the verdicts above; the random-init twin is pooled the
+# same way. The verdicts keep mean pooling.
 
 # %% tags=["hide-input"]
 pool_table, pool_text = page.pooling_tables(

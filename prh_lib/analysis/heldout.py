@@ -248,9 +248,8 @@ def heldout_study(draws, comparisons, *, chapter: str, params: Mapping, k: int =
 def pooling_variants(draws, pairs, *, variants: Sequence[str], seed: int = 0, num_threads: int | None = None,
                      **options) -> pd.DataFrame:
     """:func:`heldout_study` (``options``; nothing written) of vision × causal-LM ``pairs`` on every dataset of
-    ``draws``, the LM's tokens mean-pooled (the paper) and as ``"<LM>@pool:<variant>"`` for each of ``variants``
-    (:data:`prh_lib.models.spec.TOKEN_POOLINGS`), its random-init twin pooled alike; each model is extracted first,
-    loaded once per dataset (:func:`~prh_lib.analysis.core.prefetch_features`).
+    ``draws``, the LM's tokens mean-pooled (the paper) and as ``"<LM>@pool:<variant>"`` for each of ``variants``, its
+    random-init twin pooled alike; each model extracted first (:func:`~prh_lib.analysis.core.prefetch_features`).
 
     Returns
     -------

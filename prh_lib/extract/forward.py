@@ -3,7 +3,7 @@
 :mod:`prh_lib.extract` (the public entry point, with the feature cache) calls these:
 
 - :func:`mean_pool` (language models: mean over real tokens, all but the first or the last), :func:`cls_pool` (ViTs:
-  the CLS token), :func:`gap_pool` (CNNs: global average pooling), and :func:`stack_layers` (layers of different widths);
+  the CLS token), :func:`gap_pool` (CNNs: global average pool) and :func:`stack_layers` (layers of different widths);
 - the text pass (length-sorted batches, positions from the attention mask so padding never shifts them),
   the text pass of a causal LM that shares token prefixes between texts (:func:`prefix_servers`), the
   chunked text pass of two-tower text towers, and the image pass.

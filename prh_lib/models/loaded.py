@@ -79,8 +79,8 @@ class LoadedModel:
     layer_labels : tuple of str
         One per element of :meth:`layer_outputs`.
     pooling : {"mean", "mean-nofirst", "last", "cls", "gap"}
-        How the extraction code pools a layer output: real tokens (language; :data:`~prh_lib.models.spec.TOKEN_POOLINGS`),
-        the CLS token (ViT), global average pool over space (CNN). Vision towers without a CLS token (SigLIP) use ``"mean"`` over patch tokens.
+        How extraction pools a layer output: real tokens (language, :data:`~prh_lib.models.spec.TOKEN_POOLINGS`),
+        the CLS token (ViT), global average pool (CNN); vision towers without CLS (SigLIP): ``"mean"`` over patches.
         Already pooled outputs (a two-tower model's ``"projection"``, shape (B, d)) are taken as they are.
     tokenizer : tokenizer or None
         Language only; has a pad token (EOS for causal LMs) and pads on the right.

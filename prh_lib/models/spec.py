@@ -167,8 +167,7 @@ class ModelSpec:
         if self.pooling is not None:
             ident = self.mean_pooled.identity(revision)
             if ident.modality != "language" or self.tower is not None:
-                raise ValueError(f"{self.name!r}: @pool:<pooling> pools a language model's tokens, not a "
-                                 f"{ident.family!r} {ident.modality} model's")
+                raise ValueError(f"{self.name!r}: @pool is for language models, not {ident.modality} ones")
             return dataclasses.replace(ident, name=self.name, pooling=self.pooling)
         if self.tower is not None:
             config, weight_revision = joint_config(self, revision)
