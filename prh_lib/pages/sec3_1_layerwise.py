@@ -409,11 +409,11 @@ def pooling_tables(draws, comparisons, *, variants, n_boot: int, **options) -> t
     lines = [f"- {ds}, {pair}: " + "; ".join(
         f"{o['pooling']} {o['location (share)']}, {o['held-out peak [95 % CI]']}, "
         f"{'beats' if o['beats'] else 'does not beat'} every floor" for _, o in g.iterrows())
-             + f". The early peak {'survives' if g['early'].all() else 'does not survive'} the other poolings."
+             + f". The early peak survives {', '.join(g.loc[g['early'], 'pooling'].iloc[1:]) or 'no other pooling'}, "
+               f"moves under {', '.join(g.loc[~g['early'], 'pooling']) or 'none'}."
              for (ds, pair), g in table.groupby(["dataset", "pair"], sort=False) if g["early"].iloc[0]]
     text = ("Held-out peaks that mean pooling puts at the language model's `embed` or `layer.1`, under each pooling:"
-            "\n\n" + "\n".join(lines) if lines else
-            "No mean-pooled held-out peak of these pairs sits at the language model's `embed` or `layer.1`.")
+            "\n\n" + "\n".join(lines) if lines else "No mean-pooled held-out peak is at an LM's `embed` or `layer.1`.")
     return table.drop(columns=["early", "beats"]).set_index(["dataset", "pair", "pooling"]), text
 
 
