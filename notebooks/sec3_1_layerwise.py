@@ -58,6 +58,9 @@ n_boot = 0  # bootstrap replicates at each draw's (in-sample) peak, as ci_low/ci
 # random splits), with a 95 % interval over images from heldout_boot half-samples (0: no verdicts)
 heldout_splits = 10
 heldout_boot = 100
+# other token poolings of each causal LM paired with a vision model (the paper's, the mean over tokens, stays the
+# default): "mean-nofirst" (all real tokens but the first), "last" (the last real token); [] for none
+pooling_variants = ["mean-nofirst", "last"]
 # one model pair per line: [x, y]
 comparisons = [
     ["dinov2-small", "smollm2-135m"],
@@ -231,6 +234,25 @@ held_table
 page.floors_table(held)
 
 # %% [markdown]
+# (sec3-1-pooling)=
+# ### Token pooling of the causal language models
+# The language models here are mean-pooled over all real tokens, as the paper does. A causal LM's first token (Gemma-3's
+# BOS; SmolLM2 adds none, so its first word) sees nothing before it and can carry a large, nearly constant hidden state
+# that dominates a mean over a short caption's tokens, most of all in early layers (layer.1 peaks may come from it).
+# Each vision × causal-LM pair is therefore also scored with the mean over all real tokens but the first
+# (`mean-nofirst`) and with the last real token alone (`last`, which has read the whole caption), on every dataset,
+# with the held-out peak, interval over images and floors of the verdicts above; the random-init twin is pooled the
+# same way. The verdicts keep mean pooling.
+
+# %% tags=["hide-input"]
+pool_table, pool_text = page.pooling_tables(
+    draws, comparisons, variants=pooling_variants, chapter=CHAPTER, params=params, n_boot=heldout_boot, k=k,
+    n_splits=heldout_splits, clip_q=clip_q, clip=clip, device=device, dtype=dtype, batch_size=batch_size,
+    num_threads=num_threads)
+display(pool_table)
+Markdown(pool_text)
+
+# %% [markdown]
 # ## Measured on this build
 
 # %% tags=["hide-input"]
@@ -275,5 +297,5 @@ claims.claims_table(rows, chapter=CHAPTER)
 record = report.record(CHAPTER, page.to_record(
     scored[(heatmap_dataset, heatmap_draw)], agg, heatmap_dataset=heatmap_dataset,
     k=k, chance=chance, clip_q=clip_q, clip=clip, params_hash=results.params_hash(params),
-    heatmap_draw=heatmap_draw, clip_effect=clip_table, claims=rows))
+    heatmap_draw=heatmap_draw, clip_effect=clip_table, claims=rows, pooling=pool_table.reset_index()))
 report.record(claims.RECORD_NAME, rows);

@@ -275,10 +275,6 @@ _DIGESTS: dict[str, tuple[int, int, int, str]] = {}
 _DIGESTS_LOCK = threading.Lock()
 
 
-def _digest_index() -> Path:
-    return cache_dir("index") / "file-digests.json"
-
-
 def _stat_key(path: str) -> tuple[int, int, int]:
     st = os.stat(path)
     return st.st_size, st.st_mtime_ns, st.st_ctime_ns
@@ -316,7 +312,7 @@ def file_digests(files: Sequence[str | Path]) -> list[str]:
     with _DIGESTS_LOCK:
         missing = [i for i, (n, s) in enumerate(zip(names, stats)) if _DIGESTS.get(n, ())[:3] != s]
         if missing:
-            index = _digest_index()
+            index = cache_dir("index") / "file-digests.json"
             try:
                 stored = json.loads(index.read_text(encoding="utf-8"))
                 stored = stored if isinstance(stored, dict) else {}

@@ -22,6 +22,45 @@ def test_mean_pool_ignores_padding_even_when_it_holds_nan():
     torch.testing.assert_close(pooled, torch.tensor([[2.0, 3.0], [6.0, 7.0]]))
 
 
+#: one hand-built token sequence per row: hidden[b, t] = [10 b + t, -t]; under right padding row 0 has 3 real tokens
+#: (t = 0, 1, 2) and row 1 four (t = 0..3); under left padding the same tokens sit at the end (one pad before row 0)
+SEQ = torch.tensor([[[0.0, 0.0], [1.0, -1.0], [2.0, -2.0], [float("nan"), float("inf")]],
+                    [[10.0, 0.0], [11.0, -1.0], [12.0, -2.0], [13.0, -3.0]]])
+EXPECTED = {"mean": [[1.0, -1.0], [11.5, -1.5]], "mean-nofirst": [[1.5, -1.5], [12.0, -2.0]],
+            "last": [[2.0, -2.0], [13.0, -3.0]]}  # by hand: means of t = 0..2 and 0..3, of t >= 1, the last t
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("pooling", sorted(EXPECTED))
+def test_token_poolings_of_a_hand_built_sequence_under_either_padding(pooling, side):
+    hidden, mask = SEQ.clone(), torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    if side == "left":  # row 0's three tokens moved right behind one (non-finite) pad
+        hidden[0] = SEQ[0, [3, 0, 1, 2]]
+        mask = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
+    torch.testing.assert_close(extract.mean_pool(hidden, mask, pooling), torch.tensor(EXPECTED[pooling]))
+
+
+def test_a_pooling_name_keys_its_own_cache_and_keeps_its_random_init_twin():
+    from prh_lib import models
+
+    spec = models.parse_model_name("smollm2-135m@pool:last@random-init:0")
+    assert (spec.base, spec.pooling, spec.seed, spec.trained.name) == ("smollm2-135m", "last", 0, "smollm2-135m@pool:last")
+    assert spec.trained.mean_pooled.name == "smollm2-135m" and models.parse_model_name("smollm2-135m").pooling is None
+    pairs = data.Pairs("hand", ("a", "b"), (None, None), ("a dog", "two cats"))
+    keys = {}
+    for name in ("smollm2-135m", "smollm2-135m@pool:mean-nofirst", "smollm2-135m@pool:last",
+                 "smollm2-135m@pool:last@random-init:0"):
+        ident = models.resolve_identity(name)
+        assert ident["pooling"] == (name.split("@pool:")[1].split("@")[0] if "@pool:" in name else "mean")
+        keys[name] = extract.features_path(name, pairs, identity=ident)
+    assert len(set(keys.values())) == 4
+    for bad in ("smollm2-135m@pool:first", "smollm2-135m@random-init:0@pool:last", "smollm2-135m@pool:last@pool:mean"):
+        with pytest.raises(ValueError, match="@pool"):
+            models.parse_model_name(bad)
+    with pytest.raises(ValueError, match="language model"):
+        models.resolve_identity("efficientnet-lite0@pool:last")
+
+
 def test_cls_and_gap_pool():
     h = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4)
     torch.testing.assert_close(extract.cls_pool(h), h[:, 0])

@@ -165,6 +165,32 @@ def test_verdicts_follow_the_held_out_numbers(rec, table):
         assert r["rule"] and "std" not in r["rule"]
 
 
+def test_token_poolings_have_one_row_per_dataset_causal_lm_pair_and_pooling(rec, table):
+    from prh_lib.analysis import heldout
+    from prh_lib.formatting import format_interval
+
+    causal = {p for p in PAIRS if p.split(" × ")[0] in ("dinov2-small", "efficientnet-lite0")
+              and p.split(" × ")[1] in ("smollm2-135m", "gemma3-270m")}
+    rows = rec["pooling"]
+    keys = [(r["dataset"], r["pair"], r["pooling"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 18
+    assert set(keys) == {(d, p, q) for d in ("coco-mini", "coco-mini, 5 captions") for p in causal
+                         for q in ("mean", "mean-nofirst", "last")}
+    # mean pooling is the page's own model: on the verdicts' dataset its held-out peak is the verdicts' number
+    h = heldout.heldout_summary(table, dataset="coco-mini").set_index("pair")
+    for r in rows:
+        x, y = r["pair"].split(" × ")
+        cell, loc = r["held-out peak [95 % CI]"], r["location (share)"]
+        low, high = map(float, cell.split("[")[1].rstrip("]").split(", "))
+        assert low <= float(cell.split()[0]) <= high
+        assert loc.split(" (")[0].split(" × ")[1] in {f"layer.{i}" for i in range(LAYERS[y])} | {"embed"}
+        assert r["margin over random-init twin [paired CI]"] != "–" and r["margin over bag of words [paired CI]"] != "–"
+        if r["dataset"] == "coco-mini" and r["pooling"] == "mean":
+            assert cell == format_interval(*h.loc[r["pair"], ["score", "ci_low", "ci_high"]])
+    cells = {(r["dataset"], r["pair"], r["pooling"]): r["held-out peak [95 % CI]"] for r in rows}
+    assert any(cells[(d, p, "last")] != cells[(d, p, "mean")] for d, p, _ in keys)  # another pooling, other numbers
+
+
 def test_the_page_is_clean(nb):
     import nbformat
 
@@ -175,7 +201,7 @@ def test_the_page_is_clean(nb):
     # stderr (a first extraction's progress) is dropped by the book (nb_output_stderr: remove); stdout carries no logs
     assert not [o for o in outputs if o.get("output_type") == "stream" and o.get("name") == "stdout"]
     md = "".join(c.source for c in cells if c.cell_type == "markdown")
-    assert "## The paper and this build" in md
+    assert "## The paper and this build" in md and "### Token pooling of the causal language models" in md
     text = "".join(str(o.get("data", {}).get("text/markdown", "")) + str(o.get("data", {}).get("text/plain", ""))
                    for o in outputs)
     assert "1/21)" in text  # p at the permutation floor is written as a bound

@@ -18,7 +18,8 @@ the difference between a comparison and its floor has a paired interval:
 :func:`heldout_study` scores the comparisons and their floors on one dataset's draws and writes one row per
 comparison (``quantity="heldout"``) or floor (``"heldout:control:<kind>"``) to the results table, with the
 replicates in the row (``extra``), so the page computes any paired difference or ratio from the table alone
-(:func:`heldout_summary`, :func:`margin`, :func:`floor_margins`).
+(:func:`heldout_summary`, :func:`margin`, :func:`floor_margins`). :func:`pooling_variants` scores the causal LMs
+under other token poolings.
 
 References
 ----------
@@ -39,8 +40,8 @@ from prh_lib.results import score_cache
 from prh_lib.formatting import format_interval
 from prh_lib.stats.selection import crossfit_peak, crossfit_peaks, detectable_difference, paired_interval
 from prh_lib.progress import note
-from prh_lib.analysis.controls import control_comparisons, control_features
-from prh_lib.analysis.core import prepare_features
+from prh_lib.analysis.controls import control_comparisons, control_features, random_init_name
+from prh_lib.analysis.core import prefetch_features, prepare_features
 
 #: ``quantity`` of a comparison's held-out row; a floor's is ``"heldout:control:<kind>"``.
 QUANTITY = "heldout"
@@ -242,6 +243,29 @@ def heldout_study(draws, comparisons, *, chapter: str, params: Mapping, k: int =
         results_table.write(out, chapter=chapter, params=params, dataset=d0.dataset, draw=d0.draw, seed=d0.seed,
                             n=len(d0.pairs), k=k, metric="mutual_knn", root=root)
     return out.assign(dataset=d0.dataset, n=len(d0.pairs), k=k)
+
+
+def pooling_variants(draws, pairs, *, variants: Sequence[str], seed: int = 0, num_threads: int | None = None,
+                     **options) -> pd.DataFrame:
+    """:func:`heldout_study` (``options``; nothing written) of vision × causal-LM ``pairs`` on every dataset of
+    ``draws``, the LM's tokens mean-pooled (the paper) and as ``"<LM>@pool:<variant>"`` for each of ``variants``, its
+    random-init twin pooled alike; each model extracted first (:func:`~prh_lib.analysis.core.prefetch_features`).
+
+    Returns
+    -------
+    DataFrame
+        :func:`heldout_summary` of every dataset, with ``pooling`` ("" for a bag of words).
+    """
+    comps = [(x, y if p == "mean" else f"{y}@pool:{p}") for p in ("mean", *variants) for x, y in pairs]
+    extract = {k: options[k] for k in ("device", "dtype", "batch_size") if k in options}
+    prefetch_features(comps, draws, models=[random_init_name(y, seed) for _, y in comps], num_threads=num_threads,
+                      **extract)
+    held = pd.concat([heldout_summary(heldout_study([d for d in draws if d.dataset == ds], comps, seed=seed,
+                                                    write=False, **options))
+                      for ds in dict.fromkeys(d.dataset for d in draws)], ignore_index=True)
+    lms = {y for _, y in pairs}
+    return held.assign(pooling=[(m.partition("@pool:")[2].partition("@")[0] or "mean") if m.split("@")[0] in lms
+                                else "" for m in held["model_y"]])
 
 
 def _average(rs):

@@ -62,7 +62,6 @@ def compare_pairs(features: dict[str, LayerFeatures], comparisons, *, k: int = 1
                        seed=seed, device=device, label=f"{x} × {y}") for x, y in comparisons]
 
 
-
 def score_workers(device: str = "cpu", workers: int | None = None) -> int:
     """Threads that score draws side by side: ``workers`` if given, else 1 off the CPU (one GPU's work is
     queued in order anyway, and each thread would hold its draw's features on the device) and the cores this kernel may

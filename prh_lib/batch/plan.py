@@ -194,7 +194,6 @@ def describe_plan(jobs: Sequence[Job]) -> str:
     return "\n".join(lines)
 
 
-
 def study_from_profile(params: dict) -> tuple[list[str], list[DatasetSpec], dict]:
     """Models, dataset specs and extraction options of a notebook parameter set.
 

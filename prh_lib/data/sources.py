@@ -240,7 +240,6 @@ def _img2dataset_folder(root: Path, captions: tuple[str, ...], *, name: str) -> 
                                captions=tuple(rows[i][1] for i in ids), source=str(root.resolve()))
 
 
-
 #: Dataset sources by name. Each takes a location (or None for the default) and keyword options.
 SOURCES: dict[str, Callable[..., ImageCaptionDataset]] = {
     "coco-folder": load_coco_folder,

@@ -161,10 +161,6 @@ def clear_caches() -> None:
     study_pairs.cache_clear()
 
 
-def _single_draw(spec: DatasetSpec, dataset: ImageCaptionDataset) -> bool:
-    return spec.draws == "seeds" and (spec.n_pairs is None or int(spec.n_pairs) >= len(dataset))
-
-
 @functools.lru_cache(maxsize=64)
 def study_pairs(spec: DatasetSpec, seed: int) -> Pairs:
     """The pairs of the draw with ``seed`` (memoised; the same call ``prh-batch`` makes for its jobs).
@@ -237,7 +233,7 @@ def study_draws(datasets, *, n_draws: int | None = None) -> list[Draw]:
             varies = (f"the images (N = {spec.n_pairs} each, {count} disjoint draws of {len(dataset)} images, "
                       f"permutation seed {spec.first_seed})")
             repeatable = count > 1
-        elif _single_draw(spec, dataset):
+        elif spec.draws == "seeds" and (spec.n_pairs is None or int(spec.n_pairs) >= len(dataset)):
             count, repeatable = 1, False
             varies = f"nothing: N = {len(dataset)} is the whole set, so every draw would be the same pairs"
         else:

@@ -96,11 +96,9 @@ def extract_features(
         values, dims = _extract_text(model, pairs.texts, batch_size=batch_size, padding_side=padding_side,
                                max_length=max_length, progress=progress)
         data_key = pairs.text_fingerprint()
-    elif model.modality == "vision":
+    else:  # vision (LoadedModel validates modality)
         values, dims = _extract_images(model, pairs, batch_size=batch_size, progress=progress)
         data_key = pairs.image_fingerprint()
-    else:  # pragma: no cover - LoadedModel validates modality
-        raise ValueError(f"unknown modality {model.modality!r}")
     return _layer_features(model, pairs, values, dims, data_key=data_key, max_length=max_length)
 
 

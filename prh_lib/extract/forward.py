@@ -2,8 +2,8 @@
 
 :mod:`prh_lib.extract` (the public entry point, with the feature cache) calls these:
 
-- :func:`mean_pool` (language models: mean over real tokens), :func:`cls_pool` (ViTs: the CLS token),
-  :func:`gap_pool` (CNNs: global average pooling), and :func:`stack_layers` (layers of different widths);
+- :func:`mean_pool` (language models: mean over real tokens, all but the first or the last), :func:`cls_pool` (ViTs:
+  the CLS token), :func:`gap_pool` (CNNs: global average pool) and :func:`stack_layers` (layers of different widths);
 - the text pass (length-sorted batches, positions from the attention mask so padding never shifts them),
   the text pass of a causal LM that shares token prefixes between texts (:func:`prefix_servers`), the
   chunked text pass of two-tower text towers, and the image pass.
@@ -30,13 +30,17 @@ from prh_lib.progress import bar as progress_bar
 # -- pooling ---------------------------------------------------------------------------------------------
 
 
-def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str = "mean") -> torch.Tensor:
     """Mean over real tokens: ``hidden`` (B, T, d), ``attention_mask`` (B, T) of 0/1 -> (B, d) float32.
 
-    Padded positions are excluded with ``masked_fill`` (not multiplication), so non-finite values that
+    ``pooling`` (:data:`prh_lib.models.spec.TOKEN_POOLINGS`) picks the real tokens, under left or right padding:
+    ``"mean"`` all, ``"mean-nofirst"`` all but the first (a BOS token where the tokenizer adds one), ``"last"`` the
+    last. Padded positions are excluded with ``masked_fill`` (not multiplication), so non-finite values that
     some attention kernels leave at fully masked positions cannot leak into the mean.
     """
-    mask = attention_mask.to(torch.bool).unsqueeze(-1)
+    mask = attention_mask.to(torch.bool)
+    rank = mask.long().cumsum(-1)  # 1 at the first real token, the number of real tokens from the last one on
+    mask = {"mean": mask, "mean-nofirst": mask & (rank > 1), "last": mask & (rank == rank[:, -1:])}[pooling][..., None]
     summed = hidden.float().masked_fill(~mask, 0.0).sum(dim=1)
     return summed / mask.sum(dim=1).clamp(min=1).float()
 
@@ -103,8 +107,8 @@ def _extract_text(model, texts: Sequence[str], *, batch_size: int, padding_side:
         layers = model.layer_outputs(**inputs)
         # pool each layer where it lives (a sharded model spreads layers over GPUs)
         # a (B, d) output (the last-token "projection" of a decoder-embedding VLM) is already pooled
-        pooled, dims = stack_layers([(mean_pool(h, inputs["attention_mask"].to(h.device)) if h.ndim == 3 else h.float()).cpu()
-                                     for h in layers])
+        pooled, dims = stack_layers([(mean_pool(h, inputs["attention_mask"].to(h.device), model.pooling) if h.ndim == 3
+                                      else h.float()).cpu() for h in layers])
         if out is None:
             out = torch.empty(len(layers), len(texts), pooled.shape[-1], dtype=torch.float32)
         out[:, torch.as_tensor(rows)] = pooled

@@ -58,22 +58,11 @@ def quiet(enabled: bool = True):
     if not enabled:
         yield
         return
-    restore = []
-    try:
-        from transformers.utils import logging as hf_logging
+    from transformers.utils import logging as hf_logging
 
-        verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-        hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()
-
-        def _restore_hf():
-            hf_logging.set_verbosity(verbosity)
-            if bars:
-                hf_logging.enable_progress_bar()
-
-        restore.append(_restore_hf)
-    except ImportError:  # pragma: no cover - transformers is a dependency
-        pass
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     levels = {name: logging.getLogger(name).level for name in _LOGGERS}
     for name in _LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
@@ -88,5 +77,6 @@ def quiet(enabled: bool = True):
     finally:
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)
-        for fn in restore:
-            fn()
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()

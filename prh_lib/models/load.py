@@ -30,11 +30,8 @@ def _no_weight_loading_bars():
     """``transformers``' progress bars off for one load ("Loading weights: 100%|...", shown by transformers 5 on
     every ``from_pretrained``), restored afterwards. Its log messages stay on: a missing or unexpected weight
     is still reported."""
-    try:
-        from transformers.utils import logging as hf_logging
-    except ImportError:  # pragma: no cover - transformers is a dependency
-        yield
-        return
+    from transformers.utils import logging as hf_logging
+
     enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
@@ -76,7 +73,7 @@ def load_model(
     ----------
     name_or_path : str
         Any name :mod:`prh_lib.models.spec` reads (zoo, timm, folder, Hub id, ``:vision``/``:text`` tower,
-        ``@random-init:<seed>`` for :func:`~prh_lib.models.random_init` of the named model).
+        ``@pool:<pooling>``, ``@random-init:<seed>`` for :func:`~prh_lib.models.random_init` of the named model).
     device : str or torch.device, default "cpu"
     dtype : torch.dtype, default torch.float32
         Parameter dtype; inputs are cast to it in :meth:`LoadedModel.layer_outputs`.
@@ -129,6 +126,10 @@ def load_spec(spec: ModelSpec, *, device: torch.device, dtype: torch.dtype, moda
                             weights=False)  # (a two-tower model's tower is still cut from the loaded model)
         return dataclasses.replace(random_init(trained, seed=spec.seed),
                                    revision=random_init_revision(trained.revision, spec.seed))
+    if spec.pooling is not None:  # the same model, its tokens pooled another way (the identity checks it may be)
+        spec.identity(revision)
+        return dataclasses.replace(load_spec(spec.mean_pooled, device=device, dtype=dtype, modality=modality,
+                                             revision=revision, weights=weights), name=spec.name, pooling=spec.pooling)
     if spec.tower is not None:
         return load_joint(spec, device=device, dtype=dtype, modality=modality, revision=revision)
     name = spec.name

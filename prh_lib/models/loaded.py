@@ -78,9 +78,9 @@ class LoadedModel:
         In eval mode, ``requires_grad`` False, on ``device``, in ``dtype``.
     layer_labels : tuple of str
         One per element of :meth:`layer_outputs`.
-    pooling : {"mean", "cls", "gap"}
-        How the extraction code pools a layer output: mean over real tokens (language), the CLS token (ViT), global
-        average pool over space (CNN). Vision towers without a CLS token (SigLIP) use ``"mean"`` over patch tokens.
+    pooling : {"mean", "mean-nofirst", "last", "cls", "gap"}
+        How extraction pools a layer output: real tokens (language, :data:`~prh_lib.models.spec.TOKEN_POOLINGS`),
+        the CLS token (ViT), global average pool (CNN); vision towers without CLS (SigLIP): ``"mean"`` over patches.
         Already pooled outputs (a two-tower model's ``"projection"``, shape (B, d)) are taken as they are.
     tokenizer : tokenizer or None
         Language only; has a pad token (EOS for causal LMs) and pads on the right.
@@ -99,7 +99,7 @@ class LoadedModel:
     family: str
     module: torch.nn.Module
     layer_labels: tuple[str, ...]
-    pooling: Literal["mean", "cls", "gap"]
+    pooling: Literal["mean", "mean-nofirst", "last", "cls", "gap"]
     tokenizer: Any | None
     image_transform: Callable[[list], torch.Tensor] | None
     revision: str
@@ -225,7 +225,6 @@ def _timm_layer_outputs(module, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         final, intermediates = module.forward_intermediates(x, extra_blocks=True)
         return tuple(intermediates) + (final,)
     return tuple(module.forward_intermediates(x, intermediates_only=True))
-
 
 
 def _joint_layer_outputs(module, modality: str, inputs: dict) -> tuple[torch.Tensor, ...]:

@@ -118,8 +118,8 @@ def feature_dtype(model: str, dtype: str, device: str = "cpu", *, table: dict[st
     Parameters
     ----------
     model : str
-        A model name: a zoo name, optionally with ``@random-init:<seed>`` (the twin follows the model's row, as the
-        benchmark measured both), or any other name.
+        A model name: a zoo name, optionally with ``@pool:<pooling>`` and ``@random-init:<seed>`` (they follow the
+        model's row: the benchmark measured the twin, and pooling does not change the forward pass), or any other name.
     dtype : str
         ``"auto"``: on a CPU :func:`cpu_default_dtype` of the model (bf16 only where its row allows it and the CPU has
         native bf16), else (a GPU) ``"float32"``; variants such as ``@interp:...`` and models without a row are float32.
@@ -138,7 +138,7 @@ def feature_dtype(model: str, dtype: str, device: str = "cpu", *, table: dict[st
     if str(device) != "cpu":
         return "float32"
     base, _, variant = str(model).partition("@")
-    if variant and not variant.startswith("random-init:"):
+    if variant and not variant.startswith(("random-init:", "pool:")):
         return "float32"
     return cpu_default_dtype(base, table=table, native_bf16=native_bf16)
 

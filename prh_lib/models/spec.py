@@ -9,6 +9,7 @@ disagree. A name is
 * a local folder (Hugging Face or timm layout), kind ``"folder"``;
 * a Hugging Face Hub id, kind ``"hub"``;
 * one tower of a two-tower image-text model: ``"<folder or Hub id>:vision"`` or ``":text"``;
+* a language model followed by ``"@pool:<pooling>"`` (:data:`TOKEN_POOLINGS`): its tokens pooled another way;
 * any of the above followed by ``"@random-init:<seed>"``: the same architecture with seeded random weights;
 * ``"<paper id>~rehearsal"`` (with any tower or random-init suffix after it): the paper model's tiny stand-in
   (:mod:`prh_lib.models.standins`), kind ``"folder"``, built on first use; the name keeps ``~rehearsal`` so caches and
@@ -57,6 +58,9 @@ JOINT_MODEL_TYPES = {
 #: Pooling of each loading family (towers of two-tower models: see :data:`JOINT_MODEL_TYPES`).
 POOLING = {"hf-text": "mean", "hf-vit": "cls", "timm-cnn": "gap"}
 
+#: Token poolings of a language model's hidden states (``"@pool:<pooling>"``; :func:`prh_lib.extract.mean_pool`).
+TOKEN_POOLINGS = ("mean", "mean-nofirst", "last")
+
 #: Modality of each tower suffix.
 TOWER_MODALITY = {"vision": "vision", "text": "language"}
 
@@ -66,6 +70,7 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt", ".gguf")
 
 _TOWER_RE = re.compile(r"^(?P<base>.+):(?P<tower>vision|text)$")
 _RANDOM_INIT_RE = re.compile(r"^(?P<base>.+)@random-init:(?P<seed>\d+)$")
+_POOL_RE = re.compile(r"^(?P<base>.+)@pool:(?P<pooling>[\w-]+)$")
 
 
 @dataclass(frozen=True)
@@ -75,7 +80,7 @@ class ModelIdentity:
     Attributes
     ----------
     name : str
-        The name as requested (with any tower suffix and ``@random-init:<seed>``).
+        The name as requested (with any tower suffix, ``@pool:<pooling>`` and ``@random-init:<seed>``).
     revision : str
         ``"sha256:<16 hex>"`` of the weight file(s) for zoo models and local folders, the Hub commit for Hub ids,
         ``"timm-<version>:<hub id>"`` for timm pretrained tags; random init: ``"random-init:seed=<seed>:<trained
@@ -111,6 +116,8 @@ class ModelSpec:
         One tower of a two-tower image-text model.
     seed : int or None
         Seed of ``@random-init:<seed>``.
+    pooling : str or None
+        Token pooling of ``@pool:<pooling>`` (:data:`TOKEN_POOLINGS`).
     """
 
     name: str
@@ -118,13 +125,19 @@ class ModelSpec:
     base: str
     tower: str | None = None
     seed: int | None = None
+    pooling: str | None = None
 
     @property
     def trained(self) -> "ModelSpec":
         """The same model with its trained weights (``self`` when not randomly initialised)."""
-        if self.seed is None:
-            return self
-        return dataclasses.replace(self, name=self.name[: self.name.rindex("@random-init:")], seed=None)
+        return self if self.seed is None else dataclasses.replace(
+            self, name=self.name[:self.name.rindex("@random-init:")], seed=None)
+
+    @property
+    def mean_pooled(self) -> "ModelSpec":
+        """The same model without ``@pool:<pooling>`` (``self`` when it has none)."""
+        return self if self.pooling is None else dataclasses.replace(
+            self, name=self.name[:self.name.rindex("@pool:")], pooling=None)
 
     @property
     def folder(self) -> Path:
@@ -151,6 +164,11 @@ class ModelSpec:
             trained = self.trained.identity(revision)
             return dataclasses.replace(trained, name=self.name,
                                        revision=random_init_revision(trained.revision, self.seed))
+        if self.pooling is not None:
+            ident = self.mean_pooled.identity(revision)
+            if ident.modality != "language" or self.tower is not None:
+                raise ValueError(f"{self.name!r}: @pool is for language models, not {ident.modality} ones")
+            return dataclasses.replace(ident, name=self.name, pooling=self.pooling)
         if self.tower is not None:
             config, weight_revision = joint_config(self, revision)
             pooling = JOINT_MODEL_TYPES[config.model_type]["vision_pooling"] if self.tower == "vision" else "mean"
@@ -197,7 +215,7 @@ def parse_model_name(name: str) -> ModelSpec:
         If ``name`` looks like a path (starts with ``.``, ``/`` or ``~``, or has more than one ``/``) but is no folder,
         a folder lacks ``config.json``, or ``timm:<arch>`` names no timm architecture.
     ValueError
-        If ``@random-init`` is applied twice.
+        If ``@random-init`` or ``@pool`` is applied twice, or ``@pool`` names no :data:`TOKEN_POOLINGS`.
 
     Examples
     --------
@@ -213,6 +231,11 @@ def parse_model_name(name: str) -> ModelSpec:
         rest, seed = match["base"], int(match["seed"])
         if _RANDOM_INIT_RE.match(rest) is not None and not _is_dir(rest):
             raise ValueError(f"{name!r} applies @random-init twice")
+    pooling, match = None, _POOL_RE.match(rest)
+    if match is not None and not _is_dir(rest):
+        rest, pooling = match["base"], match["pooling"]
+        if pooling not in TOKEN_POOLINGS or _POOL_RE.match(rest) or _RANDOM_INIT_RE.match(rest):
+            raise ValueError(f"{name!r}: one @pool:<pooling> of {TOKEN_POOLINGS} after the model, before @random-init")
     tower = None
     match = _TOWER_RE.match(rest)
     if match is not None and not rest.startswith("timm:") and not _is_dir(rest):
@@ -235,7 +258,7 @@ def parse_model_name(name: str) -> ModelSpec:
         check_model_folder(Path(rest).expanduser())
     elif kind == "hub":
         check_not_a_missing_path(rest)
-    return ModelSpec(name, kind, rest, tower, seed)
+    return ModelSpec(name, kind, rest, tower, seed, pooling)
 
 
 def resolve_identity(name: str) -> dict:
@@ -405,6 +428,12 @@ def infer_modality(config) -> str:
 
 
 def is_causal_lm(config) -> bool:
+    """Whether a Hugging Face config, or the model a name names (no weights loaded), is a decoder-only LM."""
+    if isinstance(config, str):
+        spec = parse_model_name(config)
+        if spec.tower is not None or spec.identity().family != "hf-text":
+            return False
+        config = hf_config(config, location(spec))
     architectures = getattr(config, "architectures", None) or []
     if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures):
         return True

@@ -30,7 +30,6 @@ from prh_lib.analysis.captions.intervals import order_display, order_intervals  
 from prh_lib import formatting
 
 
-
 def summary_report(summaries: dict, sources: Sequence[str]) -> pd.DataFrame:
     """How the summaries came out, per fraction: lengths reached, and fallbacks to truncation with reasons.
 

@@ -4,7 +4,8 @@ The scoring and the study over datasets and draws (:func:`run_study`, :func:`pai
 :func:`aggregate_peaks`: mean ± std over draws) live in :mod:`~prh_lib.analysis.layerwise` and are re-exported
 here. This module holds the page: from the results table, :func:`headline_table`, :func:`peak_locations` and
 :func:`clip_effect_table` give its tables, :func:`findings` the rows of "The paper and this build" and
-:func:`describe_findings` the prose, generated from the numbers; :func:`summary_table` remains for one draw.
+:func:`describe_findings` the prose, generated from the numbers; :func:`pooling_tables` the causal LMs under other
+token poolings.
 
 References
 ----------
@@ -22,73 +23,11 @@ import pandas as pd
 
 from prh_lib.results import expand_extra_columns
 from prh_lib.formatting import format_interval, format_mean_std, format_number
-from prh_lib.analysis.core import AlignmentMatrix, PairResult
-from prh_lib.analysis.heldout import floor_margins, floors_table  # noqa: F401 (the page's floors table)
+from prh_lib.analysis.core import PairResult
+from prh_lib.analysis.heldout import floor_margins, floors_table, pooling_variants  # noqa: F401 (the tables)
 
 # the computation (scoring, the study over draws), re-exported: this module stays the chapter's one namespace
 from prh_lib.analysis.layerwise import QUANTITIES, aggregate_peaks, clip_variants, pair_rows, run_study  # noqa: F401
-
-
-
-def peak_table(matrices: dict[str, AlignmentMatrix], controls: dict[str, AlignmentMatrix] | None = None,
-               chance: float | None = None) -> pd.DataFrame:
-    """One row per model pair: peak score and its layers, the final-layer score, controls.
-
-    Parameters
-    ----------
-    matrices : dict of str to AlignmentMatrix
-        Pair label -> alignment matrix.
-    controls : dict of str to AlignmentMatrix, optional
-        Pair label -> the same metric with shuffled pairing; its maximum over layer pairs is reported.
-    chance : float, optional
-        Analytic chance level (e.g. k/(N-1) for mutual k-NN).
-    """
-    rows = []
-    for label, m in matrices.items():
-        i, j, best = m.peak
-        dx, dy = m.relative_depth()
-        row = {
-            "pair": label,
-            "peak": best,
-            "peak layer x": m.x_labels[i],
-            "peak layer y": m.y_labels[j],
-            "peak depth x": dx,
-            "peak depth y": dy,
-            "final layers": m.final,
-            "peak / final": best / m.final if m.final > 0 else np.nan,
-        }
-        if controls and label in controls:
-            row["shuffled (max)"] = float(np.nanmax(controls[label].scores))
-            row["shuffled (mean)"] = float(np.nanmean(controls[label].scores))
-        if chance is not None:
-            row["chance"] = chance
-            row["peak / chance"] = best / chance
-        rows.append(row)
-    return pd.DataFrame(rows).set_index("pair")
-
-
-def summary_table(results: list[PairResult], *, chance: float | None = None) -> pd.DataFrame:
-    """:func:`peak_table` of ``results`` plus the peak's bootstrap interval and calibrated scores.
-
-    Columns added: ``peak 95% CI`` ("–" for results scored without a bootstrap), ``calibrated (max)``
-    and ``p (max)`` (selection-aware null over all layer pairs), ``calibrated (final)`` and ``p (final)``
-    (the final-layer pair against its own null).
-    """
-    table = peak_table({r.label: r.matrix for r in results}, {r.label: r.control for r in results}, chance=chance)
-    ci, cal_max, p_max, cal_last, p_last = [], [], [], [], []
-    for r in results:
-        ci.append("–" if r.peak_ci is None else f"[{r.peak_ci.low:.3f}, {r.peak_ci.high:.3f}]")  # n_boot = 0
-        cal_max.append(r.calibration.calibrated_max)
-        p_max.append(r.calibration.p_max)
-        cal_last.append(float(r.calibration.calibrated[-1, -1]))
-        p_last.append(float(r.calibration.p_value[-1, -1]))
-    table.insert(1, "peak 95% CI", ci)
-    table["calibrated (max)"] = cal_max
-    table["p (max)"] = p_max
-    table["calibrated (final)"] = cal_last
-    table["p (final)"] = p_last
-    return table
-
 
 #: ``"mean ± std"`` over draws (``"mean"`` for one draw), the cells of the page's tables
 _ms = partial(format_mean_std, count=False)
@@ -435,6 +374,47 @@ def heldout_tables(draws, comparisons, agg: pd.DataFrame, *, chapter: str, param
                               **options)
     held = heldout.heldout_summary(results.load(chapter=chapter, params=params), dataset=dataset)
     return held, heldout.heldout_table(held, agg[agg["dataset"] == dataset])
+
+
+def pooling_tables(draws, comparisons, *, variants, n_boot: int, **options) -> tuple[pd.DataFrame, str]:
+    """Each vision × causal-LM pair of ``comparisons`` under each token pooling (:func:`pooling_variants`), and whether
+    the held-out peaks that mean pooling puts at the LM's ``embed`` or ``layer.1`` survive the other poolings.
+
+    Returns
+    -------
+    (DataFrame, str)
+        One row per (dataset, pair, pooling): held-out peak [95 % CI over images], location (modal layer pair, share
+        of selections), chance, paired margins over the random-init twin pooled alike and the higher bag of words;
+        and Markdown. Empty, with the reason, without such pairs, variants or ``n_boot``.
+    """
+    from prh_lib.analysis.heldout import QUANTITY
+    from prh_lib.models.spec import is_causal_lm, parse_model_name
+
+    pairs = [(x, y) for x, y in comparisons if is_causal_lm(y) and parse_model_name(x).identity().modality == "vision"]
+    if not (pairs and variants and n_boot):
+        return pd.DataFrame(), "Not run: no vision × causal-LM pair, other pooling or held-out resample asked for."
+    held, rows = pooling_variants(draws, pairs, variants=variants, n_boot=n_boot, **options), []
+    for _, r in held[held["quantity"] == QUANTITY].iterrows():
+        fm = floor_margins(held[held["dataset"] == r["dataset"]], r["pair"])  # highest floor first
+        margin = {kind: next((format_interval(f["margin"], f["low"], f["high"]) for _, f in fm.iterrows()
+                              if f["kind"].startswith(kind)), "–") for kind in ("random", "tfidf")}
+        rows.append({"dataset": r["dataset"], "pair": f"{r['model_x']} × {r['model_y'].split('@')[0]}",
+                     "pooling": r["pooling"], "held-out peak [95 % CI]": format_interval(r["score"], r["ci_low"],
+                                                                                         r["ci_high"]),
+                     "location (share)": f"{r['modal']} ({r['modal_share']:.0%})", "chance": f"{r['chance']:.3f}",
+                     "margin over random-init twin [paired CI]": margin["random"],
+                     "margin over bag of words [paired CI]": margin["tfidf"],
+                     "early": r["layer_y"] in ("embed", "layer.1"), "beats": bool((fm["low"] > 0).all())})
+    table = pd.DataFrame(rows).sort_values(["dataset", "pair"], kind="stable")  # mean pooling first in each pair
+    lines = [f"- {ds}, {pair}: " + "; ".join(
+        f"{o['pooling']} {o['location (share)']}, {o['held-out peak [95 % CI]']}, "
+        f"{'beats' if o['beats'] else 'does not beat'} every floor" for _, o in g.iterrows())
+             + f". The early peak survives {', '.join(g.loc[g['early'], 'pooling'].iloc[1:]) or 'no other pooling'}, "
+               f"moves under {', '.join(g.loc[~g['early'], 'pooling']) or 'none'}."
+             for (ds, pair), g in table.groupby(["dataset", "pair"], sort=False) if g["early"].iloc[0]]
+    text = ("Held-out peaks that mean pooling puts at the language model's `embed` or `layer.1`, under each pooling:"
+            "\n\n" + "\n".join(lines) if lines else "No mean-pooled held-out peak is at an LM's `embed` or `layer.1`.")
+    return table.drop(columns=["early", "beats"]).set_index(["dataset", "pair", "pooling"]), text
 
 
 def claim_rows(agg: pd.DataFrame, held: pd.DataFrame, *, dataset: str, alpha: float, flagged=None) -> list[dict]:

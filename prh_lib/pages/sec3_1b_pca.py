@@ -21,7 +21,6 @@ from prh_lib.analysis.compression.study import (PAPER_RANK_SHARE, PROBES, Compre
     aggregate_sweeps, compress_layer_pairs, interval_table, pca_sweep, probe_dims, run_study, select_layer_pairs)
 
 
-
 def describe(table: pd.DataFrame, *, fraction: float = 0.95) -> str:
     """A Markdown line per row of :func:`summary_table` stating, in figures, how few dimensions suffice."""
     col = f"min dims ({fraction:.0%})"

@@ -337,10 +337,6 @@ def _name_fields(f: Path) -> tuple[str, str] | tuple[None, None]:
     return None, None
 
 
-def _name_hash(f: Path) -> str | None:
-    return _name_fields(f)[0]
-
-
 def _without_runs(files: list[Path], runs: set[str]) -> list[Path]:
     """``files`` less the parts whose file name says they belong to one of ``runs``."""
     return [f for f in files if _name_fields(f)[1] not in runs] if runs else files
@@ -413,7 +409,7 @@ def load(*, root: str | Path | None = None, include_superseded: bool = False, ex
     hidden = set() if include_superseded else _hidden_runs(root)  # read before the parts are listed
     files = _without_runs(_files(root, filters.get("chapter"), superseded=include_superseded), hidden)
     if isinstance(filters.get("params_hash"), str):  # every file holds one run's rows of one params hash
-        files = [f for f in files if _name_hash(f) in (None, filters["params_hash"])]
+        files = [f for f in files if _name_fields(f)[0] in (None, filters["params_hash"])]
     df = _read(files)
     if not include_superseded:
         df = _latest_only(df[~df["run_id"].isin(hidden)] if hidden else df)
@@ -445,9 +441,9 @@ def expand_extra_columns(df: pd.DataFrame) -> pd.DataFrame:
     Returns
     -------
     DataFrame
-        A new frame (``df`` itself when empty), same rows and index.
+        A new frame (``df`` itself when empty or without ``extra``: rows not written yet), same rows and index.
     """
-    if df.empty:
+    if df.empty or "extra" not in df:
         return df
     codes, uniques = pd.factorize(df["extra"], use_na_sentinel=False)  # a few hundred texts in 10^5 rows
     extra = pd.DataFrame([json.loads(e) for e in uniques]).take(codes).set_axis(df.index)

@@ -233,7 +233,6 @@ def synthetic_sweep(offsets2=(0.0, 0.25, 0.5, 1.0, 2.0, 4.0), *, n: int = 2000, 
     return pd.DataFrame(rows)
 
 
-
 def procedure_figure(sweep: pd.DataFrame, table: pd.DataFrame):
     """Synthetic sweep (three panels: measured markers, predicted lines) and real pairs (predicted vs measured).
 

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Callable
 
 
-
 def convert_minilm(src: Path, out: Path) -> None:
     """all-MiniLM-L6-v2: the package's ``model/`` folder already is a transformers folder; copy it."""
     shutil.copytree(src.parent, out, dirs_exist_ok=True)
