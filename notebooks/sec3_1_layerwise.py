@@ -240,9 +240,10 @@ page.floors_table(held)
 # BOS; SmolLM2 adds none, so its first word) sees nothing before it and can carry a large, nearly constant hidden state
 # that dominates a mean over a short caption's tokens, most of all in early layers (layer.1 peaks may come from it).
 # Each vision × causal-LM pair is therefore also scored with the mean over all real tokens but the first
-# (`mean-nofirst`) and with the last real token alone (`last`, which has read the whole caption), on every dataset,
-# with the held-out peak, interval over images and floors of the verdicts above; the random-init twin is pooled the
-# same way. The verdicts keep mean pooling.
+# (`mean-nofirst`) and with the last real token alone (`last`, which has read the whole caption), on the first caption
+# draw of each one-caption dataset, with the held-out peak, interval over images and floors of the verdicts above; the
+# random-init twin is pooled the same way. The verdicts keep mean pooling (and pool all caption draws, so the `mean`
+# rows here, on one draw, are this table's own baseline).
 
 # %% tags=["hide-input"]
 pool_table, pool_text = page.pooling_tables(

@@ -247,15 +247,17 @@ def heldout_study(draws, comparisons, *, chapter: str, params: Mapping, k: int =
 
 def pooling_variants(draws, pairs, *, variants: Sequence[str], seed: int = 0, num_threads: int | None = None,
                      **options) -> pd.DataFrame:
-    """:func:`heldout_study` (``options``; nothing written) of vision × causal-LM ``pairs`` on every dataset of
-    ``draws``, the LM's tokens mean-pooled (the paper) and as ``"<LM>@pool:<variant>"`` for each of ``variants``, its
-    random-init twin pooled alike; each model extracted first (:func:`~prh_lib.analysis.core.prefetch_features`).
+    """:func:`heldout_study` (``options``; nothing written) of vision × causal-LM ``pairs`` on the first draw of each
+    one-caption dataset of ``draws`` (a fifth of the extraction of all caption draws), the LM's tokens mean-pooled
+    (the paper) and as ``"<LM>@pool:<variant>"`` for each of ``variants``, its random-init twin pooled alike; each
+    model extracted first (:func:`~prh_lib.analysis.core.prefetch_features`).
 
     Returns
     -------
     DataFrame
         :func:`heldout_summary` of every dataset, with ``pooling`` ("" for a bag of words).
     """
+    draws = [d for d in draws if d.draw == 0 and d.pairs.caption_policy != "concat"]
     comps = [(x, y if p == "mean" else f"{y}@pool:{p}") for p in ("mean", *variants) for x, y in pairs]
     extract = {k: options[k] for k in ("device", "dtype", "batch_size") if k in options}
     prefetch_features(comps, draws, models=[random_init_name(y, seed) for _, y in comps], num_threads=num_threads,
