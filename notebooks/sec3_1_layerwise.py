@@ -212,7 +212,7 @@ page.headline_table(agg, n_permutations=n_permutations)
 #   reporting on the same images adds;
 # - a **95 % interval over images**: each of `heldout_boot` replicates takes half of the images (without
 #   replacement), redoes the whole held-out procedure on them, selection included, and the interval is the
-#   replicates' spread placed around the estimate (the front page gives the formula). Every comparison and
+#   replicates' spread placed around the estimate (formula: {doc}`methods`). Every comparison and
 #   floor uses the same half-samples, so the margin of a pair over a floor has its own (paired) interval.
 #
 # The floors are the bag of words (TF-IDF of the caption, and its truncated SVD) in place of each language

@@ -18,8 +18,7 @@ the difference between a comparison and its floor has a paired interval:
 :func:`heldout_study` scores the comparisons and their floors on one dataset's draws and writes one row per
 comparison (``quantity="heldout"``) or floor (``"heldout:control:<kind>"``) to the results table, with the
 replicates in the row (``extra``), so the page computes any paired difference or ratio from the table alone
-(:func:`heldout_summary`, :func:`margin`, :func:`floor_margins`). :func:`pooling_variants` scores the causal LMs
-under other token poolings.
+(:func:`heldout_summary`, :func:`margin`, :func:`floor_margins`).
 
 References
 ----------

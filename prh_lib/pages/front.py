@@ -59,7 +59,8 @@ def findings_markdown(rows_by_chapter: dict[str, list[dict] | None]) -> str:
             + (f" (first open test: {why})." if why and ours != "reproduces in kind" else "."))
         later = rows["3.1/later-layers"]
         out.append("**Where.** " + (
-            "No cross-modal pair beats all its floors, so no peak is located: locating it would locate noise."
+            "On Flickr8k, which the verdicts read, no cross-modal pair beats all its floors, so no peak is located "
+            "(it would locate noise); Section 3.1 shows the same pairs on the COCO images."
             if later["this build"].startswith("no cross-modal pair") else
             f"For the pairs that beat their floors, the claim that peaks sit in later layers "
             f"{_READS[label('3.1/later-layers')]}: {later['headline']}."))

@@ -410,7 +410,8 @@ def pooling_tables(draws, comparisons, *, variants, n_boot: int, **options) -> t
         f"{o['pooling']} {o['location (share)']}, {o['held-out peak [95 % CI]']}, "
         f"{'beats' if o['beats'] else 'does not beat'} every floor" for _, o in g.iterrows())
              + f". The early peak survives {', '.join(g.loc[g['early'], 'pooling'].iloc[1:]) or 'no other pooling'}, "
-               f"moves under {', '.join(g.loc[~g['early'], 'pooling']) or 'none'}."
+               f"moves under {', '.join(g.loc[~g['early'], 'pooling']) or 'none'}" + ("." if g["beats"].iloc[0] else
+               "; but the mean-pooled peak does not beat every floor, so where it sits is noise by this book's rule.")
              for (ds, pair), g in table.groupby(["dataset", "pair"], sort=False) if g["early"].iloc[0]]
     text = ("Held-out peaks that mean pooling puts at the language model's `embed` or `layer.1`, under each pooling:"
             "\n\n" + "\n".join(lines) if lines else "No mean-pooled held-out peak is at an LM's `embed` or `layer.1`.")
