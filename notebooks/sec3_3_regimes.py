@@ -183,8 +183,8 @@ regimes.floor_table(floors, chance=chance, n_permutations=n_permutations).set_in
 # %% [markdown]
 # ## The regimes side by side (Figure 5)
 #
-# One row of panels per dataset, two datasets per figure: the first figure holds the dataset the verdicts read
-# (Flickr8k) and coco-mini; further figures hold the page's other datasets. Bars are regime means; points are single comparisons at their mean over
+# One row of panels per dataset, two datasets per figure: the dataset the verdicts read in the top row of the first
+# figure, the page's other datasets below it and in the figures that follow. Bars are regime means; points are single comparisons at their mean over
 # draws, with ± one std over draws as error bars (none where the dataset has one draw). The dashed red
 # line is chance k/(N-1); the coloured lines (one dash style per kind, named in the legend) and shaded bands
 # are the control floors of the vision × language pairs (mean, and lowest to highest pair); a black dashed
