@@ -56,7 +56,7 @@ def main(argv=None) -> None:
     from threadpoolctl import threadpool_limits
 
     from prh_lib.analysis.displacement import consensus as C
-    from prh_lib.analysis.displacement import procedures as R
+    from prh_lib.analysis.displacement import reference as R
     from prh_lib.metrics import displacement as D
 
     with threadpool_limits(args.threads or None):

@@ -354,7 +354,7 @@ Markdown(f"On `{heatmap_dataset}`, draw {heatmap_draw} (the heatmaps' draw):\n\n
 # 5. **The measures** on the evaluation rows, each paired with its predecessor in evaluation order
 #    (cyclically, one pair per row) for Cross-Model and Cross-Object.
 #
-# `prh_lib.analysis.displacement.procedures.reference_procedure` runs these steps (written from reading the code,
+# `prh_lib.analysis.displacement.reference.reference_procedure` runs these steps (written from reading the code,
 # none of it copied), with one switch for each step where our procedure differs: whitening fitted on the
 # training rows only, no means added, random pairs. Below, both procedures see the same (clipped) features
 # at each pair's best Cross-Model layer pair, at the same `r`, with as many training rows; each value is

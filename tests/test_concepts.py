@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from prh_lib.analysis.concepts import prompts as CO
-from prh_lib.analysis.displacement.procedures import predicted_measures, reference_procedure, synthetic_pair
+from prh_lib.analysis.displacement.reference import predicted_measures, reference_procedure, synthetic_pair
 from prh_lib.metrics import displacement as D
 
 

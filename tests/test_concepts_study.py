@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from prh_lib.analysis.concepts import study as S
-from prh_lib.analysis.displacement.procedures import OURS, REFERENCE, synthetic_pair
+from prh_lib.analysis.displacement.procedures import OURS, REFERENCE
+from prh_lib.analysis.displacement.reference import synthetic_pair
 
 
 def test_category_labels_merge_small_categories():

@@ -11,7 +11,7 @@ from threadpoolctl import threadpool_limits
 
 matplotlib.use("Agg")
 
-from prh_lib.analysis.displacement import procedures as dr  # noqa: E402
+from prh_lib.analysis.displacement import procedures as dr, reference as dref  # noqa: E402
 from prh_lib.extract import LayerFeatures  # noqa: E402
 from prh_lib.metrics import displacement as D  # noqa: E402
 
@@ -28,15 +28,15 @@ def _one_blas_thread():
 # --------------------------------------------------------------------------- the steps
 def test_reference_split_is_the_seeded_permutation_cut_after_train_size():
     # frozen from np.random.default_rng(42).permutation(10) (NumPy PCG64)
-    train, ev = dr.reference_split(10, train_size=4, seed=42)
+    train, ev = dref.reference_split(10, train_size=4, seed=42)
     np.testing.assert_array_equal(train, [5, 6, 0, 7])
     np.testing.assert_array_equal(ev, [3, 2, 4, 9, 1, 8])  # permutation order, not sorted
-    a, b = dr.reference_split(101, train_size=30, seed=3)
+    a, b = dref.reference_split(101, train_size=30, seed=3)
     assert len(a) == 30 and len(b) == 71 and set(a) | set(b) == set(range(101)) and not set(a) & set(b)
     with pytest.raises(ValueError, match="train_size must be in"):
-        dr.reference_split(10, train_size=9)
+        dref.reference_split(10, train_size=9)
     with pytest.raises(ValueError, match="train_size must be in"):
-        dr.reference_split(10)  # the command-line default of 10 000 does not fit 10 samples
+        dref.reference_split(10)  # the command-line default of 10 000 does not fit 10 samples
 
 
 def _independent_whitening(X, k):
@@ -51,7 +51,7 @@ def _independent_whitening(X, k):
 def test_reference_whitening_matches_an_independent_eigendecomposition(seed):
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((200, 12)) @ rng.standard_normal((12, 12)) + 5.0 * rng.standard_normal(12)
-    Z, m = dr.reference_whitening(X, n_components=6, seed=seed)
+    Z, m = dref.reference_whitening(X, n_components=6, seed=seed)
     Zi, mi = _independent_whitening(X, 6)
     # PCA axes are defined up to sign: compare sign-free quantities
     np.testing.assert_allclose(Z @ Z.T, Zi @ Zi.T, atol=1e-8)
@@ -65,7 +65,7 @@ def test_reference_whitening_on_chosen_rows_centres_and_whitens_those_rows():
     rng = np.random.default_rng(3)
     X = rng.standard_normal((120, 10)) + 2.0
     rows = np.arange(0, 120, 2)
-    Z, m = dr.reference_whitening(X, n_components=5, fit_rows=rows)
+    Z, m = dref.reference_whitening(X, n_components=5, fit_rows=rows)
     np.testing.assert_allclose(Z[rows].mean(0), 0, atol=1e-10)
     np.testing.assert_allclose(np.cov(Z[rows], rowvar=False), np.eye(5), atol=1e-10)
     assert np.abs(Z[1::2].mean(0)).max() > 1e-3  # the other rows are not centred by it
@@ -74,59 +74,59 @@ def test_reference_whitening_on_chosen_rows_centres_and_whitens_those_rows():
 def test_reference_whitening_rejects_what_the_reference_rejects():
     X = np.random.default_rng(0).standard_normal((50, 8))
     with pytest.raises(ValueError, match="fewer than the 8 features"):
-        dr.reference_whitening(X, n_components=8)
+        dref.reference_whitening(X, n_components=8)
     with pytest.raises(ValueError, match="exceeds the 5 rows"):
-        dr.reference_whitening(X, n_components=6, fit_rows=np.arange(5))
+        dref.reference_whitening(X, n_components=6, fit_rows=np.arange(5))
     with pytest.raises(ValueError, match="zero variance"):
-        dr.reference_whitening(np.ones((20, 6)), n_components=2)
+        dref.reference_whitening(np.ones((20, 6)), n_components=2)
 
 
 def test_predecessor_pairs():
-    i, j = dr.predecessor_pairs(4)
+    i, j = dref.predecessor_pairs(4)
     np.testing.assert_array_equal(i, [0, 1, 2, 3])
     np.testing.assert_array_equal(j, [3, 0, 1, 2])
 
 
 def test_predicted_measures_hand_worked():
-    p = dr.predicted_measures(0.5, [3.0, 0.0], [0.0, 4.0], norm2_a=9.0)
+    p = dref.predicted_measures(0.5, [3.0, 0.0], [0.0, 4.0], norm2_a=9.0)
     # c = 0.5 * 9 = 4.5; m_a.m_b = 0; |m_a|^2 = 9, |m_b|^2 = 16; |m_a - m_b|^2 = 25
     assert p["pointwise"] == pytest.approx(4.5 / np.sqrt(18 * 25), abs=1e-12)
     assert p["cross_model"] == 0.5
     assert p["cross_object"] == pytest.approx(25 / (18 - 9 + 25), abs=1e-12)
     # the forms with r: (r rho + m_a.m_b) / sqrt((r + |m_a|^2)(r + |m_b|^2)), |dm|^2 / (2 r (1 - rho) + |dm|^2)
     r, rho, ma, mb = 32.0, 0.4, np.array([2.0, 1.0, 0.0]), np.array([1.0, -1.0, 3.0])
-    q = dr.predicted_measures(rho, ma, mb, norm2_a=r, norm2_b=r)
+    q = dref.predicted_measures(rho, ma, mb, norm2_a=r, norm2_b=r)
     assert q["pointwise"] == pytest.approx((r * rho + ma @ mb) / np.sqrt((r + ma @ ma) * (r + mb @ mb)))
     assert q["cross_object"] == pytest.approx(((ma - mb) @ (ma - mb)) / (2 * r * (1 - rho) + (ma - mb) @ (ma - mb)))
-    assert dr.predicted_measures(0.3, np.zeros(4), np.zeros(4), norm2_a=4.0) == {
+    assert dref.predicted_measures(0.3, np.zeros(4), np.zeros(4), norm2_a=4.0) == {
         "pointwise": pytest.approx(0.3), "cross_model": 0.3, "cross_object": 0.0}
     with pytest.raises(ValueError, match="one shape"):
-        dr.predicted_measures(0.3, np.zeros(3), np.zeros(4), norm2_a=1.0)
+        dref.predicted_measures(0.3, np.zeros(3), np.zeros(4), norm2_a=1.0)
     with pytest.raises(ValueError, match="positive"):
-        dr.predicted_measures(0.3, np.zeros(3), np.zeros(3), norm2_a=0.0)
+        dref.predicted_measures(0.3, np.zeros(3), np.zeros(3), norm2_a=0.0)
 
 
 def test_synthetic_pair_has_the_stated_canonical_correlations_and_offsets():
-    X, Y, rho = dr.synthetic_pair(6000, r=8, n_shared=4, correlation=0.8, offset_a=3.0, offset_b=1.0,
+    X, Y, rho = dref.synthetic_pair(6000, r=8, n_shared=4, correlation=0.8, offset_a=3.0, offset_b=1.0,
                                   dims=(16, 20), seed=0)
     assert rho == pytest.approx(0.4)
-    Zx, mx = dr.reference_whitening(X, n_components=8)
-    Zy, my = dr.reference_whitening(Y, n_components=8)
+    Zx, mx = dref.reference_whitening(X, n_components=8)
+    Zy, my = dref.reference_whitening(Y, n_components=8)
     canon = np.linalg.svd(Zx.T @ Zy / (len(X) - 1), compute_uv=False)  # canonical correlations
     np.testing.assert_allclose(canon[:4], 0.8, atol=0.02)
     assert canon[4:].max() < 0.06
     assert np.linalg.norm(mx) == pytest.approx(3.0, rel=0.03) and np.linalg.norm(my) == pytest.approx(1.0, rel=0.03)
     with pytest.raises(ValueError, match="r must be in"):
-        dr.synthetic_pair(100, r=16, dims=(16, 20))
+        dref.synthetic_pair(100, r=16, dims=(16, 20))
 
 
 # --------------------------------------------------------------------------- the procedure
 def test_reference_with_all_steps_ours_is_our_pipeline_on_the_reference_split():
-    X, Y, _ = dr.synthetic_pair(400, r=10, n_shared=5, correlation=0.8, offset_a=4.0, offset_b=2.0,
+    X, Y, _ = dref.synthetic_pair(400, r=10, n_shared=5, correlation=0.8, offset_a=4.0, offset_b=2.0,
                                 dims=(24, 30), seed=1)
-    res = dr.reference_procedure(X, Y, n_components=10, train_size=200, seed=7, whiten_rows="train",
+    res = dref.reference_procedure(X, Y, n_components=10, train_size=200, seed=7, whiten_rows="train",
                                  add_means=False, pairing="random", n_pairs=3000)
-    train, ev = dr.reference_split(400, train_size=200, seed=7)
+    train, ev = dref.reference_split(400, train_size=200, seed=7)
     wx, wy = D.fit_whitening(X[train], n_components=10), D.fit_whitening(Y[train], n_components=10)
     Zx, Zy = wx.transform(X), wy.transform(Y)
     R = D.procrustes(Zy[train], Zx[train])
@@ -138,8 +138,8 @@ def test_reference_with_all_steps_ours_is_our_pipeline_on_the_reference_split():
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_without_offsets_both_procedures_agree_within_noise(seed):
-    X, Y, rho = dr.synthetic_pair(2000, r=32, n_shared=16, correlation=0.9, seed=seed)
-    ref = dr.reference_procedure(X, Y, n_components=32, train_size=1000, seed=seed)
+    X, Y, rho = dref.synthetic_pair(2000, r=32, n_shared=16, correlation=0.9, seed=seed)
+    ref = dref.reference_procedure(X, Y, n_components=32, train_size=1000, seed=seed)
     ours = D.displacement_similarity(X, Y, n_components=32, seed=seed)
     for k in MAIN:
         assert abs(getattr(ref, k) - getattr(ours, k)) < 0.03, k
@@ -149,11 +149,11 @@ def test_without_offsets_both_procedures_agree_within_noise(seed):
 @pytest.mark.parametrize("offset2_a,offset2_b", [(0.5, 0.0), (2.0, 0.0), (1.0, 1.0), (4.0, 0.25)])
 def test_offsets_move_pointwise_and_cross_object_as_predicted_and_leave_cross_model(offset2_a, offset2_b):
     r = 32
-    base = dr.reference_procedure(*dr.synthetic_pair(2000, r=r, seed=4)[:2], n_components=r, train_size=1000, seed=4)
-    X, Y, rho = dr.synthetic_pair(2000, r=r, offset_a=np.sqrt(offset2_a * r), offset_b=np.sqrt(offset2_b * r), seed=4)
-    res = dr.reference_procedure(X, Y, n_components=r, train_size=1000, seed=4)
+    base = dref.reference_procedure(*dref.synthetic_pair(2000, r=r, seed=4)[:2], n_components=r, train_size=1000, seed=4)
+    X, Y, rho = dref.synthetic_pair(2000, r=r, offset_a=np.sqrt(offset2_a * r), offset_b=np.sqrt(offset2_b * r), seed=4)
+    res = dref.reference_procedure(X, Y, n_components=r, train_size=1000, seed=4)
     # the prediction from the known rho, norms r and the procedure's own projected means
-    pred = dr.predicted_measures(rho, res.mean_a, res.mean_b, norm2_a=r)
+    pred = dref.predicted_measures(rho, res.mean_a, res.mean_b, norm2_a=r)
     assert abs(res.pointwise - pred["pointwise"]) < 0.03
     assert abs(res.cross_object - pred["cross_object"]) < 0.03
     assert res.cross_object > base.cross_object + 0.3
@@ -174,24 +174,24 @@ def test_second_models_mean_is_added_after_the_rotation_not_rotated():
     X = rng.standard_normal((300, 6)) * np.arange(6, 0, -1) + 3.0
     Q = np.linalg.qr(rng.standard_normal((6, 6)))[0]
     Y = X @ Q
-    res = dr.reference_procedure(np.hstack([X, np.zeros((300, 1))]), np.hstack([Y, np.zeros((300, 1))]),
+    res = dref.reference_procedure(np.hstack([X, np.zeros((300, 1))]), np.hstack([Y, np.zeros((300, 1))]),
                                  n_components=6, train_size=150, seed=0)
     assert res.cross_model == pytest.approx(1.0, abs=1e-9)  # the rotation is recovered exactly
     assert np.linalg.norm(res.mean_a) == pytest.approx(np.linalg.norm(res.mean_b), rel=1e-9)
-    expected = dr.predicted_measures(1.0, res.mean_a, res.mean_b, norm2_a=res.norm2_a, norm2_b=res.norm2_b)
+    expected = dref.predicted_measures(1.0, res.mean_a, res.mean_b, norm2_a=res.norm2_a, norm2_b=res.norm2_b)
     assert res.pointwise == pytest.approx(expected["pointwise"], abs=0.03) and res.pointwise < 0.99
 
 
 def test_reference_procedure_options_are_validated():
     X = np.random.default_rng(0).standard_normal((40, 6))
     with pytest.raises(ValueError, match="unknown pairing 'roll'; valid: 'predecessor', 'random'"):
-        dr.reference_procedure(X, X, n_components=3, train_size=20, pairing="roll")
+        dref.reference_procedure(X, X, n_components=3, train_size=20, pairing="roll")
     with pytest.raises(ValueError, match="unknown whiten_rows"):
-        dr.reference_procedure(X, X, n_components=3, train_size=20, whiten_rows="test")
+        dref.reference_procedure(X, X, n_components=3, train_size=20, whiten_rows="test")
     with pytest.raises(ValueError, match="same n_samples"):
-        dr.reference_procedure(X, X[:-1], n_components=3, train_size=20)
+        dref.reference_procedure(X, X[:-1], n_components=3, train_size=20)
     with pytest.raises(TypeError, match="add_means"):
-        dr.reference_procedure(X, X, n_components=3, train_size=20, add_means="yes")
+        dref.reference_procedure(X, X, n_components=3, train_size=20, add_means="yes")
 
 
 # --------------------------------------------------------------------------- the chapter's comparison

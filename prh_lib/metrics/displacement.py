@@ -151,7 +151,7 @@ def cosine_measures(A, B, *, n_pairs: int = 10_000, seed: int = 0, pairs=None) -
     pairs : tuple of two int arrays of shape (n_pairs,), optional
         Explicit ordered pairs ``(i, j)`` with ``i != j``, used instead of sampled ones (and
         ``n_pairs`` ignored), e.g. each sample with its predecessor as in the public reference
-        code (:func:`prh_lib.analysis.displacement.procedures.predecessor_pairs`).
+        code (:func:`prh_lib.analysis.displacement.reference.predecessor_pairs`).
 
     Returns
     -------

@@ -61,8 +61,7 @@ from prh_lib.metrics import displacement as D
 from prh_lib.analysis.displacement.study import MEASURE_NAMES as _LABELS
 
 # the reference's steps, re-exported: this module stays the procedure's one namespace
-from prh_lib.analysis.displacement.reference import (_MAIN, PAIRINGS, WHITEN_ROWS, ReferenceResult,  # noqa: F401
-    predecessor_pairs, predicted_measures, reference_procedure, reference_split, reference_whitening, synthetic_pair)
+from prh_lib.analysis.displacement.reference import _MAIN, predicted_measures, reference_procedure, synthetic_pair
 
 
 # --------------------------------------------------------------------------- the chapter's comparison
