@@ -20,6 +20,7 @@ import torch  # noqa: E402
 from fixtures import fake_extract, hf_data  # noqa: E402
 from prh_lib import batch, data, extract, models, paths
 from prh_lib.data import paper
+from prh_lib.data.study import clear_caches
 from prh_lib.run import profiles  # noqa: E402
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -37,9 +38,9 @@ def _isolated(monkeypatch, tmp_path):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(models, "resolve_identity", fake_extract.identity)
     paths.cache_root()
-    batch.clear_caches()
+    clear_caches()
     yield
-    batch.clear_caches()
+    clear_caches()
 
 
 @pytest.fixture

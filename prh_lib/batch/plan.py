@@ -15,7 +15,7 @@ from typing import Sequence
 from prh_lib import data, extract
 from prh_lib.data import paper
 from prh_lib.extract.features import CorruptFeatureFileError, check_feature_file
-from prh_lib.data.study import DatasetSpec, clear_caches, study_draws, study_pairs  # noqa: F401 (re-exported)
+from prh_lib.data.study import DatasetSpec, study_draws, study_pairs
 from prh_lib.models import DTYPES
 
 

@@ -10,7 +10,8 @@ caption files), :mod:`~prh_lib.data.tables` (tables read with ``datasets``), :mo
 without images, e.g. the COCO val2017 captions, and disjoint draws)."""
 
 from prh_lib.data.coco import load_coco_folder, read_coco_captions  # noqa: F401
-from prh_lib.data.pairs import DataError, DataWarning, ImageCaptionDataset, Pairs, sample_pairs  # noqa: F401
+from prh_lib.data.errors import DataError, DataWarning  # noqa: F401
+from prh_lib.data.pairs import ImageCaptionDataset, Pairs, sample_pairs  # noqa: F401
 from prh_lib.data.sources import SOURCES, load_cc3m_dreamlip, load_dataset  # noqa: F401
 from prh_lib.data.study import DatasetSpec, Draw, study_draws  # noqa: F401
 from prh_lib.data.tables import TableImage, table_to_dataset  # noqa: F401

@@ -10,7 +10,8 @@ import warnings
 from pathlib import Path
 
 from prh_lib import paths
-from prh_lib.data.pairs import DataError, DataWarning, ImageCaptionDataset
+from prh_lib.data.errors import DataError, DataWarning
+from prh_lib.data.pairs import ImageCaptionDataset
 
 
 def _decode_utf8(raw: bytes, ann_path: Path) -> str:

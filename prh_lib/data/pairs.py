@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from prh_lib.data.errors import DataError, DataWarning  # noqa: F401 (re-exported)
+from prh_lib.data.errors import DataError
 from prh_lib.data.images import open_rgb, to_rgb
 
 CAPTION_POLICIES = ("first", "random", "concat", "nth")

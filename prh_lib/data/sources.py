@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from prh_lib.data.coco import load_coco_folder, load_coco_official
-from prh_lib.data.pairs import DataError, ImageCaptionDataset
+from prh_lib.data.errors import DataError
+from prh_lib.data.pairs import ImageCaptionDataset
 from prh_lib.data.tables import _describe, _texts, load_hf_table, open_table, table_to_dataset
 from prh_lib.data.text_only import load_coco_captions_text
 

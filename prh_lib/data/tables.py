@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Sequence
 
 from prh_lib import paths
-from prh_lib.data.pairs import DataError, DataWarning, ImageCaptionDataset
+from prh_lib.data.errors import DataError, DataWarning
+from prh_lib.data.pairs import ImageCaptionDataset
 
 _TABLE_SUFFIXES = {".parquet": "parquet", ".arrow": "arrow", ".csv": "csv", ".json": "json", ".jsonl": "json"}
 

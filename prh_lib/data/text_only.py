@@ -21,7 +21,8 @@ import numpy as np
 
 from prh_lib import paths
 from prh_lib.data.coco import read_coco_captions
-from prh_lib.data.pairs import DataError, ImageCaptionDataset, Pairs, sample_pairs
+from prh_lib.data.errors import DataError
+from prh_lib.data.pairs import ImageCaptionDataset, Pairs, sample_pairs
 
 #: File name of the official val2017 caption annotations, looked for inside a folder location.
 TEXT_ONLY_FILE = "captions_val2017.json"

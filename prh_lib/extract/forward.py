@@ -27,9 +27,6 @@ from prh_lib.data import DataError, Pairs
 from prh_lib.progress import bar as progress_bar
 
 
-# -- pooling ---------------------------------------------------------------------------------------------
-
-
 def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str = "mean") -> torch.Tensor:
     """Mean over real tokens: ``hidden`` (B, T, d), ``attention_mask`` (B, T) of 0/1 -> (B, d) float32.
 
@@ -67,9 +64,6 @@ def gap_pool(fmap: torch.Tensor) -> torch.Tensor:
     if fmap.ndim == 3:
         return fmap.float().mean(dim=1)
     raise ValueError(f"cannot global-average-pool a tensor of shape {tuple(fmap.shape)}")
-
-
-# -- extraction ------------------------------------------------------------------------------------------
 
 
 def _accepts(module: torch.nn.Module, name: str) -> bool:
