@@ -24,7 +24,7 @@ import pandas as pd
 from prh_lib.results import expand_extra_columns
 from prh_lib.formatting import format_interval, format_mean_std, format_number
 from prh_lib.analysis.core import PairResult
-from prh_lib.analysis.heldout import floor_margins, floors_table, pooling_variants  # noqa: F401 (the tables)
+from prh_lib.analysis.heldout import QUANTITY, floor_margins, floors_table, pooling_variants  # noqa: F401 (the tables)
 
 # the computation (scoring, the study over draws), re-exported: this module stays the chapter's one namespace
 from prh_lib.analysis.layerwise import QUANTITIES, aggregate_peaks, clip_variants, pair_rows, run_study  # noqa: F401
@@ -387,7 +387,6 @@ def pooling_tables(draws, comparisons, *, variants, n_boot: int, **options) -> t
         of selections), chance, paired margins over the random-init twin pooled alike and the higher bag of words;
         and Markdown. Empty, with the reason, without such pairs, variants or ``n_boot``.
     """
-    from prh_lib.analysis.heldout import QUANTITY
     from prh_lib.models.spec import is_causal_lm, parse_model_name
 
     pairs = [(x, y) for x, y in comparisons if is_causal_lm(y) and parse_model_name(x).identity().modality == "vision"]
