@@ -209,7 +209,8 @@ page.headline_table(agg, n_permutations=n_permutations)
 #   score on one half is scored on the other, and the reverse, over `heldout_splits` splits and every caption
 #   draw. A half is scored with half the neighbours (`k on a half`), which keeps chance k/(N-1) where it is on
 #   all N. `in-sample on the halves` is the maximum on the same halves: the difference is what choosing and
-#   reporting on the same images adds;
+#   reporting on the same images adds. `location (share)` is the layer pair the halves select most often and the
+#   share of the selections that fall on it;
 # - a **95 % interval over images**: each of `heldout_boot` replicates takes half of the images (without
 #   replacement), redoes the whole held-out procedure on them, selection included, and the interval is the
 #   replicates' spread placed around the estimate (formula: {doc}`methods`). Every comparison and
