@@ -145,12 +145,16 @@ def test_hierarchy_legend_stays_clear_of_the_tick_labels_and_the_footer():
     rows = []
     for model in ("efficientnet-lite0", "efficientnet-lite2", "minilm-l6", "smollm2-135m"):
         for tree in ("WordNet", "shuffled"):
-            row = {"model": model, "tree": tree, "centroid_artefact": -0.74}
+            row = {"model": model, "tree": tree, "centroid_artefact": -0.74, "n_families": 5,
+                   "own_parents": 0 if model.startswith("efficientnet") else 5}
             for k, v in (("child_parent", 0.7), ("variation_parent", -0.03), ("sibling", -0.7)):
                 row.update({k: v, f"{k}_low": v - 0.05, f"{k}_high": v + 0.05})
             rows.append(row)
     fig = cp.hierarchy_figure(pd.DataFrame(rows))
     assert not _overlaps(_as_on_the_page(fig))
+    # the vision models' centroid parents are not tested: their bars (2 trees x 3 panels each) are hatched
+    hatched = [b for ax in fig.axes for b in ax.patches if b.get_hatch()]
+    assert len(hatched) == 2 * 2 * 3 and "centroid parents (not tested)" in [t.get_text() for t in fig.legends[0].texts]
     plt.close(fig)
 
 

@@ -329,7 +329,9 @@ def ablation_verdicts(summary: pd.DataFrame, *, stay: float = 0.05) -> pd.DataFr
 
 
 def hierarchy_figure(table: pd.DataFrame):
-    """Three panels (child-parent, variation-parent, sibling): per model, WordNet tree against shuffled tree."""
+    """Three panels (child-parent, variation-parent, sibling): per model, WordNet tree against shuffled tree; the bars
+    of a model whose parents are not all concepts of their own (``own_parents < n_families``: centroids of their children)
+    are hatched and pale."""
     import matplotlib.pyplot as plt
 
     stats = (("child_parent", "child–parent", 0.72), ("variation_parent", "variation–parent", 0.0),
@@ -340,7 +342,11 @@ def hierarchy_figure(table: pd.DataFrame):
         for off, tree, col in ((-0.18, "WordNet", "tab:green"), (0.18, "shuffled", "tab:grey")):
             s = table[table["tree"] == tree].set_index("model").loc[models]
             err = np.vstack([s[k] - s[k + "_low"], s[k + "_high"] - s[k]]).clip(0)
-            ax.bar(np.arange(len(models)) + off, s[k], 0.34, yerr=err, color=col, label=tree + " tree")
+            own = s["own_parents"] == s["n_families"] if "own_parents" in s else pd.Series(True, index=s.index)
+            bars = ax.bar(np.arange(len(models)) + off, s[k], 0.34, yerr=err, color=col)
+            ax.bar(0, 0, 0, color=col, label=tree + " tree")  # the legend's key: a plain bar
+            for b, o in zip(bars, own):  # centroid parents fix these statistics on any tree: hatched, not tested
+                b.set(hatch="" if o else "////", alpha=1.0 if o else 0.45)
         ax.axhline(paper, color="k", ls="--", lw=1, label="paper")
         if k == "sibling":
             ax.axhline(float(table["centroid_artefact"].iloc[0]), color="tab:red", ls=":", lw=1.2,
@@ -349,8 +355,11 @@ def hierarchy_figure(table: pd.DataFrame):
         ax.set_title(title, fontsize=10)
         ax.tick_params(axis="y", labelsize=9)
     handles, labels = axes[0][2].get_legend_handles_labels()
+    if "own_parents" in table and (table["own_parents"] < table["n_families"]).any():
+        handles.append(plt.Rectangle((0, 0), 1, 1, fc="white", ec="grey", hatch="////"))
+        labels.append("centroid parents (not tested)")
     # outside the axes, placed by the layout engine (a footer added later goes under it, never over it)
-    fig.legend(handles, labels, fontsize=9, loc="outside lower center", ncol=4, frameon=False)
+    fig.legend(handles, labels, fontsize=9, loc="outside lower center", ncol=3, frameon=False)
     return fig
 
 
