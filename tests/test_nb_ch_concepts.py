@@ -184,7 +184,7 @@ def test_explicit_parents_orthogonality_needs_a_shuffled_tree_that_is_not_orthog
 def test_explicit_parents_siblings_read_against_zero_and_the_shuffled_tree():
     apart = _rows(_hier(-0.005, -0.2, own=10, sib=(-0.30, 0.50)))["C/siblings"]
     assert apart["verdict"] == apart["paper reading"] == "reproduces in kind"
-    assert apart["this build"] == "-0.30 (shuffled tree 0.50)"
+    assert apart["this build"] == "m: -0.300 [-0.320, -0.280] (shuffled tree +0.50)"  # per model, with its interval
     # negative, but no lower than on random families: the paper's reading holds, the control does not
     chance = _rows(_hier(-0.005, -0.2, own=10, sib=(-0.30, -0.35)))["C/siblings"]
     assert (chance["paper reading"], chance["verdict"]) == ("reproduces in kind", "differs")

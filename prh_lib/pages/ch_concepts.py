@@ -610,15 +610,19 @@ def claim_rows(summary: pd.DataFrame, hier: pd.DataFrame | None, verdicts: pd.Da
                                       if (~own).any() else ""))
         rows.append(_claims.finding(
             "C/hierarchy", tests=None if failed else hier_tests, holds=None, control_failed=failed, note=note,
-            this_build=f"child–parent {t['child_parent'].mean():.2f} (shuffled tree {st['child_parent'].mean():.2f}); "
-                       f"variation–parent cosine, signed, {t['variation_parent'].mean():+.3f} (shuffled tree "
-                       f"{st['variation_parent'].mean():+.3f})",
+            this_build="; ".join(  # per model, never pooled over models
+                f"{short_name(r['model'])}: variation–parent "
+                f"{format_interval(r['variation_parent'], r['variation_parent_low'], r['variation_parent_high'], sign=True)}"
+                f" (shuffled tree {s['variation_parent']:+.3f}), child–parent {r['child_parent']:.2f} "
+                f"({s['child_parent']:.2f})" for (_, r), (_, s) in zip(t.iterrows(), st.iterrows())),
             rule="variation–parent within ±0.05 of 0 (the paper's reading); child–parent above the shuffled tree's and "
                  "the shuffled tree's variation–parent not within ±0.05 (controls); every model with parents of its own"))
         rows.append(_claims.finding(
             "C/siblings", tests=None if failed else sib_tests, holds=None, control_failed=failed, note=note,
-            this_build=f"{t['sibling'].mean():.2f} (shuffled tree {st['sibling'].mean():.2f}"
-                       + (f"; −1/(k−1), mean over families {float(hier['centroid_artefact'].iloc[0]):.2f})" if failed else ")"),
+            this_build="; ".join(
+                f"{short_name(r['model'])}: {format_interval(r['sibling'], r['sibling_low'], r['sibling_high'], sign=True)}"
+                f" (shuffled tree {s['sibling']:+.2f})" for (_, r), (_, s) in zip(t.iterrows(), st.iterrows()))
+                       + (f"; −1/(k−1), mean over families {float(hier['centroid_artefact'].iloc[0]):.2f}" if failed else ""),
             rule="siblings' variation cosine below 0 (the paper's reading) and below the shuffled tree's (control); "
                  "every model with parents of its own"))
     if verdicts is None or ("relation", OURS) not in verdicts.index:
