@@ -25,10 +25,24 @@ _READS = {"reproduces": "holds, at the paper's value", "reproduces in kind": "ho
           "not run in this build": "was not run"}
 
 
+_FLOORS = {"tfidf": "bag-of-words", "tfidf-svd": "bag-of-words (SVD)", "random-vision": "random-init",
+           "random-language": "random-init"}
+
+
 def _first_open_test(note: str) -> str:
-    """The name of the first test a note lists as failing or undecided ("" if none)."""
-    m = re.search(r"(?:fails|cannot decide): ([^:;]+):", note or "")
-    return m.group(1).strip() if m else ""
+    """The first test a note lists as failing or undecided, in words ("" if none): a pair against one of its floors
+    reads "A is below its random-init floor (margin −0.028 [−0.056, −0.010])", any other test as "name (needs > 0.5,
+    got 0.417)"."""
+    m = (re.search(r"(fails|cannot decide): ([^;]+?): needs ([^,;]+), got ([^;(]+)", note or "")
+         or re.search(r"(fails|cannot decide): ([^:;]+):()()", note or ""))
+    if not m:
+        return ""
+    name, needs, got = (g.strip() for g in m.group(2, 3, 4))
+    f = re.fullmatch(r"(.+?) − .+ \(([\w-]+) floor\)", name)
+    if not (f and f.group(2) in _FLOORS and got):
+        return f"{name} (needs {needs}, got {got})" if got else name
+    side = "is below" if m.group(1) == "fails" else "is not clearly above"
+    return f"{f.group(1)} {side} its {_FLOORS[f.group(2)]} floor (margin {got})"
 
 
 def findings_markdown(rows_by_chapter: dict[str, list[dict] | None]) -> str:
@@ -52,23 +66,34 @@ def findings_markdown(rows_by_chapter: dict[str, list[dict] | None]) -> str:
         paper_r, ours = label("3.1/cross-modal-peak", "paper reading"), label("3.1/cross-modal-peak")
         why = _first_open_test(cm["note"])
         out.append(
-            f"**How large.** The strongest cross-modal alignment here is {cm['headline']}, held out on one half "
-            f"of the images and scored on the other; the paper reports {cm['paper value']}. By the paper's "
+            f"**How large.** The strongest cross-modal alignment here is {cm['headline']}, held out (layers chosen "
+            f"on half the images, scored on the rest); the paper reports {cm['paper value']}. By the paper's "
             f"criterion (above chance, permutation p ≤ 0.05) the claim {_READS[paper_r]}; against this book's "
             f"floors (random-init twins, a bag-of-words text model) it {_READS[ours]}"
-            + (f" (first open test: {why})." if why and ours != "reproduces in kind" else "."))
+            + (f": {why}." if why and ours != "reproduces in kind" else "."))
         later = rows["3.1/later-layers"]
         out.append("**Where.** " + (
             "On Flickr8k, which the verdicts read, no cross-modal pair beats all its floors, so no peak is located "
-            "(it would locate noise); Section 3.1 shows the same pairs on the COCO images."
+            "(it would be noise); Section 3.1 shows the same pairs on the COCO images."
             if later["this build"].startswith("no cross-modal pair") else
             f"For the pairs that beat their floors, the claim that peaks sit in later layers "
             f"{_READS[label('3.1/later-layers')]}: {later['headline']}."))
     same = [rows[c] for c in ("3.1/vision-vision", "3.1/language-language", "3.3/same-modality")
             if label(c) not in ("not run in this build", "not testable offline")]
     if same:
+        said = set()
+
+        def reason(r):  # why a regime's claim does not hold, where a test says so; a reason given once
+            why = _first_open_test(r["note"]) if label(r["id"]) != "reproduces in kind" else ""
+            if not why or why in said:
+                return ", for the same reason" if why else ""
+            said.add(why)
+            return f": {why}"
+
         out.append("**Other regimes.** " + "; ".join(
-            f"{r['claim'].split(',')[0].split(' (')[0]}: {r['headline']} ({both(r['id'])})" for r in same) + ".")
+            f"{re.sub(r' [(][^)]*[)]', '', r['claim']).split(',')[0]} (paper); here {r['headline']}, "
+            f"{both(r['id'])}{reason(r)}"
+            for r in same) + ".")
     if label("3.3/random-init") not in ("not run in this build", "not testable offline"):
         out.append(f"Randomly initialised pairs score {rows['3.3/random-init']['headline']} "
                    f"({both('3.3/random-init')}).")
@@ -78,7 +103,7 @@ def findings_markdown(rows_by_chapter: dict[str, list[dict] | None]) -> str:
     untested = sorted({short.get(claims.CLAIMS[c].offline, claims.CLAIMS[c].offline.removeprefix("needs "))
                        for c in rows if label(c) == "not testable offline" and claims.CLAIMS[c].offline})
     out.append(f"**In all**, of {len(rows)} claims: " + ", ".join(f"{n} {v}" for v, n in tally.items()) + "."
-               + (" The untestable ones need what is not available offline: " + "; ".join(untested) + "."
+               + (" Untestable offline for want of: " + "; ".join(untested) + "."
                   if untested else ""))
     text = "\n\n".join(out) + "\n"
     n_words = len(text.split())
