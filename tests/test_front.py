@@ -66,3 +66,9 @@ def test_every_label_is_defined_once():
     text = front.labels_markdown()
     for label in claims.VERDICTS:
         assert text.count(f"- **{label}**:") == 1
+
+
+def test_checklist_cells_are_whole_sentences():
+    """Every claim and paper value fits its cell whole, or without its parentheses: no cell is cut with "…"."""
+    text = claims.checklist_markdown({})
+    assert text.count("| {doc}`") == len(claims.CLAIMS) and "…" not in text

@@ -22,6 +22,7 @@ This module imports nothing else from :mod:`prh_lib`.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -396,8 +397,9 @@ def checklist_markdown(rows_by_chapter: dict[str, list[dict] | None]) -> str:
     lines = ["This build: " + ", ".join(f"**{n}** {v}" for v, n in counts.items()) + f" (of {len(rows)} claims).",
              "", "| claim | paper | this build | verdict: paper's criterion / with controls |",
              "| --- | --- | --- | --- |"]
-    def cut(text, width=64):  # one short line: the chapter page has the whole text
-        return text if len(text) <= width else text[:width - 1].rstrip() + "…"
+    def cut(text, width=64):  # one short line; too long, its parentheses go to the chapter page (the whole text)
+        text = text if len(text) <= width else re.sub(r" \([^)]*\)", "", text)
+        return text if len(text) <= width + 8 else text[:width].rsplit(" ", 1)[0].rstrip(",;") + " …"
 
     for r in rows:
         paper_v, v = label_of(r["paper reading"]), label_of(r["verdict"])
