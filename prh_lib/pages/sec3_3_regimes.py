@@ -398,7 +398,8 @@ def regime_claims(summary: pd.DataFrame, projection: pd.DataFrame | None = None,
             value=float(best["score"]), interval=(float(best["ci_low"]), float(best["ci_high"])),
             comparable=paper_n and headline in ("coco", "docci"), note="; ".join(t for t in (only_note, note) if t),
             headline={"estimate": best["score"], "low": best["ci_low"], "high": best["ci_high"],
-                      "label": f"{best['pair']}, {best['score'] / chance:.1f}× chance"})
+                      "label": f"{best['pair']}, {best['score'] / chance:.1f}× chance"
+                               + ("" if paper_n else "; read in kind as above 2× chance")})
     if len(same) and len(uni):
         best_uni = uni.loc[uni["score"].idxmax()]
         tests = []
