@@ -350,7 +350,7 @@ def checklist(rows_by_chapter: dict[str, list[dict] | None]) -> list[dict]:
 
 def headline_text(row: dict, width: int = 64) -> str:
     """The short form of a row's value for the front page: its ``headline`` (``"0.099 [0.091, 0.111]"``, with
-    its ``label``) when the chapter gave one, else the first clause of ``this build`` cut at ``width``."""
+    its ``label``) when the chapter gave one, else the first clause of ``this build`` (:func:`short_cell`)."""
     h = row.get("headline") or {}
     if h.get("estimate") is not None:
         from prh_lib.formatting import format_interval
@@ -363,8 +363,14 @@ def headline_text(row: dict, width: int = 64) -> str:
         if depth == 0 and text.startswith("; ", i):
             end = i
             break
-    first = text[:end]
-    return first if len(first) <= width else first[:width - 1].rstrip() + "…"
+    return short_cell(text[:end], width)
+
+
+def short_cell(text: str, width: int = 64) -> str:
+    """``text`` for one line of a table: whole when it fits ``width``, else without its parentheses (the chapter page
+    has them), and only when that is still over ``width + 8`` characters cut at a word with " …"."""
+    text = text if len(text) <= width else re.sub(r" \([^)]*\)", "", text)
+    return text if len(text) <= width + 8 else text[:width].rsplit(" ", 1)[0].rstrip(",;") + " …"
 
 
 def label_of(verdict: str) -> str:
@@ -397,13 +403,9 @@ def checklist_markdown(rows_by_chapter: dict[str, list[dict] | None]) -> str:
     lines = ["This build: " + ", ".join(f"**{n}** {v}" for v, n in counts.items()) + f" (of {len(rows)} claims).",
              "", "| claim | paper | this build | verdict: paper's criterion / with controls |",
              "| --- | --- | --- | --- |"]
-    def cut(text, width=64):  # one short line; too long, its parentheses go to the chapter page (the whole text)
-        text = text if len(text) <= width else re.sub(r" \([^)]*\)", "", text)
-        return text if len(text) <= width + 8 else text[:width].rsplit(" ", 1)[0].rstrip(",;") + " …"
-
     for r in rows:
         paper_v, v = label_of(r["paper reading"]), label_of(r["verdict"])
         word = f"**{v}**" if paper_v == v else f"{paper_v} / **{v}**"
-        lines.append(f"| {{doc}}`{r['id']} {_md_cell(cut(r['claim']))} </{r['page']}>` | "
-                     f"{_md_cell(cut(r['paper value']))} | {_md_cell(r['headline'])} | {word} |")
+        lines.append(f"| {{doc}}`{r['id']} {_md_cell(short_cell(r['claim']))} </{r['page']}>` | "
+                     f"{_md_cell(short_cell(r['paper value']))} | {_md_cell(r['headline'])} | {word} |")
     return "\n".join(lines) + "\n"
