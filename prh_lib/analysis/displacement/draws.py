@@ -298,8 +298,3 @@ def describe_study(agg: pd.DataFrame, draws=()) -> str:
             lines.append(text + ".")
     return "\n".join(lines)
 
-
-def draw_coverage(df: pd.DataFrame) -> pd.DataFrame:
-    """Which (dataset, draw) scored which pair: rows (dataset, draw, seed), columns pairs, cells :data:`BEST` rows."""
-    best = df[df["quantity"] == BEST].assign(pair=lambda f: f["model_x"] + " × " + f["model_y"])
-    return best.pivot_table(index=["dataset", "draw", "seed"], columns="pair", values="score", aggfunc="count")
