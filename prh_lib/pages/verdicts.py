@@ -184,9 +184,9 @@ def power_note(tests) -> str:
     """The note on what ``tests`` could detect, the figure attached to the test it belongs to.
 
     ``"smallest difference from 0 this build detects at 80 % power, on its widest interval (<test name>):
-    0.070"``, for the difference tests against 0 (:meth:`prh_lib.stats.decision.Test.detectable`); "" when none has a finite interval or
-    when every such test is undecided (each undecided test already names its own figure in
-    :func:`prh_lib.pages.claims.combine`'s note, so a second, unattached figure would only compete with it).
+    0.070"``, for the difference tests against 0 (:meth:`prh_lib.stats.decision.Test.detectable`); "" when none
+    has a finite interval or when every such test is undecided (each undecided test already names its own figure
+    in :func:`prh_lib.pages.claims.combine`'s note, so a second, unattached figure would only compete with it).
     """
     cand = [(t.detectable(), t) for t in tests if t.threshold == 0 and t.side == ">"]
     cand = [(d, t) for d, t in cand if np.isfinite(d)]

@@ -1,7 +1,8 @@
 """The computation of the capability chapter (Herbst et al., Section 3.2, App. D): scores, correlations, the study.
 
-The study over datasets x draws (:func:`study_sets`, :func:`study_alignment`, :func:`capability_rows`). Re-exported by :mod:`prh_lib.pages.sec3_2_capability`, which holds the page: summaries
-and correlations over draws, findings and records.
+The study over datasets x draws (:func:`study_sets`, :func:`study_alignment`, :func:`capability_rows`). Re-exported
+by :mod:`prh_lib.pages.sec3_2_capability`, which holds the page: summaries and correlations over draws, findings and
+records.
 
 References
 ----------
