@@ -179,7 +179,8 @@ def test_a_rerun_replaces_its_rows_and_a_run_id_selects_one_run(run, tmp_path):
     df = ds.load_rows(chapter="demo", params={"p": 2}, root=tmp_path)
     assert set(df["run_id"]) == {"run-2"}
     assert ds.load_rows(chapter="demo", params={"p": 2}, run_id="run-1", root=tmp_path).empty
-    coverage = ds.draw_coverage(df)
+    best = df[df["quantity"] == ds.BEST].assign(pair=lambda f: f["model_x"] + " × " + f["model_y"])
+    coverage = best.pivot_table(index=["dataset", "draw", "seed"], columns="pair", values="score", aggfunc="count")
     assert coverage.to_numpy().tolist() == [[4, 4], [4, 4]]  # four metrics per pair at its best layer pair
     # both draws saw the same features: zero spread, and the prose says why rather than showing "± 0.000"
     agg = ds.aggregate_best(df)

@@ -1,7 +1,7 @@
 """The computation of Section 3.3: the comparisons of the four regimes, scored on one draw and over draws.
 
 :func:`regime_comparisons` lists the comparisons (:class:`Comparison`, in the order of :data:`REGIMES`);
-:func:`regime_table`, :func:`projection_table` and :func:`comparison_table` tabulate one draw;
+:func:`regime_table` and :func:`comparison_table` tabulate one draw;
 :func:`run_study` scores every comparison and its control floors (:mod:`prh_lib.analysis.controls`) on every
 draw and writes them to the results table (:func:`regime_rows`). Re-exported by
 :mod:`prh_lib.pages.sec3_3_regimes`, which documents the regimes and holds the page.
@@ -204,21 +204,6 @@ def regime_table(
             "threshold": tau, "p": r.calibration.p_max,
         })
     return pd.DataFrame(rows).set_index("comparison")
-
-
-def projection_table(table: pd.DataFrame) -> pd.DataFrame:
-    """Appendix E: the joint-space (projection x projection) score against the maximum over layer pairs.
-
-    Returns
-    -------
-    pandas.DataFrame
-        The comparisons that have a projection score, with ``projection``, ``max``, ``max layer x``,
-        ``max layer y`` and ``projection / max`` (1 when the joint space is where alignment peaks).
-    """
-    part = table[table["projection"].notna()]
-    out = part[["regime", "projection", "max", "max layer x", "max layer y"]].copy()
-    out["projection / max"] = out["projection"] / out["max"]
-    return out
 
 
 def comparison_table(comparisons: Sequence[Comparison]) -> pd.DataFrame:

@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from prh_lib import data
+from prh_lib import data, paths
 from prh_lib.data import paper
 from prh_lib.models import DTYPES
 from prh_lib.run.profiles import PROFILES, get_profile
@@ -84,7 +84,7 @@ def _capability(args) -> int:
                "limit": args.limit}
     if args.profile == "rehearsal":  # the harness's own task format, tiny local tasks
         tasks = capability.REHEARSAL_TASKS
-        options["include_path"] = str(capability.write_rehearsal_tasks(paths_cache("rehearsal-lm-eval-tasks")))
+        options["include_path"] = str(capability.write_rehearsal_tasks(paths.cache_dir("rehearsal-lm-eval-tasks")))
         options["dtype"] = "float32"
     else:
         tasks = capability.PAPER_TASKS
@@ -95,12 +95,6 @@ def _capability(args) -> int:
     for m, r in failed.items():
         print(f"  {m}: {r}", file=sys.stderr)
     return 1 if failed else 0
-
-
-def paths_cache(kind: str):
-    from prh_lib import paths
-
-    return paths.cache_dir(kind)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -473,7 +473,7 @@ def torch_threads(n: int | None):
         torch.set_num_threads(before)
 
 
-def classifier_rows(model_name: str, *, with_bias: bool = False) -> np.ndarray:
+def classifier_rows(model_name: str) -> np.ndarray:
     """ImageNet-1k classifier weight rows of a timm vision model in the cache (concept vectors).
 
     Row ``k`` of the final linear layer is the direction the model reads class ``k`` from: a concept
@@ -484,12 +484,10 @@ def classifier_rows(model_name: str, *, with_bias: bool = False) -> np.ndarray:
     model_name : str
         A converted model folder under ``cache_dir("models")`` holding ``model.safetensors`` with a
         ``classifier.weight`` (EfficientNet-Lite0 / Lite2: ``"efficientnet-lite0"``, ``"efficientnet-lite2"``).
-    with_bias : bool, default False
-        Append the bias as a last column.
 
     Returns
     -------
-    ndarray of shape (1000, d) (``d + 1`` with the bias), float64.
+    ndarray of shape (1000, d), float64.
 
     Raises
     ------
@@ -507,7 +505,4 @@ def classifier_rows(model_name: str, *, with_bias: bool = False) -> np.ndarray:
         keys = set(f.keys())
         if "classifier.weight" not in keys:
             raise KeyError(f"{model_name!r} has no 'classifier.weight' (keys like {sorted(keys)[:3]})")
-        W = f.get_tensor("classifier.weight").astype(np.float64)
-        if with_bias:
-            W = np.hstack([W, f.get_tensor("classifier.bias").astype(np.float64)[:, None]])
-    return W
+        return f.get_tensor("classifier.weight").astype(np.float64)

@@ -77,9 +77,7 @@ def _accepts(module: torch.nn.Module, name: str) -> bool:
 def _extract_text(model, texts: Sequence[str], *, batch_size: int, padding_side: str, max_length: int | None, progress: bool):
     tok = model.tokenizer
     tok.padding_side = padding_side
-    enc_kwargs = {"truncation": max_length is not None}
-    if max_length is not None:
-        enc_kwargs["max_length"] = max_length
+    enc_kwargs = {"truncation": True, "max_length": max_length} if max_length is not None else {"truncation": False}
     lengths = [len(ids) for ids in tok(list(texts), **enc_kwargs)["input_ids"]]
     if min(lengths, default=1) == 0:
         rows = [i for i, n in enumerate(lengths) if n == 0]
@@ -178,9 +176,7 @@ def _extract_text_shared(model, texts: Sequence[str], *, batch_size: int, max_le
     """
     tok = model.tokenizer
     tok.padding_side = "right"
-    enc_kwargs = {"truncation": max_length is not None}
-    if max_length is not None:
-        enc_kwargs["max_length"] = max_length
+    enc_kwargs = {"truncation": True, "max_length": max_length} if max_length is not None else {"truncation": False}
     ids = tok(list(texts), **enc_kwargs)["input_ids"]
     lengths = np.array([len(t) for t in ids])
     if lengths.min(initial=1) == 0:

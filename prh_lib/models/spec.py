@@ -396,7 +396,7 @@ def folder_revision(folder: Path) -> str:
         return "unknown"
     digest = hashlib.sha256()
     for p in files:
-        digest.update(p.name.encode() + b"\0" + zoo.sha256_file(p).encode() + b"\0")
+        digest.update(p.name.encode() + b"\0" + zoo.sha256_files([p]).encode() + b"\0")
     return "sha256:" + digest.hexdigest()[:16]
 
 

@@ -61,20 +61,6 @@ def summary_report(summaries: dict, sources: Sequence[str]) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("fraction")
 
 
-def to_record(variants: dict, summary_table: pd.DataFrame, table: pd.DataFrame, detail: pd.DataFrame, *, k: int,
-              summary_model: str | None, prompt: str) -> dict:
-    """What the Appendix F page records for the book and the tests (:func:`prh_lib.pages.report.record`)."""
-    return {
-        "k": k, "n_more": len(variants["concat-1"]["pairs"]), "n_less": len(variants["summary-1"]["pairs"]),
-        "summary_model": summary_model, "prompt": prompt,
-        "summaries": summary_table.reset_index().to_dict(orient="records"),
-        "fallbacks": int(summary_table["fallbacks"].sum()) if len(summary_table) else 0,
-        "table": table.to_dict(orient="records"),
-        "detail": [{"vision": v, "language": lang, "control": c, **row}
-                   for (v, lang, c), row in detail.to_dict(orient="index").items()],
-    }
-
-
 def study_summary(df: pd.DataFrame) -> pd.DataFrame:
     """Mean ± std over draws of every (dataset, vision, language, control, level) from the results table.
 

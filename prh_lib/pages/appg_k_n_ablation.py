@@ -56,20 +56,6 @@ def summary_table(results: dict) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index(["pair", "sweep"])
 
 
-def describe(table: pd.DataFrame) -> str:
-    """A Markdown line per row of :func:`summary_table`, in figures."""
-    lines = []
-    for (pair, sweep), r in table.iterrows():
-        var = "k" if sweep == "k" else "N"
-        extra = (f"; calibrated {r['calibrated @ from']:.3f} → {r['calibrated @ to']:.3f}"
-                 if "calibrated @ from" in r and pd.notna(r["calibrated @ from"]) else "")
-        lines.append(f"- **{pair}**, {sweep} ({r['layer pair']}), {var} = {r['from']} → {r['to']}: raw "
-                     f"{r['raw @ from']:.3f} → {r['raw @ to']:.3f} (chance {r['chance @ from']:.3f} → "
-                     f"{r['chance @ to']:.3f}); chance-corrected {r['corrected @ from']:.3f} → "
-                     f"{r['corrected @ to']:.3f}, highest {r['corrected best']:.3f} at {var} = {r['best at']}{extra}.")
-    return "\n".join(lines)
-
-
 def study_frames(chapter: str, params: dict) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """The study read back: its rows (with the extra columns), :func:`aggregate_sweeps` and :func:`study_table`."""
     from prh_lib import results

@@ -21,23 +21,6 @@ from prh_lib.analysis.compression.study import (PAPER_RANK_SHARE, PROBES, Compre
     aggregate_sweeps, compress_layer_pairs, interval_table, pca_sweep, probe_dims, run_study, select_layer_pairs)
 
 
-def describe(table: pd.DataFrame, *, fraction: float = 0.95) -> str:
-    """A Markdown line per row of :func:`summary_table` stating, in figures, how few dimensions suffice."""
-    col = f"min dims ({fraction:.0%})"
-    lines = []
-    for (pair, role, side), row in table.iterrows():
-        who = {"x": pair.split(" × ")[0], "y": pair.split(" × ")[-1], "both": "both models"}[side]
-        m = row.get(col)
-        if m is None or not np.isfinite(m):
-            kept = f"no swept dimension keeps {fraction:.0%} of it"
-        else:
-            kept = (f"{int(m)} of {int(row['max dims'])} principal components of {who} "
-                    f"({row['variance at min dims']:.0%} of its variance) keep {fraction:.0%} of it")
-        lines.append(f"- **{pair}**, {role} layers ({row['layer x']} × {row['layer y']}): uncompressed "
-                     f"{row['uncompressed']:.3f} (chance {row['chance']:.3f}); {kept}.")
-    return "\n".join(lines)
-
-
 def summary_table(sweeps: Sequence[CompressionSweep], *, fraction: float = 0.95,
                   at_variance: Sequence[float] = (0.5, 0.9)) -> pd.DataFrame:
     """One row per (model pair, layer pair, side compressed): reference, smallest sufficient dimension, ...

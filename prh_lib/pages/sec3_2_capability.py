@@ -3,7 +3,7 @@
 The paper's claim: alignment of a language model with a vision model grows with the language model's capability when
 captions are informative. The language models (features and bits per byte) come from :mod:`prh_lib.lm.ladder`, the
 benchmark scores from :mod:`prh_lib.data.benchmarks`; :func:`correlate` gives Pearson's r with its p-value and a
-bootstrap interval over models, and :func:`bpb_table` bits per byte along the interpolation ladder.
+bootstrap interval over models.
 
 The computation lives in :mod:`prh_lib.analysis.capability` (re-exported: the chapter's one namespace); this
 module holds the page: summaries and correlations over draws, their displays, findings, prose and the record.
@@ -26,9 +26,9 @@ import pandas as pd
 from prh_lib.data.benchmarks import BENCHMARKS, missing_counts
 from prh_lib.stats.correlation import correlate, exact_p_floor  # noqa: F401 (read as ``capability.correlate``)
 
-# the computation (the ladder's table, the study over draws), re-exported: this module stays the chapter's one namespace
+# the computation (the study over draws), re-exported: this module stays the chapter's one namespace
 from prh_lib.analysis.capability.study import (BENCHMARK_DIRECTION, OFFLINE_CAPABILITY, DegenerateLayers,  # noqa: F401
-    bpb_table, capability_rows, heldout_texts, paper_setting, study_alignment, study_sets, vision_features)
+    capability_rows, heldout_texts, paper_setting, study_alignment, study_sets, vision_features)
 from prh_lib.analysis.capability.intervals import image_display, verdict_correlations  # noqa: F401
 from prh_lib.pages import claims
 from prh_lib.pages.verdicts import fisher_n_for_r

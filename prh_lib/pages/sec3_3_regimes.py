@@ -34,7 +34,7 @@ from prh_lib.formatting import format_interval
 
 # the comparisons and the study, re-exported: this module stays the chapter's one namespace
 from prh_lib.analysis.regimes import (Comparison, PEAK, REGIMES, REGIME_LABELS, SHUFFLED,  # noqa: F401
-    comparison_table, projection_table, regime_comparisons, regime_rows, regime_table, run_study)
+    comparison_table, regime_comparisons, regime_rows, regime_table, run_study)
 from prh_lib import formatting, results
 
 

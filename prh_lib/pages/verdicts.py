@@ -14,12 +14,12 @@ import numpy as np
 import pandas as pd
 
 from prh_lib.pages import claims
-from prh_lib.stats.selection import detectable_difference, paired_interval
+from prh_lib.stats.selection import paired_interval
 from prh_lib.analysis.heldout import QUANTITY, floor_margins, margin
 from prh_lib.formatting import format_interval, format_number
 
 __all__ = ["caption_trained", "model_caveats", "without_flagged", "sanity_table", "unimodal_first", "comparisons_of", "above_chance", "above_floors", "above_pair", "ratio_above", "depth_tests",
-           "peak_above_final", "detectable", "power_note", "held_text", "fisher_n_for_r"]
+           "peak_above_final", "power_note", "held_text", "fisher_n_for_r"]
 
 
 def caption_trained(pair: str) -> str:
@@ -180,24 +180,13 @@ def peak_above_final(r: pd.Series) -> claims.Test:
                        lo, hi, 0.0)
 
 
-def detectable(tests) -> float:
-    """The smallest difference the widest of ``tests``' intervals detects at 80 % power (NaN if none).
-
-    Only differences against 0 count (margins over floors, chance or another pair); ratios and depths are in
-    other units.
-    """
-    widths = [detectable_difference(t.low, t.high) for t in tests if t.threshold == 0 and t.side == ">"]
-    widths = [w for w in widths if np.isfinite(w)]
-    return max(widths) if widths else float("nan")
-
-
 def power_note(tests) -> str:
     """The note on what ``tests`` could detect, the figure attached to the test it belongs to.
 
     ``"smallest difference from 0 this build detects at 80 % power, on its widest interval (<test name>):
-    0.070"``, for the difference tests against 0 (:func:`detectable`); "" when none has a finite interval or
-    when every such test is undecided (each undecided test already names its own figure in
-    :func:`prh_lib.pages.claims.combine`'s note, so a second, unattached figure would only compete with it).
+    0.070"``, for the difference tests against 0 (:meth:`prh_lib.stats.decision.Test.detectable`); "" when none
+    has a finite interval or when every such test is undecided (each undecided test already names its own figure
+    in :func:`prh_lib.pages.claims.combine`'s note, so a second, unattached figure would only compete with it).
     """
     cand = [(t.detectable(), t) for t in tests if t.threshold == 0 and t.side == ">"]
     cand = [(d, t) for d, t in cand if np.isfinite(d)]

@@ -268,8 +268,8 @@ def n_sweep(x: LayerFeatures, y: LayerFeatures, *, ns: Sequence[int] | None = No
 
     Parameters
     ----------
-    x, y : LayerFeatures
-        Two models' features on the same pairs (checked).
+    x, y, n_permutations, device
+        As in :func:`k_sweep`.
     ns : sequence of int, optional
         Subsample sizes (default :func:`n_grid`).
     k : int
@@ -285,9 +285,6 @@ def n_sweep(x: LayerFeatures, y: LayerFeatures, *, ns: Sequence[int] | None = No
     seed : int
     layer_pair : (int, int), optional
         The fixed layer pair; default the peak of mutual k-NN on all pairs at ``k``.
-    n_permutations : int
-        Permutations for the calibrated score at the fixed pair; 0 (default) skips it.
-    device : str, optional
 
     Returns
     -------
@@ -299,7 +296,7 @@ def n_sweep(x: LayerFeatures, y: LayerFeatures, *, ns: Sequence[int] | None = No
     Raises
     ------
     FeatureMismatchError
-        If ``x`` and ``y`` hold different rows.
+        As in :func:`k_sweep`.
     ValueError
         If a size is out of range, ``n_seeds < 1``, ``k_over_n`` not in (0, 1), or ``k`` too large for the
         smallest subsample.

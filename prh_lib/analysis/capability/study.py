@@ -1,8 +1,8 @@
 """The computation of the capability chapter (Herbst et al., Section 3.2, App. D): scores, correlations, the study.
 
-The ladder's :func:`bpb_table` and the study over datasets x draws (:func:`study_sets`, :func:`study_alignment`,
-:func:`capability_rows`). Re-exported by :mod:`prh_lib.pages.sec3_2_capability`, which holds the page: summaries
-and correlations over draws, findings and records.
+The study over datasets x draws (:func:`study_sets`, :func:`study_alignment`, :func:`capability_rows`). Re-exported
+by :mod:`prh_lib.pages.sec3_2_capability`, which holds the page: summaries and correlations over draws, findings and
+records.
 
 References
 ----------
@@ -21,15 +21,6 @@ import pandas as pd
 from prh_lib import data, extract, lm
 from prh_lib.data.benchmarks import BENCHMARKS
 from prh_lib.analysis.core import clip_features, score_pair
-
-
-def bpb_table(language) -> pd.DataFrame:
-    """Bits per byte of each language model, indexed by ``label``: ``fraction``, ``bpb``, ``bits``, ``bytes``,
-    ``tokens`` (scored) and ``context`` (see :class:`BitsPerByte`)."""
-    df = pd.DataFrame([{"label": r.label, "fraction": r.fraction, "bpb": r.bpb.bpb, "bits": float(r.bpb.bits.sum()),
-                        "bytes": int(r.bpb.n_bytes.sum()), "tokens": r.bpb.n_tokens, "context": r.bpb.context}
-                       for r in language]).set_index("label")
-    return df
 
 
 # -- the study: independently trained language models over datasets x draws, from the results table ------
@@ -176,7 +167,6 @@ class DegenerateLayers:
 
     def __init__(self):
         self.found: dict[str, set] = {}
-        self._pending: list[str] = []
         self._cm = None
 
     def __enter__(self):

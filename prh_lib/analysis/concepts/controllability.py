@@ -116,12 +116,13 @@ def relation_distillation_loss(student: torch.Tensor, teacher: torch.Tensor, *, 
 
 
 class Student(nn.Module):
-    """2-layer MLP ``Linear(d_in, hidden) -> GELU -> Linear(hidden, d_out)`` plus an optional task head."""
+    """2-layer MLP ``Linear(d_in, hidden) -> GELU -> Linear(hidden, d_out)``; ``head`` is the task head
+    :func:`train_student` adds for ``"finetune"`` (``None`` until then)."""
 
-    def __init__(self, d_in: int, d_out: int, *, hidden: int = 256, n_classes: int | None = None):
+    def __init__(self, d_in: int, d_out: int, *, hidden: int = 256):
         super().__init__()
         self.body = nn.Sequential(nn.Linear(d_in, hidden), nn.GELU(), nn.Linear(hidden, d_out))
-        self.head = nn.Linear(d_out, n_classes) if n_classes else None
+        self.head = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.body(x)

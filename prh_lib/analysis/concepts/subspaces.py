@@ -29,10 +29,9 @@ def rbf_kernel(X, *, sigma: float | None = None) -> np.ndarray:
     return np.exp(-D2 / (2 * sigma ** 2))
 
 
-def hsic_rbf(X, Y, *, normalized: bool = True, sigma_x: float | None = None, sigma_y: float | None = None) -> float:
-    """Biased HSIC [2]_ with RBF kernels between paired rows of ``X`` (n, d_x) and ``Y`` (n, d_y).
-
-    ``normalized`` divides by ``sqrt(HSIC(X, X) HSIC(Y, Y))`` (kernel CKA), giving a value in [0, 1].
+def hsic_rbf(X, Y) -> float:
+    """Biased HSIC [2]_ with RBF kernels (median-distance bandwidth) between paired rows of ``X`` (n, d_x) and
+    ``Y`` (n, d_y), divided by ``sqrt(HSIC(X, X) HSIC(Y, Y))`` (kernel CKA), giving a value in [0, 1].
 
     Raises
     ------
@@ -44,10 +43,8 @@ def hsic_rbf(X, Y, *, normalized: bool = True, sigma_x: float | None = None, sig
         raise ValueError(f"need the same >= 3 rows, got {len(X)} and {len(Y)}")
     n = len(X)
     H = np.eye(n) - 1.0 / n
-    K, L = H @ rbf_kernel(X, sigma=sigma_x) @ H, H @ rbf_kernel(Y, sigma=sigma_y) @ H
+    K, L = H @ rbf_kernel(X) @ H, H @ rbf_kernel(Y) @ H
     hxy = float(np.sum(K * L)) / (n - 1) ** 2
-    if not normalized:
-        return hxy
     return hxy / np.sqrt(float(np.sum(K * K)) * float(np.sum(L * L)) / (n - 1) ** 4)
 
 

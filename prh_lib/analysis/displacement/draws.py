@@ -22,11 +22,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
+from prh_lib.formatting import format_mean_std
 from prh_lib.analysis.core import find_peak, layer_depths, preprocessing_label
 from prh_lib.analysis.study import run_draws
 from prh_lib.analysis.displacement.study import MEASURE_NAMES, ViewComparison, compare_views
@@ -245,10 +247,7 @@ def aggregate_best(df: pd.DataFrame, *, datasets: Sequence[str] | None = None) -
     return pd.DataFrame(rows)
 
 
-def _ms(mean: float, std: float, n_draws: int, digits: int = 3) -> str:
-    if n_draws < 2 or not np.isfinite(std):
-        return f"{mean:.{digits}f}"
-    return f"{mean:.{digits}f} ± {std:.{digits}f}"
+_ms = partial(format_mean_std, count=False)
 
 
 def headline_table(agg: pd.DataFrame) -> pd.DataFrame:
@@ -298,8 +297,3 @@ def describe_study(agg: pd.DataFrame, draws=()) -> str:
             lines.append(text + ".")
     return "\n".join(lines)
 
-
-def draw_coverage(df: pd.DataFrame) -> pd.DataFrame:
-    """Which (dataset, draw) scored which pair: rows (dataset, draw, seed), columns pairs, cells :data:`BEST` rows."""
-    best = df[df["quantity"] == BEST].assign(pair=lambda f: f["model_x"] + " × " + f["model_y"])
-    return best.pivot_table(index=["dataset", "draw", "seed"], columns="pair", values="score", aggfunc="count")

@@ -221,11 +221,6 @@ def is_converted(name: str) -> bool:
 _SHA256_MEMO: dict[tuple, str] = {}
 
 
-def sha256_file(path: Path, *, chunk_size: int = 1 << 20) -> str:
-    """Hex sha256 of a file, read in chunks; memoised per (path, size, mtime) within the process."""
-    return sha256_files([path], chunk_size=chunk_size)
-
-
 def sha256_files(files: Sequence[Path], *, chunk_size: int = 1 << 20) -> str:
     """Hex sha256 of the concatenation of ``files`` in order (what assembling them would give), read in chunks; memoised
     per (path, size, mtime) of every file within the process."""
@@ -270,7 +265,7 @@ def weight_file(name: str) -> Iterator[Path]:
     entry = get_entry(name)
     parts = source_parts(name)
     if len(parts) == 1:
-        actual = sha256_file(parts[0])
+        actual = sha256_files(parts)
         if actual != entry.sha256:
             raise _checksum_error(name, actual)
         yield parts[0]
