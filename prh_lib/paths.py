@@ -275,11 +275,6 @@ _DIGESTS: dict[str, tuple[int, int, int, str]] = {}
 _DIGESTS_LOCK = threading.Lock()
 
 
-def _stat_key(path: str) -> tuple[int, int, int]:
-    st = os.stat(path)
-    return st.st_size, st.st_mtime_ns, st.st_ctime_ns
-
-
 def sha256_file(path: str | Path, *, chunk: int = 1 << 20) -> str:
     """SHA-256 (hex) of a file's bytes, read in chunks."""
     h = hashlib.sha256()
@@ -306,7 +301,8 @@ def file_digests(files: Sequence[str | Path]) -> list[str]:
     stats = []
     for name in names:
         try:
-            stats.append(_stat_key(name))
+            st = os.stat(name)
+            stats.append((st.st_size, st.st_mtime_ns, st.st_ctime_ns))
         except FileNotFoundError:
             raise FileNotFoundError(f"cannot hash {name}: no such file") from None
     with _DIGESTS_LOCK:

@@ -38,14 +38,8 @@ def compare_pairs(features: dict[str, LayerFeatures], comparisons, *, k: int = 1
     features : dict of str to LayerFeatures
         Features of every model named in ``comparisons``, all on the same pairs.
     comparisons : sequence of (str, str)
-    k : int
-        Neighbours (the paper: 10).
-    n_permutations, alpha : int, float
-        Permutation null of :func:`prh_lib.stats.permutation_test_layerwise` (selection-aware).
-    n_boot : int
-        Bootstrap replicates for the interval of the peak score.
-    seed : int
-        Seeds the shuffled control, the permutations and the bootstrap.
+    k, n_permutations, alpha, n_boot, seed, device
+        As in :func:`prh_lib.analysis.core.score_pair`.
 
     Returns
     -------

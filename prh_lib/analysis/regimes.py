@@ -142,16 +142,8 @@ def regime_table(
         same pairs in the same row order.
     comparisons : sequence of Comparison
         From :func:`regime_comparisons`.
-    k : int, default 10
-        Neighbours of mutual k-NN (the paper: 10).
-    n_permutations, alpha : int, float
-        Selection-aware permutation null of the maximum over layer pairs
-        (:func:`prh_lib.stats.permutation_test_layerwise`).
-    n_boot : int
-        Bootstrap replicates of the interval at the peak layer pair (:func:`prh_lib.stats.bootstrap_ci`).
-    seed : int
-        Seeds the permutations, the bootstrap and the shuffled-pairs control.
-    device : str or torch.device, optional
+    k, n_permutations, alpha, n_boot, seed, device
+        As in :func:`prh_lib.analysis.core.score_pair` (each comparison is scored by it).
 
     Returns
     -------

@@ -61,17 +61,13 @@ def near_constant(a) -> np.ndarray:
     return bool(out[0]) if a.ndim == 1 else out
 
 
-def _ranks(a: np.ndarray) -> np.ndarray:
-    from scipy.stats import rankdata
-
-    return rankdata(a, axis=-1).astype(np.float64)
-
-
 def _r_rows(xb: np.ndarray, yb: np.ndarray, method: str) -> np.ndarray:
     """r of each row pair of two (B, n) arrays; NaN where either row is :func:`near_constant`."""
     bad = near_constant(xb) | near_constant(yb)
     if method == "spearman":
-        xb, yb = _ranks(xb), _ranks(yb)
+        from scipy.stats import rankdata
+
+        xb, yb = rankdata(xb, axis=-1).astype(np.float64), rankdata(yb, axis=-1).astype(np.float64)
     xc = xb - xb.mean(axis=1, keepdims=True)
     yc = yb - yb.mean(axis=1, keepdims=True)
     den = np.sqrt((xc**2).sum(axis=1) * (yc**2).sum(axis=1))

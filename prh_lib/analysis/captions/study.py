@@ -248,15 +248,6 @@ def detail_alignment(vision: dict, variants: dict, language_models: Sequence[str
 # -- the study: caption variants on every draw of every dataset ------------------------------------------
 
 
-def _concat(caps: Sequence[str], j: int, offset: int) -> str:
-    return " ".join(caps[(offset + i) % len(caps)] for i in range(j))
-
-
-def _draw_offset(draw) -> int:
-    """First caption of a draw's concatenations: r for caption draws (draw r starts at caption r), else 0."""
-    return int(draw.draw) if str(draw.what_varies).startswith("caption choice") else 0
-
-
 def study_variants(datasets, draws, *, max_captions: int = 5, fractions: Sequence[float] = DEFAULT_FRACTIONS,
                    summary_model: str | None = "smollm2-135m", summary_pairs: int | None = None,
                    summary_draws: int = 1, summary_datasets: Sequence[str] | None = None, seed: int = 0,
@@ -327,15 +318,16 @@ def study_variants(datasets, draws, *, max_captions: int = 5, fractions: Sequenc
     for d in draws:
         ds = study.load_spec_dataset(specs[d.dataset])
         n_caps = min(int(max_captions), min(len(c) for c in ds.captions))
-        offset = _draw_offset(d)
+        # first caption of the draw's concatenations: r for caption draws (draw r starts at caption r), else 0
+        offset = int(d.draw) if str(d.what_varies).startswith("caption choice") else 0
         # the images any draw of this dataset uses, in dataset order: each text is extracted once
         keep = [i for i, sid in enumerate(ds.sample_ids) if sid in used[d.dataset] or 2 * len(used[d.dataset])
                 >= len(ds.sample_ids)]  # few images used: only those; else the whole set, shared with others
         caps = [ds.captions[i] for i in keep]
         base = data.sample_pairs(ds, n=None, caption_policy="first").subset(keep)
         row_of = {sid: i for i, sid in enumerate(base.sample_ids)}
-        full = {j: base.with_texts([_concat(c, j, offset) for c in caps], policy=f"concat-{j}@{offset}")
-                for j in range(1, n_caps + 1)}
+        full = {j: base.with_texts([" ".join(c[(offset + i) % len(c)] for i in range(j)) for c in caps],
+                                   policy=f"concat-{j}@{offset}") for j in range(1, n_caps + 1)}
         full_trunc = {f: full[n_caps].with_texts(truncate_texts(full[n_caps].texts, f), policy=f"truncate-{f:g}@{offset}")
                       for f in fractions}
         if (d.dataset, offset) not in made_all:

@@ -468,11 +468,6 @@ def sweep_rows(sweep: CompressionSweep) -> list[dict]:
     return rows
 
 
-def _blas_threads(n):
-    """BLAS threads of scikit-learn's PCA limited to ``n`` while the body runs (None: unchanged)."""
-    return contextlib.nullcontext() if n is None else threadpool_limits(int(n))
-
-
 def run_study(draws, comparisons, *, chapter: str, params: dict, roles=LAYER_ROLES, k: int = 10,
               variance=DEFAULT_VARIANCE, dims=None, space: str = "original", clip_q: float | None = 0.95,
               clip: str | None = "stack", device: str = "cpu", dtype: str = "float32", batch_size: int = 32,
@@ -489,7 +484,8 @@ def run_study(draws, comparisons, *, chapter: str, params: dict, roles=LAYER_ROL
         ``(dataset, draw) -> list of CompressionSweep``.
     """
     def score(d, feats):
-        with _blas_threads(num_threads):
+        # BLAS threads of scikit-learn's PCA limited to num_threads (None: unchanged)
+        with contextlib.nullcontext() if num_threads is None else threadpool_limits(int(num_threads)):
             sweeps = compress_comparisons(feats, comparisons, roles=roles, k=k, variance=variance, dims=dims,
                                           space=space, device=None if device == "cpu" else device)
             rows = [r for sw in sweeps for r in sweep_rows(sw)]

@@ -22,12 +22,6 @@ import pandas as pd
 PROMPT = "a photo of a {lemma}"
 
 
-def _info_dir() -> Path:
-    import timm
-
-    return Path(timm.__file__).parent / "data" / "_info"
-
-
 def imagenet_concepts() -> pd.DataFrame:
     """The 1000 ImageNet-1k classes in timm's class order.
 
@@ -42,7 +36,9 @@ def imagenet_concepts() -> pd.DataFrame:
     FileNotFoundError
         If timm's info files are missing.
     """
-    d = _info_dir()
+    import timm
+
+    d = Path(timm.__file__).parent / "data" / "_info"
     synsets = (d / "imagenet_synsets.txt").read_text().split()
     if len(synsets) != 1000:
         raise ValueError(f"{d / 'imagenet_synsets.txt'} has {len(synsets)} synsets, expected 1000")
