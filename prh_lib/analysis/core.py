@@ -181,12 +181,10 @@ def clip_features(features: LayerFeatures, *, q: float | None = 0.95, clip: str 
         Quantile level (the PRH default 0.95). ``None`` or ``1`` returns ``features`` unchanged.
     clip : {"stack", "layer"} or None, default "stack"
         - ``"stack"`` (the PRH reference, the default): one threshold ``t`` for the model's whole stack of
-          layers, :func:`clip_threshold`: the mean over samples of each sample's ``q``-quantile of ``|x|``
-          over all its layers and features; every entry of every layer is clamped to ``[-t, t]``. On a
+          layers (:func:`clip_threshold`); every entry of every layer is clamped to ``[-t, t]``. On a
           model whose layers all have the same width this equals the reference exactly.
         - ``"layer"``: every layer its own threshold, the same statistic computed on that layer alone
-          (the mean over samples of each sample's ``q``-quantile of ``|x|`` over that layer's true width;
-          :func:`prh_lib.metrics.clip_outliers` with ``scope="prh"``). Not what the reference does: the
+          (:func:`layer_clip_thresholds`). Not what the reference does: the
           scale of a residual stream grows with depth, so one shared threshold clips deep layers hardest
           and barely touches early ones; per layer clips every layer at the same relative level.
         - ``None``: no clipping.
@@ -473,7 +471,6 @@ def score_pair(x: LayerFeatures, y: LayerFeatures, *, k: int = 10, n_permutation
     ci = None
     if n_boot:
         i, j, _ = matrix.peak
-        i, j = int(i), int(j)
 
         def boot():
             note(f"bootstrap of {label} at its peak ({x.layer_labels[i]} × {y.layer_labels[j]}): "
