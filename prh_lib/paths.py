@@ -156,16 +156,12 @@ def _last_touched(folder: Path) -> float:
 
 
 def remove_stale_temporaries(folder: str | Path, *, older_than: float = STALE_TEMP_SECONDS) -> list[Path]:
-    """Remove the temporary folders of :func:`atomic_path` in ``folder`` untouched for ``older_than`` seconds.
+    """Remove the temporary folders of :func:`atomic_path` in ``folder`` untouched for ``older_than`` seconds; return
+    those removed.
 
     A write killed before its rename (SIGKILL, out of memory, a SLURM time limit) leaves its temporary folder behind;
     the next write into the folder calls this. Live writes touch their files, so only folders untouched for
     ``older_than`` seconds (default 30 minutes) are removed.
-
-    Returns
-    -------
-    list of Path
-        The folders removed.
     """
     folder = Path(folder)
     removed = []

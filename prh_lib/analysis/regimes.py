@@ -86,10 +86,6 @@ def regime_comparisons(
     aligned : sequence of str, optional
         Two-tower image-text models (Hub ids or folders); each gives ``"<m>:vision"`` x ``"<m>:text"``.
 
-    Returns
-    -------
-    list of Comparison
-
     Raises
     ------
     ValueError

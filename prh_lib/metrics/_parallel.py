@@ -106,11 +106,6 @@ def map_threads(fn: Callable, items, *, workers: int | None) -> list:
     workers : int or None
         Threads. None, 0, 1 or a single item run the plain loop in this thread, as does a call from a
         worker (no nested pools).
-
-    Returns
-    -------
-    list
-        ``fn(item)`` for each item, in order.
     """
     items = list(items)
     if not workers or int(workers) <= 1 or len(items) <= 1 or in_worker():

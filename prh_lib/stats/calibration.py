@@ -303,10 +303,6 @@ def permutation_test_layerwise(
         Calibrate the maximum over layer pairs against the maximum of each permuted matrix. With
         False, against the selected pair's own null (the naive, anti-conservative choice).
 
-    Returns
-    -------
-    LayerwiseCalibration
-
     Raises
     ------
     ValueError, TypeError

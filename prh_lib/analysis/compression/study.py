@@ -341,7 +341,7 @@ LAYER_ROLES = ("peak", "final")
 
 
 def select_layer_pairs(matrix, roles: Sequence[str] = LAYER_ROLES) -> dict[str, tuple[int, int]]:
-    """Row and column of each named layer pair of an :class:`~prh_lib.analysis.AlignmentMatrix`.
+    """Row and column of each named layer pair of an :class:`~prh_lib.analysis.AlignmentMatrix` (role -> (i, j)).
 
     Parameters
     ----------
@@ -349,10 +349,6 @@ def select_layer_pairs(matrix, roles: Sequence[str] = LAYER_ROLES) -> dict[str, 
     roles : sequence of {"peak", "final"}
         ``"peak"``: the maximum over all layer pairs (:attr:`AlignmentMatrix.peak`); ``"final"``: the last
         layer of each model.
-
-    Returns
-    -------
-    dict of str to (int, int)
 
     Raises
     ------

@@ -175,10 +175,6 @@ def consensus_subspaces(
         ``max_iter`` is reached). Convergence is linear and slow in directions where models are unrelated (the loss is
         flat there), typically 50-200 iterations of ``M`` ``r x r`` SVDs each - cheap next to the whitening.
 
-    Returns
-    -------
-    ConsensusResult
-
     Raises
     ------
     ValueError

@@ -139,10 +139,6 @@ def heldout_best_pair(X, Y, *, n_splits: int = 5, n_boot: int = 20, n_candidates
     seed : int, default=0
         Splits, resampling and the measures' own train/test split and sampled pairs.
 
-    Returns
-    -------
-    HeldoutBestPair
-
     Raises
     ------
     ValueError

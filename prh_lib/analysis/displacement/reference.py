@@ -194,10 +194,6 @@ def reference_procedure(X, Y, *, n_components: int = 100, train_size: int = 10_0
     n_pairs : int >= 1, default 10000
         Sampled pairs when ``pairing="random"``.
 
-    Returns
-    -------
-    ReferenceResult
-
     Raises
     ------
     ValueError
