@@ -53,15 +53,11 @@ LAYERWISE_METRICS: dict[str, Callable[..., np.ndarray]] = {
 KNN_METRICS = ("mutual_knn", "jaccard_knn", "cycle_knn", "cknna")
 
 
-def _lookup(registry: dict, name: str, what: str):
-    if not isinstance(name, str) or name not in registry:
-        raise ValueError(f"unknown {what} {name!r}; valid names: {', '.join(sorted(registry))}")
-    return registry[name]
-
-
 def get_layerwise_metric(name: str) -> Callable:
     """The layer-wise metric ``name`` from :data:`LAYERWISE_METRICS`; ValueError otherwise."""
-    return _lookup(LAYERWISE_METRICS, name, "layer-wise metric")
+    if not isinstance(name, str) or name not in LAYERWISE_METRICS:
+        raise ValueError(f"unknown layer-wise metric {name!r}; valid names: {', '.join(sorted(LAYERWISE_METRICS))}")
+    return LAYERWISE_METRICS[name]
 
 
 __all__ = ["METRICS", "LAYERWISE_METRICS", "KNN_METRICS", "get_layerwise_metric", "l2_normalize",
