@@ -320,13 +320,14 @@ def relative_intervals(X, Y, *, compress: str = "x", dims: dict | None = None, k
     side = _Side(A, "X" if compress == "x" else "Y")
     dims = probe_dims(A) if dims is None else dims
     m = [int(v) for v in _check_dims(list(dims.values()), side.top, side.name)]
-    ref_a = A - A.mean(0) if space == "pca" else A
-    ref = bootstrap_ci(ref_a, B, k=k, n_boot=n_boot, seed=seed, method="subsample", fraction=0.5,
-                       warn_outside=False)  # only the replicates' spread is read (centred interval)
+
+    def halves(Z):  # only the replicates' spread is read (centred interval)
+        return bootstrap_ci(Z, B, k=k, n_boot=n_boot, seed=seed, method="subsample", fraction=0.5, warn_outside=False)
+
+    ref = halves(A - A.mean(0) if space == "pca" else A)
     out = []
     for (name, _), mm, Z in zip(dims.items(), m, side.projected(m, space)):
-        c = bootstrap_ci(Z, B, k=k, n_boot=n_boot, seed=seed, method="subsample", fraction=0.5,
-                         warn_outside=False)  # only the replicates' spread is read (centred interval)
+        c = halves(Z)
         lo, hi = paired_interval(c.replicates, ref.replicates, ci=ci, ratio=True, estimates=(c.estimate, ref.estimate))
         out.append({"probe": name, "n_components": mm, "relative": c.estimate / ref.estimate, "low": lo, "high": hi,
                     "n_boot": int(n_boot)})
