@@ -45,10 +45,11 @@ SCORE_FORMAT = 2
 T = TypeVar("T")
 
 
-def _module_digest(modules) -> str:
+def _source_digest(named_files) -> str:
+    """SHA-256 (hex) of ``(name, path)`` pairs: each name, then the file's bytes."""
     h = hashlib.sha256()
-    for module in modules:
-        h.update(module.__name__.encode() + b"\x00" + Path(module.__file__).read_bytes() + b"\x00")
+    for name, path in named_files:
+        h.update(name.encode() + b"\x00" + Path(path).read_bytes() + b"\x00")
     return h.hexdigest()
 
 
@@ -78,10 +79,7 @@ def score_code_digest(root: Path | None = None) -> str:
     """SHA-256 (hex) of the source of the code that computes scores (:func:`score_code_files` under ``root``,
     default this package)."""
     root = Path(__file__).resolve().parent.parent if root is None else Path(root)
-    h = hashlib.sha256()
-    for f in score_code_files(root):
-        h.update(f.relative_to(root).as_posix().encode() + b"\x00" + f.read_bytes() + b"\x00")
-    return h.hexdigest()
+    return _source_digest((f.relative_to(root).as_posix(), f) for f in score_code_files(root))
 
 
 def features_key(features) -> dict:
@@ -189,7 +187,7 @@ def memoize(kind: str, *, code: tuple = ()):
     10 is the default. The function must be pure: its value may depend only on its arguments and the code."""
     def wrap(fn):
         signature = inspect.signature(fn)
-        extra = {"code": _module_digest(code)} if code else {}
+        extra = {"code": _source_digest((m.__name__, m.__file__) for m in code)} if code else {}
 
         @functools.wraps(fn)
         def memoized(*args, **kwargs):
