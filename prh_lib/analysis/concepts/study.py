@@ -24,10 +24,9 @@ _MEASURES = ("pointwise", "cross_model", "cross_object")
 def _both(A, B, *, n_components: int, seed: int) -> list[dict]:
     ours = D.displacement_similarity(A, B, n_components=n_components, seed=seed)
     ref = reference_procedure(A, B, n_components=n_components, train_size=len(A) // 2, seed=seed)
-    rows = [{"procedure": OURS, **{k: getattr(ours, k) for k in _MEASURES},
+    return [{"procedure": OURS, **{k: getattr(ours, k) for k in _MEASURES},
              **{k + "_shuffled": getattr(ours, k + "_shuffled", np.nan) for k in _MEASURES}},
             {"procedure": REFERENCE, **ref.measures()}]
-    return rows
 
 
 def concept_measures(pairs: dict, *, n_components: int = 32, seeds=(0, 1, 2)) -> pd.DataFrame:
