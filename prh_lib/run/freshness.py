@@ -79,12 +79,6 @@ def _library_digest(root: Path | None = None) -> str:
     return h.hexdigest()[:16]
 
 
-def _packages_digest() -> str:
-    from importlib import metadata
-
-    return _digest(sorted({(d.metadata["Name"] or "").lower(): d.version for d in metadata.distributions()}.items()))
-
-
 def _data_digest() -> str | None:
     try:
         root = paths.data_root()
@@ -130,6 +124,8 @@ def input_digests(name: str, params: Mapping[str, object]) -> dict[str, str] | N
     FileNotFoundError
         If ``notebooks/<name>.py`` does not exist.
     """
+    from importlib import metadata
+
     src = paths.notebooks_dir() / f"{name}.py"
     data = _data_digest()
     if data is None:
@@ -138,7 +134,8 @@ def input_digests(name: str, params: Mapping[str, object]) -> dict[str, str] | N
         "notebook": hashlib.sha256(src.read_bytes()).hexdigest()[:16],
         "parameters": _digest([json.dumps(dict(params), sort_keys=True, default=repr)]),
         "library": _library_digest(),
-        "packages": _packages_digest(),
+        "packages": _digest(sorted({(d.metadata["Name"] or "").lower(): d.version
+                                    for d in metadata.distributions()}.items())),
         "data": data,
         "environment": _digest([os.environ.get("PRH_DATA_ROOT", ""), _system_files()]),
     }
