@@ -193,15 +193,6 @@ def _load_cached(path: Path) -> Summaries:
                      doc["revision"], doc["prompt"], doc["system"], path, doc["meta"])
 
 
-def _versions() -> dict:
-    import torch
-    import transformers
-
-    from prh_lib import __version__
-
-    return {"prh_lib": __version__, "torch": torch.__version__, "transformers": transformers.__version__}
-
-
 def summarize_texts(texts: Sequence[str], *, fractions: Sequence[float] = DEFAULT_FRACTIONS,
                     model: str = "smollm2-135m", prompt: str = DEFAULT_PROMPT, system: str = DEFAULT_SYSTEM,
                     device: str = "cpu", dtype: str = "float32", batch_size: int = 16, tokens_per_word: float = 1.5,
@@ -277,6 +268,12 @@ def summarize_texts(texts: Sequence[str], *, fractions: Sequence[float] = DEFAUL
         return out
     import time
 
+    import torch
+    import transformers
+
+    from prh_lib import __version__
+
+    versions = {"prh_lib": __version__, "torch": torch.__version__, "transformers": transformers.__version__}
     if callable(generator):
         generator = generator()
     if generator is None:
@@ -296,7 +293,7 @@ def summarize_texts(texts: Sequence[str], *, fractions: Sequence[float] = DEFAUL
         final, fallback = finalize_summaries(texts, gen, f)
         meta = {"decoding": decoding, "target_words": targets[f], "max_new_tokens": budgets[f],
                 "device": str(device), "dtype": dtype, "seconds_all_fractions": seconds, "generated_with": todo,
-                "versions": _versions(), "source_texts_sha256": _texts_hash(texts), "format": SUMMARY_FORMAT_VERSION}
+                "versions": versions, "source_texts_sha256": _texts_hash(texts), "format": SUMMARY_FORMAT_VERSION}
         out[f] = Summaries(tuple(final), tuple(gen), tuple(fallback), f, model, revision, prompt, system,
                            where[f] if cache else None, meta)
         if cache:
