@@ -42,11 +42,7 @@ MAX_DATA_FILES = 50_000
 
 
 def _digest(items) -> str:
-    h = hashlib.sha256()
-    for item in items:
-        h.update(repr(item).encode())
-        h.update(b"\0")
-    return h.hexdigest()[:16]
+    return paths.digest_texts(repr(item) for item in items)
 
 
 def _tree(folder: Path, *, suffixes=None, budget: list[int] | None = None):
