@@ -48,12 +48,6 @@ def capability_file(model: str, tasks: Sequence[CapabilityTask]) -> Path:
     return paths.cache_file("capability", model, key, prefix="lm-eval", suffix=".json")
 
 
-def _pretrained(model: str) -> str:
-    from prh_lib.models.spec import location, parse_model_name
-
-    return location(parse_model_name(model))
-
-
 def run_capability(model: str, tasks: Sequence[CapabilityTask] = PAPER_TASKS, *, device: str = "cpu",
                    dtype: str = "bfloat16", batch_size: int | str = "auto", include_path: str | None = None,
                    limit: int | None = None) -> Path:
@@ -67,6 +61,8 @@ def run_capability(model: str, tasks: Sequence[CapabilityTask] = PAPER_TASKS, *,
     import lm_eval
     from lm_eval.tasks import TaskManager
 
+    from prh_lib.models.spec import location, parse_model_name
+
     out = capability_file(model, tasks)
     if out.is_file():
         return out
@@ -75,7 +71,7 @@ def run_capability(model: str, tasks: Sequence[CapabilityTask] = PAPER_TASKS, *,
     for t in tasks:
         t0 = time.perf_counter()
         res = lm_eval.simple_evaluate(
-            model="hf", model_args={"pretrained": _pretrained(model), "dtype": dtype}, tasks=[t.task],
+            model="hf", model_args={"pretrained": location(parse_model_name(model)), "dtype": dtype}, tasks=[t.task],
             num_fewshot=t.num_fewshot, batch_size=batch_size, device=device, limit=limit, task_manager=manager,
             log_samples=False, bootstrap_iters=0)
         scores = res["results"][t.task]

@@ -185,15 +185,6 @@ def group_by_model(jobs: Iterable[Job]) -> list[list[Job]]:
     return list(groups.values())
 
 
-def _local_lanes(local_gpus: Sequence[Sequence[int]] | None) -> list[tuple[int, ...]]:
-    if local_gpus is not None:
-        return [tuple(int(g) for g in lane) for lane in local_gpus] or [()]
-    import torch
-
-    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return [tuple(range(n))]
-
-
 def _collect(jobs_and_groups, summary: RunSummary) -> None:
     for sjob, groups in jobs_and_groups:
         try:
@@ -276,7 +267,12 @@ def run_jobs(
         ex = submitit.DebugExecutor(folder=folder)
         submitted = [(ex.submit(task, [g], extractor), [g]) for g in groups]
     elif executor == "local":
-        lanes = _local_lanes(local_gpus)
+        if local_gpus is not None:
+            lanes = [tuple(int(g) for g in lane) for lane in local_gpus] or [()]
+        else:
+            import torch
+
+            lanes = [tuple(range(torch.cuda.device_count() if torch.cuda.is_available() else 0))]
         plan: list[list[list[Job]]] = [[] for _ in lanes]
         load = [0.0] * len(lanes)
         for g in groups:  # largest model first onto the least loaded lane with enough GPUs

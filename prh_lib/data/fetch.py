@@ -369,18 +369,13 @@ def fetch(
                 getattr(report, outcome).append(name)
                 if outcome == "fetched" or i == len(entries):
                     log(f"[prh-data] {i}/{len(entries)} {name}: {outcome}")
-    if only is None and not report.problems:
-        _write_captions(dest / "captions.json", manifest)
+    out = dest / "captions.json"
+    # written atomically, unless the file there already holds the manifest's captions
+    if only is None and not report.problems and not (out.is_file() and _check_captions(out, manifest) is None):
+        with paths.atomic_path(out) as tmp:
+            tmp.write_text(json.dumps(coco_captions(manifest), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     report.raise_for_problems(f"fetching {manifest['name']} into {dest}")
     return report
-
-
-def _write_captions(path: Path, manifest: dict) -> None:
-    """Write ``captions.json`` atomically, unless the file there already holds the manifest's captions."""
-    if path.is_file() and _check_captions(path, manifest) is None:
-        return
-    with paths.atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(coco_captions(manifest), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 # --------------------------------------------------------------------------------------------- CLI

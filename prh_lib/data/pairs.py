@@ -15,6 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
+from prh_lib import paths
 from prh_lib.data.errors import DataError
 from prh_lib.data.images import open_rgb, to_rgb
 
@@ -141,10 +142,8 @@ class Pairs:
 
     def text_fingerprint(self) -> str:
         """SHA-256 (hex, 16 chars) of the sample ids and texts in row order: the text side's cache key."""
-        h = hashlib.sha256()
-        for sid, text in zip(self.sample_ids, self.texts):
-            h.update(sid.encode() + b"\x00" + text.encode() + b"\x01")
-        return h.hexdigest()[:16]
+        return paths.digest_texts((f"{sid}\x00{text}" for sid, text in zip(self.sample_ids, self.texts)),
+                                  separator=b"\x01")
 
     def image_fingerprint(self) -> str:
         """SHA-256 (hex, 16 chars) of the sample ids and image contents in row order: the image side's cache key.
@@ -159,8 +158,6 @@ class Pairs:
         DataError
             If an image file does not exist (the message names it and its sample).
         """
-        from prh_lib import paths
-
         files = [i for i, item in enumerate(self.images) if isinstance(item, (str, Path))]
         try:
             digests = dict(zip(files, paths.file_digests([self.images[i] for i in files])))

@@ -149,7 +149,11 @@ def open_table(location: str | Path, *, label: str, revision: str | None = None,
             raise
         except Exception as err:  # datasets raises many types for unreadable data
             raise DataError(f"{label}: cannot read {path} as a dataset ({type(err).__name__}: {err})") from err
-        return _pick_split(table, split, label=label, where=str(path))
+        if isinstance(table, datasets.DatasetDict):
+            if split not in table:
+                raise DataError(f"{label}: {path} has no split {split!r}; splits: {sorted(table)}")
+            return table[split]
+        return table
     if _looks_like_path(str(location)):
         raise DataError(f"{label}: no such file or folder {path}")
     try:
@@ -162,16 +166,6 @@ def open_table(location: str | Path, *, label: str, revision: str | None = None,
             f"{' because the Hub is offline (HF_HUB_OFFLINE=1) and no cached copy exists' if offline else ''}: "
             f"{type(err).__name__}: {err}\n{_offline_help(label, str(location), revision, split)}"
         ) from err
-    return table
-
-
-def _pick_split(table, split: str, *, label: str, where: str):
-    import datasets
-
-    if isinstance(table, datasets.DatasetDict):
-        if split not in table:
-            raise DataError(f"{label}: {where} has no split {split!r}; splits: {sorted(table)}")
-        return table[split]
     return table
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 from typing import Sequence
 
 from prh_lib import models
@@ -43,14 +44,6 @@ def render_prompt(tok, system: str, user: str) -> str:
 def max_new_tokens_for(n_words: int, *, tokens_per_word: float = 1.5, slack: int = 4) -> int:
     """Generation budget for a target of ``n_words`` words: ``ceil(tokens_per_word * n_words) + slack``."""
     return int(math.ceil(tokens_per_word * n_words)) + int(slack)
-
-
-def _common_prefix(seqs: list[list[int]]) -> int:
-    n = min(len(q) for q in seqs)
-    for i in range(n):
-        if any(q[i] != seqs[0][i] for q in seqs[1:]):
-            return i
-    return n
 
 
 def _left_pad(seqs: list[list[int]], pad_id: int, device):
@@ -122,7 +115,8 @@ def greedy_generate(module, tok, prompts: Sequence[Sequence[str]], budgets: Sequ
     for s in range(0, len(prompts), batch_size):
         rows = prompts[s : s + batch_size]
         ids = [[tok(p, add_special_tokens=add_special_tokens)["input_ids"] for p in row] for row in rows]
-        cut = [min(_common_prefix(seqs), min(len(q) for q in seqs) - 1) for seqs in ids]
+        # os.path.commonprefix compares lists element by element: the token prefix every prompt of the row shares
+        cut = [min(len(os.path.commonprefix(seqs)), min(len(q) for q in seqs) - 1) for seqs in ids]
         pre_ids, pre_mask = _left_pad([seqs[0][:c] for seqs, c in zip(ids, cut)], pad_id, device)
         suf_ids, suf_mask = _left_pad([q[c:] for seqs, c in zip(ids, cut) for q in seqs], pad_id, device)
         cache = DynamicCache()

@@ -142,17 +142,13 @@ class Summaries:
         return out
 
 
-def _texts_hash(texts: Sequence[str]) -> str:
-    return paths.digest_texts(texts, separator=b"\x00")
-
-
 def summaries_path(model: str, revision: str, *, prompt: str, system: str, fraction: float,
                    texts: Sequence[str], decoding: dict) -> Path:
     """Cache file of one set of summaries; the name hashes every option that changes the output.
 
     Key: model name and revision, prompt, system turn, fraction, decoding options, the source texts in row order, and
     :data:`SUMMARY_FORMAT_VERSION`; under ``paths.cache_dir("summaries")``. Frozen by ``tests/test_cache_keys.py``."""
-    key = [model, revision, prompt, system, float(fraction), decoding, _texts_hash(texts), SUMMARY_FORMAT_VERSION]
+    key = [model, revision, prompt, system, float(fraction), decoding, paths.digest_texts(texts), SUMMARY_FORMAT_VERSION]
     return paths.cache_file("summaries", model, key, prefix=f"n{len(texts)}-f{fraction:g}", suffix=".json")
 
 
@@ -191,15 +187,6 @@ def _load_cached(path: Path) -> Summaries:
     doc = json.loads(path.read_text())
     return Summaries(tuple(doc["texts"]), tuple(doc["raw"]), tuple(doc["fallback"]), doc["fraction"], doc["model"],
                      doc["revision"], doc["prompt"], doc["system"], path, doc["meta"])
-
-
-def _versions() -> dict:
-    import torch
-    import transformers
-
-    from prh_lib import __version__
-
-    return {"prh_lib": __version__, "torch": torch.__version__, "transformers": transformers.__version__}
 
 
 def summarize_texts(texts: Sequence[str], *, fractions: Sequence[float] = DEFAULT_FRACTIONS,
@@ -277,6 +264,12 @@ def summarize_texts(texts: Sequence[str], *, fractions: Sequence[float] = DEFAUL
         return out
     import time
 
+    import torch
+    import transformers
+
+    from prh_lib import __version__
+
+    versions = {"prh_lib": __version__, "torch": torch.__version__, "transformers": transformers.__version__}
     if callable(generator):
         generator = generator()
     if generator is None:
@@ -296,7 +289,7 @@ def summarize_texts(texts: Sequence[str], *, fractions: Sequence[float] = DEFAUL
         final, fallback = finalize_summaries(texts, gen, f)
         meta = {"decoding": decoding, "target_words": targets[f], "max_new_tokens": budgets[f],
                 "device": str(device), "dtype": dtype, "seconds_all_fractions": seconds, "generated_with": todo,
-                "versions": _versions(), "source_texts_sha256": _texts_hash(texts), "format": SUMMARY_FORMAT_VERSION}
+                "versions": versions, "source_texts_sha256": paths.digest_texts(texts), "format": SUMMARY_FORMAT_VERSION}
         out[f] = Summaries(tuple(final), tuple(gen), tuple(fallback), f, model, revision, prompt, system,
                            where[f] if cache else None, meta)
         if cache:

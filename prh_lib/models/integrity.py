@@ -18,11 +18,12 @@ inspection, never read again) so that it can be rebuilt."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import struct
 import time
 from pathlib import Path
+
+from prh_lib import paths
 
 
 class DamagedFolderWarning(UserWarning):
@@ -33,15 +34,11 @@ _MEMO: dict[tuple, str] = {}
 
 
 def _sha256(path: Path) -> str:
-    """Hex sha256 of a file, memoised per (path, size, mtime) within the process."""
+    """:func:`prh_lib.paths.sha256_file`, memoised per (path, size, mtime) within the process."""
     st = path.stat()
     key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
     if key not in _MEMO:
-        digest = hashlib.sha256()
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
-        _MEMO[key] = digest.hexdigest()
+        _MEMO[key] = paths.sha256_file(path)
     return _MEMO[key]
 
 

@@ -21,12 +21,12 @@ No model is downloaded when ``HF_HUB_OFFLINE=1``: a Hub id not in the local Hugg
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from prh_lib import paths
 from prh_lib.models import standins, zoo
 from prh_lib.models.zoo import ModelNotAvailableError
 
@@ -394,10 +394,7 @@ def folder_revision(folder: Path) -> str:
     files = sorted(p for p in Path(folder).iterdir() if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES))
     if not files:
         return "unknown"
-    digest = hashlib.sha256()
-    for p in files:
-        digest.update(p.name.encode() + b"\0" + zoo.sha256_files([p]).encode() + b"\0")
-    return "sha256:" + digest.hexdigest()[:16]
+    return "sha256:" + paths.digest_texts(f"{p.name}\0{zoo.sha256_files([p])}" for p in files)
 
 
 def timm_revision(name: str) -> str:

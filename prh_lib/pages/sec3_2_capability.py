@@ -191,11 +191,6 @@ def correlation_display(corr: pd.DataFrame) -> pd.DataFrame:
 # verdicts and prose
 
 
-def _paper_vision(corr: pd.DataFrame) -> str | None:
-    names = list(dict.fromkeys(corr["vision"]))
-    return next((v for v in names if "dinov3" in v.lower()), names[0] if names else None)
-
-
 #: Each 3.2 claim's test, in one sentence (shown on the page and the front page)
 RULES = {
     "3.2/mmlu-docci": "Pearson r of the peak with MMLU (5-shot) across the generative LMs on DOCCI is positive with "
@@ -265,7 +260,8 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
                  (f" (missing: {', '.join(missing_models)})" if missing_models else ""))
     bench = corr[corr["capability"].isin(BENCHMARKS)]
     if not bench.empty:  # the paper profile
-        vision = _paper_vision(bench)
+        names = list(dict.fromkeys(bench["vision"]))
+        vision = next((v for v in names if "dinov3" in v.lower()), names[0] if names else None)
         docci = "docci" if "docci" in set(bench["dataset"]) else main_dataset
 
         def one(dataset, cap, alignment="peak"):

@@ -42,11 +42,7 @@ MAX_DATA_FILES = 50_000
 
 
 def _digest(items) -> str:
-    h = hashlib.sha256()
-    for item in items:
-        h.update(repr(item).encode())
-        h.update(b"\0")
-    return h.hexdigest()[:16]
+    return paths.digest_texts(repr(item) for item in items)
 
 
 def _tree(folder: Path, *, suffixes=None, budget: list[int] | None = None):
@@ -77,12 +73,6 @@ def _library_digest(root: Path | None = None) -> str:
     for rel, _, _ in _tree(root):
         h.update(rel.encode() + b"\0" + (root / rel).read_bytes() + b"\0")
     return h.hexdigest()[:16]
-
-
-def _packages_digest() -> str:
-    from importlib import metadata
-
-    return _digest(sorted({(d.metadata["Name"] or "").lower(): d.version for d in metadata.distributions()}.items()))
 
 
 def _data_digest() -> str | None:
@@ -130,6 +120,8 @@ def input_digests(name: str, params: Mapping[str, object]) -> dict[str, str] | N
     FileNotFoundError
         If ``notebooks/<name>.py`` does not exist.
     """
+    from importlib import metadata
+
     src = paths.notebooks_dir() / f"{name}.py"
     data = _data_digest()
     if data is None:
@@ -138,7 +130,8 @@ def input_digests(name: str, params: Mapping[str, object]) -> dict[str, str] | N
         "notebook": hashlib.sha256(src.read_bytes()).hexdigest()[:16],
         "parameters": _digest([json.dumps(dict(params), sort_keys=True, default=repr)]),
         "library": _library_digest(),
-        "packages": _packages_digest(),
+        "packages": _digest(sorted({(d.metadata["Name"] or "").lower(): d.version
+                                    for d in metadata.distributions()}.items())),
         "data": data,
         "environment": _digest([os.environ.get("PRH_DATA_ROOT", ""), _system_files()]),
     }

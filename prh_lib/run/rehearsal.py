@@ -144,14 +144,6 @@ def prepare(params: dict | None = None) -> None:
 # dataset copies in the paper sources' real formats
 
 
-def _coco_mini() -> tuple[list[dict], dict[int, list[str]], Path]:
-    from prh_lib.data.coco import read_coco_captions
-
-    root = paths.data_root()
-    records, captions = read_coco_captions(root / "captions.json")
-    return records, captions, root / "images"
-
-
 def _images(records, image_dir: Path, start: int, n: int):
     from PIL import Image
 
@@ -167,12 +159,15 @@ def build_data(root: Path | None = None) -> dict[str, str]:
 
     Each copy holds :data:`FIXTURE_IMAGES` coco-mini images (distinct images per dataset), resized to
     64 x 64, with their real COCO captions in the source's own columns."""
+    from prh_lib.data.coco import read_coco_captions
+
     root = Path(root) if root is not None else data_dir()
     locations = dataset_locations(root)
     if all(Path(p).exists() for p in locations.values()):
         return locations
     root.mkdir(parents=True, exist_ok=True)
-    records, captions, image_dir = _coco_mini()
+    records, captions = read_coco_captions(paths.data_root() / "captions.json")
+    image_dir = paths.data_root() / "images"
     n = FIXTURE_IMAGES
     builders = {"wit-1024": _wit_repo, "coco": _coco_official, "docci": _docci_official,
                 "cc3m-dreamlip": _cc3m_dreamlip}

@@ -166,7 +166,8 @@ def _execute_notebook(name: str, params: dict[str, object], declared, output_dir
         # (paths.remove_stale_temporaries)
         executed = Path(tmp) / "executed" / f"{name}.ipynb"
         executed.parent.mkdir()
-        with _inline_matplotlib(), live:
+        # the kernel inherits MPLBACKEND; a non-inline one set for headless scripts (e.g. Agg) records no images
+        with _env("MPLBACKEND", "module://matplotlib_inline.backend_inline"), live:
             papermill.execute_notebook(
                 str(src), str(executed), parameters=used, kernel_name="python3",
                 cwd=str(paths.repo_root()), progress_bar=False, log_output=False,
@@ -241,12 +242,6 @@ def _progress_channel(path: Path, prefix: str = ""):
     """Point the kernel (it inherits the environment) at the progress file ``path`` and follow it."""
     with _env(progress.ENV, str(path)), progress.follow(path, prefix=prefix):
         yield
-
-
-def _inline_matplotlib():
-    """Let the kernel draw figures into the notebook even when ``MPLBACKEND`` (e.g. ``Agg``) is set for
-    headless scripts: the kernel inherits the environment, and a non-inline backend records no images."""
-    return _env("MPLBACKEND", "module://matplotlib_inline.backend_inline")
 
 
 # --------------------------------------------------------------------------------------------- sweeps
