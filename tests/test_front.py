@@ -72,3 +72,15 @@ def test_checklist_cells_are_whole_sentences():
     """Every claim and paper value fits its cell whole, or without its parentheses: no cell is cut with "…"."""
     text = claims.checklist_markdown({})
     assert text.count("| {doc}`") == len(claims.CLAIMS) and "…" not in text
+
+
+def test_regime_reasons_give_way_to_the_word_budget():
+    """Long reasons (a test run's pair names) are dropped before the paragraph goes over budget; the verdicts stay."""
+    rows = _rows()
+    long_name = " ".join(["word"] * 100)
+    rows["sec3_3_regimes"][0] = claims.finding(
+        "3.3/same-modality", this_build="x", tests=[
+            claims.Test(f"{long_name} − v@random-init:0 × w (random-vision floor)", -0.03, -0.05, -0.01, control=True)],
+        headline={"estimate": 0.269, "label": "lowest same-modality pair"})
+    text = front.findings_markdown(rows)
+    assert len(text.split()) <= front.MAX_FINDINGS_WORDS and "differs" in text and long_name not in text

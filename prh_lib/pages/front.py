@@ -45,10 +45,11 @@ def _first_open_test(note: str) -> str:
     return f"{f.group(1)} {side} its {_FLOORS[f.group(2)]} floor (margin {got})"
 
 
-def findings_markdown(rows_by_chapter: dict[str, list[dict] | None]) -> str:
+def findings_markdown(rows_by_chapter: dict[str, list[dict] | None], *, reasons: bool = True) -> str:
     """The findings paragraph (at most :data:`MAX_FINDINGS_WORDS` words), generated from the claim rows: how large
     cross-modal alignment is against chance and floors, where it emerges, the other regimes, and what could not
-    be tested here and why. A claim whose chapter did not run is said to be missing, not guessed."""
+    be tested here and why. A claim whose chapter did not run is said to be missing, not guessed. Why a regime fails
+    (``reasons``) is left to the checklist when saying it would pass the budget."""
     rows = {r["id"]: r for r in claims.checklist(rows_by_chapter)}
 
     def label(cid, key="verdict"):
@@ -84,7 +85,7 @@ def findings_markdown(rows_by_chapter: dict[str, list[dict] | None]) -> str:
         said = set()
 
         def reason(r):  # why a regime's claim does not hold, where a test says so; a reason given once
-            why = _first_open_test(r["note"]) if label(r["id"]) != "reproduces in kind" else ""
+            why = _first_open_test(r["note"]) if reasons and label(r["id"]) != "reproduces in kind" else ""
             if not why or why in said:
                 return ", for the same reason" if why else ""
             said.add(why)
@@ -107,6 +108,8 @@ def findings_markdown(rows_by_chapter: dict[str, list[dict] | None]) -> str:
                   if untested else ""))
     text = "\n\n".join(out) + "\n"
     n_words = len(text.split())
+    if n_words > MAX_FINDINGS_WORDS and reasons:
+        return findings_markdown(rows_by_chapter, reasons=False)
     if n_words > MAX_FINDINGS_WORDS:
         raise ValueError(f"the findings paragraph has {n_words} words, more than {MAX_FINDINGS_WORDS}: shorten the "
                          "headlines the chapters record")
