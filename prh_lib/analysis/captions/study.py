@@ -21,7 +21,7 @@ import pandas as pd
 
 from prh_lib import data, extract, lm
 from prh_lib.results import score_cache
-from prh_lib.lm import DEFAULT_FRACTIONS, Summaries, token_counts, truncate_texts, word_count
+from prh_lib.lm.summaries import DEFAULT_FRACTIONS, Summaries, token_counts, truncate_texts, word_count
 from prh_lib.analysis.ablation.study import chance_corrected, subsample_rows
 from prh_lib.analysis.core import clip_features, layerwise_alignment
 
