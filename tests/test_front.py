@@ -84,3 +84,15 @@ def test_regime_reasons_give_way_to_the_word_budget():
         headline={"estimate": 0.269, "label": "lowest same-modality pair"})
     text = front.findings_markdown(rows)
     assert len(text.split()) <= front.MAX_FINDINGS_WORDS and "differs" in text and long_name not in text
+
+
+def test_robustness_lines_name_each_changed_finding_and_its_alternatives():
+    changed = [{"finding": "regime order", "baseline": "holds",
+                "alternatives": [["centred after clipping", "fails"], ["CKNNA", "undecided"], ["a", "fails"],
+                                 ["b", "fails"]]}]
+    text = front.robustness_markdown(changed)
+    assert text.count("\n- ") == 1 and "*regime order* (holds under the book's protocol)" in text
+    assert "fails with centred after clipping; undecided with CKNNA; fails with a, and 1 more." in text
+    assert "keeps its verdict" in front.robustness_markdown([])
+    assert front.robustness_markdown(None) == ""  # the page did not run: nothing said
+    assert len(text.split()) <= front.MAX_FINDINGS_WORDS

@@ -20,7 +20,7 @@ PAGES = sorted(p for p in paths.book_dir().glob("*.ipynb") if not is_placeholder
 BAD = ("Warning:", "Traceback", "[IPKernelApp]", "it/s]")
 #: The pages whose default datasets hold flickr8k-1k and whose verdicts read it (issue 25).
 FLICKR_PAGES = ("sec3_1_layerwise", "sec3_1b_pca", "sec3_3_regimes", "appg_k_n_ablation", "ch_displacement",
-                "appf_caption_detail")
+                "appf_caption_detail", "robustness")
 
 pytestmark = pytest.mark.skipif(not PAGES, reason="the main job (prh-run) has not run: no executed page in book/")
 

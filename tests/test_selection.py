@@ -154,8 +154,8 @@ def test_bad_input_is_refused_with_the_problem_named():
         crossfit_peak(X, X[:, :30])
     with pytest.raises(ValueError, match="same number of draws"):
         crossfit_peak([X, X], [X])
-    with pytest.raises(ValueError, match="k-NN metric"):
-        crossfit_peak(X, X, metric="cka_linear")
+    with pytest.raises(ValueError, match="unknown metric"):
+        crossfit_peak(X, X, metric="cka_nope")
     with pytest.raises(ValueError, match="too large"):
         crossfit_peak(X, X, k=60)
     with pytest.raises(ValueError, match="half-sampling"):  # halves of 10 in the replicates: k_half 9 is too many

@@ -37,15 +37,16 @@ def setup(app):
 CHECKLIST = "_generated/checklist.md"
 
 
-def _chapter_rows(ipynb):
-    """The claims rows a chapter recorded, or None when it has not run (missing or a placeholder page)."""
+def _chapter_rows(ipynb, name=None):
+    """The claims rows (or the record ``name``) a chapter recorded, or None when it has not run (missing or a
+    placeholder page)."""
     from prh_lib.pages import report
     from prh_lib.pages.claims import RECORD_NAME
 
     if not ipynb.is_file():
         return None
     try:
-        return report.read_record(ipynb, RECORD_NAME)
+        return report.read_record(ipynb, name or RECORD_NAME)
     except KeyError:
         return None  # a placeholder page, or a chapter that records no claims: "not run in this build"
 
@@ -64,7 +65,8 @@ def write_checklist(app):
     chapters = sorted({c.chapter for c in claims.CLAIMS.values()})
     rows = {ch: _chapter_rows(src / f"{ch}.ipynb") for ch in chapters}
     _write_if_changed(src / CHECKLIST, claims.checklist_markdown(rows))
-    _write_if_changed(src / "_generated/findings.md", front.findings_markdown(rows))
+    robust = _chapter_rows(src / "robustness.ipynb", "robustness")
+    _write_if_changed(src / "_generated/findings.md", front.findings_markdown(rows) + front.robustness_markdown(robust))
     _write_if_changed(src / "_generated/labels.md", front.labels_markdown())
     png, data = front.claims_figure(rows)
     _write_if_changed(src / "_generated/claims.csv", data)

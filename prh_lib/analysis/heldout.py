@@ -85,40 +85,43 @@ def verdict_controls(pairs_of_models: Sequence[Sequence[str]], modality: Mapping
     return out
 
 
-def _crossfit_key(xs: list, ys: list, *, k: int, n_splits: int, n_boot: int, seed: int) -> dict:
+def _crossfit_key(xs: list, ys: list, *, k: int, n_splits: int, n_boot: int, seed: int,
+                  metric: str = "mutual_knn") -> dict:
     return {"x": [score_cache.features_key(f) for f in xs], "y": [score_cache.features_key(f) for f in ys],
-            "metric": "mutual_knn", "k": k, "n_splits": n_splits, "n_boot": n_boot, "seed": seed,
+            "metric": metric, "k": k, "n_splits": n_splits, "n_boot": n_boot, "seed": seed,
             "resampling": "subsample"}
 
 
 def _crossfit_cached(xs: list, ys: list, *, k: int, n_splits: int, n_boot: int, seed: int, label: str,
-                     computed=None):
+                     computed=None, metric: str = "mutual_knn"):
     """The cached :func:`crossfit_peak` of one comparison; ``computed`` is its result when it was just computed
     together with others (:func:`_crossfit_batch`), stored instead of recomputing."""
-    key = _crossfit_key(xs, ys, k=k, n_splits=n_splits, n_boot=n_boot, seed=seed)
+    key = _crossfit_key(xs, ys, k=k, n_splits=n_splits, n_boot=n_boot, seed=seed, metric=metric)
 
     def compute():
         if computed is not None:
             return computed
         note(f"held-out peak of {label}: {n_splits} splits, {n_boot} image subsamples, {len(xs)} draws")
-        return crossfit_peak([f.values for f in xs], [f.values for f in ys], k=k, n_splits=n_splits,
+        return crossfit_peak([f.values for f in xs], [f.values for f in ys], metric=metric, k=k, n_splits=n_splits,
                              n_boot=n_boot, seed=seed)
 
     return score_cache.cached("crossfit_peak", key, compute)
 
 
-def _crossfit_batch(feats: list, pairs: list, *, k: int, n_splits: int, n_boot: int, seed: int) -> dict:
+def _crossfit_batch(feats: list, pairs: list, *, k: int, n_splits: int, n_boot: int, seed: int,
+                    metric: str = "mutual_knn") -> dict:
     """Held-out peaks of every pair ``(x, y)`` not cached yet, computed together (:func:`crossfit_peaks`: each
     feature stack's neighbourhoods once per half, shared by every pair that holds it); ``{pair: result}``."""
     todo = [p for p in dict.fromkeys(pairs)
             if not score_cache.has("crossfit_peak", _crossfit_key([f[p[0]] for f in feats], [f[p[1]] for f in feats],
-                                                                   k=k, n_splits=n_splits, n_boot=n_boot, seed=seed))]
+                                                                   k=k, n_splits=n_splits, n_boot=n_boot, seed=seed,
+                                                                   metric=metric))]
     if len(todo) < 2:
         return {}
     note(f"held-out peaks of {len(todo)} comparisons together: {n_splits} splits, {n_boot} image subsamples, "
          f"{len(feats)} draws")
-    done = crossfit_peaks([([f[x].values for f in feats], [f[y].values for f in feats]) for x, y in todo], k=k,
-                          n_splits=n_splits, n_boot=n_boot, seed=seed)
+    done = crossfit_peaks([([f[x].values for f in feats], [f[y].values for f in feats]) for x, y in todo],
+                          metric=metric, k=k, n_splits=n_splits, n_boot=n_boot, seed=seed)
     return dict(zip(todo, done))
 
 
@@ -150,7 +153,8 @@ def _reps(a) -> list:
 def heldout_study(draws, comparisons, *, chapter: str, params: Mapping, k: int = 10, n_splits: int = 10,
                   n_boot: int = 100, seed: int = 0, floors: bool = True, svd_components: int | None = 100,
                   clip_q: float | None = 0.95, clip: str | None = "stack", device: str = "cpu",
-                  dtype: str = "float32", batch_size: int = 32, write: bool = True, root=None) -> pd.DataFrame:
+                  dtype: str = "float32", batch_size: int = 32, write: bool = True, root=None,
+                  metric: str = "mutual_knn", preprocess=None) -> pd.DataFrame:
     """Held-out peaks of ``comparisons`` and their floors on the draws of one dataset, written as rows.
 
     Parameters
@@ -172,6 +176,11 @@ def heldout_study(draws, comparisons, *, chapter: str, params: Mapping, k: int =
         Write the rows (False: tests).
     root : path, optional
         Results-table folder (tests).
+    metric : str, default "mutual_knn"
+        Any metric :func:`~prh_lib.stats.selection.crossfit_peak` takes.
+    preprocess : callable, optional
+        ``LayerFeatures -> LayerFeatures``, applied to every stack (comparisons and floors) after clipping: the
+        caller's named preprocessing (e.g. centring, :mod:`prh_lib.analysis.robustness`).
 
     Returns
     -------
@@ -204,16 +213,18 @@ def heldout_study(draws, comparisons, *, chapter: str, params: Mapping, k: int =
             feats = [control_features(d.pairs, every, features=f, clip_q=clip_q, svd_components=svd_components,
                                       seed=seed, device=device, dtype=dtype, batch_size=batch_size)
                      for d, f in zip(group, feats)]
+        if preprocess is not None:
+            feats = [{m: preprocess(f) for m, f in fd.items()} for fd in feats]
         per_group.append((feats, ctrl, modality))
 
     # every comparison and floor of a group of images, computed together where not cached
     wanted = [p for x, y in pairs_of_models for p in [(x, y)] + [(c.x, c.y) for c in per_group[0][1].get((x, y), [])]]
-    batches = [_crossfit_batch(feats, wanted, k=k, n_splits=n_splits, n_boot=n_boot, seed=seed)
+    batches = [_crossfit_batch(feats, wanted, k=k, n_splits=n_splits, n_boot=n_boot, seed=seed, metric=metric)
                for feats, _, _ in per_group]
 
     def score(x, y):
         rs = [_crossfit_cached([f[x] for f in feats], [f[y] for f in feats], k=k, n_splits=n_splits,
-                               n_boot=n_boot, seed=seed, label=f"{x} × {y}", computed=batch.get((x, y)))
+                               n_boot=n_boot, seed=seed, label=f"{x} × {y}", computed=batch.get((x, y)), metric=metric)
               for (feats, _, _), batch in zip(per_group, batches)]
         return rs[0] if len(rs) == 1 else _average(rs)
 
@@ -240,8 +251,8 @@ def heldout_study(draws, comparisons, *, chapter: str, params: Mapping, k: int =
     d0 = draws[0]
     if write:
         results_table.write(out, chapter=chapter, params=params, dataset=d0.dataset, draw=d0.draw, seed=d0.seed,
-                            n=len(d0.pairs), k=k, metric="mutual_knn", root=root)
-    return out.assign(dataset=d0.dataset, n=len(d0.pairs), k=k)
+                            n=len(d0.pairs), k=k, metric=metric, root=root)
+    return out.assign(dataset=d0.dataset, n=len(d0.pairs), k=k, metric=metric)
 
 
 def pooling_variants(draws, pairs, *, variants: Sequence[str], seed: int = 0, num_threads: int | None = None,

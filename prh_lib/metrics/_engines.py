@@ -84,7 +84,7 @@ def _knn_engine(metric, min_n=2):
 
 
 def _kernel_engine(kind, unbiased):
-    def state(G, valid, *, groups=None, sigma=1.0, bandwidth="median", unbiased=unbiased):
+    def state(G, valid, *, groups=None, sigma=1.0, bandwidth="median", unbiased=unbiased, k=None):  # k: unused
         return _ker._state(G, valid, kind=kind, unbiased=unbiased, sigma=sigma, bandwidth=bandwidth,
                            groups=groups)
 
@@ -103,6 +103,7 @@ def _kernel_engine(kind, unbiased):
 
 ENGINES: dict[str, Engine] = {
     "mutual_knn": _knn_engine("mutual_knn"),
+    "mutual_knn_dot": _knn_engine("mutual_knn_dot"),
     "jaccard_knn": _knn_engine("jaccard_knn"),
     "cycle_knn": _knn_engine("cycle_knn"),
     "cknna": _knn_engine("cknna", min_n=4),

@@ -66,7 +66,9 @@ __all__ = ["knn_indices", "mutual_knn", "mutual_knn_layerwise", "mutual_knn_chan
 
 # -- private core: two-stage form (neighbourhoods, then scores for any re-pairings), used by the engines ---
 
-_KIND = {"mutual_knn": "cosine", "jaccard_knn": "cosine", "cycle_knn": "cosine", "cknna": "linear"}
+# "mutual_knn_dot": mutual k-NN with neighbours by raw inner product (the PRH code without its L2 normalisation)
+_KIND = {"mutual_knn": "cosine", "jaccard_knn": "cosine", "cycle_knn": "cosine", "cknna": "linear",
+         "mutual_knn_dot": "linear"}
 
 
 #: Neighbourhoods of recently seen feature stacks (a stack meets many partners), by the identity and

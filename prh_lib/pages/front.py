@@ -116,6 +116,23 @@ def findings_markdown(rows_by_chapter: dict[str, list[dict] | None], *, reasons:
     return text
 
 
+def robustness_markdown(changed: list[dict] | None) -> str:
+    """One line per finding whose verdict changes under an alternative protocol, naming the alternatives (at most
+    three each): what :func:`prh_lib.pages.robustness.changes` recorded on the robustness page. "" when that page
+    did not run."""
+    if changed is None:
+        return ""
+    if not changed:
+        return "\n**Robustness.** Every finding keeps its verdict under every alternative protocol of {doc}`robustness`.\n"
+    lines = []
+    for c in changed:
+        alts = [f"{v} with {a}" for a, v in c["alternatives"]]
+        more = f", and {len(alts) - 3} more" if len(alts) > 3 else ""
+        lines.append(f"- *{c['finding']}* ({c['baseline']} under the book's protocol): {'; '.join(alts[:3])}{more}.")
+    return "\n**Robustness** (findings whose verdict changes under an alternative protocol, {doc}`robustness`):\n\n" \
+        + "\n".join(lines) + "\n"
+
+
 def labels_markdown() -> str:
     """Each verdict label with its definition (:data:`prh_lib.pages.claims.LABELS`), once, as a list."""
     return "".join(f"- **{v}**: {d}.\n" for v, d in claims.LABELS.items())

@@ -134,7 +134,7 @@ def _seconds_file() -> Path:
 #: depends on them: 3.3 alone fills one lane, the rest the other.
 TYPICAL_SECONDS = {"sec3_3_regimes": 1351, "appg_k_n_ablation": 421, "appf_caption_detail": 358,
                    "sec3_2_capability": 200, "ch_displacement": 176, "sec3_1_layerwise": 152, "sec3_1b_pca": 142,
-                   "ch_concepts": 50}
+                   "ch_concepts": 50, "robustness": 300}
 
 
 def remembered_seconds() -> dict[str, float]:

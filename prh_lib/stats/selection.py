@@ -60,9 +60,6 @@ __all__ = ["CrossFitPeak", "crossfit_peak", "crossfit_peaks", "half_k", "split_h
            "detectable_difference"]
 
 
-_KNN = ("mutual_knn", "jaccard_knn", "cycle_knn", "cknna")
-
-
 def half_k(k: int, n: int, n_half: int) -> int:
     """Neighbours on a half of ``n_half`` samples that keep the chance level ``k/(n-1)`` of all ``n``.
 
@@ -334,9 +331,9 @@ def crossfit_peak(X_draws, Y_draws, *, metric: str = "mutual_knn", k: int = 10, 
         Layer counts may differ between X and Y but not between draws of one side; the width ``d`` may differ
         between draws (e.g. a TF-IDF vocabulary fitted on each draw's captions).
     metric : str, default="mutual_knn"
-        A k-NN metric (``"mutual_knn"``, ``"jaccard_knn"``, ``"cycle_knn"``, ``"cknna"``).
+        Any metric of :data:`prh_lib.metrics._engines.ENGINES`: the k-NN family or a kernel metric (CKA).
     k : int, default=10
-        Neighbours on all ``n_samples``; each half uses :func:`half_k` (same chance level).
+        Neighbours on all ``n_samples``; each half uses :func:`half_k` (same chance level). Ignored by kernel metrics.
     n_splits : int, default=10
         Random splits into halves for the point estimate (seeded).
     n_boot : int, default=200
@@ -361,7 +358,7 @@ def crossfit_peak(X_draws, Y_draws, *, metric: str = "mutual_knn", k: int = 10, 
     ------
     ValueError
         Fewer than 8 samples; draws of different layer or sample counts; ``n_splits < 1``; ``n_boot < 0``; ``k`` too
-        large for a half; a metric outside the k-NN family; an unknown ``resampling``.
+        large for a half; an unknown metric or ``resampling``.
 
     References
     ----------
@@ -403,8 +400,6 @@ def crossfit_peaks(comparisons, *, metric: str = "mutual_knn", k: int = 10, n_sp
     n_splits = V.check_int(n_splits, "n_splits", low=1)
     n_boot = V.check_int(n_boot, "n_boot", low=0)
     seed = V.check_int(seed, "seed", low=0)
-    if metric not in _KNN:
-        raise ValueError(f"crossfit_peak takes a k-NN metric {_KNN}; got {metric!r}")
     if resampling not in RESAMPLING:
         raise ValueError(f"unknown resampling {resampling!r}; valid: {RESAMPLING}")
     engine = get_engine(metric)

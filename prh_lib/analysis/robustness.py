@@ -1,0 +1,136 @@
+"""The verdicts' held-out estimates under alternative feature and metric choices (computation only).
+
+Every number in the book comes from one protocol: features clipped at the 0.95 quantile (one threshold per
+model's stack), not centred, mutual k-NN at k = 10 (cosine neighbourhoods: L2 normalisation is the metric's
+ranking). Each :class:`Alternative` changes one of those choices, as a visible, named step composed here by the
+caller (:func:`centred`, :func:`centred_then_clipped`, the metric, ``k``, the clipping), and
+:func:`robustness_study` reruns :func:`prh_lib.analysis.heldout.heldout_study` under each: the same held-out
+peaks, half-sample intervals over images and floors (bag of words, random-init twins), centred or clipped alike.
+
+References
+----------
+Herbst et al. (arXiv 2611.12869), Sec. 2 and App. G; Huh et al. (2024), App. A (clipping, normalisation);
+Bangachev et al. (arXiv 2605.28870, 2026): centring and normalisation raise cross-model alignment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Mapping
+
+import pandas as pd
+
+from prh_lib.analysis.controls import TFIDF
+from prh_lib.analysis.core import clip_features
+from prh_lib.analysis.heldout import heldout_study, heldout_summary
+from prh_lib.metrics.preprocess import center
+from prh_lib.stats.selection import half_k, subsample_size
+
+#: The book's protocol: clipping quantile and scope, metric and k of every verdict.
+BASELINE = "baseline (the book's protocol)"
+
+
+def centred(f):
+    """``f`` with every layer centred (the mean over samples subtracted; :func:`prh_lib.metrics.center`)."""
+    return dataclasses.replace(f, values=center(f.values), meta={**f.meta, "centred": True})
+
+
+def centred_then_clipped(f, *, q: float = 0.95):
+    """``f`` centred, then clipped as the book clips (:func:`prh_lib.analysis.core.clip_features`, one threshold per
+    stack); a bag of words is centred only (the book never clips it)."""
+    f = centred(f)
+    return f if f.name.startswith(TFIDF) else clip_features(f, q=q, clip="stack")
+
+
+@dataclasses.dataclass(frozen=True)
+class Alternative:
+    """One change to the book's protocol.
+
+    Attributes
+    ----------
+    preprocess : callable or None
+        ``LayerFeatures -> LayerFeatures`` applied to every stack after clipping (None: none).
+    clip, clip_q : as in :func:`prh_lib.analysis.core.prepare_features` (the clipping before ``preprocess``).
+    metric : str
+        Any metric :func:`prh_lib.stats.selection.crossfit_peak` takes.
+    k : int
+        Neighbours on all N (k-NN metrics).
+    dataset : str or None
+        The dataset read (None: the verdicts' dataset).
+    """
+
+    preprocess: Callable | None = None
+    clip: str | None = "stack"
+    clip_q: float | None = 0.95
+    metric: str = "mutual_knn"
+    k: int = 10
+    dataset: str | None = None
+
+
+#: Every alternative by its name on the page (an explicit registry: the notebook picks names from it).
+ALTERNATIVES: dict[str, Alternative] = {
+    BASELINE: Alternative(),
+    "centred after clipping": Alternative(preprocess=centred),
+    "centred before clipping": Alternative(preprocess=centred_then_clipped, clip=None),
+    "not normalised (inner-product neighbours)": Alternative(metric="mutual_knn_dot"),
+    "clipping off": Alternative(clip=None),
+    "clipping per layer": Alternative(clip="layer"),
+    "CKNNA": Alternative(metric="cknna"),
+    "cycle k-NN": Alternative(metric="cycle_knn"),
+    "unbiased linear CKA": Alternative(metric="cka_linear_unbiased"),
+    "k = 42 (k/N of coco-mini at k = 10)": Alternative(k=42),
+    "coco-mini, k = 2 (k/N of flickr8k-1k at k = 10)": Alternative(k=2, dataset="coco-mini"),
+}
+
+
+def robustness_study(draws, comparisons, *, alternatives: Mapping[str, Alternative], dataset: str, chapter: str,
+                     params: Mapping, n_splits: int = 10, n_boot: int = 100, seed: int = 0, write: bool = True,
+                     root=None, **options) -> pd.DataFrame:
+    """:func:`~prh_lib.analysis.heldout.heldout_study` of ``comparisons`` and their floors under each alternative.
+
+    Parameters
+    ----------
+    draws : sequence of prh_lib.data.study.Draw
+        Draws of ``dataset`` and of every other dataset an alternative names.
+    comparisons : sequence of (str, str)
+    alternatives : mapping of str to Alternative
+        Name -> alternative (e.g. a selection of :data:`ALTERNATIVES`).
+    dataset : str
+        The verdicts' dataset (an alternative with ``dataset=None`` reads it).
+    chapter, params, write, root
+        Where the rows go (:func:`prh_lib.results.write`), one part for all alternatives.
+    n_splits, n_boot, seed
+        As in :func:`~prh_lib.stats.selection.crossfit_peak`, the same for every alternative (paired replicates).
+    **options
+        ``svd_components``, ``device``, ``dtype``, ``batch_size`` of the features.
+
+    Returns
+    -------
+    DataFrame
+        :func:`~prh_lib.analysis.heldout.heldout_summary` rows of every alternative, with ``alternative`` and
+        ``metric`` columns; none for an alternative whose ``k`` is too large for the halves of its dataset's N.
+
+    Raises
+    ------
+    ValueError
+        If an alternative's dataset has no draws.
+    """
+    from prh_lib import results as results_table
+
+    frames = []
+    for name, a in alternatives.items():
+        ds = a.dataset or dataset
+        mine = [d for d in draws if d.dataset == ds]
+        if not mine:
+            raise ValueError(f"alternative {name!r} reads {ds!r}, which has no draws; have "
+                             f"{sorted({d.dataset for d in draws})}")
+        n = len(mine[0].pairs)
+        if half_k(a.k, n, n - n // 2) > min(n // 2 - 1, subsample_size(n) // 2 - 2):
+            continue  # k too large for the halves of this N: the page shows the alternative as not run
+        frames.append(heldout_study(mine, comparisons, chapter=chapter, params=params, k=a.k, n_splits=n_splits,
+                                    n_boot=n_boot, seed=seed, clip_q=a.clip_q, clip=a.clip, metric=a.metric,
+                                    preprocess=a.preprocess, write=False, **options).assign(alternative=name))
+    out = pd.concat(frames, ignore_index=True)
+    if write:
+        results_table.write(out, chapter=chapter, params=params, draw=0, seed=seed, root=root)
+    return heldout_summary(out).assign(alternative=out["alternative"].to_numpy(), metric=out["metric"].to_numpy())

@@ -1,0 +1,171 @@
+"""The robustness page: the verdicts' findings re-read under each alternative protocol (tables, grid, text).
+
+The findings and their tests are read from :func:`prh_lib.analysis.robustness.robustness_study` rows with the
+tests of the claims' pages (:mod:`prh_lib.pages.verdicts`), combined by the symmetric rule
+(:func:`prh_lib.stats.decision.combine`): a cell holds when every test's interval is on the finding's side, fails
+when one is off it, and is undecided otherwise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from prh_lib.analysis.robustness import BASELINE
+from prh_lib.pages import verdicts as V
+from prh_lib.stats.decision import combine
+
+#: Each finding's test, in one sentence (shown on the page).
+FINDINGS = {
+    "peak above chance and bag of words": "every cross-modal pair's held-out peak is above chance k/(N−1) (mutual "
+                                          "k-NN only: the other metrics have no such level) and above its "
+                                          "bag-of-words floors (paired 95 % intervals over images above 0)",
+    "peak not at the final layers": "every cross-modal pair's held-out peak exceeds its final-layer pair on the "
+                                    "same halves (paired interval above 0)",
+    "peak in the later half": "for every cross-modal pair whose held-out peak beats chance and every floor, the "
+                              "peak's mean relative depth is above 0.5 on both sides (interval included)",
+    "regime order": "the same-modality pair's held-out peak exceeds the best cross-modal one, and every "
+                    "cross-modal pair exceeds its random-init floors (paired intervals above 0)",
+}
+#: Verdict of a cell -> value drawn in the grid, and its colour (Okabe-Ito, as the front page).
+GRID_VALUES = {"holds": 1.0, "undecided": 0.0, "fails": -1.0}
+GRID_COLOURS = {"holds": "#009E73", "undecided": "#F0E442", "fails": "#D55E00", "not run": "#FFFFFF"}
+_CHANCE_METRICS = ("mutual_knn", "mutual_knn_dot")
+
+
+def study_note(draws, verdict: str, comparisons, alternatives, n_splits: int, n_boot: int) -> str:
+    """What was scored: the verdicts' dataset and its N, the comparisons, the alternatives and the resampling."""
+    n = {d.dataset: len(d.pairs) for d in draws}
+    others = "; ".join(f"{ds}: N = {m:,}" for ds, m in n.items() if ds != verdict)
+    return (f"Verdicts' dataset **{verdict}** (N = {n[verdict]:,}, one caption draw{'; ' + others if others else ''}); "
+            f"comparisons {', '.join(' × '.join(c) for c in comparisons)}; {len(alternatives)} alternatives, each "
+            f"with {n_splits} halvings and {n_boot} half-samples of the images.")
+
+
+def finding_tests(summary: pd.DataFrame) -> dict[str, list]:
+    """The tests of every finding (:data:`FINDINGS`) on one alternative's held-out summary."""
+    cross = V.comparisons_of(summary, "cross-modal")
+    same = V.comparisons_of(summary)
+    same = same[same["regime"].isin(["vision-vision", "language-language"])]
+    chance = summary["metric"].iloc[0] in _CHANCE_METRICS if len(summary) else False
+    out = {f: [] for f in FINDINGS}
+    for _, r in cross.iterrows():
+        base = ([V.above_chance(r)] if chance else [])
+        out["peak above chance and bag of words"] += base + V.above_floors(summary, r, kinds=["tfidf", "tfidf-svd"])
+        out["peak not at the final layers"].append(V.peak_above_final(r))
+        if all(t.outcome == "holds" for t in base + V.above_floors(summary, r)):
+            out["peak in the later half"] += V.depth_tests(r, 0.5, ">")
+        out["regime order"] += V.above_floors(summary, r, kinds=["random-language", "random-vision"])
+    if len(cross) and len(same):
+        best = cross.loc[cross["score"].idxmax(), "pair"]
+        out["regime order"] += [V.above_pair(summary, s, best) for s in same["pair"]]
+    return out
+
+
+def _weakest(tests):
+    """The test closest to (or furthest past) its threshold on the wrong side."""
+    def room(t):
+        return (t.low - t.threshold) if t.side == ">" else (t.threshold - t.high)
+    return min(tests, key=lambda t: room(t) if np.isfinite(room(t)) else -np.inf)
+
+
+def grid(summary: pd.DataFrame, alternatives) -> pd.DataFrame:
+    """One row per finding × alternative: ``finding``, ``alternative``, ``verdict`` (holds / fails / undecided / not
+    run), the weakest test's ``test``, ``estimate``, ``low``, ``high``, every test's ``numbers``, ``n_tests``, and
+    ``changed`` (the verdict differs from :data:`BASELINE`'s)."""
+    rows = []
+    for alt in alternatives:
+        sub = summary[summary["alternative"] == alt].reset_index(drop=True) if len(summary) else summary
+        for f, ts in (finding_tests(sub) if len(sub) else dict.fromkeys(FINDINGS, [])).items():
+            row = {"finding": f, "alternative": alt, "verdict": "not run", "test": "", "estimate": np.nan,
+                   "low": np.nan, "high": np.nan, "n_tests": len(ts), "numbers": "nothing to test" if len(sub)
+                   else "not run (k too large for this N)"}
+            if ts:
+                holds, conclusive, _ = combine(ts)
+                w = _weakest(ts)
+                row |= {"verdict": "fails" if not holds else "holds" if conclusive else "undecided", "test": w.name,
+                        "estimate": w.estimate, "low": w.low, "high": w.high,
+                        "numbers": "; ".join(t.describe() for t in ts)}
+            rows.append(row)
+    out = pd.DataFrame(rows)
+    base = out[out["alternative"] == BASELINE].set_index("finding")["verdict"]
+    out["changed"] = [a != BASELINE and v != "not run" and v != base.get(f, v)
+                      for f, a, v in zip(out["finding"], out["alternative"], out["verdict"])]
+    return out
+
+
+def finding_table(g: pd.DataFrame, finding: str) -> pd.DataFrame:
+    """One finding's rows, one per alternative: verdict, whether it changed, the weakest test [95 % CI], every test."""
+    from prh_lib.formatting import format_interval
+
+    sub = g[g["finding"] == finding]
+    weakest = [f"{t}: {format_interval(e, lo, hi)}" if t else "–"
+               for t, e, lo, hi in zip(sub["test"], sub["estimate"], sub["low"], sub["high"])]
+    return pd.DataFrame({"alternative": sub["alternative"], "verdict": sub["verdict"],
+                         "changes the verdict": np.where(sub["changed"], "yes", ""),
+                         "weakest test [95 % CI]": weakest, "every test": sub["numbers"]}).set_index("alternative")
+
+
+def grid_figure(g: pd.DataFrame):
+    """The findings × alternatives grid, each cell coloured by its verdict and labelled with it."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    findings, alts = list(dict.fromkeys(g["finding"])), list(dict.fromkeys(g["alternative"]))
+    M = np.full((len(findings), len(alts)), np.nan)
+    for _, r in g.iterrows():
+        M[findings.index(r["finding"]), alts.index(r["alternative"])] = GRID_VALUES.get(r["verdict"], np.nan)
+    fig, ax = plt.subplots(figsize=(10, 1.0 + 0.75 * len(findings) + 0.12 * max(map(len, alts))), dpi=110)
+    cmap = ListedColormap([GRID_COLOURS[v] for v in ("fails", "undecided", "holds")])
+    cmap.set_bad(GRID_COLOURS["not run"])
+    ax.imshow(np.ma.masked_invalid(M), cmap=cmap, vmin=-1.5, vmax=1.5, aspect="auto")
+    for _, r in g.iterrows():
+        ax.text(alts.index(r["alternative"]), findings.index(r["finding"]),
+                r["verdict"] + ("\n(changed)" if r["changed"] else ""), ha="center", va="center", fontsize=8)
+    ax.set_xticks(range(len(alts)), alts, rotation=35, ha="right", fontsize=8.5)
+    ax.set_yticks(range(len(findings)), findings, fontsize=9)
+    ax.set_title("Each finding under each alternative protocol (held-out peaks, 95 % intervals over images)",
+                 fontsize=10)
+    ax.legend(handles=[Patch(fc=c, ec="#555555", label=v) for v, c in GRID_COLOURS.items()], ncol=4, fontsize=8.5,
+              loc="lower center", bbox_to_anchor=(0.5, 1.06), frameon=False)
+    return fig
+
+
+def changes(g: pd.DataFrame) -> list[dict]:
+    """Each finding whose verdict changes under some alternative: ``finding``, ``baseline`` (its verdict under
+    the protocol) and ``alternatives`` (``[name, verdict]`` of each that changes it); for the front page."""
+    out = []
+    for f, sub in g[g["changed"]].groupby("finding", sort=False):
+        base = g[(g["finding"] == f) & (g["alternative"] == BASELINE)]["verdict"].iloc[0]
+        out.append({"finding": f, "baseline": base,
+                    "alternatives": [[a, v] for a, v in zip(sub["alternative"], sub["verdict"])]})
+    return out
+
+
+def changes_markdown(ch: list[dict]) -> str:
+    """The page's summary of :func:`changes`, one line per finding."""
+    if not ch:
+        return "Every finding keeps its verdict under every alternative run here.\n"
+    return "".join(f"- **{c['finding']}** ({c['baseline']} under the protocol): "
+                   + "; ".join(f"{v} with {a}" for a, v in c["alternatives"]) + ".\n" for c in ch)
+
+
+#: The feature choices, as this book makes them, as the paper's summary states them (papers/001, Sec. 2: vision CLS,
+#: language mean-pooled, all L2-normalised; k = 10, N = 1024) and as the companion's summary states them
+#: (papers/003: each model's features centred and whitened, reduced in dimension, aligned by orthogonal
+#: Procrustes; cosines of displacement vectors). Paraphrased, not quoted: the summaries are not the papers.
+CHOICES = pd.DataFrame([
+    ("pooling", "CLS token (ViT), mean over real tokens (LM), global average (CNN)",
+     "CLS token for vision, mean pooling for language", "not stated in its summary", "not varied here"),
+    ("outlier clipping", "at the 0.95 quantile, one threshold per model's stack (the PRH code)",
+     "not stated in its summary (the PRH code it builds on clips)", "none stated", "clipping off; per layer"),
+    ("centring", "none", "none stated (uncentred, L2-normalised)", "the mean is subtracted before whitening",
+     "centred after clipping; centred before clipping"),
+    ("normalisation", "L2 (cosine neighbourhoods)", "L2 normalisation of every representation",
+     "whitening by the inverse square root of the covariance", "not normalised (inner-product neighbours)"),
+    ("measure", "mutual k-NN, k = 10", "mutual k-NN (and its calibrated form), k = 10, N = 1024",
+     "cosines of displacement vectors after orthogonal Procrustes", "CKNNA; cycle k-NN; unbiased linear CKA; k "
+     "at matched k/N"),
+], columns=["choice", "this book", "the paper (Herbst et al.)", "the companion (arXiv 2609.24209)",
+            "alternative on this page"]).set_index("choice")
