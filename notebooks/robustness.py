@@ -126,11 +126,18 @@ page.finding_table(grid, "regime order")
 # ## Feature choices the paper fixes
 #
 # Which choices the paper makes and which its companion (the displacement geometry of arXiv 2609.24209, on
-# the [displacement page](ch_displacement.ipynb)) makes, as their summaries state them (paraphrased, in
-# `../shared/papers/`), and the alternative on this page that varies each. Where the two differ (centring,
-# and normalisation against whitening), the rows above say what changes when this book's findings are read
-# the companion's way; the PCA claims of Section 3.1b, which project uncentred features
-# (`pca_space = "original"`), are not re-read here: their centred reading is `pca_space = "pca"` on that page.
-
-# %% tags=["hide-input"]
-page.CHOICES
+# the [displacement page](ch_displacement.ipynb)) makes, as their summaries in `../shared/papers/` state them
+# (paraphrased: the summaries are not the papers), and the alternative above that varies each.
+#
+# | choice | this book | the paper (Herbst et al., Sec. 2) | the companion (arXiv 2609.24209) | varied above by |
+# | --- | --- | --- | --- | --- |
+# | pooling | CLS token (ViT), mean over real tokens (LM), global average (CNN) | CLS token for vision, mean pooling for language | not stated in its summary | not varied here (Section 3.1 compares LM poolings) |
+# | outlier clipping | 0.95 quantile, one threshold per model's stack (the PRH code) | not stated in its summary (the PRH code it builds on clips) | none stated | clipping off; clipping per layer |
+# | centring | none | none stated: features L2-normalised, not centred | each model's mean subtracted, then whitened | centred after clipping; centred before clipping |
+# | normalisation | L2 (cosine neighbourhoods) | every representation L2-normalised | whitening by the inverse square root of the covariance | not normalised (inner-product neighbours) |
+# | measure | mutual k-NN, k = 10 | mutual k-NN and its calibrated form, k = 10, N = 1024 | cosines of displacement vectors after orthogonal Procrustes | CKNNA; cycle k-NN; unbiased linear CKA; k at matched k/N |
+#
+# Where the two differ (centring; L2 normalisation against whitening), the centring and normalisation rows of
+# the grid say what changes when this book's findings are read the companion's way. The PCA claims of
+# Section 3.1b, which project uncentred features (`pca_space = "original"`), are not re-read on this page; their
+# centred reading is `pca_space = "pca"` on that page.

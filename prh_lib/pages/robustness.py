@@ -29,7 +29,7 @@ FINDINGS = {
 }
 #: Verdict of a cell -> value drawn in the grid, and its colour (Okabe-Ito, as the front page).
 GRID_VALUES = {"holds": 1.0, "undecided": 0.0, "fails": -1.0}
-GRID_COLOURS = {"holds": "#009E73", "undecided": "#F0E442", "fails": "#D55E00", "not run": "#FFFFFF"}
+GRID_COLOURS = {"holds": "#009E73", "undecided": "#F0E442", "fails": "#D55E00", "not testable or not run": "#FFFFFF"}
 _CHANCE_METRICS = ("mutual_knn", "mutual_knn_dot")
 
 
@@ -70,16 +70,17 @@ def _weakest(tests):
 
 
 def grid(summary: pd.DataFrame, alternatives) -> pd.DataFrame:
-    """One row per finding × alternative: ``finding``, ``alternative``, ``verdict`` (holds / fails / undecided / not
-    run), the weakest test's ``test``, ``estimate``, ``low``, ``high``, every test's ``numbers``, ``n_tests``, and
+    """One row per finding × alternative: ``finding``, ``alternative``, ``verdict`` (holds / fails / undecided; not
+    testable: nothing to test, e.g. no pair beats its floors, so no peak to locate; not run), the weakest test's
+    ``test``, ``estimate``, ``low``, ``high``, every test's ``numbers``, ``n_tests``, and
     ``changed`` (the verdict differs from :data:`BASELINE`'s)."""
     rows = []
     for alt in alternatives:
         sub = summary[summary["alternative"] == alt].reset_index(drop=True) if len(summary) else summary
         for f, ts in (finding_tests(sub) if len(sub) else dict.fromkeys(FINDINGS, [])).items():
-            row = {"finding": f, "alternative": alt, "verdict": "not run", "test": "", "estimate": np.nan,
-                   "low": np.nan, "high": np.nan, "n_tests": len(ts), "numbers": "nothing to test" if len(sub)
-                   else "not run (k too large for this N)"}
+            row = {"finding": f, "alternative": alt, "verdict": "not testable" if len(sub) else "not run",
+                   "test": "", "estimate": np.nan, "low": np.nan, "high": np.nan, "n_tests": len(ts),
+                   "numbers": "no pair to test" if len(sub) else "not run (k too large for this N)"}
             if ts:
                 holds, conclusive, _ = combine(ts)
                 w = _weakest(ts)
@@ -118,7 +119,7 @@ def grid_figure(g: pd.DataFrame):
         M[findings.index(r["finding"]), alts.index(r["alternative"])] = GRID_VALUES.get(r["verdict"], np.nan)
     fig, ax = plt.subplots(figsize=(10, 1.0 + 0.75 * len(findings) + 0.12 * max(map(len, alts))), dpi=110)
     cmap = ListedColormap([GRID_COLOURS[v] for v in ("fails", "undecided", "holds")])
-    cmap.set_bad(GRID_COLOURS["not run"])
+    cmap.set_bad(GRID_COLOURS["not testable or not run"])
     ax.imshow(np.ma.masked_invalid(M), cmap=cmap, vmin=-1.5, vmax=1.5, aspect="auto")
     for _, r in g.iterrows():
         ax.text(alts.index(r["alternative"]), findings.index(r["finding"]),
@@ -149,23 +150,3 @@ def changes_markdown(ch: list[dict]) -> str:
         return "Every finding keeps its verdict under every alternative run here.\n"
     return "".join(f"- **{c['finding']}** ({c['baseline']} under the protocol): "
                    + "; ".join(f"{v} with {a}" for a, v in c["alternatives"]) + ".\n" for c in ch)
-
-
-#: The feature choices, as this book makes them, as the paper's summary states them (papers/001, Sec. 2: vision CLS,
-#: language mean-pooled, all L2-normalised; k = 10, N = 1024) and as the companion's summary states them
-#: (papers/003: each model's features centred and whitened, reduced in dimension, aligned by orthogonal
-#: Procrustes; cosines of displacement vectors). Paraphrased, not quoted: the summaries are not the papers.
-CHOICES = pd.DataFrame([
-    ("pooling", "CLS token (ViT), mean over real tokens (LM), global average (CNN)",
-     "CLS token for vision, mean pooling for language", "not stated in its summary", "not varied here"),
-    ("outlier clipping", "at the 0.95 quantile, one threshold per model's stack (the PRH code)",
-     "not stated in its summary (the PRH code it builds on clips)", "none stated", "clipping off; per layer"),
-    ("centring", "none", "none stated (uncentred, L2-normalised)", "the mean is subtracted before whitening",
-     "centred after clipping; centred before clipping"),
-    ("normalisation", "L2 (cosine neighbourhoods)", "L2 normalisation of every representation",
-     "whitening by the inverse square root of the covariance", "not normalised (inner-product neighbours)"),
-    ("measure", "mutual k-NN, k = 10", "mutual k-NN (and its calibrated form), k = 10, N = 1024",
-     "cosines of displacement vectors after orthogonal Procrustes", "CKNNA; cycle k-NN; unbiased linear CKA; k "
-     "at matched k/N"),
-], columns=["choice", "this book", "the paper (Herbst et al.)", "the companion (arXiv 2609.24209)",
-            "alternative on this page"]).set_index("choice")
