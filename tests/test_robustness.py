@@ -125,9 +125,21 @@ def test_grid_reads_each_finding_symmetrically_and_marks_changes():
                       _summary("centred", peak=0.10, floor=0.15, final=0.12, depth=0.5),
                       _summary("CKA", peak=0.40, floor=0.10, final=0.30, metric="cka_linear_unbiased")],
                      ignore_index=True)
-    g = page.grid(held, [R.BASELINE, "centred", "CKA", "missing"])
+    pca = pd.DataFrame([  # the PCA claims: relative score with its paired interval, per probe and space
+        {"pair": "v × l", "alternative": R.BASELINE, "probe": "40% variance", "n_components": 12, "relative": 0.97,
+         "low": 0.96, "high": 0.99},
+        {"pair": "v × l", "alternative": R.BASELINE, "probe": "8 dims", "n_components": 8, "relative": 0.7,
+         "low": 0.6, "high": 0.78},
+        {"pair": "v × l", "alternative": "centred", "probe": "40% variance", "n_components": 9, "relative": 0.9,
+         "low": 0.85, "high": 0.93},
+        {"pair": "v × l", "alternative": "centred", "probe": "8 dims", "n_components": 8, "relative": 0.75,
+         "low": 0.6, "high": 0.85}])
+    g = page.grid(held, [R.BASELINE, "centred", "CKA", "missing"], pca)
     v = g.set_index(["finding", "alternative"])["verdict"]
     assert set(v.xs(R.BASELINE, level="alternative")) == {"holds"}
+    assert v["PCA: 40 % of the variance keeps 95 %", "centred"] == "fails"  # 0.93 < 0.95: off the claim's side
+    assert v["PCA: 8 dimensions keep under 80 %", "centred"] == "undecided"  # [0.6, 0.85] straddles 0.8
+    assert v["PCA: 8 dimensions keep under 80 %", "CKA"] == "not run"  # the PCA is read in two spaces only
     assert v["peak above chance and bag of words", "centred"] == "fails"  # the floor now beats the pair
     assert v["peak not at the final layers", "centred"] == "fails"
     assert v["peak in the later half", "centred"] == "not testable"  # no pair beats its floors: no peak to locate
@@ -138,13 +150,15 @@ def test_grid_reads_each_finding_symmetrically_and_marks_changes():
     by = {c["finding"]: c["alternatives"] for c in ch}
     assert by == {"peak above chance and bag of words": [["centred", "fails"]],
                   "peak not at the final layers": [["centred", "fails"]],
-                  "peak in the later half": [["centred", "not testable"]]}  # CKA keeps every verdict
+                  "peak in the later half": [["centred", "not testable"]],
+                  "PCA: 40 % of the variance keeps 95 %": [["centred", "fails"]],
+                  "PCA: 8 dimensions keep under 80 %": [["centred", "undecided"]]}  # CKA keeps every verdict
     assert not g["changed"][g["alternative"] == R.BASELINE].any()
     fig = page.grid_figure(g)
     from prh_lib.pages.plots import figure_data
     data = figure_data(fig)
     assert len(data) == len(page.FINDINGS) * 4
-    assert set(data["value"].dropna()) <= {-1.0, 0.0, 1.0}
+    assert set(data["value"].dropna()) == {-1.0, 0.0, 1.0}
 
 
 def test_a_registry_alternative_with_an_unknown_dataset_is_refused():
@@ -178,6 +192,9 @@ def test_page_has_the_grid_its_data_and_a_table_per_finding(executed):
     import io
     data = pd.read_csv(io.StringIO(csvs[0]))
     assert len(data) == len(page.FINDINGS) * len(_ALTS)  # one cell per finding x alternative
+    pca = data[data["row"].str.startswith("PCA")]
+    assert pca[pca["column"].isin([R.BASELINE, "centred after clipping"])]["value"].notna().all()  # read, decided
+    assert pca[~pca["column"].isin([R.BASELINE, "centred after clipping"])]["value"].isna().all()  # not run
     assert set(data["row"]) == set(page.FINDINGS) and set(data["column"]) == set(_ALTS)
     assert set(data["value"].dropna()) <= {-1.0, 0.0, 1.0}
     # k = 42 is too large for halves of 48 images: not run, drawn blank

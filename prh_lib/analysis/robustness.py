@@ -21,8 +21,8 @@ from typing import Callable, Mapping
 import pandas as pd
 
 from prh_lib.analysis.controls import TFIDF
-from prh_lib.analysis.core import clip_features
-from prh_lib.analysis.heldout import heldout_study, heldout_summary
+from prh_lib.analysis.core import clip_features, prepare_features
+from prh_lib.analysis.heldout import QUANTITY, heldout_study, heldout_summary
 from prh_lib.metrics.preprocess import center
 from prh_lib.stats.selection import half_k, subsample_size
 
@@ -134,3 +134,46 @@ def robustness_study(draws, comparisons, *, alternatives: Mapping[str, Alternati
     if write:
         results_table.write(out, chapter=chapter, params=params, draw=0, seed=seed, root=root)
     return heldout_summary(out).assign(alternative=out["alternative"].to_numpy(), metric=out["metric"].to_numpy())
+
+
+#: The PCA claims' spaces (:func:`prh_lib.analysis.compression.study.pca_sweep`): the book's, and centred.
+PCA_SPACES = {BASELINE: "original", "centred after clipping": "pca"}
+
+
+def pca_study(draw, held: pd.DataFrame, *, k: int = 10, n_boot: int = 100, seed: int = 0, **options) -> pd.DataFrame:
+    """The PCA claims' relative scores of each cross-modal pair at its held-out peak layer pair, in each of
+    :data:`PCA_SPACES`: :func:`~prh_lib.analysis.compression.study.relative_intervals` of the language side
+    compressed (40 % of its variance, the paper's share of rank, 8 dimensions), with paired intervals over images.
+
+    Parameters
+    ----------
+    draw : prh_lib.data.study.Draw
+        A draw of the verdicts' dataset.
+    held : DataFrame
+        :func:`robustness_study` rows under :data:`BASELINE` (their modal held-out layer pairs are compressed).
+    k, n_boot, seed
+        As in :func:`~prh_lib.analysis.compression.study.relative_intervals`.
+    **options
+        ``device``, ``dtype``, ``batch_size`` of the features (clipped as the book clips).
+
+    Returns
+    -------
+    DataFrame
+        One row per pair, space and probe: ``pair``, ``alternative``, ``space``, ``probe``, ``n_components``,
+        ``relative``, ``low``, ``high``.
+    """
+    from prh_lib.analysis.compression.study import _cached_intervals  # the PCA page's cached intervals
+
+    cross = held[(held["quantity"] == QUANTITY) & (held["regime"] == "cross-modal")] if len(held) else held
+    if cross.empty:
+        return pd.DataFrame(columns=["pair", "alternative", "space", "probe", "n_components", "relative", "low",
+                                     "high"])
+    feats = prepare_features(list(zip(cross["model_x"], cross["model_y"])), draw.pairs, **options)
+    rows = []
+    for _, r in cross.iterrows():
+        fx, fy = feats[r["model_x"]], feats[r["model_y"]]
+        side = "y" if fy.meta.get("modality") == "language" else "x"
+        for alt, space in PCA_SPACES.items():
+            rows += [{"pair": r["pair"], "alternative": alt, "space": space, **v} for v in _cached_intervals(
+                fx.layer(r["layer_x"]), fy.layer(r["layer_y"]), side, k, n_boot, seed, space)]
+    return pd.DataFrame(rows)

@@ -13,7 +13,7 @@ import pandas as pd
 
 from prh_lib.analysis.robustness import BASELINE
 from prh_lib.pages import verdicts as V
-from prh_lib.stats.decision import combine
+from prh_lib.stats.decision import Test, combine
 
 #: Each finding's test, in one sentence (shown on the page).
 FINDINGS = {
@@ -26,7 +26,16 @@ FINDINGS = {
                               "peak's mean relative depth is above 0.5 on both sides (interval included)",
     "regime order": "the same-modality pair's held-out peak exceeds the best cross-modal one, and every "
                     "cross-modal pair exceeds its random-init floors (paired intervals above 0)",
+    "PCA: 40 % of the variance keeps 95 %": "for every cross-modal pair at its held-out peak layers, the language "
+                                            "side compressed to 40 % of its variance keeps at least 95 % of the "
+                                            "score (3.1/pca-40; paired 95 % interval of the ratio included)",
+    "PCA: 8 dimensions keep under 80 %": "for every cross-modal pair at its held-out peak layers, 8 principal "
+                                         "components of the language side keep less than 80 % of the score "
+                                         "(3.1/pca-strong; interval included)",
 }
+#: Each PCA finding's probe and threshold (:func:`prh_lib.analysis.robustness.pca_study`).
+_PCA = {"PCA: 40 % of the variance keeps 95 %": ("40% variance", 0.95, ">"),
+        "PCA: 8 dimensions keep under 80 %": ("8 dims", 0.8, "<")}
 #: Verdict of a cell -> value drawn in the grid, and its colour (Okabe-Ito, as the front page).
 GRID_VALUES = {"holds": 1.0, "undecided": 0.0, "fails": -1.0}
 GRID_COLOURS = {"holds": "#009E73", "undecided": "#F0E442", "fails": "#D55E00", "not testable or not run": "#FFFFFF"}
@@ -42,13 +51,18 @@ def study_note(draws, verdict: str, comparisons, alternatives, n_splits: int, n_
             f"with {n_splits} halvings and {n_boot} half-samples of the images.")
 
 
-def finding_tests(summary: pd.DataFrame) -> dict[str, list]:
-    """The tests of every finding (:data:`FINDINGS`) on one alternative's held-out summary."""
+def finding_tests(summary: pd.DataFrame, pca: pd.DataFrame | None = None) -> dict[str, list]:
+    """The tests of every finding (:data:`FINDINGS`) on one alternative's held-out summary and, for the PCA
+    findings, its :func:`~prh_lib.analysis.robustness.pca_study` rows (None: those findings are not run)."""
     cross = V.comparisons_of(summary, "cross-modal")
     same = V.comparisons_of(summary)
     same = same[same["regime"].isin(["vision-vision", "language-language"])]
     chance = summary["metric"].iloc[0] in _CHANCE_METRICS if len(summary) else False
-    out = {f: [] for f in FINDINGS}
+    out = {f: [] for f in FINDINGS if f not in _PCA or pca is not None}
+    for f, (probe, threshold, side) in _PCA.items() if pca is not None else ():
+        out[f] = [Test(f"{r['pair']} relative score at {probe} ({int(r['n_components'])} components)",
+                       r["relative"], r["low"], r["high"], threshold, side) for _, r in pca.iterrows()
+                  if r["probe"] == probe]
     for _, r in cross.iterrows():
         base = ([V.above_chance(r)] if chance else [])
         out["peak above chance and bag of words"] += base + V.above_floors(summary, r, kinds=["tfidf", "tfidf-svd"])
@@ -69,18 +83,23 @@ def _weakest(tests):
     return min(tests, key=lambda t: room(t) if np.isfinite(room(t)) else -np.inf)
 
 
-def grid(summary: pd.DataFrame, alternatives) -> pd.DataFrame:
+def grid(summary: pd.DataFrame, alternatives, pca: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per finding × alternative: ``finding``, ``alternative``, ``verdict`` (holds / fails / undecided; not
     testable: nothing to test, e.g. no pair beats its floors, so no peak to locate; not run), the weakest test's
     ``test``, ``estimate``, ``low``, ``high``, every test's ``numbers``, ``n_tests``, and
-    ``changed`` (the verdict differs from :data:`BASELINE`'s)."""
+    ``changed`` (the verdict differs from :data:`BASELINE`'s). ``pca``: :func:`~prh_lib.analysis.robustness.pca_study`
+    rows (the PCA findings of the alternatives it has; the others' are not run)."""
     rows = []
     for alt in alternatives:
         sub = summary[summary["alternative"] == alt].reset_index(drop=True) if len(summary) else summary
-        for f, ts in (finding_tests(sub) if len(sub) else dict.fromkeys(FINDINGS, [])).items():
-            row = {"finding": f, "alternative": alt, "verdict": "not testable" if len(sub) else "not run",
+        p = pca[pca["alternative"] == alt] if pca is not None and alt in set(pca["alternative"]) else None
+        tested = finding_tests(sub, p) if len(sub) else {}
+        for f in FINDINGS:
+            ts = tested.get(f, [])
+            row = {"finding": f, "alternative": alt, "verdict": "not testable" if f in tested else "not run",
                    "test": "", "estimate": np.nan, "low": np.nan, "high": np.nan, "n_tests": len(ts),
-                   "numbers": "no pair to test" if len(sub) else "not run (k too large for this N)"}
+                   "numbers": "no pair to test" if f in tested else "not run (PCA: the protocol and centring only; "
+                              "others: k too large for this N)"}
             if ts:
                 holds, conclusive, _ = combine(ts)
                 w = _weakest(ts)
