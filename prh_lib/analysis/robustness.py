@@ -1,11 +1,9 @@
 """The verdicts' held-out estimates under alternative feature and metric choices (computation only).
 
-Every number in the book comes from one protocol: features clipped at the 0.95 quantile (one threshold per
-model's stack), not centred, mutual k-NN at k = 10 (cosine neighbourhoods: L2 normalisation is the metric's
-ranking). Each :class:`Alternative` changes one of those choices, as a visible, named step composed here by the
-caller (:func:`centred`, :func:`centred_then_clipped`, the metric, ``k``, the clipping), and
-:func:`robustness_study` reruns :func:`prh_lib.analysis.heldout.heldout_study` under each: the same held-out
-peaks, half-sample intervals over images and floors (bag of words, random-init twins), centred or clipped alike.
+The book's protocol clips at the 0.95 quantile (per stack), does not centre, and scores mutual k-NN at k = 10
+(cosine neighbourhoods: L2 normalisation is the metric's ranking). Each :class:`Alternative` changes one choice,
+as a named step (:func:`centred`, :func:`centred_then_clipped`, the metric, ``k``, the clipping), and
+:func:`robustness_study` reruns :func:`prh_lib.analysis.heldout.heldout_study` under each, floors treated alike.
 
 References
 ----------
@@ -44,20 +42,9 @@ def centred_then_clipped(f, *, q: float = 0.95):
 
 @dataclasses.dataclass(frozen=True)
 class Alternative:
-    """One change to the book's protocol.
-
-    Attributes
-    ----------
-    preprocess : callable or None
-        ``LayerFeatures -> LayerFeatures`` applied to every stack after clipping (None: none).
-    clip, clip_q : as in :func:`prh_lib.analysis.core.prepare_features` (the clipping before ``preprocess``).
-    metric : str
-        Any metric :func:`prh_lib.stats.selection.crossfit_peak` takes.
-    k : int
-        Neighbours on all N (k-NN metrics).
-    dataset : str or None
-        The dataset read (None: the verdicts' dataset).
-    """
+    """One change to the book's protocol: ``preprocess`` (``LayerFeatures -> LayerFeatures``, after the clipping
+    ``clip``/``clip_q`` of :func:`~prh_lib.analysis.core.prepare_features`), ``metric`` (any that
+    :func:`~prh_lib.stats.selection.crossfit_peak` takes), ``k`` and ``dataset`` (None: the verdicts')."""
 
     preprocess: Callable | None = None
     clip: str | None = "stack"
@@ -94,15 +81,12 @@ def robustness_study(draws, comparisons, *, alternatives: Mapping[str, Alternati
         Draws of ``dataset`` and of every other dataset an alternative names.
     comparisons : sequence of (str, str)
     alternatives : mapping of str to Alternative
-        Name -> alternative (e.g. a selection of :data:`ALTERNATIVES`).
     dataset : str
-        The verdicts' dataset (an alternative with ``dataset=None`` reads it).
+        The verdicts' dataset (read by an alternative with ``dataset=None``).
     chapter, params, write, root
         Where the rows go (:func:`prh_lib.results.write`), one part for all alternatives.
-    n_splits, n_boot, seed
-        As in :func:`~prh_lib.stats.selection.crossfit_peak`, the same for every alternative (paired replicates).
-    **options
-        ``svd_components``, ``device``, ``dtype``, ``batch_size`` of the features.
+    n_splits, n_boot, seed, **options
+        As in :func:`~prh_lib.analysis.heldout.heldout_study`, the same for every alternative.
 
     Returns
     -------
@@ -151,10 +135,8 @@ def pca_study(draw, held: pd.DataFrame, *, k: int = 10, n_boot: int = 100, seed:
         A draw of the verdicts' dataset.
     held : DataFrame
         :func:`robustness_study` rows under :data:`BASELINE` (their modal held-out layer pairs are compressed).
-    k, n_boot, seed
-        As in :func:`~prh_lib.analysis.compression.study.relative_intervals`.
-    **options
-        ``device``, ``dtype``, ``batch_size`` of the features (clipped as the book clips).
+    k, n_boot, seed, **options
+        As in :func:`~prh_lib.analysis.compression.study.relative_intervals`; the features' ``device``, ``dtype``...
 
     Returns
     -------

@@ -46,7 +46,9 @@ def study_note(draws, verdict: str, comparisons, alternatives, n_splits: int, n_
     """What was scored: the verdicts' dataset and its N, the comparisons, the alternatives and the resampling."""
     n = {d.dataset: len(d.pairs) for d in draws}
     others = "; ".join(f"{ds}: N = {m:,}" for ds, m in n.items() if ds != verdict)
-    return (f"Verdicts' dataset **{verdict}** (N = {n[verdict]:,}, one caption draw{'; ' + others if others else ''}); "
+    k = sum(d.dataset == verdict for d in draws)
+    return (f"Verdicts' dataset **{verdict}** (N = {n[verdict]:,}, {k} caption draw{'s' * (k > 1)}"
+            f"{'; ' + others if others else ''}); "
             f"comparisons {', '.join(' × '.join(c) for c in comparisons)}; {len(alternatives)} alternatives, each "
             f"with {n_splits} halvings and {n_boot} half-samples of the images.")
 
