@@ -63,7 +63,8 @@ params = report.setup_page(CHAPTER, globals())
 #
 # Each is a named step composed before scoring (`prh_lib.analysis.robustness.ALTERNATIVES`), applied to the
 # pair and to its floors alike. Centring subtracts each layer's mean over the images, after the clipping or
-# before it (then clipped as the book clips; the bag of words, never clipped, is centred only). Without
+# before it (then clipped as the book clips; the bag of words, never clipped, is centred only). Clipping off and
+# clipping per layer (each layer its own threshold) apply to the random-init floors too. Without
 # normalisation, mutual k-NN ranks neighbours by the raw inner product, as the PRH code does without its
 # `F.normalize` (cosine ranking is blind to each row's length, so "normalisation off" has to change the ranking).
 # CKNNA and cycle k-NN are scored by the same held-out procedure; so is unbiased linear CKA, by the kernel

@@ -52,6 +52,7 @@ def test_centring_before_clipping_differs_from_after_when_the_offset_dominates()
     assert float(before.abs().max()) < float(R.centred(f).values.abs().max())
     bow = dataclasses.replace(f, meta={"model": "tfidf-svd100"})  # the bag of words is centred, never clipped
     np.testing.assert_allclose(R.centred_then_clipped(bow).values, R.centred(bow).values)
+    assert R.clipped(bow, clip="layer") is bow
 
 
 def test_normalisation_off_lets_row_length_decide_the_neighbours():
@@ -72,8 +73,9 @@ def test_clipping_removes_an_outlier_dimension(seed):
     Z = rng.normal(size=(1, 80, 20))
     Y = _feats(np.concatenate([Z + 0.2 * rng.normal(size=Z.shape), 100 * rng.normal(size=(1, 80, 1))], axis=-1))
     off = _held(Z, Y.values)
-    for scope in ("stack", "layer"):
-        assert off < _held(Z, clip_features(Y, q=0.95, clip=scope).values) - 0.15
+    for scope in ("stack", "layer"):  # the registered steps: the protocol's clipping and "clipping per layer"
+        assert off < _held(Z, R.clipped(Y, clip=scope).values) - 0.15
+    assert R.ALTERNATIVES["clipping off"].clip_q is None
 
 
 def test_metric_alternative_cka_is_scored_held_out_and_is_rotation_invariant():

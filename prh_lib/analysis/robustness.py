@@ -14,6 +14,7 @@ Bangachev et al. (arXiv 2605.28870, 2026): centring and normalisation raise cros
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Callable, Mapping
 
 import pandas as pd
@@ -33,21 +34,25 @@ def centred(f):
     return dataclasses.replace(f, values=center(f.values), meta={**f.meta, "centred": True})
 
 
-def centred_then_clipped(f, *, q: float = 0.95):
-    """``f`` centred, then clipped as the book clips (:func:`prh_lib.analysis.core.clip_features`, one threshold per
-    stack); a bag of words is centred only (the book never clips it)."""
-    f = centred(f)
-    return f if f.name.startswith(TFIDF) else clip_features(f, q=q, clip="stack")
+def clipped(f, *, clip: str = "stack", q: float = 0.95):
+    """``f`` clipped as :func:`prh_lib.analysis.core.clip_features` clips (``clip``: per stack or per layer); a bag of
+    words is returned as it is (the book never clips it)."""
+    return f if f.name.startswith(TFIDF) else clip_features(f, q=q, clip=clip)
+
+
+def centred_then_clipped(f):
+    """``f`` centred, then clipped (:func:`clipped`, per stack)."""
+    return clipped(centred(f))
 
 
 @dataclasses.dataclass(frozen=True)
 class Alternative:
-    """One change to the book's protocol: ``preprocess`` (``LayerFeatures -> LayerFeatures``, after the clipping
-    ``clip``/``clip_q`` of :func:`~prh_lib.analysis.core.prepare_features`), ``metric`` (any that
-    :func:`~prh_lib.stats.selection.crossfit_peak` takes), ``k`` and ``dataset`` (None: the verdicts')."""
+    """One change to the book's protocol: ``clip_q`` (the clipping of :func:`~prh_lib.analysis.core.prepare_features`,
+    per stack, of models and random-init floors; None: none), then ``preprocess`` (``LayerFeatures ->
+    LayerFeatures``, on every stack), ``metric`` (any that :func:`~prh_lib.stats.selection.crossfit_peak` takes),
+    ``k`` and ``dataset`` (None: the verdicts')."""
 
     preprocess: Callable | None = None
-    clip: str | None = "stack"
     clip_q: float | None = 0.95
     metric: str = "mutual_knn"
     k: int = 10
@@ -58,10 +63,10 @@ class Alternative:
 ALTERNATIVES: dict[str, Alternative] = {
     BASELINE: Alternative(),
     "centred after clipping": Alternative(preprocess=centred),
-    "centred before clipping": Alternative(preprocess=centred_then_clipped, clip=None),
+    "centred before clipping": Alternative(preprocess=centred_then_clipped, clip_q=None),
     "not normalised (inner-product neighbours)": Alternative(metric="mutual_knn_dot"),
-    "clipping off": Alternative(clip=None),
-    "clipping per layer": Alternative(clip="layer"),
+    "clipping off": Alternative(clip_q=None),
+    "clipping per layer": Alternative(preprocess=functools.partial(clipped, clip="layer"), clip_q=None),
     "CKNNA": Alternative(metric="cknna"),
     "cycle k-NN": Alternative(metric="cycle_knn"),
     "unbiased linear CKA": Alternative(metric="cka_linear_unbiased"),
@@ -112,7 +117,7 @@ def robustness_study(draws, comparisons, *, alternatives: Mapping[str, Alternati
         if half_k(a.k, n, n - n // 2) > min(n // 2 - 1, subsample_size(n) // 2 - 2):
             continue  # k too large for the halves of this N: the page shows the alternative as not run
         frames.append(heldout_study(mine, comparisons, chapter=chapter, params=params, k=a.k, n_splits=n_splits,
-                                    n_boot=n_boot, seed=seed, clip_q=a.clip_q, clip=a.clip, metric=a.metric,
+                                    n_boot=n_boot, seed=seed, clip_q=a.clip_q, metric=a.metric,
                                     preprocess=a.preprocess, write=False, **options).assign(alternative=name))
     out = pd.concat(frames, ignore_index=True)
     if write:
