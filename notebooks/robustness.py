@@ -91,9 +91,10 @@ Markdown(page.study_note(draws, verdict, comparisons, chosen, heldout_splits, he
 # %% [markdown]
 # ## Findings × alternatives
 #
-# One cell per finding and alternative, coloured by its verdict; "(changed)" marks a verdict other than the
-# protocol's. A blank cell was not run (the PCA findings are read under the protocol and centred only; a k too
-# large for the halves of that N) or is not testable (no pair beats its floors, so there is no peak to locate).
+# One cell per finding and alternative, coloured by its verdict (✓ holds, ? undecided, ✗ fails); "*" marks a
+# verdict other than the protocol's. A blank cell was not run ("–": the PCA findings are read under the protocol
+# and centred only; or a k too large for the halves of that N) or is not testable ("n/t": no pair beats its
+# floors, so there is no peak to locate).
 
 # %% tags=["hide-input"]
 report.show_figure(page.grid_figure(grid), CHAPTER, params)

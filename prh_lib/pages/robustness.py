@@ -39,6 +39,8 @@ _PCA = {"PCA: 40 % of the variance keeps 95 %": ("40% variance", 0.95, ">"),
 #: Verdict of a cell -> value drawn in the grid, and its colour (Okabe-Ito, as the front page).
 GRID_VALUES = {"holds": 1.0, "undecided": 0.0, "fails": -1.0}
 GRID_COLOURS = {"holds": "#009E73", "undecided": "#F0E442", "fails": "#D55E00", "not testable or not run": "#FFFFFF"}
+#: The mark of each verdict in a grid cell (the colour says it too; "*": changed from the protocol's verdict).
+GRID_MARKS = {"holds": "✓", "undecided": "?", "fails": "✗", "not testable": "n/t", "not run": "–"}
 _CHANCE_METRICS = ("mutual_knn", "mutual_knn_dot")
 
 
@@ -129,7 +131,7 @@ def finding_table(g: pd.DataFrame, finding: str) -> pd.DataFrame:
 
 
 def grid_figure(g: pd.DataFrame):
-    """The findings × alternatives grid, each cell coloured by its verdict and labelled with it."""
+    """The findings × alternatives grid, each cell coloured by its verdict and marked with it (:data:`GRID_MARKS`)."""
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
@@ -138,19 +140,21 @@ def grid_figure(g: pd.DataFrame):
     M = np.full((len(findings), len(alts)), np.nan)
     for _, r in g.iterrows():
         M[findings.index(r["finding"]), alts.index(r["alternative"])] = GRID_VALUES.get(r["verdict"], np.nan)
-    fig, ax = plt.subplots(figsize=(10, 1.0 + 0.75 * len(findings) + 0.12 * max(map(len, alts))), dpi=110)
+    fig, ax = plt.subplots(figsize=(10, 1.0 + 0.5 * len(findings) + 0.08 * max(map(len, alts))), dpi=110)
     cmap = ListedColormap([GRID_COLOURS[v] for v in ("fails", "undecided", "holds")])
     cmap.set_bad(GRID_COLOURS["not testable or not run"])
     ax.imshow(np.ma.masked_invalid(M), cmap=cmap, vmin=-1.5, vmax=1.5, aspect="auto")
     for _, r in g.iterrows():
         ax.text(alts.index(r["alternative"]), findings.index(r["finding"]),
-                r["verdict"] + ("\n(changed)" if r["changed"] else ""), ha="center", va="center", fontsize=8)
+                GRID_MARKS[r["verdict"]] + "*" * bool(r["changed"]), ha="center", va="center", fontsize=10)
     ax.set_xticks(range(len(alts)), alts, rotation=35, ha="right", fontsize=8.5)
     ax.set_yticks(range(len(findings)), findings, fontsize=9)
-    ax.set_title("Each finding under each alternative protocol (held-out peaks, 95 % intervals over images)",
+    ax.set_title("Each finding under each alternative protocol (held-out peaks, 95 % intervals over images;\n"
+                 "*: the verdict differs from the protocol's; n/t: not testable, no peak to locate; –: not run)",
                  fontsize=10)
-    ax.legend(handles=[Patch(fc=c, ec="#555555", label=v) for v, c in GRID_COLOURS.items()], ncol=4, fontsize=8.5,
-              loc="lower center", bbox_to_anchor=(0.5, 1.06), frameon=False)
+    ax.legend(handles=[Patch(fc=c, ec="#555555", label=f"{v} ({GRID_MARKS.get(v, 'n/t, –')})")
+                       for v, c in GRID_COLOURS.items()], ncol=4, fontsize=8.5, loc="lower center",
+              bbox_to_anchor=(0.5, 1.12), frameon=False)
     return fig
 
 
