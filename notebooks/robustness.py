@@ -52,7 +52,7 @@ batch_size = 32
 from IPython.display import Markdown
 from prh_lib import data, models
 from prh_lib.analysis import robustness
-from prh_lib.pages import report, robustness as page
+from prh_lib.pages import front, report, robustness as page
 
 CHAPTER = "robustness"
 SEED = 0  # seeds the halvings, the half-samples and the random-init floors
@@ -104,7 +104,7 @@ report.show_figure(page.grid_figure(grid), CHAPTER, params)
 
 # %% tags=["hide-input"]
 record = report.record("robustness", page.changes(grid))
-Markdown(page.changes_markdown(record))
+Markdown(front.robustness_markdown(record))  # the front page says the same
 
 # %% [markdown]
 # ## Each finding, row by row

@@ -167,11 +167,3 @@ def changes(g: pd.DataFrame) -> list[dict]:
         out.append({"finding": f, "baseline": base,
                     "alternatives": [[a, v] for a, v in zip(sub["alternative"], sub["verdict"])]})
     return out
-
-
-def changes_markdown(ch: list[dict]) -> str:
-    """The page's summary of :func:`changes`, one line per finding."""
-    if not ch:
-        return "Every finding keeps its verdict under every alternative run here.\n"
-    return "".join(f"- **{c['finding']}** ({c['baseline']} under the protocol): "
-                   + "; ".join(f"{v} with {a}" for a, v in c["alternatives"]) + ".\n" for c in ch)
