@@ -104,7 +104,7 @@ report.show_figure(page.grid_figure(grid), CHAPTER, params)
 
 # %% tags=["hide-input"]
 record = report.record("robustness", page.changes(grid))
-Markdown(front.robustness_markdown(record))  # the front page says the same
+Markdown(front.robustness_markdown(record, link=False))  # as the front page says it
 
 # %% [markdown]
 # ## Each finding, row by row
