@@ -97,7 +97,7 @@ Markdown(page.study_note(draws, verdict, comparisons, chosen, heldout_splits, he
 # floors, so there is no peak to locate).
 
 # %% tags=["hide-input"]
-report.show_figure(page.grid_figure(grid), CHAPTER, params)
+_ = report.show_figure(page.grid_figure(grid), CHAPTER, params)
 
 # %% [markdown]
 # Where a verdict changes:
