@@ -91,6 +91,21 @@ def test_metric_alternative_cka_is_scored_held_out_and_is_rotation_invariant():
     assert _held(X, Y, metric="mutual_knn") == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("metric", ["cknna", "cycle_knn"])
+def test_neighbourhood_metric_alternatives_find_the_planted_layer_pair(metric):
+    # Y's middle layer is X's middle layer rotated (cosines and inner products kept) plus a little noise, its other
+    # layers unrelated: CKNNA and cycle k-NN, scored held out, pick the planted pair on every split and score it far
+    # above an unrelated pair
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(3, 80, 6))
+    Q, _ = np.linalg.qr(rng.normal(size=(6, 6)))
+    Y = np.stack([rng.normal(size=(80, 6)), X[1] @ Q + 0.05 * rng.normal(size=(80, 6)), rng.normal(size=(80, 6))])
+    r = crossfit_peak(X, Y, metric=metric, n_splits=2, n_boot=0)
+    assert r.selected[1, 1] == r.selected.sum()
+    unrelated = _held(rng.normal(size=(1, 80, 6)), rng.normal(size=(1, 80, 6)), metric=metric)
+    assert r.heldout > unrelated + 0.4 and r.heldout > 0.7
+
+
 def test_k_alternative_moves_chance_with_k_over_n():
     # unrelated features score about k/(N-1) at every k: the matched-k alternatives compare like with like
     rng = np.random.default_rng(0)
