@@ -230,6 +230,8 @@ def test_an_interval_end_that_would_print_as_the_threshold_gets_one_more_digit()
     assert claims.Test("m", 0.004, -0.0004, 0.008).describe() == "m: needs > 0, got 0.0040 [-0.0004, 0.0080]"
     assert claims.Test("m", 0.04, 0.01, 0.08).describe() == "m: needs > 0, got 0.040 [0.010, 0.080]"
     assert claims.Test("m", 0.04, 0.0, 0.08).describe() == "m: needs > 0, got 0.040 [0.000, 0.080]"  # exactly 0
+    # an end still printing as the threshold gets digits until it does not (the robustness page's "[-0.0479, 0.0000]")
+    assert claims.Test("m", -0.0192, -0.0479, -0.00002).describe() == "m: needs > 0, got -0.01920 [-0.04790, -0.00002]"
 
 
 def test_two_readings_a_claim_that_holds_by_the_papers_test_but_not_beyond_a_floor_says_so():

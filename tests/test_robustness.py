@@ -115,7 +115,7 @@ def test_k_alternative_moves_chance_with_k_over_n():
     assert high.heldout == pytest.approx(40 / 399, abs=0.02) and high.heldout > 3 * low.heldout
 
 
-def _summary(alt, *, peak, floor, final, depth=0.8, same=0.5, metric="mutual_knn"):
+def _summary(alt, *, peak, floor, final, depth=0.8, same=0.5, same_floor=0.2, metric="mutual_knn"):
     """A held-out summary of one cross-modal pair, its floors and a same-modality pair, with replicates."""
     rng = np.random.default_rng(0)
     noise = rng.normal(0, 0.005, 40)
@@ -134,6 +134,8 @@ def _summary(alt, *, peak, floor, final, depth=0.8, same=0.5, metric="mutual_knn
         row("v × l@random-init:0", "heldout:control:random-language", 0.02, kind="random-language",
             bounds=["v × l"]),
         row("v × w", "heldout", same, "vision-vision"),
+        row("v@random-init:0 × w", "heldout:control:random-vision", same_floor, kind="random-vision",
+            bounds=["v × w"]),
     ])
 
 
@@ -163,6 +165,18 @@ def test_grid_reads_each_finding_symmetrically_and_marks_changes():
     assert v["peak above chance and bag of words", "CKA"] == "holds"  # no chance test for CKA, floors only
     assert g.set_index(["finding", "alternative"]).loc[("peak above chance and bag of words", "CKA"), "n_tests"] == 1
     assert set(v.xs("missing", level="alternative")) == {"not run"}
+    rows = g.set_index(["finding", "alternative"])
+    assert rows.loc[("peak above chance and bag of words", "CKA"), "floors_only"]
+    assert not rows.loc[("peak above chance and bag of words", R.BASELINE), "floors_only"]
+    table = page.finding_table(g, "peak above chance and bag of words")
+    assert table.loc["CKA", "verdict"] == "holds (floors only)" and table.loc["centred", "changes the verdict"] == "yes"
+    assert "needs > 0, got" in table.loc[R.BASELINE, "weakest test [95 % CI]"]
+    assert rows.loc[("PCA: 8 dimensions keep under 80 %", "CKA"), "numbers"].startswith("not run: the PCA findings")
+    assert rows.loc[("regime order", "missing"), "numbers"] == "not run: k too large for the halves of this N"
+    # the same-modality pair's own random-init floor is part of the regime order
+    assert any("v@random-init:0 × w" in t for t in rows.loc[("regime order", R.BASELINE), "numbers"].split("; "))
+    assert page.headline(g).endswith("Of the 10 finding × alternative cells that ran, 5 keep the verdict the "
+                                     "finding has under the book's protocol and 5 change it.")
     ch = page.changes(g)
     by = {c["finding"]: c["alternatives"] for c in ch}
     assert by == {"peak above chance and bag of words": [["centred", "fails"]],

@@ -117,8 +117,8 @@ def findings_markdown(rows_by_chapter: dict[str, list[dict] | None], *, reasons:
 
 
 def robustness_markdown(changed: list[dict] | None, *, link: bool = True) -> str:
-    """One line per finding whose verdict changes under an alternative protocol, naming the alternatives (at most
-    three each): what :func:`prh_lib.pages.robustness.changes` recorded on the robustness page ("" when it did not
+    """One line per finding whose verdict changes under an alternative protocol, naming every alternative that
+    changes it: what :func:`prh_lib.pages.robustness.changes` recorded on the robustness page ("" when it did not
     run). ``link``: name that page with a link (the front page; a notebook's output is not parsed for roles)."""
     if changed is None:
         return ""
@@ -127,9 +127,8 @@ def robustness_markdown(changed: list[dict] | None, *, link: bool = True) -> str
         return f"\n**Robustness.** Every finding keeps its verdict under every alternative protocol{page}.\n"
     lines = []
     for c in changed:
-        alts = [f"{v} with {a}" for a, v in c["alternatives"]]
-        more = f", and {len(alts) - 3} more" if len(alts) > 3 else ""
-        lines.append(f"- *{c['finding']}* ({c['baseline']} under the book's protocol): {'; '.join(alts[:3])}{more}.")
+        alts = "; ".join(f"{v} with {a}" for a, v in c["alternatives"])
+        lines.append(f"- *{c['finding']}* ({c['baseline']} under the book's protocol): {alts}.")
     return f"\n**Robustness**: findings whose verdict changes under an alternative protocol{page}.\n\n" \
         + "\n".join(lines) + "\n"
 

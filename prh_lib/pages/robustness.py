@@ -20,12 +20,12 @@ FINDINGS = {
     "peak above chance and bag of words": "every cross-modal pair's held-out peak is above chance k/(N−1) (mutual "
                                           "k-NN only: the other metrics have no such level) and above its "
                                           "bag-of-words floors (paired 95 % intervals over images above 0)",
-    "peak not at the final layers": "every cross-modal pair's held-out peak exceeds its final-layer pair on the "
-                                    "same halves (paired interval above 0)",
+    "peak not at the final layers": "every cross-modal pair's held-out peak exceeds the score of its two final "
+                                    "layers, the (final, final) pair, on the same halves (paired interval above 0)",
     "peak in the later half": "for every cross-modal pair whose held-out peak beats chance and every floor, the "
                               "peak's mean relative depth is above 0.5 on both sides (interval included)",
-    "regime order": "the same-modality pair's held-out peak exceeds the best cross-modal one, and every "
-                    "cross-modal pair exceeds its random-init floors (paired intervals above 0)",
+    "regime order": "the same-modality pair's held-out peak exceeds the best cross-modal one, and every pair, "
+                    "cross-modal and same-modality, exceeds its random-init floors (paired intervals above 0)",
     "PCA: 40 % of the variance keeps 95 %": "for every cross-modal pair at its held-out peak layers, the language "
                                             "side compressed to 40 % of its variance keeps at least 95 % of the "
                                             "score (3.1/pca-40; paired 95 % interval of the ratio included)",
@@ -42,6 +42,7 @@ GRID_COLOURS = {"holds": "#009E73", "undecided": "#F0E442", "fails": "#D55E00", 
 #: The mark of each verdict in a grid cell (the colour says it too; "*": changed from the protocol's verdict).
 GRID_MARKS = {"holds": "✓", "undecided": "?", "fails": "✗", "not testable": "n/t", "not run": "–"}
 _CHANCE_METRICS = ("mutual_knn", "mutual_knn_dot")
+_FIRST = "peak above chance and bag of words"  # tested against the floors only where the metric has no chance
 
 
 def study_note(draws, verdict: str, comparisons, alternatives, n_splits: int, n_boot: int) -> str:
@@ -69,7 +70,7 @@ def finding_tests(summary: pd.DataFrame, pca: pd.DataFrame | None = None) -> dic
                   if r["probe"] == probe]
     for _, r in cross.iterrows():
         base = ([V.above_chance(r)] if chance else [])
-        out["peak above chance and bag of words"] += base + V.above_floors(summary, r, kinds=["tfidf", "tfidf-svd"])
+        out[_FIRST] += base + V.above_floors(summary, r, kinds=["tfidf", "tfidf-svd"])
         out["peak not at the final layers"].append(V.peak_above_final(r))
         if all(t.outcome == "holds" for t in base + V.above_floors(summary, r)):
             out["peak in the later half"] += V.depth_tests(r, 0.5, ">")
@@ -77,6 +78,8 @@ def finding_tests(summary: pd.DataFrame, pca: pd.DataFrame | None = None) -> dic
     if len(cross) and len(same):
         best = cross.loc[cross["score"].idxmax(), "pair"]
         out["regime order"] += [V.above_pair(summary, s, best) for s in same["pair"]]
+    for _, s in same.iterrows():
+        out["regime order"] += V.above_floors(summary, s, kinds=["random-language", "random-vision"])
     return out
 
 
@@ -98,17 +101,20 @@ def grid(summary: pd.DataFrame, alternatives, pca: pd.DataFrame | None = None) -
         sub = summary[summary["alternative"] == alt].reset_index(drop=True) if len(summary) else summary
         p = pca[pca["alternative"] == alt] if pca is not None and alt in set(pca["alternative"]) else None
         tested = finding_tests(sub, p) if len(sub) else {}
+        no_chance = len(sub) > 0 and sub["metric"].iloc[0] not in _CHANCE_METRICS
         for f in FINDINGS:
             ts = tested.get(f, [])
             row = {"finding": f, "alternative": alt, "verdict": "not testable" if f in tested else "not run",
+                   "floors_only": no_chance and f == _FIRST,
                    "test": "", "estimate": np.nan, "low": np.nan, "high": np.nan, "n_tests": len(ts),
-                   "numbers": "no pair to test" if f in tested else "not run (PCA: the protocol and centring only; "
-                              "others: k too large for this N)"}
+                   "weakest": "–", "numbers": "no pair to test" if f in tested else
+                   "not run: the PCA findings are read under the protocol and centred only" if f in _PCA else
+                   "not run: k too large for the halves of this N"}
             if ts:
                 holds, conclusive, _ = combine(ts)
                 w = _weakest(ts)
                 row |= {"verdict": "fails" if not holds else "holds" if conclusive else "undecided", "test": w.name,
-                        "estimate": w.estimate, "low": w.low, "high": w.high,
+                        "estimate": w.estimate, "low": w.low, "high": w.high, "weakest": w.describe(),
                         "numbers": "; ".join(t.describe() for t in ts)}
             rows.append(row)
     out = pd.DataFrame(rows)
@@ -120,14 +126,12 @@ def grid(summary: pd.DataFrame, alternatives, pca: pd.DataFrame | None = None) -
 
 def finding_table(g: pd.DataFrame, finding: str) -> pd.DataFrame:
     """One finding's rows, one per alternative: verdict, whether it changed, the weakest test [95 % CI], every test."""
-    from prh_lib.formatting import format_interval
-
     sub = g[g["finding"] == finding]
-    weakest = [f"{t}: {format_interval(e, lo, hi)}" if t else "–"
-               for t, e, lo, hi in zip(sub["test"], sub["estimate"], sub["low"], sub["high"])]
-    return pd.DataFrame({"alternative": sub["alternative"], "verdict": sub["verdict"],
-                         "changes the verdict": np.where(sub["changed"], "yes", ""),
-                         "weakest test [95 % CI]": weakest, "every test": sub["numbers"]}).set_index("alternative")
+    verdict = [v + " (floors only)" * bool(f) for v, f in zip(sub["verdict"], sub["floors_only"])]
+    return pd.DataFrame({"alternative": sub["alternative"], "verdict": verdict,
+                         "changes the verdict": np.where(sub["changed"], "yes", "no"),
+                         "weakest test [95 % CI]": sub["weakest"], "every test": sub["numbers"]}
+                        ).set_index("alternative")
 
 
 def grid_figure(g: pd.DataFrame):
@@ -156,6 +160,14 @@ def grid_figure(g: pd.DataFrame):
                        for v, c in GRID_COLOURS.items()], ncol=4, fontsize=8.5, loc="lower center",
               bbox_to_anchor=(0.5, 1.12), frameon=False)
     return fig
+
+
+def headline(g: pd.DataFrame) -> str:
+    """How many finding × alternative cells that ran keep the protocol's verdict and how many change it."""
+    run = g[(g["alternative"] != BASELINE) & (g["verdict"] != "not run")]
+    n = int(run["changed"].sum())
+    return (f"**What changes.** Of the {len(run)} finding × alternative cells that ran, {len(run) - n} keep the "
+            f"verdict the finding has under the book's protocol and {n} change it.")
 
 
 def changes(g: pd.DataFrame) -> list[dict]:

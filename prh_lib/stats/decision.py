@@ -90,10 +90,10 @@ class Test:
         def f(v):
             return format_number(v, digits) if math.isfinite(v) else f"{v}"
 
-        if all(math.isfinite(v) for v in (self.low, self.high)) and any(
+        while digits < 6 and all(math.isfinite(v) for v in (self.low, self.high)) and any(
                 round(v, digits) == round(self.threshold, digits) and v != self.threshold
                 for v in (self.estimate, self.low, self.high)):
-            digits += 1  # an end that would print as the threshold ("[0.000, ...]" that is not 0) gets one more
+            digits += 1  # an end that would print as the threshold ("[0.000, ...]" that is not 0): more digits
 
         need = f"{self.name}: needs {self.side} {self.threshold:g}, got {f(self.estimate)}"
         if not (math.isfinite(self.low) and math.isfinite(self.high)):
