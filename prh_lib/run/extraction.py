@@ -1,0 +1,211 @@
+"""Extraction planned before scoring: ``prh-run`` extracts the feature files its chapters will read, then runs them.
+
+:func:`plan_features` lists the files from each chapter's effective parameters (its ``parameters`` cell updated with
+the run's, :func:`chapter_params`) through :data:`CHAPTER_READS`, the one table of which models a chapter reads on
+which pairs. :func:`extract_planned` extracts the files not cached yet over the cores, one model and dataset per call
+of :func:`prh_lib.extract.features_for_pairs`, as a chapter's own prefetch does
+(:func:`prh_lib.analysis.core.prefetch_features`): the same files, and a chapter then finds them cached.
+
+The plan covers the bulk, not every input: a chapter still extracts on a miss what it alone needs (``ch_concepts``'s
+prompts, App. F's caption variants and summaries, Section 3.1's pooling variants, Section 3.2's language models, which
+it loads anyway for bits per byte) and what a plan missed (:func:`plan_misses`).
+"""
+
+from __future__ import annotations
+
+import ast
+import multiprocessing
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prh_lib import extract
+from prh_lib.analysis import regimes
+from prh_lib.analysis.capability.study import study_sets
+from prh_lib.analysis.controls import random_init_name
+from prh_lib.analysis.core import model_names
+from prh_lib.data import Pairs, is_text_only, study_draws
+from prh_lib.extract import EXTRACTION_LOG  # noqa: F401  (the runner sets it)
+from prh_lib.extract.features import CorruptFeatureFileError, check_feature_file
+from prh_lib.models import ModelNotAvailableError, precision
+from prh_lib.pages.report import declared_defaults
+from prh_lib.parallel import available_cores
+from prh_lib.run.schedule import THREAD_VARIABLES, _worker_signals
+
+#: Control seed of the random-init twins the chapters' floors read (the notebooks' ``CONTROL_SEED``).
+CONTROL_SEED = 0
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One feature file of the plan: ``model`` on ``pairs`` in ``dtype`` (resolved) on ``device``, at ``path``."""
+
+    model: str
+    pairs: Pairs = field(repr=False)
+    dtype: str
+    device: str
+    path: Path
+
+    def is_cached(self) -> bool:
+        """Whether the file exists with a sound header (as :meth:`prh_lib.batch.plan.Job.is_done`)."""
+        try:
+            check_feature_file(self.path)
+        except (CorruptFeatureFileError, FileNotFoundError):
+            return False
+        return True
+
+
+def _pairs_of(*keys, twins=False, extra=()):
+    """A chapter reading the models of its model-pair parameters ``keys`` (and ``extra`` lists) on every draw."""
+    def reads(p):
+        names = list(dict.fromkeys(model_names([pair for k in keys for pair in p[k]]) + [m for k in extra for m in p[k]]))
+        names += [random_init_name(m, CONTROL_SEED) for m in names] if twins else []
+        return [(names, [d.pairs for d in study_draws(p["datasets"], n_draws=p["n_draws"])])]
+    return reads
+
+
+def _regimes(p):
+    """Section 3.3: every regime's models and the twins of the floors; a text-only draw, its language pairs only."""
+    comps = regimes.regime_comparisons(unimodal=p["unimodal_pairs"], same_modality=p["same_modality_pairs"],
+                                       random_init=p["random_init_pairs"], seeds=p["random_init_seeds"],
+                                       aligned=p["aligned_models"])
+    draws = study_draws(p["datasets"], n_draws=p["n_draws"])
+    out = []
+    for text_only in (False, True):
+        pairs = [d.pairs for d in draws if is_text_only(d.pairs) == text_only]
+        group = (regimes.language_only(comps) if text_only else comps) if pairs else []
+        if group:
+            twins = [random_init_name(m, CONTROL_SEED) for m in model_names(regimes.control_pairs(group))]
+            out.append((list(dict.fromkeys(model_names(group) + twins)), pairs))
+    return out
+
+
+def _capability(p):
+    """Section 3.2: its vision models on the parent sets (its language models load anyway, for bits per byte)."""
+    draws = study_draws(p["datasets"], n_draws=p["n_draws"])
+    return [(list(p["vision_models"]), list(study_sets(p["datasets"], draws).parents))]
+
+
+#: ``chapter -> reads(params) -> [(model names, [Pairs, ...]), ...]``: the feature files a chapter reads. Chapters
+#: absent here (``ch_concepts``, ``appf_caption_detail``) read only inputs of their own making.
+CHAPTER_READS = {
+    "sec3_1_layerwise": _pairs_of("comparisons", twins=True),
+    "sec3_1b_pca": _pairs_of("comparisons"),
+    "sec3_2_capability": _capability,
+    "sec3_3_regimes": _regimes,
+    "appg_k_n_ablation": _pairs_of("comparisons"),
+    "ch_displacement": _pairs_of("displacement_comparisons", extra=("consensus_models",)),
+    "robustness": _pairs_of("comparisons", twins=True),
+}
+
+
+def chapter_params(name: str, params: dict) -> dict:
+    """The parameters notebook ``name`` runs with: its declared defaults (those that are literals) updated with the
+    keys of ``params`` it declares, as :func:`prh_lib.run.runner.run_notebook` passes them."""
+    declared = declared_defaults(name)
+    out = {}
+    for key, source in declared.items():
+        try:
+            out[key] = ast.literal_eval(source)
+        except (ValueError, SyntaxError):
+            pass
+    return {**out, **{k: v for k, v in params.items() if k in declared}}
+
+
+def plan_features(chapters, params: dict) -> list[Planned]:
+    """The feature files the ``chapters`` read with the run's ``params``, each once, chapter by chapter.
+
+    Paths are :func:`prh_lib.extract.features_path`'s (the files ``get_features`` reads and writes), with ``dtype="auto"``
+    resolved for each model and the chapter's ``device``. Nothing is loaded or written; a model that cannot be resolved
+    here is left to its chapter, which reports it.
+
+    Returns
+    -------
+    list of Planned
+    """
+    plan: dict[Path, Planned] = {}
+    for name in chapters:
+        if name not in CHAPTER_READS:
+            continue
+        p = chapter_params(name, params)
+        device = str(p.get("device", "cpu"))
+        for names, sets in CHAPTER_READS[name](p):
+            for model in names:
+                dtype = precision.feature_dtype(model, str(p.get("dtype", "float32")), device)
+                try:
+                    paths = [extract.features_path(model, pairs, dtype=dtype, device=device) for pairs in sets]
+                except ModelNotAvailableError:
+                    continue
+                for pairs, path in zip(sets, paths):
+                    plan.setdefault(path, Planned(model, pairs, dtype, device, path))
+    return list(plan.values())
+
+
+def _start_worker(threads: int) -> None:
+    _worker_signals()
+    for var in THREAD_VARIABLES:
+        os.environ.setdefault(var, str(threads))
+
+
+def _extract_model(model: str, device: str, dtype: str, sets_by_dataset: list, threads: int) -> str:
+    """One model's files, one call per dataset (as a chapter's prefetch); an error comes back as text."""
+    try:
+        for sets in sets_by_dataset:
+            extract.features_for_pairs(model, sets, device=device, dtype=dtype, progress=False, num_threads=threads,
+                                       keep=False)
+    except Exception as err:  # the chapter meets it again and reports it where it belongs
+        return f"{model}: {type(err).__name__}: {str(err).strip()[:200]}"
+    return ""
+
+
+def extract_planned(plan, *, cores: int | None = None) -> dict:
+    """Extract the planned files that are not cached, spread over the cores (on a GPU, one worker).
+
+    Work goes by model (its datasets one after another in one worker), the most rows first. On a CPU each worker has
+    ``cores // workers`` threads (one per core when there are as many models). Workers ignore Ctrl-C and are ended
+    with the run (:func:`prh_lib.run.schedule.stopping_on_signals`).
+
+    Parameters
+    ----------
+    plan : sequence of Planned
+        From :func:`plan_features`.
+    cores : int, optional
+        Cores to use (default :func:`prh_lib.parallel.available_cores`).
+
+    Returns
+    -------
+    dict
+        ``planned``, ``cached`` (before), ``extracted``, ``failed`` (files still missing), ``workers``, ``seconds`` and
+        ``errors`` (one line per model that failed).
+    """
+    t0 = time.perf_counter()
+    todo = [f for f in plan if not f.is_cached()]
+    groups: dict[tuple, dict[str, list]] = {}
+    for f in todo:
+        groups.setdefault((f.model, f.device, f.dtype), {}).setdefault(f.pairs.dataset, []).append(f.pairs)
+    order = sorted(groups, key=lambda g: -sum(len(p) for sets in groups[g].values() for p in sets))
+    cores = max(1, available_cores() if cores is None else int(cores))
+    on_gpu = any(f.device != "cpu" for f in todo)
+    workers = min(1 if on_gpu else cores, len(order))
+    errors = []
+    if order:
+        threads = cores if on_gpu else max(1, cores // workers)
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method), initializer=_start_worker,
+                                 initargs=(threads,)) as pool:
+            futures = [pool.submit(_extract_model, *g, list(groups[g].values()), threads) for g in order]
+            errors = [e for e in (f.result() for f in futures) if e]
+    failed = sum(not f.is_cached() for f in todo)
+    return {"planned": len(plan), "cached": len(plan) - len(todo), "extracted": len(todo) - failed, "failed": failed,
+            "workers": workers, "seconds": time.perf_counter() - t0, "errors": errors}
+
+
+def plan_misses(log: Path) -> list[str]:
+    """The feature files extracted while ``PRH_EXTRACTION_LOG`` named ``log`` (:func:`prh_lib.extract.get_features`
+    appends each one it computes), each once, in order; empty when the log is missing."""
+    try:
+        return list(dict.fromkeys(line for line in Path(log).read_text().splitlines() if line))
+    except OSError:
+        return []
