@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ast
 import multiprocessing
-import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ from prh_lib.extract.features import CorruptFeatureFileError, check_feature_file
 from prh_lib.models import ModelNotAvailableError, precision
 from prh_lib.pages.report import declared_defaults
 from prh_lib.parallel import available_cores
-from prh_lib.run.schedule import THREAD_VARIABLES, _worker_signals
+from prh_lib.run.schedule import _worker_signals
 
 #: Control seed of the random-init twins the chapters' floors read (the notebooks' ``CONTROL_SEED``).
 CONTROL_SEED = 0
@@ -143,12 +142,6 @@ def plan_features(chapters, params: dict) -> list[Planned]:
     return list(plan.values())
 
 
-def _start_worker(threads: int) -> None:
-    _worker_signals()
-    for var in THREAD_VARIABLES:
-        os.environ.setdefault(var, str(threads))
-
-
 def _extract_model(model: str, device: str, dtype: str, sets_by_dataset: list, threads: int) -> str:
     """One model's files, one call per dataset (as a chapter's prefetch); an error comes back as text."""
     try:
@@ -192,9 +185,9 @@ def extract_planned(plan, *, cores: int | None = None) -> dict:
     errors = []
     if order:
         threads = cores if on_gpu else max(1, cores // workers)
-        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method), initializer=_start_worker,
-                                 initargs=(threads,)) as pool:
+        # spawned, not forked: a child forked from a process whose torch threads have run can hang in its first one
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_worker_signals) as pool:
             futures = [pool.submit(_extract_model, *g, list(groups[g].values()), threads) for g in order]
             errors = [e for e in (f.result() for f in futures) if e]
     failed = sum(not f.is_cached() for f in todo)
