@@ -53,7 +53,7 @@ def _tiny_plan():
         "comparisons": [["efficientnet-lite0", "efficientnet-lite0@random-init:0"]]})
 
 
-def test_a_planned_path_is_the_file_get_features_writes_and_logs(cache, monkeypatch):
+def test_a_planned_path_is_the_file_get_features_writes_and_logs(cache, monkeypatch, capsys):
     plan = _tiny_plan()
     assert [f.model for f in plan] == ["efficientnet-lite0", "efficientnet-lite0@random-init:0"]
     log = cache / "extracted.txt"
@@ -61,16 +61,45 @@ def test_a_planned_path_is_the_file_get_features_writes_and_logs(cache, monkeypa
     pairs = data.study_draws(TINY)[0].pairs
     extract.get_features("efficientnet-lite0", pairs, batch_size=4, progress=False)
     written = list((cache / "features").rglob("*.safetensors"))
-    assert written == [plan[0].path] and plan[0].is_cached() and not plan[1].is_cached()
-    assert extraction.plan_misses(log) == [str(plan[0].path)]
+    assert written == [plan[0].path] and plan[0].path.is_file() and not plan[1].path.is_file()
+    assert log.read_text().splitlines() == [str(plan[0].path)]
+    extraction.report_misses(log)
+    assert "the notebooks extracted 1 feature file(s) the plan did not" in capsys.readouterr().out
 
 
 def test_parallel_extraction_writes_the_planned_files_and_a_second_call_finds_them_cached(cache):
     plan = _tiny_plan()
     first = extraction.extract_planned(plan, cores=2)
     assert first["errors"] == [] and (first["planned"], first["cached"], first["extracted"]) == (2, 0, 2)
-    assert first["workers"] == 2 and all(f.is_cached() for f in plan)
+    assert first["workers"] == 2 and all(f.path.is_file() for f in plan)
     meta = extract.load_features(plan[1].path).meta
     assert meta["model"] == "efficientnet-lite0@random-init:0" and meta["dtype"] == "float32"
     again = extraction.extract_planned(_tiny_plan(), cores=2)
     assert (again["cached"], again["extracted"], again["workers"]) == (2, 0, 0)
+
+
+def test_prh_run_extracts_first_times_it_and_reports_what_the_notebooks_extracted_themselves(cache, monkeypatch,
+                                                                                           capsys):
+    from prh_lib.run import runner
+
+    planned = data.study_draws(TINY)[0].pairs
+    other = data.sample_pairs(data.load_dataset(), n=5, seed=1)
+    monkeypatch.setitem(extraction.CHAPTER_READS, "sec3_1b_pca", lambda p: [(["efficientnet-lite0"], [("c", planned)])])
+
+    def notebook(name, params, *, output_dir=None, prefix=""):  # finds the planned file cached, extracts another
+        assert extract.features_path("efficientnet-lite0", planned).is_file()
+        extract.get_features("efficientnet-lite0", other, progress=False)
+        (cache / f"{name}.ipynb").write_text("{}")
+        return cache / f"{name}.ipynb"
+
+    monkeypatch.setattr(runner, "run_notebook", notebook)
+    args = ["sec3_1b_pca", "--force", "--no-build", "--output-dir", str(cache / "book")]
+    assert runner.main(args) == 0
+    out = capsys.readouterr().out
+    assert "[prh-run] extraction planned: 1 feature files, 0 cached, 1 extracted by 1 worker(s)" in out
+    assert "  (extraction)  " in out and "the notebooks extracted 1 feature file(s) the plan did not" in out
+    extract.features_path("efficientnet-lite0", other).unlink()
+    assert runner.main([*args, "--no-plan"]) == 0
+    out = capsys.readouterr().out
+    assert "extraction planned" not in out and "(extraction)" not in out
+    assert "the notebooks extracted 1 feature file(s)" in out  # the same miss, now without a plan

@@ -23,7 +23,6 @@ numbers, written atomically. Models are reached through :mod:`prh_lib.models` on
 
 from __future__ import annotations
 
-import os
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Sequence
@@ -35,15 +34,11 @@ from prh_lib import __version__, models, paths
 from prh_lib.models import precision
 from prh_lib.progress import note
 from prh_lib.data import Pairs
-from prh_lib.extract.features import (CorruptCacheWarning, CorruptFeatureFileError, FeatureMismatchError,  # noqa: F401
-    LayerFeatures, check_aligned, load_features, quarantine, save_features)
+from prh_lib.extract.features import (EXTRACTION_LOG, CorruptCacheWarning, CorruptFeatureFileError,  # noqa: F401
+    FeatureMismatchError, LayerFeatures, check_aligned, load_features, quarantine, save_features)
 
 #: Bump when a change to extraction changes the numbers; it is part of every cache key.
 FEATURES_FORMAT_VERSION = 1
-
-#: When set, names a file to which :func:`get_features` appends the path of each feature file it computes (``prh-run``
-#: reads it to report what its plan missed, :func:`prh_lib.run.extraction.plan_misses`).
-EXTRACTION_LOG = "PRH_EXTRACTION_LOG"
 
 
 from prh_lib.extract.forward import (_check_texts, _extract_images, _extract_text, _extract_text_chunked,  # noqa: F401  (re-exported: the public names and the passes used below)
@@ -412,7 +407,7 @@ def _extract_into(out: list, model, todo: list, *, device, dtype, batch_size, ma
             got = _shared_text_features(loaded, sets, batch_size=batch_size, max_length=max_length, progress=progress)
         for (i, _, path), feats in zip(todo, got):
             if cache:
-                _save_and_log(feats, path)
+                save_features(feats, path)
             out[i] = feats
         return loaded
     for i, pairs, path in todo:
@@ -420,18 +415,9 @@ def _extract_into(out: list, model, todo: list, *, device, dtype, batch_size, ma
         with torch_threads(num_threads):
             feats = extract_features(loaded, pairs, batch_size=batch_size, max_length=max_length, progress=progress)
         if cache:
-            _save_and_log(feats, path)
+            save_features(feats, path)
         out[i] = feats if keep or not cache else None
     return loaded
-
-
-def _save_and_log(feats: LayerFeatures, path: Path) -> None:
-    """:func:`save_features`, then the path appended to the file :data:`EXTRACTION_LOG` names (when set)."""
-    save_features(feats, path)
-    log = os.environ.get(EXTRACTION_LOG)
-    if log:
-        with open(log, "a") as handle:  # one short line per write: appends do not interleave
-            handle.write(f"{path}\n")
 
 
 def _fill_repeats(out: list, repeats: list[tuple[int, int]]) -> list:

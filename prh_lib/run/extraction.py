@@ -1,15 +1,13 @@
 """Extraction planned before scoring: ``prh-run`` extracts the feature files its chapters will read, then runs them.
 
-:func:`plan_features` lists the files from each chapter's effective parameters (its ``parameters`` cell updated with
-the run's, :func:`chapter_params`) through :data:`CHAPTER_READS`, the one table of which models a chapter reads on
-which pairs. :func:`extract_planned` extracts the files not cached yet over the cores, one model and dataset per call
-of :func:`prh_lib.extract.features_for_pairs`, as a chapter's own prefetch does
-(:func:`prh_lib.analysis.core.prefetch_features`): the same files, and a chapter then finds them cached.
+:func:`plan_features` lists the files from each chapter's parameters (:func:`chapter_params`) through
+:data:`CHAPTER_READS`, the one table of which models a chapter reads on which pairs; :func:`extract_planned` extracts
+those not cached over the cores, calling :func:`prh_lib.extract.features_for_pairs` per model and dataset as a chapter's
+own prefetch does (:func:`prh_lib.analysis.core.prefetch_features`), so the chapter finds the same files cached.
 
-The plan covers the bulk, not every input: a chapter still extracts on a miss what it alone needs (``ch_concepts``'s
-prompts, App. F's caption variants and summaries, Section 3.1's pooling variants, Section 3.2's language models, which
-it loads anyway for bits per byte) and what a plan missed (:func:`plan_misses`).
-"""
+The plan covers the bulk: a chapter still extracts on a miss what it alone reads (``ch_concepts``'s prompts, App. F's
+caption variants and summaries, Section 3.1's pooling variants, Section 3.2's language models, loaded anyway for bits
+per byte) and whatever a plan missed (:func:`report_misses`)."""
 
 from __future__ import annotations
 
@@ -21,13 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prh_lib import extract
+from prh_lib.paths import display_path
 from prh_lib.analysis import regimes
 from prh_lib.analysis.capability.study import study_sets
 from prh_lib.analysis.controls import random_init_name
 from prh_lib.analysis.core import model_names
 from prh_lib.data import Pairs, is_text_only, study_draws
+from prh_lib.data.study import headline_dataset
 from prh_lib.extract import EXTRACTION_LOG  # noqa: F401  (the runner sets it)
-from prh_lib.extract.features import CorruptFeatureFileError, check_feature_file
 from prh_lib.models import ModelNotAvailableError, precision
 from prh_lib.pages.report import declared_defaults
 from prh_lib.parallel import available_cores
@@ -39,21 +38,18 @@ CONTROL_SEED = 0
 
 @dataclass(frozen=True)
 class Planned:
-    """One feature file of the plan: ``model`` on ``pairs`` in ``dtype`` (resolved) on ``device``, at ``path``."""
+    """One planned file: ``model`` on ``pairs`` (of dataset ``group``) in ``dtype`` (resolved) on ``device``, at ``path``."""
 
     model: str
+    group: str
     pairs: Pairs = field(repr=False)
     dtype: str
     device: str
     path: Path
 
-    def is_cached(self) -> bool:
-        """Whether the file exists with a sound header (as :meth:`prh_lib.batch.plan.Job.is_done`)."""
-        try:
-            check_feature_file(self.path)
-        except (CorruptFeatureFileError, FileNotFoundError):
-            return False
-        return True
+
+def _draws(p):
+    return study_draws(p["datasets"], n_draws=p["n_draws"])
 
 
 def _pairs_of(*keys, twins=False, extra=()):
@@ -61,8 +57,17 @@ def _pairs_of(*keys, twins=False, extra=()):
     def reads(p):
         names = list(dict.fromkeys(model_names([pair for k in keys for pair in p[k]]) + [m for k in extra for m in p[k]]))
         names += [random_init_name(m, CONTROL_SEED) for m in names] if twins else []
-        return [(names, [d.pairs for d in study_draws(p["datasets"], n_draws=p["n_draws"])])]
+        return [(names, [(d.dataset, d.pairs) for d in _draws(p)])]
     return reads
+
+
+def _layerwise(p):
+    """Section 3.1: the twins on the verdicts' dataset and on draw 0 of the others (sanity check, poolings) only."""
+    draws, names = _draws(p), model_names(p["comparisons"])
+    main = p["heatmap_dataset"] or headline_dataset(draws)
+    floors = [d for d in draws if d.dataset == main or (d.draw == 0 and d.pairs.caption_policy != "concat")]
+    return [(names, [(d.dataset, d.pairs) for d in draws]),
+            ([random_init_name(m, CONTROL_SEED) for m in names], [(d.dataset, d.pairs) for d in floors])]
 
 
 def _regimes(p):
@@ -70,10 +75,9 @@ def _regimes(p):
     comps = regimes.regime_comparisons(unimodal=p["unimodal_pairs"], same_modality=p["same_modality_pairs"],
                                        random_init=p["random_init_pairs"], seeds=p["random_init_seeds"],
                                        aligned=p["aligned_models"])
-    draws = study_draws(p["datasets"], n_draws=p["n_draws"])
-    out = []
+    draws, out = _draws(p), []
     for text_only in (False, True):
-        pairs = [d.pairs for d in draws if is_text_only(d.pairs) == text_only]
+        pairs = [(d.dataset, d.pairs) for d in draws if is_text_only(d.pairs) == text_only]
         group = (regimes.language_only(comps) if text_only else comps) if pairs else []
         if group:
             twins = [random_init_name(m, CONTROL_SEED) for m in model_names(regimes.control_pairs(group))]
@@ -83,14 +87,13 @@ def _regimes(p):
 
 def _capability(p):
     """Section 3.2: its vision models on the parent sets (its language models load anyway, for bits per byte)."""
-    draws = study_draws(p["datasets"], n_draws=p["n_draws"])
-    return [(list(p["vision_models"]), list(study_sets(p["datasets"], draws).parents))]
+    return [(list(p["vision_models"]), [(s.dataset, s) for s in study_sets(p["datasets"], _draws(p)).parents])]
 
 
-#: ``chapter -> reads(params) -> [(model names, [Pairs, ...]), ...]``: the feature files a chapter reads. Chapters
+#: ``chapter -> reads(params) -> [(model names, [(dataset, Pairs), ...]), ...]``: the files a chapter reads. Chapters
 #: absent here (``ch_concepts``, ``appf_caption_detail``) read only inputs of their own making.
 CHAPTER_READS = {
-    "sec3_1_layerwise": _pairs_of("comparisons", twins=True),
+    "sec3_1_layerwise": _layerwise,
     "sec3_1b_pca": _pairs_of("comparisons"),
     "sec3_2_capability": _capability,
     "sec3_3_regimes": _regimes,
@@ -101,16 +104,10 @@ CHAPTER_READS = {
 
 
 def chapter_params(name: str, params: dict) -> dict:
-    """The parameters notebook ``name`` runs with: its declared defaults (those that are literals) updated with the
-    keys of ``params`` it declares, as :func:`prh_lib.run.runner.run_notebook` passes them."""
+    """The parameters notebook ``name`` runs with: its declared defaults updated with the keys of ``params`` it declares
+    (as :func:`prh_lib.run.runner.run_notebook` passes them)."""
     declared = declared_defaults(name)
-    out = {}
-    for key, source in declared.items():
-        try:
-            out[key] = ast.literal_eval(source)
-        except (ValueError, SyntaxError):
-            pass
-    return {**out, **{k: v for k, v in params.items() if k in declared}}
+    return {**{k: ast.literal_eval(v) for k, v in declared.items()}, **{k: v for k, v in params.items() if k in declared}}
 
 
 def plan_features(chapters, params: dict) -> list[Planned]:
@@ -134,11 +131,11 @@ def plan_features(chapters, params: dict) -> list[Planned]:
             for model in names:
                 dtype = precision.feature_dtype(model, str(p.get("dtype", "float32")), device)
                 try:
-                    paths = [extract.features_path(model, pairs, dtype=dtype, device=device) for pairs in sets]
+                    paths = [extract.features_path(model, pairs, dtype=dtype, device=device) for _, pairs in sets]
                 except ModelNotAvailableError:
                     continue
-                for pairs, path in zip(sets, paths):
-                    plan.setdefault(path, Planned(model, pairs, dtype, device, path))
+                for (group, pairs), path in zip(sets, paths):
+                    plan.setdefault(path, Planned(model, group, pairs, dtype, device, path))
     return list(plan.values())
 
 
@@ -170,14 +167,13 @@ def extract_planned(plan, *, cores: int | None = None) -> dict:
     Returns
     -------
     dict
-        ``planned``, ``cached`` (before), ``extracted``, ``failed`` (files still missing), ``workers``, ``seconds`` and
-        ``errors`` (one line per model that failed).
+        ``planned``, ``cached`` (before), ``extracted``, ``failed`` (files still missing), ``workers`` and ``errors``
+        (one line per model that failed).
     """
-    t0 = time.perf_counter()
-    todo = [f for f in plan if not f.is_cached()]
+    todo = [f for f in plan if not f.path.is_file()]
     groups: dict[tuple, dict[str, list]] = {}
     for f in todo:
-        groups.setdefault((f.model, f.device, f.dtype), {}).setdefault(f.pairs.dataset, []).append(f.pairs)
+        groups.setdefault((f.model, f.device, f.dtype), {}).setdefault(f.group, []).append(f.pairs)
     order = sorted(groups, key=lambda g: -sum(len(p) for sets in groups[g].values() for p in sets))
     cores = max(1, available_cores() if cores is None else int(cores))
     on_gpu = any(f.device != "cpu" for f in todo)
@@ -190,15 +186,36 @@ def extract_planned(plan, *, cores: int | None = None) -> dict:
                                  initializer=_worker_signals) as pool:
             futures = [pool.submit(_extract_model, *g, list(groups[g].values()), threads) for g in order]
             errors = [e for e in (f.result() for f in futures) if e]
-    failed = sum(not f.is_cached() for f in todo)
+    failed = sum(not f.path.is_file() for f in todo)
     return {"planned": len(plan), "cached": len(plan) - len(todo), "extracted": len(todo) - failed, "failed": failed,
-            "workers": workers, "seconds": time.perf_counter() - t0, "errors": errors}
+            "workers": workers, "errors": errors}
 
 
-def plan_misses(log: Path) -> list[str]:
-    """The feature files extracted while ``PRH_EXTRACTION_LOG`` named ``log`` (:func:`prh_lib.extract.get_features`
-    appends each one it computes), each once, in order; empty when the log is missing."""
+def extract_first(names, params: dict) -> float | None:
+    """``prh-run``'s step before the notebooks ``names`` run: plan, extract, print one line; return the wall time (None,
+    and nothing printed, when the notebooks read no planned file).
+
+    A plan that cannot be made (a dataset or notebook that is not readable here) is reported and left to the
+    notebooks, which say what is wrong where it belongs."""
+    t0 = time.perf_counter()
     try:
-        return list(dict.fromkeys(line for line in Path(log).read_text().splitlines() if line))
-    except OSError:
-        return []
+        done = extract_planned(plan_features(names, params))
+    except Exception as err:  # noqa: BLE001 -- the notebooks meet it again
+        print(f"[prh-run] no extraction plan ({type(err).__name__}: {err}); the notebooks extract what they read",
+              flush=True)
+        return time.perf_counter() - t0
+    if not done["planned"]:
+        return None
+    print(f"[prh-run] extraction planned: {done['planned']} feature files, {done['cached']} cached, "
+          f"{done['extracted']} extracted by {done['workers']} worker(s) in {time.perf_counter() - t0:.1f} s"
+          + (f"; {done['failed']} left to the notebooks ({'; '.join(done['errors'])})" if done["failed"] else ""),
+          flush=True)
+    return time.perf_counter() - t0
+
+
+def report_misses(log: Path) -> None:
+    """Print one line naming the feature files computed while :data:`~prh_lib.extract.EXTRACTION_LOG` named ``log``
+    (the notebooks extracted them themselves), if any."""
+    if missed := list(dict.fromkeys(Path(log).read_text().splitlines())) if Path(log).is_file() else []:
+        print(f"[prh-run] the notebooks extracted {len(missed)} feature file(s) the plan did not: "
+              + ", ".join(display_path(m) for m in missed[:3]) + (", ..." if len(missed) > 3 else ""), flush=True)

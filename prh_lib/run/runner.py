@@ -596,21 +596,17 @@ def _run_and_build(args, names, params, overrides) -> int:
         jobs = args.jobs if args.jobs is not None else schedule.default_jobs(params, len(stale))
         from prh_lib.run import extraction  # imports torch: only when notebooks run
 
-        if stale and not args.no_plan:
-            seconds["(extraction)"] = _extract_first(stale, params)
+        if stale and not args.no_plan and (spent := extraction.extract_first(stale, params)) is not None:
+            seconds["(extraction)"] = spent
         try:
-            with tempfile.TemporaryDirectory() as tmp, _env(extraction.EXTRACTION_LOG, str(Path(tmp) / "extracted")):
+            with tempfile.TemporaryDirectory() as tmp, _env(extraction.EXTRACTION_LOG, str(Path(tmp) / "log")):
                 if stale:
                     seconds.update(schedule.run_notebooks(stale, params, run=run_notebook, what=what, jobs=jobs,
                                                            output_dir=args.output_dir))
-                missed = extraction.plan_misses(Path(tmp) / "extracted")
+                extraction.report_misses(Path(tmp) / "log")
         except schedule.NotebookFailed as err:
             print(f"[prh-run] {err}", file=sys.stderr)
             return 1
-        if missed:
-            print(f"[prh-run] the notebooks extracted {len(missed)} feature file(s) themselves (not in the plan, "
-                  f"or --no-plan): {', '.join(paths.display_path(m) for m in missed[:3])}"
-                  f"{', ...' if len(missed) > 3 else ''}", flush=True)
         from prh_lib import results
 
         results.compact(archive=True)  # superseded runs out of the way of every later load (kept, not deleted)
@@ -626,19 +622,6 @@ def _run_and_build(args, names, params, overrides) -> int:
     if len(seconds) > 1:
         print(timing_table(seconds, total=time.perf_counter() - start), flush=True)
     return 0
-
-
-def _extract_first(names, params) -> float:
-    """Extract the feature files the notebooks ``names`` will read, over every core (:mod:`prh_lib.run.extraction`);
-    print one line of counts and return the wall time."""
-    from prh_lib.run import extraction
-
-    done = extraction.extract_planned(extraction.plan_features(names, params))
-    print(f"[prh-run] extraction planned: {done['planned']} feature files, {done['cached']} cached, "
-          f"{done['extracted']} extracted by {done['workers']} worker(s) in {done['seconds']:.1f} s"
-          + (f", {done['failed']} left to the notebooks ({'; '.join(done['errors'])})" if done["failed"] else ""),
-          flush=True)
-    return done["seconds"]
 
 
 def _stale_notebooks(names, params, profile: str, output_dir: Path | None) -> list[str]:
