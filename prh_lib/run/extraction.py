@@ -6,8 +6,8 @@ those not cached over the cores, calling :func:`prh_lib.extract.features_for_pai
 own prefetch does (:func:`prh_lib.analysis.core.prefetch_features`), so the chapter finds the same files cached.
 
 The plan covers the bulk: a chapter still extracts on a miss what it alone reads (``ch_concepts``'s prompts, App. F's
-caption variants and summaries, Section 3.1's pooling variants, Section 3.2's language models, loaded anyway for bits
-per byte) and whatever a plan missed (:func:`report_misses`)."""
+caption variants and summaries, Section 3.1's pooling variants, Section 3.2's features, its language models loaded
+anyway for bits per byte) and whatever a plan missed (:func:`report_misses`)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from pathlib import Path
 from prh_lib import extract
 from prh_lib.paths import display_path
 from prh_lib.analysis import regimes
-from prh_lib.analysis.capability.study import study_sets
 from prh_lib.analysis.controls import random_init_name
 from prh_lib.analysis.core import model_names
 from prh_lib.data import Pairs, is_text_only, study_draws
@@ -85,17 +84,12 @@ def _regimes(p):
     return out
 
 
-def _capability(p):
-    """Section 3.2: its vision models on the parent sets (its language models load anyway, for bits per byte)."""
-    return [(list(p["vision_models"]), [(s.dataset, s) for s in study_sets(p["datasets"], _draws(p)).parents])]
-
-
 #: ``chapter -> reads(params) -> [(model names, [(dataset, Pairs), ...]), ...]``: the files a chapter reads. Chapters
-#: absent here (``ch_concepts``, ``appf_caption_detail``) read only inputs of their own making.
+#: absent here read only inputs of their own making (``ch_concepts``, ``appf_caption_detail``) or load their models
+#: anyway (``sec3_2_capability``: its language models for bits per byte; its two vision files are left to it too).
 CHAPTER_READS = {
     "sec3_1_layerwise": _layerwise,
     "sec3_1b_pca": _pairs_of("comparisons"),
-    "sec3_2_capability": _capability,
     "sec3_3_regimes": _regimes,
     "appg_k_n_ablation": _pairs_of("comparisons"),
     "ch_displacement": _pairs_of("displacement_comparisons", extra=("consensus_models",)),
@@ -113,13 +107,14 @@ def chapter_params(name: str, params: dict) -> dict:
 def plan_features(chapters, params: dict) -> list[Planned]:
     """The feature files the ``chapters`` read with the run's ``params``, each once, chapter by chapter.
 
-    Paths are :func:`prh_lib.extract.features_path`'s (the files ``get_features`` reads and writes), with ``dtype="auto"``
-    resolved for each model and the chapter's ``device``. Nothing is loaded or written; a model that cannot be resolved
+    Paths are :func:`prh_lib.extract.features_path`'s (the files ``get_features`` reads and writes), ``dtype="auto"``
+    resolved for the model and the chapter's ``device``. Nothing is loaded or written; a model that cannot be resolved
     here is left to its chapter, which reports it.
 
     Returns
     -------
     list of Planned
+        Each file once.
     """
     plan: dict[Path, Planned] = {}
     for name in chapters:
@@ -151,11 +146,10 @@ def _extract_model(model: str, device: str, dtype: str, sets_by_dataset: list, t
 
 
 def extract_planned(plan, *, cores: int | None = None) -> dict:
-    """Extract the planned files that are not cached, spread over the cores (on a GPU, one worker).
+    """Extract the planned files not cached, a model per task (the most rows first), spread over the cores.
 
-    Work goes by model (its datasets one after another in one worker), the most rows first. On a CPU each worker has
-    ``cores // workers`` threads (one per core when there are as many models). Workers ignore Ctrl-C and are ended
-    with the run (:func:`prh_lib.run.schedule.stopping_on_signals`).
+    On a CPU, one worker per core (at most one per model), with ``cores // workers`` threads each; on a GPU, one worker.
+    Workers ignore Ctrl-C and are ended with the run (:func:`prh_lib.run.schedule.stopping_on_signals`).
 
     Parameters
     ----------
