@@ -103,3 +103,12 @@ def test_prh_run_extracts_first_times_it_and_reports_what_the_notebooks_extracte
     out = capsys.readouterr().out
     assert "extraction planned" not in out and "(extraction)" not in out
     assert "the notebooks extracted 1 feature file(s)" in out  # the same miss, now without a plan
+
+
+def test_layerwise_plans_the_twins_only_where_the_chapter_reads_them(cache):
+    # the verdicts' floors on every draw of the headline dataset; the sanity check and poolings on draw 0 of the others
+    plan = extraction.plan_features(["sec3_1_layerwise"], {})
+    lm_twins = [f.group for f in plan if f.model in {f"{m}@random-init:0" for m in LANGUAGE}]
+    assert {g: lm_twins.count(g) for g in set(lm_twins)} == {"flickr8k-1k": 3 * 5, "coco-mini": 3}
+    trained = [f.group for f in plan if f.model in LANGUAGE]
+    assert {g: trained.count(g) for g in set(trained)} == {"flickr8k-1k": 15, "coco-mini": 15, "coco-mini, 5 captions": 3}

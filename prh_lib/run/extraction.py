@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prh_lib import extract
-from prh_lib.paths import display_path
 from prh_lib.analysis import regimes
 from prh_lib.analysis.controls import random_init_name
 from prh_lib.analysis.core import model_names
@@ -29,7 +28,8 @@ from prh_lib.extract import EXTRACTION_LOG  # noqa: F401  (the runner sets it)
 from prh_lib.models import ModelNotAvailableError, precision
 from prh_lib.pages.report import declared_defaults
 from prh_lib.parallel import available_cores
-from prh_lib.run.schedule import _worker_signals
+from prh_lib.paths import display_path
+from prh_lib.run.schedule import worker_signals
 
 #: Control seed of the random-init twins the chapters' floors read (the notebooks' ``CONTROL_SEED``).
 CONTROL_SEED = 0
@@ -177,7 +177,7 @@ def extract_planned(plan, *, cores: int | None = None) -> dict:
         threads = cores if on_gpu else max(1, cores // workers)
         # spawned, not forked: a child forked from a process whose torch threads have run can hang in its first one
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                 initializer=_worker_signals) as pool:
+                                 initializer=worker_signals) as pool:
             futures = [pool.submit(_extract_model, *g, list(groups[g].values()), threads) for g in order]
             errors = [e for e in (f.result() for f in futures) if e]
     failed = sum(not f.path.is_file() for f in todo)
@@ -189,13 +189,13 @@ def extract_first(names, params: dict) -> float | None:
     """``prh-run``'s step before the notebooks ``names`` run: plan, extract, print one line; return the wall time (None,
     and nothing printed, when the notebooks read no planned file).
 
-    A plan that cannot be made (a dataset or notebook that is not readable here) is reported and left to the
+    A step that fails (a dataset not readable here, a worker killed) is reported in that line and left to the
     notebooks, which say what is wrong where it belongs."""
     t0 = time.perf_counter()
     try:
         done = extract_planned(plan_features(names, params))
     except Exception as err:  # noqa: BLE001 -- the notebooks meet it again
-        print(f"[prh-run] no extraction plan ({type(err).__name__}: {err}); the notebooks extract what they read",
+        print(f"[prh-run] extraction step failed ({type(err).__name__}: {err}); the notebooks extract what they read",
               flush=True)
         return time.perf_counter() - t0
     if not done["planned"]:
@@ -210,6 +210,6 @@ def extract_first(names, params: dict) -> float | None:
 def report_misses(log: Path) -> None:
     """Print one line naming the feature files computed while :data:`~prh_lib.extract.EXTRACTION_LOG` named ``log``
     (the notebooks extracted them themselves), if any."""
-    if missed := list(dict.fromkeys(Path(log).read_text().splitlines())) if Path(log).is_file() else []:
+    if missed := (list(dict.fromkeys(Path(log).read_text().splitlines())) if Path(log).is_file() else []):
         print(f"[prh-run] the notebooks extracted {len(missed)} feature file(s) the plan did not: "
               + ", ".join(display_path(m) for m in missed[:3]) + (", ..." if len(missed) > 3 else ""), flush=True)
