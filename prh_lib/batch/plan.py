@@ -66,17 +66,6 @@ class Job:
         return "cached" if self.is_done() else "left"
 
 
-def planned_cache_file(model: str, pairs: data.Pairs, *, dtype: str, max_length: int | None = None) -> Path:
-    """The file :func:`prh_lib.extract.get_features` writes for ``model`` on ``pairs`` (same key, same function).
-
-    Raises
-    ------
-    prh_lib.models.ModelNotAvailableError
-        If the model cannot be resolved (without loading it) here.
-    """
-    return extract.features_path(model, pairs, dtype=dtype, max_length=max_length)
-
-
 def plan_study(
     models: Sequence[str],
     datasets: Sequence["DatasetSpec | dict | str"],
@@ -147,7 +136,7 @@ def plan_study(
                 cache_file, note = None, idents.get(model, "")
                 if not note:
                     try:
-                        cache_file = str(planned_cache_file(model, pairs, dtype=dtype, max_length=max_length))
+                        cache_file = str(extract.features_path(model, pairs, dtype=dtype, max_length=max_length))
                     except Exception as err:  # unresolvable model: plan it anyway, the worker reports the error
                         note = idents[model] = f"{type(err).__name__}: {err}"
                 jobs.append(Job(model, spec, seed, device=device, dtype=dtype, batch_size=batch_size,

@@ -21,7 +21,7 @@ import submitit
 from prh_lib import extract, paths
 from prh_lib.data import paper
 from prh_lib.models import dtype_bytes
-from prh_lib.batch.plan import Job, planned_cache_file
+from prh_lib.batch.plan import Job
 
 EXECUTORS = ("inline", "debug", "local", "slurm")
 
@@ -95,7 +95,7 @@ def run_job(job: Job, extractor: Callable | None = None) -> JobOutcome:
         pairs = job.pairs()
         if job.note and job.cache_file is None:
             # raises the planning-time error again, with its traceback
-            planned_cache_file(job.model, pairs, dtype=job.dtype, max_length=job.max_length)
+            extract.features_path(job.model, pairs, dtype=job.dtype, max_length=job.max_length)
         _, used = choose_batch_size(
             lambda b: fn(job.model, pairs, device=job.device, dtype=job.dtype, batch_size=b,
                          max_length=job.max_length, progress=False),

@@ -33,6 +33,10 @@ from prh_lib import paths
 #: files written before they were recorded stay readable).
 REQUIRED_METADATA = ("layer_labels", "sample_ids")
 
+#: When set, names a file to which :func:`save_features` appends each path it writes (``prh-run`` reports from it the
+#: files its notebooks extracted themselves, :func:`prh_lib.run.extraction.report_misses`).
+EXTRACTION_LOG = "PRH_EXTRACTION_LOG"
+
 
 class FeatureMismatchError(ValueError):
     """Two feature sets do not describe the same samples in the same order."""
@@ -193,7 +197,8 @@ def check_aligned(a: LayerFeatures, b: LayerFeatures) -> None:
 def save_features(features: LayerFeatures, path: str | Path) -> Path:
     """Write features atomically as safetensors with their labels, sample ids and provenance as metadata.
 
-    The SHA-256 of the tensor bytes is recorded (``values_sha256``) so that damaged bytes are detected on reading.
+    The SHA-256 of the tensor bytes is recorded (``values_sha256``) so that damaged bytes are detected on reading. The
+    path is then appended to the file :data:`EXTRACTION_LOG` names, when set.
 
     Raises
     ------
@@ -214,6 +219,9 @@ def save_features(features: LayerFeatures, path: str | Path) -> Path:
     metadata["values_sha256"] = values_digest(values)
     with paths.atomic_path(path) as tmp:
         save_file({"values": values}, str(tmp), metadata=metadata)
+    if os.environ.get(EXTRACTION_LOG):
+        with open(os.environ[EXTRACTION_LOG], "a") as log:  # one short line per write: appends do not interleave
+            log.write(f"{path}\n")
     return path
 
 

@@ -554,6 +554,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
                         help="notebooks executed side by side (default: PRH_JOBS, else from the cores this process "
                              "may use: 2 on up to 3 cores, one per 2 cores beyond; 1 on a GPU)")
+    parser.add_argument("--no-plan", action="store_true",
+                        help="skip extracting the notebooks' feature files over every core first (each notebook "
+                             "then extracts what it misses; see prh_lib.run.extraction)")
     _add_sweep_arguments(parser)
     args = parser.parse_args(argv)
 
@@ -591,10 +594,16 @@ def _run_and_build(args, names, params, overrides) -> int:
         what = args.params + "".join(f", {k}={v!r}" for k, v in overrides.items())
         stale = names if args.force else _stale_notebooks(names, params, args.params, args.output_dir)
         jobs = args.jobs if args.jobs is not None else schedule.default_jobs(params, len(stale))
+        from prh_lib.run import extraction  # imports torch: only when notebooks run
+
+        if stale and not args.no_plan and (spent := extraction.extract_first(stale, params)) is not None:
+            seconds["(extraction)"] = spent
         try:
-            if stale:
-                seconds.update(schedule.run_notebooks(stale, params, run=run_notebook, what=what, jobs=jobs,
-                                                       output_dir=args.output_dir))
+            with tempfile.TemporaryDirectory() as tmp, _env(extraction.EXTRACTION_LOG, str(Path(tmp) / "log")):
+                if stale:
+                    seconds.update(schedule.run_notebooks(stale, params, run=run_notebook, what=what, jobs=jobs,
+                                                           output_dir=args.output_dir))
+                extraction.report_misses(Path(tmp) / "log")
         except schedule.NotebookFailed as err:
             print(f"[prh-run] {err}", file=sys.stderr)
             return 1

@@ -179,7 +179,7 @@ def _execute(run, name: str, params: dict, output_dir, prefix: str, threads: int
     return str(out), time.perf_counter() - t0
 
 
-def _worker_signals() -> None:
+def worker_signals() -> None:
     """A worker leaves stopping to the parent (:func:`stopping_on_signals`), which ends it and its kernel."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -236,7 +236,7 @@ def run_notebooks(names: Sequence[str], params: dict, *, run, what: str, jobs: i
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     failed = None
     with ProcessPoolExecutor(max_workers=int(jobs), mp_context=multiprocessing.get_context(method),
-                             initializer=_worker_signals) as pool:
+                             initializer=worker_signals) as pool:
         threads = max(1, available_cores() // int(jobs))
         pending = {pool.submit(_execute, run, n, params, output_dir, f"[{n:<{width}}] ", threads): n for n in order}
         while pending:
