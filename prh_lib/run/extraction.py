@@ -175,6 +175,8 @@ def extract_planned(plan, *, cores: int | None = None) -> dict:
     errors = []
     if order:
         threads = cores if on_gpu else max(1, cores // workers)
+        print(f"[prh-run] extracting {len(todo)} of {len(plan)} planned feature files ({len(order)} models) over "
+              f"{workers} worker(s) before the notebooks run", flush=True)
         # spawned, not forked: a child forked from a process whose torch threads have run can hang in its first one
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                  initializer=worker_signals) as pool:
