@@ -61,7 +61,8 @@ params = report.setup_page(CHAPTER, globals())
 # %% tags=["hide-input"]
 draws = data.study_draws(datasets, n_draws=n_draws)
 verdict = data.study.headline_dataset(draws)  # the dataset the verdicts read: flickr8k-1k by default
-chosen = {a: robustness.ALTERNATIVES[a] for a in (alternatives or robustness.ALTERNATIVES)}
+chosen = {a: robustness.ALTERNATIVES[a] for a in (alternatives or robustness.ALTERNATIVES)  # by default, those
+          if alternatives or robustness.ALTERNATIVES[a].dataset in (None, *(d.dataset for d in draws))}  # with data
 held = robustness.robustness_study(
     draws, comparisons, alternatives=chosen, dataset=verdict, chapter=CHAPTER, params=params,
     n_splits=heldout_splits, n_boot=heldout_boot, seed=SEED, device=device, dtype=dtype, batch_size=batch_size)

@@ -254,6 +254,8 @@ def test_front_page_checklist_shows_every_chapters_computed_verdicts(built_book)
     assert text.index("Findings") < text.index("The claims, one line each") < text.index("The verdicts")
     findings = text[text.index("Findings"):text.index("Every claim of the paper, by chapter")]
     assert "How large." in findings and 40 < len(findings.split()) <= 260
+    after = text[text.index("Every claim of the paper, by chapter"):text.index("The claims, one line each")]
+    assert "Robustness" in after and "the robustness page" in after  # its own paragraph, under the figure
     assert len(text.split()) <= 2000, len(text.split())
     assert "claims.png" in page and re.search(r'href="[^"]*claims\.csv"', page)
     for label in claims.LABELS:

@@ -92,7 +92,7 @@ def test_robustness_lines_name_each_changed_finding_and_its_alternatives():
                                  ["b", "fails"]]}]
     text = front.robustness_markdown(changed)
     assert text.count("\n- ") == 1 and "*regime order* (holds under the book's protocol)" in text
-    assert "fails with centred after clipping; undecided with CKNNA; fails with a; fails with b." in text
+    assert "fails with centred after clipping, a, b; undecided with CKNNA." in text  # grouped by verdict
     assert "keeps its verdict" in front.robustness_markdown([])
     assert front.robustness_markdown(None) == ""  # the page did not run: nothing said
     assert len(text.split()) <= front.MAX_FINDINGS_WORDS

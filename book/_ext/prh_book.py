@@ -66,7 +66,8 @@ def write_checklist(app):
     rows = {ch: _chapter_rows(src / f"{ch}.ipynb") for ch in chapters}
     _write_if_changed(src / CHECKLIST, claims.checklist_markdown(rows))
     robust = _chapter_rows(src / "robustness.ipynb", "robustness")
-    _write_if_changed(src / "_generated/findings.md", front.findings_markdown(rows) + front.robustness_markdown(robust))
+    _write_if_changed(src / "_generated/findings.md", front.findings_markdown(rows))
+    _write_if_changed(src / "_generated/robustness.md", front.robustness_markdown(robust) or "\n")
     _write_if_changed(src / "_generated/labels.md", front.labels_markdown())
     png, data = front.claims_figure(rows)
     _write_if_changed(src / "_generated/claims.csv", data)

@@ -127,7 +127,10 @@ def robustness_markdown(changed: list[dict] | None, *, link: bool = True) -> str
         return f"\n**Robustness.** Every finding keeps its verdict under every alternative protocol{page}.\n"
     lines = []
     for c in changed:
-        alts = "; ".join(f"{v} with {a}" for a, v in c["alternatives"])
+        by = {}
+        for a, v in c["alternatives"]:
+            by.setdefault(v, []).append(a)
+        alts = "; ".join(f"{v} with {', '.join(a)}" for v, a in by.items())
         lines.append(f"- *{c['finding']}* ({c['baseline']} under the book's protocol): {alts}.")
     return f"\n**Robustness**: findings whose verdict changes under an alternative protocol{page}.\n\n" \
         + "\n".join(lines) + "\n"
