@@ -234,3 +234,17 @@ def test_page_has_the_grid_its_data_and_a_table_per_finding(executed):
     tables = [o for o in outs if "text/html" in o.get("data", {}) and "weakest test" in o["data"]["text/html"]]
     assert len(tables) == len(page.FINDINGS)
     assert isinstance(report.read_record(executed, "robustness"), list)
+
+
+def test_nothing_to_read_says_so_and_tells_the_front_page_nothing():
+    # tiny datasets (the rehearsal profile): every k too large for the halves, no row to read
+    class D:
+        dataset, pairs = "a", list(range(6))
+    held = R.robustness_study([D()], [("x", "y")], alternatives={R.BASELINE: R.Alternative()}, dataset="a",
+                              chapter="c", params={}, write=False)
+    assert held.empty and "alternative" in held
+    g = page.grid(held, [R.BASELINE, "centred"], None)
+    assert set(g["verdict"]) == {"not run"}
+    assert page.changes(g) is None and "Nothing could be read" in page.headline(g)
+    from prh_lib.pages import front
+    assert front.robustness_markdown(page.changes(g)) == ""

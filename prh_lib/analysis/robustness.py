@@ -119,6 +119,8 @@ def robustness_study(draws, comparisons, *, alternatives: Mapping[str, Alternati
         frames.append(heldout_study(mine, comparisons, chapter=chapter, params=params, k=a.k, n_splits=n_splits,
                                     n_boot=n_boot, seed=seed, clip_q=a.clip_q, metric=a.metric,
                                     preprocess=a.preprocess, write=False, **options).assign(alternative=name))
+    if not frames:  # every k too large for these N (a rehearsal's tiny datasets): nothing to read
+        return pd.DataFrame(columns=["alternative", "metric", "quantity", "regime"])
     out = pd.concat(frames, ignore_index=True)
     if write:
         results_table.write(out, chapter=chapter, params=params, draw=0, seed=seed, root=root)

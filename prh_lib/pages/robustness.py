@@ -164,6 +164,8 @@ def grid_figure(g: pd.DataFrame):
 
 def headline(g: pd.DataFrame) -> str:
     """How many finding × alternative cells that ran keep the protocol's verdict and how many change it."""
+    if (g["verdict"] == "not run").all():
+        return "**What changes.** Nothing could be read here: k is too large for the halves of every dataset's N."
     run = g[(g["alternative"] != BASELINE) & (g["verdict"] != "not run")]
     n = int(run["changed"].sum())
     return (f"**What changes.** Of the {len(run)} finding × alternative cells that ran, {len(run) - n} keep the "
@@ -172,7 +174,10 @@ def headline(g: pd.DataFrame) -> str:
 
 def changes(g: pd.DataFrame) -> list[dict]:
     """Each finding whose verdict changes under some alternative: ``finding``, ``baseline`` (its verdict under
-    the protocol) and ``alternatives`` (``[name, verdict]`` of each that changes it); for the front page."""
+    the protocol) and ``alternatives`` (``[name, verdict]`` of each that changes it); for the front page. None when
+    no cell ran (the front page then says nothing)."""
+    if (g["verdict"] == "not run").all():
+        return None
     out = []
     for f, sub in g[g["changed"]].groupby("finding", sort=False):
         base = g[(g["finding"] == f) & (g["alternative"] == BASELINE)]["verdict"].iloc[0]
