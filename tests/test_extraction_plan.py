@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from prh_lib.extract.features import EXTRACTION_LOG
+
 from prh_lib import data, extract
 from prh_lib.models import precision
 from prh_lib.run import extraction
@@ -57,7 +59,7 @@ def test_a_planned_path_is_the_file_get_features_writes_and_logs(cache, monkeypa
     plan = _tiny_plan()
     assert [f.model for f in plan] == ["efficientnet-lite0", "efficientnet-lite0@random-init:0"]
     log = cache / "extracted.txt"
-    monkeypatch.setenv(extract.EXTRACTION_LOG, str(log))
+    monkeypatch.setenv(EXTRACTION_LOG, str(log))
     pairs = data.study_draws(TINY)[0].pairs
     extract.get_features("efficientnet-lite0", pairs, batch_size=4, progress=False)
     written = list((cache / "features").rglob("*.safetensors"))

@@ -34,7 +34,7 @@ from prh_lib import __version__, models, paths
 from prh_lib.models import precision
 from prh_lib.progress import note
 from prh_lib.data import Pairs
-from prh_lib.extract.features import (EXTRACTION_LOG, CorruptCacheWarning, CorruptFeatureFileError,  # noqa: F401
+from prh_lib.extract.features import (CorruptCacheWarning, CorruptFeatureFileError,  # noqa: F401
     FeatureMismatchError, LayerFeatures, check_aligned, load_features, quarantine, save_features)
 
 #: Bump when a change to extraction changes the numbers; it is part of every cache key.

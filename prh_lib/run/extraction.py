@@ -24,7 +24,6 @@ from prh_lib.analysis.controls import random_init_name
 from prh_lib.analysis.core import model_names
 from prh_lib.data import Pairs, is_text_only, study_draws
 from prh_lib.data.study import headline_dataset
-from prh_lib.extract import EXTRACTION_LOG  # noqa: F401  (the runner sets it)
 from prh_lib.models import ModelNotAvailableError, precision
 from prh_lib.pages.report import declared_defaults
 from prh_lib.parallel import available_cores
@@ -210,7 +209,7 @@ def extract_first(names, params: dict) -> float | None:
 
 
 def report_misses(log: Path) -> None:
-    """Print one line naming the feature files computed while :data:`~prh_lib.extract.EXTRACTION_LOG` named ``log``
+    """Print one line naming the feature files computed while :data:`~prh_lib.extract.features.EXTRACTION_LOG` named ``log``
     (the notebooks extracted them themselves), if any."""
     if missed := (list(dict.fromkeys(Path(log).read_text().splitlines())) if Path(log).is_file() else []):
         print(f"[prh-run] the notebooks extracted {len(missed)} feature file(s) the plan did not: "

@@ -594,12 +594,13 @@ def _run_and_build(args, names, params, overrides) -> int:
         what = args.params + "".join(f", {k}={v!r}" for k, v in overrides.items())
         stale = names if args.force else _stale_notebooks(names, params, args.params, args.output_dir)
         jobs = args.jobs if args.jobs is not None else schedule.default_jobs(params, len(stale))
+        from prh_lib.extract.features import EXTRACTION_LOG
         from prh_lib.run import extraction  # imports torch: only when notebooks run
 
         if stale and not args.no_plan and (spent := extraction.extract_first(stale, params)) is not None:
             seconds["(extraction)"] = spent
         try:
-            with tempfile.TemporaryDirectory() as tmp, _env(extraction.EXTRACTION_LOG, str(Path(tmp) / "log")):
+            with tempfile.TemporaryDirectory() as tmp, _env(EXTRACTION_LOG, str(Path(tmp) / "log")):
                 if stale:
                     seconds.update(schedule.run_notebooks(stale, params, run=run_notebook, what=what, jobs=jobs,
                                                            output_dir=args.output_dir))
