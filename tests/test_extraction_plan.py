@@ -114,3 +114,17 @@ def test_layerwise_plans_the_twins_only_where_the_chapter_reads_them(cache):
     assert {g: lm_twins.count(g) for g in set(lm_twins)} == {"flickr8k-1k": 3 * 5, "coco-mini": 3}
     trained = [f.group for f in plan if f.model in LANGUAGE]
     assert {g: trained.count(g) for g in set(trained)} == {"flickr8k-1k": 15, "coco-mini": 15, "coco-mini, 5 captions": 3}
+
+
+def test_layerwise_plans_each_causal_lms_other_poolings_and_their_twins_on_draw_0_only(cache):
+    # pooling_variants reads "<LM>@pool:<v>" and its twin for vision × causal-LM pairs on draw 0 of each one-caption
+    # dataset; a bidirectional text encoder (minilm-l6) has none, and without held-out resamples nothing is read
+    p = extraction.chapter_params("sec3_1_layerwise", {})
+    causal = {y for x, y in p["comparisons"] if y in {"smollm2-135m", "gemma3-270m"}}
+    assert causal and p["pooling_variants"]
+    pooled = [f for f in extraction.plan_features(["sec3_1_layerwise"], {}) if "@pool:" in f.model]
+    names = {f"{y}@pool:{v}" for y in causal for v in p["pooling_variants"]}
+    assert {f.model for f in pooled} == names | {f"{m}@random-init:0" for m in names}
+    assert sorted(f.group for f in pooled) == sorted(["flickr8k-1k", "coco-mini"] * 2 * len(names))
+    assert {len(f.pairs) for f in pooled} == {1000, 239}  # one draw each, not five
+    assert not [f for f in extraction.plan_features(["sec3_1_layerwise"], {"heldout_boot": 0}) if "@pool:" in f.model]

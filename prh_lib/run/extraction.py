@@ -6,7 +6,7 @@ those not cached over the cores, calling :func:`prh_lib.extract.features_for_pai
 own prefetch does (:func:`prh_lib.analysis.core.prefetch_features`), so the chapter finds the same files cached.
 
 The plan covers the bulk: a chapter still extracts on a miss what it alone reads (``ch_concepts``'s prompts, App. F's
-caption variants and summaries, Section 3.1's pooling variants, Section 3.2's features, its language models loaded
+caption variants and summaries, Section 3.2's features, its language models loaded
 anyway for bits per byte) and whatever a plan missed (:func:`report_misses`)."""
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from prh_lib.analysis.core import model_names
 from prh_lib.data import Pairs, is_text_only, study_draws
 from prh_lib.data.study import headline_dataset
 from prh_lib.models import ModelNotAvailableError, precision
+from prh_lib.models.spec import is_causal_lm, parse_model_name
 from prh_lib.pages.report import declared_defaults
 from prh_lib.parallel import available_cores
 from prh_lib.paths import display_path
@@ -60,12 +61,19 @@ def _pairs_of(*keys, twins=False, extra=()):
 
 
 def _layerwise(p):
-    """Section 3.1: the twins on the verdicts' dataset and on draw 0 of the others (sanity check, poolings) only."""
+    """Section 3.1: the twins on the verdicts' dataset and on draw 0 of the others (sanity check, poolings) only; each
+    vision × causal-LM pair's other token poolings and their twins on those draws 0
+    (:func:`prh_lib.analysis.heldout.pooling_variants`)."""
     draws, names = _draws(p), model_names(p["comparisons"])
     main = p["heatmap_dataset"] or headline_dataset(draws)
-    floors = [d for d in draws if d.dataset == main or (d.draw == 0 and d.pairs.caption_policy != "concat")]
+    firsts = [d for d in draws if d.draw == 0 and d.pairs.caption_policy != "concat"]
+    floors = [d for d in draws if d.dataset == main or d in firsts]
+    pooled = [f"{y}@pool:{v}" for y in dict.fromkeys(y for x, y in p["comparisons"] if is_causal_lm(y) and
+                                                      parse_model_name(x).identity().modality == "vision")
+              for v in (p["pooling_variants"] if p["heldout_boot"] else ())]
     return [(names, [(d.dataset, d.pairs) for d in draws]),
-            ([random_init_name(m, CONTROL_SEED) for m in names], [(d.dataset, d.pairs) for d in floors])]
+            ([random_init_name(m, CONTROL_SEED) for m in names], [(d.dataset, d.pairs) for d in floors]),
+            (pooled + [random_init_name(m, CONTROL_SEED) for m in pooled], [(d.dataset, d.pairs) for d in firsts])]
 
 
 def _regimes(p):

@@ -129,12 +129,12 @@ def _seconds_file() -> Path:
     return paths.cache_dir("index") / "notebook-seconds.json"
 
 
-#: Cold wall times (s) of the offline profile's notebooks on the 2-core reference machine (fresh-clone CI of
-#: c4dc5ff, both datasets): the order when no run has been timed here yet (a fresh clone). Only the order
-#: depends on them: 3.3 alone fills one lane, the rest the other.
-TYPICAL_SECONDS = {"sec3_3_regimes": 1351, "appg_k_n_ablation": 421, "appf_caption_detail": 358,
-                   "sec3_2_capability": 200, "ch_displacement": 176, "sec3_1_layerwise": 152, "sec3_1b_pca": 142,
-                   "ch_concepts": 50, "robustness": 300}
+#: Cold wall times (s) of the offline profile's notebooks on the 2-core reference machine, after the extraction step
+#: (fresh clone of 4f780a4, Section 3.1 less its pooling variants' extraction, now planned): the order when no run has
+#: been timed here yet (a fresh clone). Only the order depends on them.
+TYPICAL_SECONDS = {"sec3_1_layerwise": 250, "appg_k_n_ablation": 314, "sec3_3_regimes": 311,
+                   "appf_caption_detail": 262, "sec3_2_capability": 250, "robustness": 234, "ch_displacement": 204,
+                   "sec3_1b_pca": 156, "ch_concepts": 57}
 
 
 def remembered_seconds() -> dict[str, float]:
