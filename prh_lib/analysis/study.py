@@ -10,7 +10,7 @@ import threading
 from prh_lib import results
 from prh_lib.analysis.core import prefetch_features, prepare_features
 from prh_lib.extract import torch_threads
-from prh_lib.parallel import map_threads
+from prh_lib.metrics._parallel import map_threads
 
 
 def run_draws(draws, comparisons, score, *, chapter: str, params: dict, clip_q: float | None = 0.95,
@@ -38,7 +38,7 @@ def run_draws(draws, comparisons, score, *, chapter: str, params: dict, clip_q: 
     prefetch : bool
         Extract every model of ``comparisons`` on every draw first (:func:`~prh_lib.analysis.core.prefetch_features`).
     workers : int, optional
-        Draws scored side by side (:func:`prh_lib.parallel.map_threads`: the same results, warnings and errors), one
+        Draws scored side by side (:func:`prh_lib.metrics._parallel.map_threads`: the same results, warnings and errors), one
         draw's features read at a time, the rows written once every draw is scored (a failing draw leaves no rows of
         this run). None: one draw after another, each draw's rows written as it is scored.
     num_threads : int, optional

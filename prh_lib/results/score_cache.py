@@ -37,7 +37,7 @@ import torch
 
 from prh_lib import paths
 from prh_lib.extract.features import values_digest
-from prh_lib.parallel import recording, reissue as _reissue
+from prh_lib.metrics._parallel import recording, reissue as _reissue
 
 #: Version of the entries' layout; bump it when what a cached function returns changes shape.
 SCORE_FORMAT = 2
