@@ -255,6 +255,11 @@ def heldout_study(draws, comparisons, *, chapter: str, params: Mapping, k: int =
     return out.assign(dataset=d0.dataset, n=len(d0.pairs), k=k, metric=metric)
 
 
+def pooling_draws(draws) -> list:
+    """Draw 0 of each one-caption dataset: the draws :func:`pooling_variants` scores."""
+    return [d for d in draws if d.draw == 0 and d.pairs.caption_policy != "concat"]
+
+
 def pooling_variants(draws, pairs, *, variants: Sequence[str], seed: int = 0, num_threads: int | None = None,
                      **options) -> pd.DataFrame:
     """:func:`heldout_study` (``options``; nothing written) of vision × causal-LM ``pairs`` on the first draw of each
@@ -267,7 +272,7 @@ def pooling_variants(draws, pairs, *, variants: Sequence[str], seed: int = 0, nu
     DataFrame
         :func:`heldout_summary` of every dataset, with ``pooling`` ("" for a bag of words).
     """
-    draws = [d for d in draws if d.draw == 0 and d.pairs.caption_policy != "concat"]
+    draws = pooling_draws(draws)
     comps = [(x, y if p == "mean" else f"{y}@pool:{p}") for p in ("mean", *variants) for x, y in pairs]
     extract = {k: options[k] for k in ("device", "dtype", "batch_size") if k in options}
     prefetch_features(comps, draws, models=[random_init_name(y, seed) for _, y in comps], num_threads=num_threads,

@@ -376,6 +376,13 @@ def heldout_tables(draws, comparisons, agg: pd.DataFrame, *, chapter: str, param
     return held, heldout.heldout_table(held, agg[agg["dataset"] == dataset])
 
 
+def pooling_pairs(comparisons) -> list:
+    """The vision × causal-LM pairs of ``comparisons``: those :func:`pooling_tables` pools otherwise."""
+    from prh_lib.models.spec import is_causal_lm, parse_model_name
+
+    return [(x, y) for x, y in comparisons if is_causal_lm(y) and parse_model_name(x).identity().modality == "vision"]
+
+
 def pooling_tables(draws, comparisons, *, variants, n_boot: int, **options) -> tuple[pd.DataFrame, str]:
     """Each vision × causal-LM pair of ``comparisons`` under each token pooling (:func:`pooling_variants`), and whether
     the held-out peaks that mean pooling puts at the LM's ``embed`` or ``layer.1`` survive the other poolings.
@@ -387,9 +394,7 @@ def pooling_tables(draws, comparisons, *, variants, n_boot: int, **options) -> t
         of selections), chance, paired margins over the random-init twin pooled alike and the higher bag of words;
         and Markdown. Empty, with the reason, without such pairs, variants or ``n_boot``.
     """
-    from prh_lib.models.spec import is_causal_lm, parse_model_name
-
-    pairs = [(x, y) for x, y in comparisons if is_causal_lm(y) and parse_model_name(x).identity().modality == "vision"]
+    pairs = pooling_pairs(comparisons)
     if not (pairs and variants and n_boot):
         return pd.DataFrame(), "Not run: no vision × causal-LM pair, other pooling or held-out resample asked for."
     held, rows = pooling_variants(draws, pairs, variants=variants, n_boot=n_boot, **options), []

@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prh_lib import extract
-from prh_lib.analysis import regimes
+from prh_lib.analysis import heldout, regimes
 from prh_lib.analysis.controls import random_init_name
 from prh_lib.analysis.core import model_names
 from prh_lib.data import Pairs, is_text_only, study_draws
 from prh_lib.data.study import headline_dataset
 from prh_lib.models import ModelNotAvailableError, precision
-from prh_lib.models.spec import is_causal_lm, parse_model_name
+from prh_lib.pages import sec3_1_layerwise
 from prh_lib.pages.report import declared_defaults
 from prh_lib.parallel import available_cores
 from prh_lib.paths import display_path
@@ -66,11 +66,10 @@ def _layerwise(p):
     (:func:`prh_lib.analysis.heldout.pooling_variants`)."""
     draws, names = _draws(p), model_names(p["comparisons"])
     main = p["heatmap_dataset"] or headline_dataset(draws)
-    firsts = [d for d in draws if d.draw == 0 and d.pairs.caption_policy != "concat"]
+    firsts = heldout.pooling_draws(draws)
     floors = [d for d in draws if d.dataset == main or d in firsts]
-    pooled = [f"{y}@pool:{v}" for y in dict.fromkeys(y for x, y in p["comparisons"] if is_causal_lm(y) and
-                                                      parse_model_name(x).identity().modality == "vision")
-              for v in (p["pooling_variants"] if p["heldout_boot"] else ())]
+    lms = dict.fromkeys(y for _, y in sec3_1_layerwise.pooling_pairs(p["comparisons"]))
+    pooled = [f"{y}@pool:{v}" for y in lms for v in (p["pooling_variants"] if p["heldout_boot"] else ())]
     return [(names, [(d.dataset, d.pairs) for d in draws]),
             ([random_init_name(m, CONTROL_SEED) for m in names], [(d.dataset, d.pairs) for d in floors]),
             (pooled + [random_init_name(m, CONTROL_SEED) for m in pooled], [(d.dataset, d.pairs) for d in firsts])]
