@@ -2,12 +2,17 @@
 
     python benchmarks/golden.py save DEST [--book book] [--cache .cache] [--since TIME]  # a build's records, rows
     python benchmarks/golden.py diff OLD NEW                               # exit 1 when a number or verdict moved
+    python benchmarks/golden.py claims OLD NEW                             # the verdicts of two builds, claim by claim
 
 ``save`` writes, for every executed notebook in the book folder, every record the notebook glued (its numbers,
 claims and verdicts) as sorted JSON, and the results table (latest run per chapter, params and draw; the
 provenance columns that name a run or a commit dropped) as CSV sorted on every remaining column. It reads the
 notebooks and the Parquet parts directly, so it works on a checkout before and after the library moves.
 ``diff`` compares two such folders: records exactly (floats to 1e-12 relative), tables cell by cell.
+``claims`` compares what two builds *say* (e.g. bfloat16 against ``-p dtype=float32``, whose numbers all move): per
+claim its verdict and paper reading, its headline's move against its interval's half-width, and every test of its
+rule that fails or cannot decide in either build (a test that holds is not listed in a note, only counted), and the
+robustness page's findings; it exits 1 when a verdict, reading, test status or finding moved.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import argparse
 import ast
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -116,6 +122,66 @@ def diff(old: Path, new: Path) -> int:
     return 1 if out else 0
 
 
+_STATUS = re.compile(r"(fails|cannot decide|holds): ")
+_TEST = re.compile(r"(?:^|; )([^;]+?): needs ([^,]+), got ([-+\d.]+) \[([-+\d.]+), ([-+\d.]+)\]")
+
+
+def open_tests(note: str) -> dict[str, tuple[str, str]]:
+    """``{test: (status, "got EST [LO, HI]")}`` of the tests a claim's note lists as failing or undecided."""
+    out, parts = {}, _STATUS.split(note or "")
+    for status, text in zip(parts[1::2], parts[2::2]):
+        if status != "holds":
+            for name, _, est, lo, hi in _TEST.findall(text):
+                out[name.strip()] = (status, f"{est} [{lo}, {hi}]")
+    return out
+
+
+def _claims(folder: Path) -> dict[str, dict]:
+    found = {}
+    for path in sorted(folder.glob("*.json")):
+        rec = json.loads(path.read_text())
+        found.update({c["id"]: c for c in rec.get("claims") or []})
+        for f in rec.get("robustness") or []:
+            found[f"robustness/{f['finding']}"] = {"verdict": f["baseline"], "paper reading": "",
+                                                   "alternatives": dict(f["alternatives"])}
+    return found
+
+
+def claims(old: Path, new: Path) -> int:
+    a, b = _claims(old), _claims(new)
+    moved, lines = 0, []
+    for cid in sorted(set(a) | set(b)):
+        if cid not in a or cid not in b:
+            lines.append(f"{cid}: only in {'new' if cid in b else 'old'}")
+            moved += 1
+            continue
+        x, y, notes = a[cid], b[cid], []
+        for key in ("verdict", "paper reading"):
+            if x.get(key) != y.get(key):
+                notes.append(f"{key} {x.get(key)!r} -> {y.get(key)!r}")
+        for alt in sorted(set(x.get("alternatives", {})) | set(y.get("alternatives", {}))):
+            if x.get("alternatives", {}).get(alt) != y.get("alternatives", {}).get(alt):
+                notes.append(f"{alt}: {x['alternatives'].get(alt)} -> {y['alternatives'].get(alt)}")
+        ta, tb = open_tests(x.get("note", "")), open_tests(y.get("note", ""))
+        for test in sorted(set(ta) | set(tb)):
+            sa, sb = ta.get(test, ("holds", "")), tb.get(test, ("holds", ""))
+            if sa[0] != sb[0]:
+                notes.append(f"test {test!r}: {sa[0]} {sa[1]} -> {sb[0]} {sb[1]}".replace("  ", " "))
+        moved += bool(notes)
+        h, g = x.get("headline") or {}, y.get("headline") or {}
+        shift = ""
+        if all(isinstance(d.get(f), (int, float)) for d in (h, g) for f in ("estimate", "low", "high")):
+            half = (h["high"] - h["low"]) / 2
+            shift = (f"headline {h['estimate']:.4f} -> {g['estimate']:.4f}"
+                     + (f" ({(g['estimate'] - h['estimate']) / half:+.2f} of its half-width)" if half > 0 else ""))
+        lines.append(f"{cid}: {x.get('verdict')!r}" + (f"; {shift}" if shift else "")
+                     + ("".join(f"\n    MOVED {n}" for n in notes) if notes else "; unchanged"))
+    print("\n".join(lines))
+    print(f"{len(set(a) | set(b))} claims and findings compared: "
+          f"{'no verdict, reading or test status moved' if not moved else f'{moved} moved'}")
+    return 1 if moved else 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -127,11 +193,14 @@ def main(argv=None) -> int:
     d = sub.add_parser("diff")
     d.add_argument("old", type=Path)
     d.add_argument("new", type=Path)
+    c = sub.add_parser("claims")
+    c.add_argument("old", type=Path)
+    c.add_argument("new", type=Path)
     args = ap.parse_args(argv)
     if args.cmd == "save":
         save(args.dest, args.book, args.cache, args.since)
         return 0
-    return diff(args.old, args.new)
+    return claims(args.old, args.new) if args.cmd == "claims" else diff(args.old, args.new)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,147 @@
+"""How much faster can two cores do the main job's kinds of work than one? (prints figures; issue 42, item 4)
+
+The cold main job's speed-up from one core to two is bounded by how much work one core still does while the
+other core is busy. This script measures that bound directly, per kind of work the job does, with no scheduling in
+the way: each workload runs once alone in a process pinned to one core, then as two copies at once, one per core,
+started together. The ceiling for that work is ``2 * alone / paired`` (2.0: the cores do not slow each other).
+
+Workloads (each a few seconds on one core of the 2-core CI machine, one torch thread):
+
+- ``forward-lm``: SmolLM2-135M forward passes over captions, as the extraction step runs them (the zoo's
+  weights, bfloat16 where the machine and the model's bf16 row allow it, else float32; falls back to a
+  random-init twin when the zoo is not installed);
+- ``forward-cnn``: EfficientNet-Lite0's forward passes on 224 px random images (float32);
+- ``mutual-knn``: the layer-wise mutual k-NN of two (13, 1000, 384) and (31, 1000, 576) feature stacks (Gram
+  matrices, top-k, overlap), as the chapters score;
+- ``read-features``: reading a 155 MB float32 safetensors feature file from the page cache and summing it, 20 times.
+
+Usage::
+
+    python benchmarks/core_scaling.py [--repeats 3] [--workloads forward-lm mutual-knn]
+
+Needs two cores this process may use (``os.sched_getaffinity``). Measured: ``benchmarks/README.md`` (scaling).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import statistics
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+
+def _forward_lm(state):
+    if "model" not in state:
+        from prh_lib.models import ModelNotAvailableError, load_model, precision
+        name = "smollm2-135m"
+        dtype = precision.feature_dtype(name, "auto", "cpu")
+        try:
+            state["model"] = load_model(name, dtype=getattr(torch, dtype))
+        except ModelNotAvailableError:
+            state["model"] = load_model(f"{name}@random-init:0", dtype=getattr(torch, dtype))
+        words = "a man in a red shirt rides a bicycle down the street past two dogs near the water".split()
+        rng = np.random.default_rng(0)
+        state["texts"] = [" ".join(rng.choice(words, size=rng.integers(8, 18))) for _ in range(256)]
+    from prh_lib.extract.forward import _extract_text
+    _extract_text(state["model"], state["texts"], batch_size=32, padding_side="right", max_length=None,
+                  progress=False)
+
+
+def _forward_cnn(state):
+    if "model" not in state:
+        from prh_lib.models import ModelNotAvailableError, load_model
+        try:
+            state["model"] = load_model("efficientnet-lite0")
+        except ModelNotAvailableError:
+            state["model"] = load_model("efficientnet-lite0@random-init:0")
+        state["x"] = torch.randn(32, 3, 224, 224)
+    for _ in range(4):
+        state["model"].layer_outputs(pixel_values=state["x"])
+
+
+def _mutual_knn(state):
+    if "x" not in state:
+        g = torch.Generator().manual_seed(0)
+        # NumPy inputs: the neighbourhood memo of prh_lib.metrics.knn holds torch tensors only, so every call scores
+        state["x"] = torch.randn(13, 1000, 384, generator=g).numpy()
+        state["y"] = torch.randn(31, 1000, 576, generator=g).numpy()
+    from prh_lib.metrics import mutual_knn_layerwise
+    mutual_knn_layerwise(state["x"], state["y"], k=10)
+
+
+def _read_features(state):
+    if "path" not in state:
+        from safetensors.torch import save_file
+        state["dir"] = tempfile.TemporaryDirectory()
+        state["path"] = os.path.join(state["dir"].name, f"features-{os.getpid()}.safetensors")
+        save_file({"values": torch.randn(31, 1250, 1000)}, state["path"])
+    from safetensors.torch import load_file
+    for _ in range(20):
+        float(load_file(state["path"])["values"].sum())
+
+
+WORKLOADS = {"forward-lm": _forward_lm, "forward-cnn": _forward_cnn, "mutual-knn": _mutual_knn,
+             "read-features": _read_features}
+
+
+def _worker(name: str, core: int, repeats: int, ready, go, out) -> None:
+    os.sched_setaffinity(0, {core})
+    torch.set_num_threads(1)
+    state: dict = {}
+    WORKLOADS[name](state)  # warm-up: load, allocate, first-call overheads
+    ready.wait()
+    go.wait()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        WORKLOADS[name](state)
+        times.append(time.perf_counter() - t0)
+    out.put((core, statistics.median(times)))
+
+
+def run(name: str, cores: list[int], repeats: int) -> list[float]:
+    """Median seconds per repeat of workload ``name`` in one process per core of ``cores``, started together."""
+    ctx = mp.get_context("spawn")
+    ready, go, out = ctx.Barrier(len(cores) + 1), ctx.Barrier(len(cores) + 1), ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(name, c, repeats, ready, go, out)) for c in cores]
+    for p in procs:
+        p.start()
+    try:
+        ready.wait()
+        go.wait()
+        got = [out.get(timeout=3600) for _ in cores]
+    finally:
+        for p in procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.terminate()
+    return [t for _, t in sorted(got)]
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
+    args = ap.parse_args(argv)
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        raise SystemExit(f"needs two cores; this process may use {cores}")
+    a, b = cores[:2]
+    print(f"cores {a} and {b}; {args.repeats} repeats each, median per repeat; one torch thread per process")
+    print(f"| workload | alone, core {a} | alone, core {b} | two at once (each) | ceiling 2 x alone / paired |")
+    print("|---|---:|---:|---:|---:|")
+    for name in args.workloads:
+        alone = [run(name, [c], args.repeats)[0] for c in (a, b)]
+        paired = run(name, [a, b], args.repeats)
+        ceiling = 2 * statistics.mean(alone) / max(paired)
+        print(f"| {name} | {alone[0]:.2f} s | {alone[1]:.2f} s | {paired[0]:.2f} / {paired[1]:.2f} s | "
+              f"{ceiling:.2f}x |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
