@@ -160,8 +160,10 @@ def claims(old: Path, new: Path) -> int:
             if x.get(key) != y.get(key):
                 notes.append(f"{key} {x.get(key)!r} -> {y.get(key)!r}")
         for alt in sorted(set(x.get("alternatives", {})) | set(y.get("alternatives", {}))):
-            if x.get("alternatives", {}).get(alt) != y.get("alternatives", {}).get(alt):
-                notes.append(f"{alt}: {x['alternatives'].get(alt)} -> {y['alternatives'].get(alt)}")
+            # a finding lists only the alternatives that change its verdict: one not listed keeps the protocol's
+            va, vb = (c.get("alternatives", {}).get(alt, f"{c['verdict']} (as the protocol)") for c in (x, y))
+            if va != vb:
+                notes.append(f"{alt}: {va} -> {vb}")
         ta, tb = open_tests(x.get("note", "")), open_tests(y.get("note", ""))
         for test in sorted(set(ta) | set(tb)):
             sa, sb = ta.get(test, ("holds", "")), tb.get(test, ("holds", ""))

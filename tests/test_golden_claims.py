@@ -53,3 +53,13 @@ def test_claims_reports_a_verdict_a_test_and_a_finding_that_moved(tmp_path, caps
     assert "test 'c × d depth of c': cannot decide 0.417 [0.375, 0.544] -> holds" in out
     assert "robustness/regime order" in out and "unbiased linear CKA: undecided -> holds" in out
     assert "2 moved" in out
+
+
+def test_an_alternative_no_longer_listed_keeps_the_protocols_verdict(tmp_path, capsys):
+    a, b = _folder(tmp_path, "a", _claim(), finding="fails"), _folder(tmp_path, "b", _claim(), finding="fails")
+    (a / "robustness.json").write_text(json.dumps({"robustness": [
+        {"finding": "regime order", "baseline": "fails", "alternatives": [["k = 42", "undecided"]]}]}))
+    (b / "robustness.json").write_text(json.dumps({"robustness": [
+        {"finding": "regime order", "baseline": "fails", "alternatives": []}]}))
+    assert golden.claims(a, b) == 1
+    assert "k = 42: undecided -> fails (as the protocol)" in capsys.readouterr().out
