@@ -290,7 +290,7 @@ def run_study(draws, comparisons: Sequence[Comparison], *, chapter: str, params:
     dict of str to str
         Modality (``"vision"`` / ``"language"``) of every trained model named by the comparisons.
     """
-    from prh_lib.data import is_text_only
+    from prh_lib.data.text_only import is_text_only
 
     image_draws = [d for d in draws if not is_text_only(d.pairs)]
     text_draws = [d for d in draws if is_text_only(d.pairs)]

@@ -25,7 +25,7 @@ from typing import Sequence
 
 from prh_lib import data, paths
 from prh_lib.data import paper
-from prh_lib.models import DTYPES
+from prh_lib.models.loaded import DTYPES
 from prh_lib.run.profiles import PROFILES, get_profile
 from prh_lib.batch.plan import Job, describe_plan, plan_study, plan_table, study_from_profile  # noqa: F401
 from prh_lib.batch.run import EXECUTORS, StudyTask, choose_batch_size, gpus_needed, run_job, run_jobs  # noqa: F401

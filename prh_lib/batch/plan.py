@@ -16,7 +16,7 @@ from prh_lib import data, extract
 from prh_lib.data import paper
 from prh_lib.extract.features import CorruptFeatureFileError, check_feature_file
 from prh_lib.data.study import DatasetSpec, study_draws, study_pairs
-from prh_lib.models import DTYPES
+from prh_lib.models.loaded import DTYPES
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import submitit
 
 from prh_lib import extract, paths
 from prh_lib.data import paper
-from prh_lib.models import dtype_bytes
+from prh_lib.models.loaded import dtype_bytes
 from prh_lib.batch.plan import Job
 
 EXECUTORS = ("inline", "debug", "local", "slurm")

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from prh_lib import paths
-from prh_lib.data import DataError
+from prh_lib.data.errors import DataError
 
 #: Manifests by dataset name: file names under ``prh_lib/resources/``.
 MANIFESTS: dict[str, str] = {"coco-mini": "coco_mini_manifest.json"}

@@ -33,7 +33,7 @@ import torch
 from prh_lib import __version__, models, paths
 from prh_lib.models import precision
 from prh_lib.progress import note
-from prh_lib.data import Pairs
+from prh_lib.data.pairs import Pairs
 from prh_lib.extract.features import (CorruptCacheWarning, CorruptFeatureFileError,  # noqa: F401
     FeatureMismatchError, LayerFeatures, check_aligned, load_features, quarantine, save_features)
 

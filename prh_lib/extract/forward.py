@@ -23,7 +23,8 @@ import numpy as np
 import torch
 
 from prh_lib import models
-from prh_lib.data import DataError, Pairs
+from prh_lib.data.errors import DataError
+from prh_lib.data.pairs import Pairs
 from prh_lib.progress import bar as progress_bar
 
 

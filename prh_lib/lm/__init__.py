@@ -8,7 +8,8 @@ Modules: :mod:`~prh_lib.lm.bpb` (bits per byte and its texts), :mod:`~prh_lib.lm
 bits per byte of the capability study's models, the interpolation ladder), :mod:`~prh_lib.lm.generate`
 (greedy generation), :mod:`~prh_lib.lm.summaries` (shortened captions, truncation baseline)."""
 
-from prh_lib.models import load_causal_lm, load_tokenizer  # noqa: F401
+from prh_lib.models.hf import load_causal_lm  # noqa: F401
+from prh_lib.models.load import load_tokenizer  # noqa: F401
 from prh_lib.lm.bpb import BPB_PREFIX, bits_per_byte, bpb_cache_path, study_heldout  # noqa: F401
 from prh_lib.lm.generate import greedy_generate, load_generator, max_new_tokens_for  # noqa: F401
 from prh_lib.lm.ladder import (available_models, ladder_models, ladder_weights, pretrained_models,  # noqa: F401

@@ -20,7 +20,7 @@ from typing import Sequence
 import torch
 
 from prh_lib import extract, models
-from prh_lib.models import CausalLM, load_causal_lm
+from prh_lib.models.hf import CausalLM, load_causal_lm
 from prh_lib.validation import check_seed
 from prh_lib.lm.bpb import BitsPerByte, bits_per_byte, bpb_cache_path, cached_bits_per_byte
 from prh_lib.lm.quiet import quiet

@@ -18,4 +18,5 @@ from prh_lib.models.loaded import DTYPES, LoadedModel, dtype_bytes, dtype_name, 
 from prh_lib.models.random_init import random_init  # noqa: F401
 from prh_lib.models.spec import ModelSpec, parse_model_name, resolve_identity  # noqa: F401
 from prh_lib.models.two_tower import TextChunking  # noqa: F401
-from prh_lib.models.zoo import ZOO, ModelNotAvailableError  # noqa: F401
+from prh_lib.models.zoo import ModelNotAvailableError  # noqa: F401
+from prh_lib.models.zoo.registry import ZOO  # noqa: F401

@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from prh_lib.lm import target_words, word_count
+from prh_lib.lm.summaries import target_words, word_count
 
 # the variants and their scores, re-exported: this module stays the chapter's one namespace
 from prh_lib.analysis.captions.study import (detail_alignment, detail_variants, study_alignment, study_variants,  # noqa: F401

@@ -657,7 +657,7 @@ def draws_table(draws) -> pd.DataFrame:
 
 def missing_notes(draws, note: str) -> dict[str, str]:
     """What a regime's empty slot says per dataset: ``note``, or that a text-only dataset has no images."""
-    from prh_lib.data import is_text_only
+    from prh_lib.data.text_only import is_text_only
 
     return {d.dataset: ("text only: no images" if is_text_only(d.pairs) else note) for d in draws}
 

@@ -22,9 +22,11 @@ from prh_lib import extract
 from prh_lib.analysis import heldout, regimes
 from prh_lib.analysis.controls import random_init_name
 from prh_lib.analysis.core import model_names
-from prh_lib.data import Pairs, is_text_only, study_draws
-from prh_lib.data.study import headline_dataset
-from prh_lib.models import ModelNotAvailableError, precision
+from prh_lib.data.pairs import Pairs
+from prh_lib.data.study import headline_dataset, study_draws
+from prh_lib.data.text_only import is_text_only
+from prh_lib.models import precision
+from prh_lib.models.zoo import ModelNotAvailableError
 from prh_lib.pages import sec3_1_layerwise
 from prh_lib.pages.report import declared_defaults
 from prh_lib.parallel import available_cores

@@ -124,7 +124,7 @@ def heldout_texts(datasets, draws, *, per_image: int = 1, max_texts: int | None 
     ValueError
         As :func:`prh_lib.lm.study_heldout` / :func:`prh_lib.data.heldout_texts` (no image left, bad counts).
     """
-    from prh_lib.data import heldout_texts as image_heldout
+    from prh_lib.data.text_only import heldout_texts as image_heldout
     from prh_lib.data import study
 
     if text_dataset is None:
