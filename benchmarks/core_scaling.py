@@ -89,13 +89,12 @@ WORKLOADS = {"forward-lm": _forward_lm, "forward-cnn": _forward_cnn, "mutual-knn
              "read-features": _read_features}
 
 
-def _worker(name: str, core: int, repeats: int, ready, go, out) -> None:
+def _worker(name: str, core: int, repeats: int, start, out) -> None:
     os.sched_setaffinity(0, {core})
     torch.set_num_threads(1)
     state: dict = {}
     WORKLOADS[name](state)  # warm-up: load, allocate, first-call overheads
-    ready.wait()
-    go.wait()
+    start.wait()  # every copy warmed up: all start together
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -107,13 +106,11 @@ def _worker(name: str, core: int, repeats: int, ready, go, out) -> None:
 def run(name: str, cores: list[int], repeats: int) -> list[float]:
     """Median seconds per repeat of workload ``name`` in one process per core of ``cores``, started together."""
     ctx = mp.get_context("spawn")
-    ready, go, out = ctx.Barrier(len(cores) + 1), ctx.Barrier(len(cores) + 1), ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(name, c, repeats, ready, go, out)) for c in cores]
+    start, out = ctx.Barrier(len(cores)), ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(name, c, repeats, start, out)) for c in cores]
     for p in procs:
         p.start()
     try:
-        ready.wait()
-        go.wait()
         got = [out.get(timeout=3600) for _ in cores]
     finally:
         for p in procs:
