@@ -72,16 +72,19 @@ def _causal_lm_module(path_or_id: str, *, revision, device, dtype) -> torch.nn.M
 
 
 def _architecture(auto, config, **kwargs) -> torch.nn.Module:
-    """``auto.from_config(config)``: the architecture with its initialiser's weights, no weight file read (the
-    ``@random-init`` path re-initialises it under its seed, :func:`prh_lib.models.random_init`)."""
-    return auto.from_config(config, **kwargs)
+    """``auto.from_config(config)`` on the meta device: the architecture without weights (no memory, no initialiser
+    run), for ``weights=False``, whose one reader re-creates it from its config under a seed
+    (:func:`prh_lib.models.random_init`); a forward pass of it fails on its meta tensors."""
+    with torch.device("meta"):
+        return auto.from_config(config, **kwargs)
 
 
 def load_hf(spec: ModelSpec, path_or_id: str, *, device, dtype, modality, revision, weight_revision: str,
             source: str, weights: bool = True) -> LoadedModel:
     """A Hugging Face model (not a two-tower tower) from a folder or Hub id, with ``weight_revision`` as revision.
 
-    With ``weights=False`` only the config, tokenizer and image processor are read, never a weight file.
+    With ``weights=False`` only the config, tokenizer and image processor are read, never a weight file, and the
+    module is the architecture alone, on the meta device (:func:`_architecture`).
 
     Raises
     ------

@@ -182,7 +182,9 @@ def placement(device) -> dict:
 
 
 def freeze(module: torch.nn.Module, device, dtype) -> torch.nn.Module:
-    if getattr(module, "hf_device_map", None) is None:
+    """``module`` in eval mode without gradients, on ``device`` in ``dtype`` (left where it is when sharded over GPUs
+    or on the meta device, which has no values to move)."""
+    if getattr(module, "hf_device_map", None) is None and not any(p.is_meta for p in module.parameters()):
         module = module.to(device=device, dtype=dtype)
     module = module.eval()
     module.requires_grad_(False)
