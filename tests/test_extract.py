@@ -300,6 +300,69 @@ def test_shared_prefix_extraction_equals_each_set_extracted_on_its_own(tmp_path,
         torch.testing.assert_close(b.values, a.values, rtol=1e-6, atol=1e-6)
 
 
+def test_other_token_poolings_are_read_off_the_same_forward_passes(tmp_path, monkeypatch):
+    """``poolings``: the mean, mean-without-first and last-token features of caption sets (prefixes of longer texts
+    among them, and a one-token text) from one pass over the distinct texts equal each ``<model>@pool:<pooling>``
+    extracted on its own (float32 round-off), and are cached under those names."""
+    from fixtures.tiny_models import tiny_llama
+    from prh_lib import models
+
+    monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path / "cache"))
+    caps = [("a dog runs on the grass", "the dog is brown"), ("two cats sleep", "a cat on a sofa"),
+            ("a red bus in the street", "a bus stops"), ("horse", "a horse and a man")]
+    ids = tuple(f"s{i}" for i in range(len(caps)))
+    first = data.Pairs("t", ids, (None,) * 4, tuple(c[0] for c in caps), caption_policy="first")
+    both = first.with_texts([f"{a} {b}" for a, b in caps], policy="concat-2")
+    folder = str(tiny_llama(tmp_path / "tiny-llama", [t for c in caps for t in c]))
+    model = models.load_model(folder)
+    calls = []
+    forward = model.layer_outputs
+    monkeypatch.setattr(model, "layer_outputs", lambda **kw: calls.append(kw["input_ids"].shape[0]) or forward(**kw))
+    sets = [both, first, first, first, both]
+    pools = ["mean", "mean", "last", "mean-nofirst", "last"]
+    got = extract.features_for_pairs(model, sets, poolings=pools, batch_size=2, progress=False)
+    assert sum(calls) == 4 + 1  # the 4 longest texts (+ 1 for the causality check), not 20
+    for pairs, p, feats in zip(sets, pools, got):
+        name = models.spec.with_pooling(folder, p)
+        alone = extract.extract_features(models.load_model(name), pairs, batch_size=1, progress=False)
+        assert feats.meta["model"] == name and feats.meta["pooling"] == p
+        torch.testing.assert_close(feats.values, alone.values, rtol=1e-5, atol=1e-5)
+        cached = extract.get_features(name, pairs, progress=False)  # read from its own file, nothing extracted
+        torch.testing.assert_close(cached.values, feats.values, rtol=0, atol=0)
+    # "horse" is one token (no BOS here), read off "horse a horse and a man": no token but the first, zeros
+    assert len(model.tokenizer("horse")["input_ids"]) == 1 and not got[3].values[:, 3].any()
+    with pytest.raises(ValueError, match="token poolings for 2 sets"):
+        extract.features_for_pairs(model, [first, both], poolings=["mean"], progress=False)
+
+
+def test_fill_cache_keeps_each_model_its_own_pooling_and_shares_a_language_models_passes(tmp_path, monkeypatch):
+    """fill_cache: a ViT keeps its CLS token, a causal LM its mean, ``@pool:last`` (and its twin's) the last token;
+    the LM and its pooled name are loaded once together, the twin and its pooled name once; nothing when all cached."""
+    from fixtures.tiny_models import tiny_dinov2, tiny_llama
+    from prh_lib import models
+
+    monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path / "cache"))
+    pairs = data.sample_pairs(data.load_dataset(), n=6, seed=0)
+    vit = str(tiny_dinov2(tmp_path / "tiny-dinov2"))
+    lm = str(tiny_llama(tmp_path / "tiny-llama", list(pairs.texts)))
+    names = [vit, lm, f"{lm}@pool:last", f"{lm}@pool:last@random-init:0", f"{lm}@random-init:0"]
+    loads = []
+    load = models.load_model
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: loads.append(a[0]) or load(*a, **k))
+    extract.fill_cache([(name, pairs) for name in names])
+    assert sorted(loads) == sorted([vit, lm, f"{lm}@random-init:0"])
+    own = {vit: "cls", lm: "mean", f"{lm}@pool:last": "last", f"{lm}@pool:last@random-init:0": "last",
+           f"{lm}@random-init:0": "mean"}
+    for name in names:
+        meta = extract.load_features(extract.features_path(name, pairs)).meta
+        assert (meta["model"], meta["pooling"]) == (name, own[name])
+    loads.clear()
+    extract.fill_cache([(name, pairs) for name in names])
+    assert loads == []
+    with pytest.raises(ValueError, match="token poolings .* are a language model's"):
+        extract.features_for_pairs(models.load_model(vit), [pairs], poolings=["last"], cache=False, progress=False)
+
+
 def test_a_model_that_is_not_causal_is_caught_by_the_prefix_check(tmp_path, monkeypatch):
     from fixtures.tiny_models import tiny_llama
     from prh_lib import models
@@ -359,7 +422,7 @@ def test_shared_prefixes_in_bfloat16_pass_the_check_within_its_round_off(tmp_pat
 
     texts = ["a dog runs", "a dog runs on the grass near a red bus", "two cats sleep", "two cats sleep on a sofa"]
     model = models.load_model(str(tiny_llama(tmp_path / "tiny-llama", texts, hidden=64)), dtype=torch.bfloat16)
-    shared, _ = extract._extract_text_shared(model, texts, batch_size=4, max_length=None, progress=False)
+    shared = extract._extract_text_shared(model, texts, batch_size=4, max_length=None, progress=False)[0]["mean"]
     alone, _ = extract._extract_text(model, texts, batch_size=1, padding_side="right", max_length=None, progress=False)
     rel = float((shared - alone).abs().max() / alone.abs().max())
     assert rel < forward.prefix_tolerance(torch.bfloat16)

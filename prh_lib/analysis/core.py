@@ -346,8 +346,9 @@ def prefetch_features(comparisons, draws, *, models: Sequence[str] = (), device:
     """Extract (or find cached) every model of ``comparisons`` on every draw before a study loop runs.
 
     Each model is loaded once for all draws instead of once per draw; draws with the same data (the images
-    of caption draws) are extracted once; and a causal LM runs texts that are token prefixes of other draws'
-    texts only once (:func:`prh_lib.extract.features_for_pairs`). The loop's :func:`prepare_features` then
+    of caption draws) are extracted once; a causal LM runs texts that are token prefixes of other draws'
+    texts only once, and pools them the ways its ``@pool:`` names ask from the same passes
+    (:func:`prh_lib.extract.features_for_pairs`). The loop's :func:`prepare_features` then
     reads the cache. Nothing is returned: the features are on disk.
 
     Parameters
@@ -363,12 +364,9 @@ def prefetch_features(comparisons, draws, *, models: Sequence[str] = (), device:
     by_dataset: dict[str, list] = {}
     for d in draws:  # one call per dataset bounds the memory held at once (one dataset's draws)
         by_dataset.setdefault(d.dataset, []).append(d.pairs)
-    for name in names:
-        for pairs in by_dataset.values():
-            missing = [p for p in pairs if not extract.features_path(name, p, dtype=dtype, device=device).is_file()]
-            if missing:
-                extract.features_for_pairs(name, missing, device=device, dtype=dtype, batch_size=batch_size,
-                                           progress=False, num_threads=num_threads, keep=False)
+    for pairs in by_dataset.values():
+        extract.fill_cache([(name, p) for name in names for p in pairs], device=device, dtype=dtype,
+                           batch_size=batch_size, num_threads=num_threads)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ Pooling (Herbst et al., Section 2; Huh et al. 2024, Section 3):
 Hidden state 0 (the embedding output in Hugging Face ``hidden_states``) is included and labelled ``"embed"``.
 Features are pooled in float32 whatever the model dtype. The forward passes and pooling are in
 :mod:`prh_lib.extract.forward` (re-exported here); a causal LM on several caption sets shares the forward passes of
-token prefixes (:func:`features_for_pairs`).
+token prefixes, and pools them its other ways (``@pool:``) from the same passes (:func:`features_for_pairs`,
+:func:`fill_cache`).
 
 The feature cache (:func:`get_features`): one safetensors file per model and set of pairs, named by
 :func:`features_cache_path` (through :func:`prh_lib.paths.cache_file`) from every option that changes the
@@ -23,6 +24,7 @@ numbers, written atomically. Models are reached through :mod:`prh_lib.models` on
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Sequence
@@ -128,19 +130,36 @@ def _layer_features(model, pairs: Pairs, values: torch.Tensor, dims, *, data_key
     return LayerFeatures(values, tuple(model.layer_labels), tuple(pairs.sample_ids), meta, dims)
 
 
-def _shared_text_features(model, pairs_list: Sequence[Pairs], *, batch_size: int, max_length: int | None,
-                          progress: bool) -> list[LayerFeatures]:
-    """:func:`extract_features` of a causal LM on several sets of pairs in one pass over their distinct texts,
-    reading each token prefix off a longer text's forward pass (:func:`_extract_text_shared`)."""
+def _shared_text_features(model, pairs_list: Sequence[Pairs], poolings: Sequence[str], *, batch_size: int,
+                          max_length: int | None, progress: bool) -> list[LayerFeatures]:
+    """:func:`extract_features` of a causal LM on several sets of pairs, each pooled its way (``poolings``), in one
+    pass over their distinct texts, reading each token prefix off a longer text's forward pass
+    (:func:`_extract_text_shared`)."""
     for pairs in pairs_list:
         _check_texts(pairs)
     unique = list(dict.fromkeys(t for pairs in pairs_list for t in pairs.texts))
     row = {t: i for i, t in enumerate(unique)}
+    need: dict[str, dict] = {}
+    for pairs, p in zip(pairs_list, poolings):
+        need.setdefault(p, {}).update(dict.fromkeys(row[t] for t in pairs.texts))
     values, dims = _extract_text_shared(model, unique, batch_size=batch_size, max_length=max_length,
-                                        progress=progress)
-    return [_layer_features(model, pairs, values[:, torch.as_tensor([row[t] for t in pairs.texts])].contiguous(),
-                            dims, data_key=pairs.text_fingerprint(), max_length=max_length, shared=True)
-            for pairs in pairs_list]
+                                        progress=progress, poolings={p: list(r) for p, r in need.items()})
+    at = {p: {i: j for j, i in enumerate(r)} for p, r in need.items()}
+    return [_layer_features(_pooled_view(model, p), pairs,
+                            values[p][:, torch.as_tensor([at[p][row[t]] for t in pairs.texts])].contiguous(), dims,
+                            data_key=pairs.text_fingerprint(), max_length=max_length, shared=True)
+            for pairs, p in zip(pairs_list, poolings)]
+
+
+def _pooled_view(model, pooling: str | None):
+    """``model`` (loaded) with its tokens pooled ``pooling`` and named ``<name>@pool:<pooling>`` as
+    :func:`prh_lib.models.load_model` names it (itself for None or its own pooling); ValueError for a vision model."""
+    if pooling is None or pooling == model.pooling:
+        return model
+    if model.modality != "language":
+        raise ValueError(f"{model.name!r} is a {model.modality} model; token poolings ({pooling!r}) are a language "
+                         "model's")
+    return dataclasses.replace(model, name=models.spec.with_pooling(model.name, pooling), pooling=pooling)
 
 
 # -- cache -----------------------------------------------------------------------------------------------
@@ -283,14 +302,16 @@ def get_features(
 def features_for_pairs(model, pairs_list: Sequence[Pairs], *, device: str = "cpu", dtype: str = "float32",
                        batch_size: int = 32, max_length: int | None = None, progress: bool = True,
                        cache: bool = True, num_threads: int | None = None,
-                       share_prefixes: bool = True, keep: bool = True) -> list[LayerFeatures | None]:
+                       share_prefixes: bool = True, keep: bool = True,
+                       poolings: Sequence[str] | None = None) -> list[LayerFeatures | None]:
     """:func:`get_features` of one model on several sets of pairs, loading the model at most once.
 
     The model is loaded only if some set of pairs is not cached (e.g. caption variants of the same images).
     For a causal language model (:func:`shares_prefixes`) and more than one set to extract, each distinct
     text is run once and every text whose tokens are a prefix of another's (one caption and the same caption
     with more appended, a truncation) is pooled from that longer text's forward pass: the same features to
-    float32 round-off (checked on the first such text), for a fraction of the compute.
+    float32 round-off (checked on the first such text), for a fraction of the compute. Other token poolings of the
+    same texts (``poolings``) are read off the same passes.
 
     Parameters
     ----------
@@ -305,6 +326,10 @@ def features_for_pairs(model, pairs_list: Sequence[Pairs], *, device: str = "cpu
     keep : bool, default True
         False (with ``cache``): only fill the cache; sets extracted one by one are not held in memory, and
         None is returned in their place.
+    poolings : sequence of str, optional
+        Per set of pairs, the token pooling of a language model (:data:`prh_lib.models.spec.TOKEN_POOLINGS`): that
+        set is ``<model>@pool:<pooling>``'s (:func:`prh_lib.models.spec.with_pooling`), cached as such; None (default):
+        every set is the model's as named.
 
     Returns
     -------
@@ -314,10 +339,15 @@ def features_for_pairs(model, pairs_list: Sequence[Pairs], *, device: str = "cpu
     if isinstance(model, str):
         dtype = precision.feature_dtype(model, dtype, device)  # "auto": the model's benchmark row decides
     models.torch_dtype(dtype)  # unknown dtype: ValueError before anything is loaded
+    pools = [None] * len(pairs_list) if poolings is None else list(poolings)
+    if len(pools) != len(pairs_list):
+        raise ValueError(f"poolings gives {len(pools)} token poolings for {len(pairs_list)} sets of pairs")
     out: list[LayerFeatures | None] = [None] * len(pairs_list)
     todo, first_of, repeats = [], {}, []
-    for i, pairs in enumerate(pairs_list):
-        path = features_path(model, pairs, dtype=dtype, max_length=max_length)
+    for i, (pairs, pooling) in enumerate(zip(pairs_list, pools)):
+        named = (model if pooling is None else models.spec.with_pooling(model, pooling)) if isinstance(model, str) \
+            else _pooled_view(model, pooling)
+        path = features_path(named, pairs, dtype=dtype, max_length=max_length)
         if path in first_of and pairs_list[first_of[path]].sample_ids == pairs.sample_ids:
             repeats.append((i, first_of[path]))  # the same data again (the images of every caption draw): once
             continue
@@ -326,7 +356,7 @@ def features_for_pairs(model, pairs_list: Sequence[Pairs], *, device: str = "cpu
         if cached is not None:
             out[i] = cached
         else:
-            todo.append((i, pairs, path))
+            todo.append((i, pairs, path, pooling))
     if not todo:
         return _fill_repeats(out, repeats)
     options = dict(device=device, dtype=dtype, batch_size=batch_size, max_length=max_length, progress=progress,
@@ -342,24 +372,47 @@ def features_for_pairs(model, pairs_list: Sequence[Pairs], *, device: str = "cpu
             (mine if held.enter_context(extraction_lock(entry[2], wait=False)) else theirs).append(entry)
         mine = _read_claimed(out, mine)  # written by another process between the first look and the claim
         loaded = _extract_into(out, model, mine, **options)
-    for i, pairs, path in theirs:
-        note(f"waiting for another process extracting {getattr(model, 'name', model)} on {pairs.dataset}")
-        with extraction_lock(path, wait=True):
-            if not _read_claimed(out, [(i, pairs, path)]):
+    for entry in theirs:
+        note(f"waiting for another process extracting {getattr(model, 'name', model)} on {entry[1].dataset}")
+        with extraction_lock(entry[2], wait=True):
+            if not _read_claimed(out, [entry]):
                 continue
-            loaded = _extract_into(out, model if loaded is None else loaded, [(i, pairs, path)], **options)
+            loaded = _extract_into(out, model if loaded is None else loaded, [entry], **options)
     return _fill_repeats(out, repeats)
+
+
+def fill_cache(jobs: Sequence[tuple[str, Pairs]], *, device: str = "cpu", dtype: str = "float32",
+               batch_size: int = 32, num_threads: int | None = None) -> None:
+    """Extract the feature files of ``jobs`` (``(model name, Pairs)`` each) that are not cached, nothing returned.
+
+    One :func:`features_for_pairs` call per model, so each is loaded once; a language model's ``@pool:<pooling>``
+    names (:func:`prh_lib.models.spec.token_pooling`) are one model whose poolings are read off the same forward
+    passes. ``device``, ``dtype``, ``batch_size`` and ``num_threads`` as in :func:`features_for_pairs`.
+
+    Raises
+    ------
+    prh_lib.models.ModelNotAvailableError
+        If a model name cannot be resolved.
+    """
+    families: dict[str, list] = {}
+    for name, pairs in jobs:
+        if not features_path(name, pairs, dtype=dtype, device=device).is_file():
+            family, pooling = models.spec.token_pooling(name)
+            families.setdefault(family, []).append((pairs, pooling))
+    for family, sets in families.items():
+        features_for_pairs(family, [p for p, _ in sets], poolings=[q for _, q in sets], device=device, dtype=dtype,
+                           batch_size=batch_size, progress=False, num_threads=num_threads, keep=False)
 
 
 def _read_claimed(out: list, entries: list) -> list:
     """Fill ``out`` from the cache for the entries now cached; return the others."""
     left = []
-    for i, pairs, path in entries:
-        cached = read_cached_features(path, pairs.sample_ids)
+    for entry in entries:
+        cached = read_cached_features(entry[2], entry[1].sample_ids)
         if cached is not None:
-            out[i] = cached
+            out[entry[0]] = cached
         else:
-            left.append((i, pairs, path))
+            left.append(entry)
     return left
 
 
@@ -392,7 +445,8 @@ def extraction_lock(path: Path, *, wait: bool):
 
 def _extract_into(out: list, model, todo: list, *, device, dtype, batch_size, max_length, progress, cache,
                   num_threads, share_prefixes, keep):
-    """Extract the ``todo`` entries ``(i, pairs, path)`` into ``out`` (writing the cache); the loaded model or None."""
+    """Extract the ``todo`` entries ``(i, pairs, path, pooling)`` into ``out`` (writing the cache); the loaded model
+    or None."""
     if not todo:
         return None if isinstance(model, str) else model
     loaded = None if isinstance(model, str) else model
@@ -400,20 +454,22 @@ def _extract_into(out: list, model, todo: list, *, device, dtype, batch_size, ma
         note(f"loading {model}")
         loaded = models.load_model(model, device=device, dtype=models.torch_dtype(dtype))
     if share_prefixes and len(todo) > 1 and shares_prefixes(loaded):
-        sets = [pairs for _, pairs, _ in todo]
+        sets, pools = [e[1] for e in todo], [e[3] or loaded.pooling for e in todo]
         note(f"extracting {loaded.name} on {len(sets)} caption sets of {sets[0].dataset} "
-             f"({sum(map(len, sets))} texts; token prefixes shared)")
+             f"({sum(map(len, sets))} texts; token prefixes shared; pooled {', '.join(dict.fromkeys(pools))})")
         with torch_threads(num_threads):
-            got = _shared_text_features(loaded, sets, batch_size=batch_size, max_length=max_length, progress=progress)
-        for (i, _, path), feats in zip(todo, got):
+            got = _shared_text_features(loaded, sets, pools, batch_size=batch_size, max_length=max_length,
+                                        progress=progress)
+        for (i, _, path, _), feats in zip(todo, got):
             if cache:
                 save_features(feats, path)
             out[i] = feats
         return loaded
-    for i, pairs, path in todo:
-        note(f"extracting {getattr(loaded, 'name', loaded)} on {pairs.dataset} ({len(pairs)} pairs, {pairs.caption_policy})")
+    for i, pairs, path, pooling in todo:
+        view = _pooled_view(loaded, pooling)
+        note(f"extracting {view.name} on {pairs.dataset} ({len(pairs)} pairs, {pairs.caption_policy})")
         with torch_threads(num_threads):
-            feats = extract_features(loaded, pairs, batch_size=batch_size, max_length=max_length, progress=progress)
+            feats = extract_features(view, pairs, batch_size=batch_size, max_length=max_length, progress=progress)
         if cache:
             save_features(feats, path)
         out[i] = feats if keep or not cache else None

@@ -16,6 +16,7 @@ Herbst et al., Section 2 (features of every layer).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from typing import Sequence
 
@@ -161,19 +162,27 @@ def prefix_tolerance(dtype: torch.dtype) -> float:
 
 
 def _extract_text_shared(model, texts: Sequence[str], *, batch_size: int, max_length: int | None, progress: bool,
-                         check: bool = True):
-    """:func:`_extract_text` for a causal LM, running only the texts that no other text extends.
+                         check: bool = True, poolings=None):
+    """:func:`_extract_text` for a causal LM, running only the texts that no other text extends, pooled one or more ways.
 
     Each text is served by the forward pass of a text whose tokens start with its tokens
-    (:func:`prefix_servers`): its features are the mean of the first ``len(text tokens)`` hidden states of that
-    pass, per layer (a cumulative sum over positions). A text served by itself is pooled exactly as in
-    :func:`_extract_text`. With ``check``, the first text served by a longer one is also run on its own, and a
-    difference beyond round-off (:func:`prefix_tolerance`: the model is not causal after all) raises RuntimeError.
+    (:func:`prefix_servers`): its features are read off the first ``len(text tokens)`` hidden states of that pass, per
+    layer: their mean (a cumulative sum over positions), their mean without the first (``"mean-nofirst"``), the last
+    (``"last"``). A text served by itself is pooled exactly as in :func:`_extract_text`. With ``check``, the first
+    text served by a longer one is also run on its own, and a difference beyond round-off (:func:`prefix_tolerance`:
+    the model is not causal after all) raises RuntimeError.
+
+    Parameters
+    ----------
+    poolings : mapping of str to sequence of int, optional
+        The rows of ``texts`` to pool each way (:data:`prh_lib.models.spec.TOKEN_POOLINGS`); default every text,
+        ``"mean"``. One forward pass serves them all.
 
     Returns
     -------
-    (Tensor of shape (n_layers, n_texts, dim), tuple of int)
-        As :func:`_extract_text`; equal to it up to float32 round-off.
+    (dict of str to Tensor of shape (n_layers, n_rows, dim), tuple of int)
+        Per pooling, its rows in the order given; equal to :func:`_extract_text` of a model pooling that way up to
+        float32 round-off.
     """
     tok = model.tokenizer
     tok.padding_side = "right"
@@ -184,12 +193,16 @@ def _extract_text_shared(model, texts: Sequence[str], *, batch_size: int, max_le
         rows = np.flatnonzero(lengths == 0).tolist()
         raise DataError(f"{len(rows)} texts tokenize to no token for {model.name!r} (rows {rows[:5]}, e.g. "
                         f"{texts[rows[0]]!r:.60}); they would pool to all-zero feature rows")
+    need = {p: np.asarray(r, dtype=np.int64) for p, r in (poolings or {"mean": range(len(texts))}).items()}
+    slot = {p: np.full(len(texts), -1) for p in need}  # text -> its row in out[p]
+    for p, r in need.items():
+        slot[p][r] = np.arange(len(r))
     server = prefix_servers(ids)
     runs = np.unique(server)
     served = {int(r): np.flatnonzero(server == r) for r in runs}
     runs = runs[np.argsort(lengths[runs], kind="stable")]  # length-sorted batches waste little padding
     pass_positions = _accepts(model.module, "position_ids")
-    out, dims, checked = None, None, not check
+    out, dims, checked = {}, None, not check
     bar = progress_bar(total=len(texts), desc=f"{model.name} (text, shared prefixes)", unit="caption", show=progress)
     for start in range(0, len(runs), batch_size):
         rows = runs[start : start + batch_size]
@@ -198,25 +211,45 @@ def _extract_text_shared(model, texts: Sequence[str], *, batch_size: int, max_le
         if pass_positions:
             inputs["position_ids"] = (inputs["attention_mask"].long().cumsum(-1) - 1).clamp(min=0)
         layers = model.layer_outputs(**inputs)
-        # (text, batch row, tokens) of every text served by this batch
+        # per pooling, (text, batch row, tokens) of every text served by this batch that it pools
         who = [(int(i), b, int(lengths[i])) for b, r in enumerate(rows) for i in served[int(r)]]
-        pooled = []
+        picks = {p: [w for w in who if slot[p][w[0]] >= 0] for p in need}
+        full = [int(lengths[r]) for r in rows]
+        pooled = {p: [] for p in need}
         for h in layers:
             mask = inputs["attention_mask"].to(h.device)
-            own = mean_pool(h, mask).cpu()  # (B, d): each run text on its own tokens, as _extract_text pools
-            csum = h.float().masked_fill(~mask.bool().unsqueeze(-1), 0.0).cumsum(dim=1).cpu()  # (B, T, d)
-            pooled.append(torch.stack([own[b] if n == int(lengths[rows[b]]) else csum[b, n - 1] / n
-                                       for _, b, n in who]))
-        pooled, dims = stack_layers(pooled)
-        if out is None:
-            out = torch.empty(len(layers), len(texts), pooled.shape[-1], dtype=torch.float32)
-        out[:, torch.as_tensor([i for i, _, _ in who])] = pooled
+            real = h.float().masked_fill(~mask.bool().unsqueeze(-1), 0.0)  # (B, T, d), padding zeroed
+            for p, sel in picks.items():
+                if not sel:
+                    continue
+                own = mean_pool(h, mask, p).cpu()  # (B, d): each run text on its own tokens, as _extract_text pools
+                if p == "last":
+                    at = real.cpu()
+                    part = [own[b] if n == full[b] else at[b, n - 1] for _, b, n in sel]
+                elif p == "mean":
+                    csum = real.cumsum(dim=1).cpu()
+                    part = [own[b] if n == full[b] else csum[b, n - 1] / n for _, b, n in sel]
+                else:  # "mean-nofirst": positions 1..n-1 (none for a one-token text: zeros, as mean_pool gives)
+                    csum = real[:, 1:].cumsum(dim=1).cpu()
+                    part = [own[b] if n == full[b] else (csum[b, n - 2] / (n - 1) if n > 1 else torch.zeros_like(own[b]))
+                            for _, b, n in sel]
+                pooled[p].append(torch.stack(part))
+        for p, per_layer in pooled.items():
+            if not per_layer:
+                continue
+            stacked, dims = stack_layers(per_layer)
+            if p not in out:
+                out[p] = torch.empty(len(layers), len(need[p]), stacked.shape[-1], dtype=torch.float32)
+            out[p][:, torch.as_tensor(slot[p][[i for i, _, _ in picks[p]]])] = stacked
         if not checked:
-            prefix = next((i for i, b, n in who if n < int(lengths[rows[b]])), None)
+            prefix = next(((p, i) for p, sel in picks.items() for i, b, n in sel if n < full[b]), None)
             if prefix is not None:
-                alone, _ = _extract_text(model, [texts[prefix]], batch_size=1, padding_side="right",
-                                         max_length=max_length, progress=None)  # None: no bar of its own
-                err = float((alone[:, 0] - out[:, prefix]).abs().max() / alone[:, 0].abs().max().clamp(min=1e-12))
+                p, i = prefix
+                alone, _ = _extract_text(model if p == model.pooling else dataclasses.replace(model, pooling=p),
+                                         [texts[i]], batch_size=1,
+                                         padding_side="right", max_length=max_length, progress=None)  # None: no bar
+                mine = out[p][:, slot[p][i]]
+                err = float((alone[:, 0] - mine).abs().max() / alone[:, 0].abs().max().clamp(min=1e-12))
                 tol = prefix_tolerance(model.dtype)
                 if err > tol:
                     raise RuntimeError(f"{model.name!r}: features of a token prefix read off a longer text differ "

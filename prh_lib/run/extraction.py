@@ -2,7 +2,7 @@
 
 :func:`plan_features` lists the files from each chapter's parameters (:func:`chapter_params`) through
 :data:`CHAPTER_READS`, the one table of which models a chapter reads on which pairs; :func:`extract_planned` extracts
-those not cached over the cores, calling :func:`prh_lib.extract.features_for_pairs` per model and dataset as a chapter's
+those not cached over the cores, calling :func:`prh_lib.extract.fill_cache` per model and dataset as a chapter's
 own prefetch does (:func:`prh_lib.analysis.core.prefetch_features`), so the chapter finds the same files cached.
 
 The plan covers the bulk: a chapter still extracts on a miss what it alone reads (``ch_concepts``'s prompts, App. F's
@@ -26,6 +26,7 @@ from prh_lib.data.pairs import Pairs
 from prh_lib.data.study import headline_dataset, study_draws
 from prh_lib.data.text_only import is_text_only
 from prh_lib.models import precision
+from prh_lib.models.spec import token_pooling
 from prh_lib.models.zoo import ModelNotAvailableError
 from prh_lib.pages import sec3_1_layerwise
 from prh_lib.pages.report import declared_defaults
@@ -142,19 +143,20 @@ def plan_features(chapters, params: dict) -> list[Planned]:
     return list(plan.values())
 
 
-def _extract_model(model: str, device: str, dtype: str, sets_by_dataset: list, threads: int) -> str:
-    """One model's files, one call per dataset (as a chapter's prefetch); an error comes back as text."""
+def _extract_model(model: str, device: str, dtype: str, jobs_by_dataset: list, threads: int) -> str:
+    """One model's files (``(name, pairs)`` each: the model and its token poolings), one call per dataset (as a
+    chapter's prefetch); an error comes back as text."""
     try:
-        for sets in sets_by_dataset:
-            extract.features_for_pairs(model, sets, device=device, dtype=dtype, progress=False, num_threads=threads,
-                                       keep=False)
+        for jobs in jobs_by_dataset:
+            extract.fill_cache(jobs, device=device, dtype=dtype, num_threads=threads)
     except Exception as err:  # the chapter meets it again and reports it where it belongs
         return f"{model}: {type(err).__name__}: {str(err).strip()[:200]}"
     return ""
 
 
 def extract_planned(plan, *, cores: int | None = None) -> dict:
-    """Extract the planned files not cached, a model per task (the most rows first), spread over the cores.
+    """Extract the planned files not cached, a model per task (the most rows first; a language model's token poolings
+    one task, pooled from the same forward passes), spread over the cores.
 
     On a CPU, one worker per core (at most one per model), with ``cores // workers`` threads each; on a GPU, one worker.
     Workers ignore Ctrl-C and are ended with the run (:func:`prh_lib.run.schedule.stopping_on_signals`).
@@ -175,8 +177,9 @@ def extract_planned(plan, *, cores: int | None = None) -> dict:
     todo = [f for f in plan if not f.path.is_file()]
     groups: dict[tuple, dict[str, list]] = {}
     for f in todo:
-        groups.setdefault((f.model, f.device, f.dtype), {}).setdefault(f.group, []).append(f.pairs)
-    order = sorted(groups, key=lambda g: -sum(len(p) for sets in groups[g].values() for p in sets))
+        family = token_pooling(f.model)[0]
+        groups.setdefault((family, f.device, f.dtype), {}).setdefault(f.group, []).append((f.model, f.pairs))
+    order = sorted(groups, key=lambda g: -sum(len(p) for jobs in groups[g].values() for _, p in jobs))
     cores = max(1, available_cores() if cores is None else int(cores))
     on_gpu = any(f.device != "cpu" for f in todo)
     workers = min(1 if on_gpu else cores, len(order))
