@@ -87,7 +87,7 @@ variants, summaries = captions.study_variants(
     summary_pairs=summary_pairs, summary_draws=summary_draws, summary_datasets=summary_datasets, seed=summary_seed,
     device=device,
     batch_size=summary_batch_size, num_threads=num_threads, progress=False)
-captions.draws_table(draws)
+report.draws_table(draws)
 
 # %% tags=["hide-input"]
 Markdown(captions.dtype_note(vision_models, language_models, dtype, device))

@@ -89,7 +89,7 @@ params = report.setup_page(CHAPTER, globals())
 
 # %% tags=["hide-input"]
 draws, main_dataset, main_draw = layerwise.study_draws(datasets, n_draws=n_draws)  # offline main: flickr8k-1k
-layerwise.draws_table(draws)
+report.draws_table(draws)
 
 # %% tags=["hide-input"]
 Markdown(layerwise.dtype_note(comparisons, dtype, device))

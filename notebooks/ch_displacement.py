@@ -120,7 +120,7 @@ params = report.setup_page(CHAPTER, globals(), blas_threads=blas_threads, dpi=15
 # %% tags=["hide-input"]
 draws, heatmap_dataset, pairs, chance = da.shown_draw(datasets, n_draws=n_draws, dataset=heatmap_dataset,
                                                       draw=heatmap_draw, k=k)
-layerwise.draws_table(draws)
+report.draws_table(draws)
 
 # %% [markdown]
 # ## Models and features

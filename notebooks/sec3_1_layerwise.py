@@ -101,7 +101,7 @@ params = report.setup_page(CHAPTER, globals())
 
 # %% tags=["hide-input"]
 draws, heatmap_dataset, _ = page.study_draws(datasets, n_draws=n_draws, dataset=heatmap_dataset)
-page.draws_table(draws)
+report.draws_table(draws)
 
 # %% tags=["hide-input"]
 Markdown(page.dtype_note(comparisons, dtype, device))

@@ -96,7 +96,7 @@ draws = data.study_draws(datasets, n_draws=n_draws)
 sets = capability.study_sets(datasets, draws)
 heldout, heldout_source = capability.heldout_texts(datasets, draws, per_image=heldout_per_image,
                                                   max_texts=n_heldout, text_dataset=heldout_text)
-capability.draws_table(draws)
+report.draws_table(draws)
 
 # %% tags=["hide-input"]
 Markdown(capability.heldout_note(len(heldout), heldout_source, heldout_text))

@@ -120,7 +120,7 @@ comparisons = regimes.regime_comparisons(
     unimodal=unimodal_pairs, same_modality=same_modality_pairs, random_init=random_init_pairs,
     seeds=random_init_seeds, aligned=aligned_models,
 )
-regimes.draws_table(draws)
+report.draws_table(draws)
 
 # %% tags=["hide-input"]
 regimes.comparison_table(comparisons)

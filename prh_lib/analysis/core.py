@@ -311,7 +311,7 @@ def prepare_features(comparisons, pairs, *, clip_q: float | None = 0.95, clip: s
     Parameters
     ----------
     comparisons : sequence of (str, str) or of objects with ``x`` and ``y``
-        Model pairs; every model named is extracted once (:func:`prh_lib.extract.features_for_models`).
+        Model pairs; every model named is extracted once (:func:`prh_lib.extract.get_features`).
     pairs : prh_lib.data.Pairs
     clip_q : float in (0, 1] or None
         Outlier clipping quantile of :func:`clip_features` (None: off).
@@ -336,9 +336,8 @@ def prepare_features(comparisons, pairs, *, clip_q: float | None = 0.95, clip: s
     """
     check_model_pairs([_pair_of(c) for c in comparisons])
     names = sorted(set(model_names(comparisons)) | set(models))
-    raw = extract.features_for_models(names, pairs, device=device, dtype=dtype, batch_size=batch_size,
-                                      progress=progress)
-    return {name: clip_features(f, q=clip_q, clip=clip) for name, f in raw.items()}
+    return {name: clip_features(extract.get_features(name, pairs, device=device, dtype=dtype, batch_size=batch_size,
+                                                     progress=progress), q=clip_q, clip=clip) for name in names}
 
 
 def prefetch_features(comparisons, draws, *, models: Sequence[str] = (), device: str = "cpu",

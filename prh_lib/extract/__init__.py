@@ -133,8 +133,7 @@ def _layer_features(model, pairs: Pairs, values: torch.Tensor, dims, *, data_key
 def _shared_text_features(model, pairs_list: Sequence[Pairs], poolings: Sequence[str], *, batch_size: int,
                           max_length: int | None, progress: bool) -> list[LayerFeatures]:
     """:func:`extract_features` of a causal LM on several sets of pairs, each pooled its way (``poolings``), in one
-    pass over their distinct texts, reading each token prefix off a longer text's forward pass
-    (:func:`_extract_text_shared`)."""
+    pass over their distinct texts (:func:`_extract_text_shared`)."""
     for pairs in pairs_list:
         _check_texts(pairs)
     unique = list(dict.fromkeys(t for pairs in pairs_list for t in pairs.texts))
@@ -327,9 +326,8 @@ def features_for_pairs(model, pairs_list: Sequence[Pairs], *, device: str = "cpu
         False (with ``cache``): only fill the cache; sets extracted one by one are not held in memory, and
         None is returned in their place.
     poolings : sequence of str, optional
-        Per set of pairs, the token pooling of a language model (:data:`prh_lib.models.spec.TOKEN_POOLINGS`): that
-        set is ``<model>@pool:<pooling>``'s (:func:`prh_lib.models.spec.with_pooling`), cached as such; None (default):
-        every set is the model's as named.
+        Per set, a language model's token pooling: that set is ``<model>@pool:<pooling>``'s
+        (:func:`prh_lib.models.spec.with_pooling`), cached as such; None (default): every set is the model's as named.
 
     Returns
     -------
@@ -383,17 +381,9 @@ def features_for_pairs(model, pairs_list: Sequence[Pairs], *, device: str = "cpu
 
 def fill_cache(jobs: Sequence[tuple[str, Pairs]], *, device: str = "cpu", dtype: str = "float32",
                batch_size: int = 32, num_threads: int | None = None) -> None:
-    """Extract the feature files of ``jobs`` (``(model name, Pairs)`` each) that are not cached, nothing returned.
-
-    One :func:`features_for_pairs` call per model, so each is loaded once; a language model's ``@pool:<pooling>``
-    names (:func:`prh_lib.models.spec.token_pooling`) are one model whose poolings are read off the same forward
-    passes. ``device``, ``dtype``, ``batch_size`` and ``num_threads`` as in :func:`features_for_pairs`.
-
-    Raises
-    ------
-    prh_lib.models.ModelNotAvailableError
-        If a model name cannot be resolved.
-    """
+    """Extract the files of ``jobs`` (``(model name, Pairs)`` each) not cached: one :func:`features_for_pairs` call per
+    model (loaded once; its ``@pool:`` names pooled from its forward passes), options as there. A name that cannot be
+    resolved raises :class:`prh_lib.models.ModelNotAvailableError`."""
     families: dict[str, list] = {}
     for name, pairs in jobs:
         if not features_path(name, pairs, dtype=dtype, device=device).is_file():
@@ -497,11 +487,6 @@ def read_cached_features(path: Path, expected_sample_ids: Sequence[str]) -> Laye
     except (CorruptFeatureFileError, FeatureMismatchError) as err:
         quarantine(path, str(err))
         return None
-
-
-def features_for_models(model_names, pairs: Pairs, **options) -> dict[str, LayerFeatures]:
-    """:func:`get_features` for several models on the same pairs: ``{name: LayerFeatures}`` in the given order."""
-    return {name: get_features(name, pairs, **options) for name in model_names}
 
 
 @contextmanager

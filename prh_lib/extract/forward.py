@@ -75,42 +75,6 @@ def _accepts(module: torch.nn.Module, name: str) -> bool:
         return False
 
 
-@torch.inference_mode()
-def _extract_text(model, texts: Sequence[str], *, batch_size: int, padding_side: str, max_length: int | None, progress: bool):
-    tok = model.tokenizer
-    tok.padding_side = padding_side
-    enc_kwargs = {"truncation": True, "max_length": max_length} if max_length is not None else {"truncation": False}
-    lengths = [len(ids) for ids in tok(list(texts), **enc_kwargs)["input_ids"]]
-    if min(lengths, default=1) == 0:
-        rows = [i for i, n in enumerate(lengths) if n == 0]
-        raise DataError(f"{len(rows)} texts tokenize to no token for {model.name!r} (rows {rows[:5]}, e.g. "
-                        f"{texts[rows[0]]!r:.60}); they would pool to all-zero feature rows")
-    order = np.argsort(lengths, kind="stable")  # length-sorted batches waste little padding
-    pass_positions = _accepts(model.module, "position_ids")
-    out = None
-    bar = progress_bar(total=len(texts), desc=f"{model.name} (text)", unit="caption", show=progress)
-    for start in range(0, len(texts), batch_size):
-        rows = order[start : start + batch_size]
-        enc = tok([texts[i] for i in rows], padding=True, return_tensors="pt", **enc_kwargs)
-        inputs = {"input_ids": enc["input_ids"].to(model.device), "attention_mask": enc["attention_mask"].to(model.device)}
-        if "token_type_ids" in enc:
-            inputs["token_type_ids"] = enc["token_type_ids"].to(model.device)
-        if pass_positions:
-            # positions count real tokens only, so left padding does not shift them
-            inputs["position_ids"] = (inputs["attention_mask"].long().cumsum(-1) - 1).clamp(min=0)
-        layers = model.layer_outputs(**inputs)
-        # pool each layer where it lives (a sharded model spreads layers over GPUs)
-        # a (B, d) output (the last-token "projection" of a decoder-embedding VLM) is already pooled
-        pooled, dims = stack_layers([(mean_pool(h, inputs["attention_mask"].to(h.device), model.pooling) if h.ndim == 3
-                                      else h.float()).cpu() for h in layers])
-        if out is None:
-            out = torch.empty(len(layers), len(texts), pooled.shape[-1], dtype=torch.float32)
-        out[:, torch.as_tensor(rows)] = pooled
-        bar.update(len(rows))
-    bar.close()
-    return out, dims
-
-
 def prefix_servers(token_ids: Sequence[Sequence[int]]) -> np.ndarray:
     """For each token sequence, the index of a sequence that starts with it and is not itself a prefix of another.
 
@@ -150,19 +114,26 @@ def shares_prefixes(model) -> bool:
     return config is not None and models.spec.is_causal_lm(config)
 
 
-@torch.inference_mode()
 def prefix_tolerance(dtype: torch.dtype) -> float:
     """Largest relative difference between a prefix read off a longer text and the prefix run alone that is
     round-off: ``max(1e-3, 4 eps)`` of the weights' dtype (float32 1e-3, float16 3.9e-3, bfloat16 3.1e-2).
 
-    Float32 round-off is ~1e-6 here; bfloat16 weights give ~2e-3 (other GEMM shapes for the two lengths); a
-    model that is not causal differs by order 1.
-    """
+    Float32 round-off is ~1e-6 here, bfloat16 weights ~2e-3 (other GEMM shapes); a non-causal model order 1."""
     return max(1e-3, 4 * torch.finfo(dtype).eps)
 
 
+def _extract_text(model, texts: Sequence[str], *, batch_size: int, padding_side: str, max_length: int | None,
+                  progress: bool):
+    """Each text's features pooled the model's way: ``(Tensor (n_layers, n_texts, dim), layer widths)``. Batches are
+    sorted by length (little padding wasted) and positions count real tokens only, so padding never shifts them."""
+    out, dims = _extract_text_shared(model, texts, batch_size=batch_size, padding_side=padding_side, check=False,
+                                     max_length=max_length, progress=progress, share=False)
+    return out[model.pooling], dims
+
+
+@torch.inference_mode()
 def _extract_text_shared(model, texts: Sequence[str], *, batch_size: int, max_length: int | None, progress: bool,
-                         check: bool = True, poolings=None):
+                         check: bool = True, poolings=None, share: bool = True, padding_side: str = "right"):
     """:func:`_extract_text` for a causal LM, running only the texts that no other text extends, pooled one or more ways.
 
     Each text is served by the forward pass of a text whose tokens start with its tokens
@@ -170,13 +141,14 @@ def _extract_text_shared(model, texts: Sequence[str], *, batch_size: int, max_le
     layer: their mean (a cumulative sum over positions), their mean without the first (``"mean-nofirst"``), the last
     (``"last"``). A text served by itself is pooled exactly as in :func:`_extract_text`. With ``check``, the first
     text served by a longer one is also run on its own, and a difference beyond round-off (:func:`prefix_tolerance`:
-    the model is not causal after all) raises RuntimeError.
+    the model is not causal after all) raises RuntimeError. ``share=False``: every text runs itself, padded on
+    ``padding_side`` (:func:`_extract_text`).
 
     Parameters
     ----------
     poolings : mapping of str to sequence of int, optional
         The rows of ``texts`` to pool each way (:data:`prh_lib.models.spec.TOKEN_POOLINGS`); default every text,
-        ``"mean"``. One forward pass serves them all.
+        the model's pooling. One forward pass serves them all.
 
     Returns
     -------
@@ -185,7 +157,7 @@ def _extract_text_shared(model, texts: Sequence[str], *, batch_size: int, max_le
         float32 round-off.
     """
     tok = model.tokenizer
-    tok.padding_side = "right"
+    tok.padding_side = padding_side
     enc_kwargs = {"truncation": True, "max_length": max_length} if max_length is not None else {"truncation": False}
     ids = tok(list(texts), **enc_kwargs)["input_ids"]
     lengths = np.array([len(t) for t in ids])
@@ -193,22 +165,23 @@ def _extract_text_shared(model, texts: Sequence[str], *, batch_size: int, max_le
         rows = np.flatnonzero(lengths == 0).tolist()
         raise DataError(f"{len(rows)} texts tokenize to no token for {model.name!r} (rows {rows[:5]}, e.g. "
                         f"{texts[rows[0]]!r:.60}); they would pool to all-zero feature rows")
-    need = {p: np.asarray(r, dtype=np.int64) for p, r in (poolings or {"mean": range(len(texts))}).items()}
+    need = {p: np.asarray(r, dtype=np.int64) for p, r in (poolings or {model.pooling: range(len(texts))}).items()}
     slot = {p: np.full(len(texts), -1) for p in need}  # text -> its row in out[p]
     for p, r in need.items():
         slot[p][r] = np.arange(len(r))
-    server = prefix_servers(ids)
+    server = prefix_servers(ids) if share else np.arange(len(texts))
     runs = np.unique(server)
     served = {int(r): np.flatnonzero(server == r) for r in runs}
     runs = runs[np.argsort(lengths[runs], kind="stable")]  # length-sorted batches waste little padding
     pass_positions = _accepts(model.module, "position_ids")
     out, dims, checked = {}, None, not check
-    bar = progress_bar(total=len(texts), desc=f"{model.name} (text, shared prefixes)", unit="caption", show=progress)
+    bar = progress_bar(total=len(texts), desc=f"{model.name} (text{', shared prefixes' if share else ''})",
+                       unit="caption", show=progress)
     for start in range(0, len(runs), batch_size):
         rows = runs[start : start + batch_size]
         enc = tok([texts[i] for i in rows], padding=True, return_tensors="pt", **enc_kwargs)
-        inputs = {"input_ids": enc["input_ids"].to(model.device), "attention_mask": enc["attention_mask"].to(model.device)}
-        if pass_positions:
+        inputs = {k: enc[k].to(model.device) for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc}
+        if pass_positions:  # positions count real tokens only, so left padding does not shift them
             inputs["position_ids"] = (inputs["attention_mask"].long().cumsum(-1) - 1).clamp(min=0)
         layers = model.layer_outputs(**inputs)
         # per pooling, (text, batch row, tokens) of every text served by this batch that it pools
@@ -216,13 +189,20 @@ def _extract_text_shared(model, texts: Sequence[str], *, batch_size: int, max_le
         picks = {p: [w for w in who if slot[p][w[0]] >= 0] for p in need}
         full = [int(lengths[r]) for r in rows]
         pooled = {p: [] for p in need}
-        for h in layers:
+        for h in layers:  # pooled where it lives (a sharded model spreads layers over GPUs)
             mask = inputs["attention_mask"].to(h.device)
-            real = h.float().masked_fill(~mask.bool().unsqueeze(-1), 0.0)  # (B, T, d), padding zeroed
+            real = None
             for p, sel in picks.items():
                 if not sel:
                     continue
-                own = mean_pool(h, mask, p).cpu()  # (B, d): each run text on its own tokens, as _extract_text pools
+                if h.ndim == 2:  # (B, d): already pooled (the last-token "projection" of a decoder-embedding VLM)
+                    pooled[p].append(h.float().cpu()[[b for _, b, _ in sel]])
+                    continue
+                own = mean_pool(h, mask, p).cpu()  # (B, d): each run text on its own tokens
+                if all(n == full[b] for _, b, n in sel):
+                    pooled[p].append(torch.stack([own[b] for _, b, _ in sel]))
+                    continue
+                real = h.float().masked_fill(~mask.bool().unsqueeze(-1), 0.0) if real is None else real
                 if p == "last":
                     at = real.cpu()
                     part = [own[b] if n == full[b] else at[b, n - 1] for _, b, n in sel]
@@ -246,12 +226,11 @@ def _extract_text_shared(model, texts: Sequence[str], *, batch_size: int, max_le
             if prefix is not None:
                 p, i = prefix
                 alone, _ = _extract_text(model if p == model.pooling else dataclasses.replace(model, pooling=p),
-                                         [texts[i]], batch_size=1,
-                                         padding_side="right", max_length=max_length, progress=None)  # None: no bar
+                                         [texts[i]], batch_size=1, padding_side="right", max_length=max_length,
+                                         progress=None)  # None: no bar of its own
                 mine = out[p][:, slot[p][i]]
                 err = float((alone[:, 0] - mine).abs().max() / alone[:, 0].abs().max().clamp(min=1e-12))
-                tol = prefix_tolerance(model.dtype)
-                if err > tol:
+                if err > prefix_tolerance(model.dtype):
                     raise RuntimeError(f"{model.name!r}: features of a token prefix read off a longer text differ "
                                        f"from the prefix run alone (relative error {err:.2g}); the model is not "
                                        "causal, so prefixes cannot be shared")

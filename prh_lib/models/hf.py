@@ -72,9 +72,8 @@ def _causal_lm_module(path_or_id: str, *, revision, device, dtype) -> torch.nn.M
 
 
 def _architecture(auto, config, **kwargs) -> torch.nn.Module:
-    """``auto.from_config(config)`` on the meta device: the architecture without weights (no memory, no initialiser
-    run), for ``weights=False``, whose one reader re-creates it from its config under a seed
-    (:func:`prh_lib.models.random_init`); a forward pass of it fails on its meta tensors."""
+    """``auto.from_config(config)`` on the meta device, without weights (no initialiser run; a forward pass fails): for
+    ``weights=False``, whose one reader re-creates it under a seed (:func:`prh_lib.models.random_init`)."""
     with torch.device("meta"):
         return auto.from_config(config, **kwargs)
 

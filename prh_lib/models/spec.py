@@ -282,31 +282,23 @@ def resolve_identity(name: str) -> dict:
 
 
 def token_pooling(name: str) -> tuple[str, str | None]:
-    """``(the name without "@pool:<pooling>", the pooling)`` of a model name: ``("smollm2-135m@random-init:0", "last")``
-    for ``"smollm2-135m@pool:last@random-init:0"``, ``(name, None)`` without one (the model pools its own way: mean
-    over tokens, CLS, global average). The inverse of :func:`with_pooling`."""
+    """``(the name without "@pool:<pooling>", the pooling)``: ``("smollm2-135m@random-init:0", "last")`` for
+    ``"smollm2-135m@pool:last@random-init:0"``, ``(name, None)`` without one (the model pools its own way)."""
     m = _RANDOM_INIT_RE.match(name)
     rest, tail = (m["base"], f"@random-init:{m['seed']}") if m else (name, "")
     m = _POOL_RE.match(rest)
     return (m["base"] + tail, m["pooling"]) if m else (name, None)
 
 
-def with_pooling(name: str, pooling: str) -> str:
-    """``name`` with its tokens pooled ``pooling``: ``<model>@pool:<pooling>`` before any ``@random-init:<seed>``, and
-    the name without ``@pool:`` for ``"mean"`` (a language model's default) and None (its own pooling).
-
-    Raises
-    ------
-    ValueError
-        If ``pooling`` is not one of :data:`TOKEN_POOLINGS`.
-    """
-    if pooling is not None and pooling not in TOKEN_POOLINGS:
+def with_pooling(name: str, pooling: str | None) -> str:
+    """``name`` pooled ``pooling`` (:data:`TOKEN_POOLINGS`; ``"mean"`` and None: the name without ``@pool:``), the
+    ``@pool:`` before any ``@random-init:<seed>``: the inverse of :func:`token_pooling`. ValueError for another pooling."""
+    if pooling not in (None, *TOKEN_POOLINGS):
         raise ValueError(f"unknown token pooling {pooling!r}; valid: {TOKEN_POOLINGS}")
-    base = token_pooling(name)[0]
-    pooling = pooling or "mean"
-    m = _RANDOM_INIT_RE.match(base)
-    rest, tail = (m["base"], f"@random-init:{m['seed']}") if m else (base, "")
-    return rest + ("" if pooling == "mean" else f"@pool:{pooling}") + tail
+    base, tail = token_pooling(name)[0], ""
+    if m := _RANDOM_INIT_RE.match(base):
+        base, tail = m["base"], f"@random-init:{m['seed']}"
+    return base + ("" if pooling in (None, "mean") else f"@pool:{pooling}") + tail
 
 
 def random_init_revision(trained_revision: str, seed: int) -> str:

@@ -240,12 +240,6 @@ def describe_study(summary: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def draws_table(draws) -> pd.DataFrame:
-    """One row per dataset: its draws, N and what varies between them."""
-    return pd.DataFrame([{"dataset": d.dataset, "draws": sum(e.dataset == d.dataset for e in draws), "N": len(d.pairs),
-                          "what varies": d.what_varies} for d in draws]).drop_duplicates("dataset").set_index("dataset")
-
-
 def summary_tables(summaries: dict, variants: dict) -> dict:
     """(dataset, draw) -> :func:`summary_report` of its summaries against the captions they summarise."""
     return {key: summary_report(s, variants[f"{key[0]}/{key[1]}/summary-1"]["pairs"].texts)

@@ -316,3 +316,16 @@ def use_page_tables() -> None:
         return
     shell.display_formatter.formatters["text/html"].for_type(
         pd.DataFrame, page_table_html)
+
+
+def draws_table(draws) -> "pd.DataFrame":
+    """One row per dataset of a study (:func:`prh_lib.data.study.study_draws`): its draws, N, whether they repeat,
+    what varies between them and draw 0's first caption."""
+    import pandas as pd
+
+    rows = {}
+    for d in draws:
+        r = rows.setdefault(d.dataset, {"draws": 0, "N": len(d.pairs), "repeatable": d.repeatable,
+                                        "what varies": d.what_varies, "example caption": d.pairs.texts[0]})
+        r["draws"] += 1
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("dataset")

@@ -430,16 +430,6 @@ def claim_rows(agg: pd.DataFrame, held: pd.DataFrame, *, dataset: str, alpha: fl
                     flagged=flagged)
 
 
-def draws_table(draws) -> pd.DataFrame:
-    """One row per dataset of a study: its draws, N, whether they repeat, and what varies between them."""
-    rows = {}
-    for d in draws:
-        r = rows.setdefault(d.dataset, {"draws": 0, "N": len(d.pairs), "repeatable": d.repeatable,
-                                        "what varies": d.what_varies, "example caption": d.pairs.texts[0]})
-        r["draws"] += 1
-    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("dataset")
-
-
 def other_peaks(scored: dict, *, dataset: str, draw: int) -> dict:
     """Pair label -> (row, column) of the peak in every other draw of ``dataset`` (:func:`run_study` output)."""
     out = {}

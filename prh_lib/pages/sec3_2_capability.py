@@ -550,13 +550,6 @@ def describe_study(corr: pd.DataFrame, ladder: pd.DataFrame, summary: pd.DataFra
     return "\n".join(out)
 
 
-def draws_table(draws) -> pd.DataFrame:
-    """One row per dataset of the study: its draws, N, what varies between draws and whether a draw repeats."""
-    return pd.DataFrame([{"dataset": d.dataset, "draws": sum(e.dataset == d.dataset for e in draws), "N": len(d.pairs),
-                          "what varies": d.what_varies, "repeatable": d.repeatable}
-                         for d in draws]).drop_duplicates("dataset").set_index("dataset")
-
-
 def heldout_note(n_texts: int, source: str, text_dataset: dict | None) -> str:
     """Which texts bits per byte and next-token accuracy are measured on (``source`` of :func:`heldout_texts`;
     ``text_dataset`` its text-only dataset spec, or ``None``)."""

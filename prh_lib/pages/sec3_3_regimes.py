@@ -648,13 +648,6 @@ def offline_scope(summary: pd.DataFrame, bands: dict, *, aligned_measured: bool,
 # ------------------------------------------------------------------------------------------- the page's steps
 
 
-def draws_table(draws) -> pd.DataFrame:
-    """One row per dataset of the study: its draws, N and what varies between draws."""
-    return pd.DataFrame([{"dataset": d.dataset, "draws": sum(e.dataset == d.dataset for e in draws),
-                          "N": len(d.pairs), "what varies between draws": d.what_varies}
-                         for d in draws if d.draw == 0]).set_index("dataset")
-
-
 def missing_notes(draws, note: str) -> dict[str, str]:
     """What a regime's empty slot says per dataset: ``note``, or that a text-only dataset has no images."""
     from prh_lib.data.text_only import is_text_only

@@ -149,10 +149,10 @@ def paper_setting(datasets, language_models: Sequence[str], *, min_models: int =
 def vision_features(names: Sequence[str], sets: StudySets, **options) -> dict:
     """Features of each vision model on each parent set: ``{name: tuple of LayerFeatures}`` (cached, quiet).
 
-    ``options`` go to :func:`prh_lib.extract.features_for_models` (``device``, ``dtype``, ``batch_size``).
+    ``options`` go to :func:`prh_lib.extract.get_features` (``device``, ``dtype``, ``batch_size``).
     """
     with lm.quiet(not options.get("progress", False)):
-        per_parent = [extract.features_for_models(list(names), p, **options) for p in sets.parents]
+        per_parent = [{m: extract.get_features(m, p, **options) for m in names} for p in sets.parents]
     return {name: tuple(f[name] for f in per_parent) for name in names}
 
 

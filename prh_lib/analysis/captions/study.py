@@ -418,8 +418,8 @@ def score_study(draws, variants: dict, vision_models: Sequence[str], language_mo
     with lm.quiet():
         for ds in dict.fromkeys(d.dataset for d in draws):
             parent = next(v["pairs"] for v in variants.values() if v["dataset"] == ds and not v["score"])
-            vision[ds] = extract.features_for_models(vision_models, parent, device=device, dtype=dtype,
-                                                     batch_size=batch_size, progress=False)
+            vision[ds] = {m: extract.get_features(m, parent, device=device, dtype=dtype, batch_size=batch_size,
+                                                  progress=False) for m in vision_models}
     parts = [study_alignment(vision[ds], {n: v for n, v in variants.items() if v["dataset"] == ds}, language_models,
                              device=device, dtype=dtype, batch_size=batch_size, progress=False, **options)
              for ds in vision]
