@@ -457,7 +457,7 @@ def _extract_into(out: list, model, todo: list, *, device, dtype, batch_size, ma
         return loaded
     for i, pairs, path, pooling in todo:
         view = _pooled_view(loaded, pooling)
-        note(f"extracting {view.name} on {pairs.dataset} ({len(pairs)} pairs, {pairs.caption_policy})")
+        note(f"extracting {getattr(view, 'name', view)} on {pairs.dataset} ({len(pairs)} pairs, {pairs.caption_policy})")
         with torch_threads(num_threads):
             feats = extract_features(view, pairs, batch_size=batch_size, max_length=max_length, progress=progress)
         if cache:
