@@ -263,6 +263,13 @@ def test_prefix_servers_point_every_prefix_at_a_sequence_that_extends_it():
     assert server[3] == 7 and server[1] == 1 and server[0] == server[4] == 1
 
 
+def _caption_sets(caps):
+    """Each image's first caption, and its two captions joined (the first a token prefix of the second)."""
+    first = data.Pairs("t", tuple(f"s{i}" for i in range(len(caps))), (None,) * len(caps), tuple(c[0] for c in caps),
+                       caption_policy="first")
+    return first, first.with_texts([f"{a} {b}" for a, b in caps], policy="concat-2")
+
+
 def test_shared_prefix_extraction_equals_each_set_extracted_on_its_own(tmp_path, monkeypatch):
     """Captions, the same captions with a second appended, and truncations: one forward pass per longest text,
     the same features (to float32 round-off) as extracting each set alone, written to each set's own cache file."""
@@ -272,9 +279,7 @@ def test_shared_prefix_extraction_equals_each_set_extracted_on_its_own(tmp_path,
     monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path / "cache"))
     caps = [("a dog runs on the grass", "the dog is brown"), ("two cats sleep", "a cat on a sofa"),
             ("a red bus in the street", "a bus stops"), ("a man rides a horse", "a horse and a man")]
-    ids = tuple(f"s{i}" for i in range(len(caps)))
-    first = data.Pairs("t", ids, (None,) * 4, tuple(c[0] for c in caps), caption_policy="first")
-    both = first.with_texts([f"{a} {b}" for a, b in caps], policy="concat-2")
+    first, both = _caption_sets(caps)
     short = first.with_texts([" ".join(a.split()[:2]) for a, _ in caps], policy="truncate")
     folder = tiny_llama(tmp_path / "tiny-llama", [t for c in caps for t in c])
     model = models.load_model(str(folder))
@@ -310,9 +315,7 @@ def test_other_token_poolings_are_read_off_the_same_forward_passes(tmp_path, mon
     monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path / "cache"))
     caps = [("a dog runs on the grass", "the dog is brown"), ("two cats sleep", "a cat on a sofa"),
             ("a red bus in the street", "a bus stops"), ("horse", "a horse and a man")]
-    ids = tuple(f"s{i}" for i in range(len(caps)))
-    first = data.Pairs("t", ids, (None,) * 4, tuple(c[0] for c in caps), caption_policy="first")
-    both = first.with_texts([f"{a} {b}" for a, b in caps], policy="concat-2")
+    first, both = _caption_sets(caps)
     folder = str(tiny_llama(tmp_path / "tiny-llama", [t for c in caps for t in c]))
     model = models.load_model(folder)
     calls = []
