@@ -334,12 +334,6 @@ def _write_digest_index(index: Path, stored: dict) -> None:
         Path(tmp).unlink(missing_ok=True)
 
 
-def clear_digest_memo() -> None:
-    """Forget the in-process digests (the JSON index stays); for tests that simulate a new process."""
-    with _DIGESTS_LOCK:
-        _DIGESTS.clear()
-
-
 # --------------------------------------------------------------------------------------------------------
 # locations as pages show them
 

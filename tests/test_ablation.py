@@ -324,6 +324,29 @@ def test_k_sweep_matrices_equal_mutual_knn_layerwise_at_every_k_bit_for_bit():
         np.testing.assert_array_equal(got[k], want)
 
 
+def test_subset_matrices_equal_mutual_knn_layerwise_of_each_subset():
+    """The N sweep forms each stack's similarity once on all samples and reads every subset's neighbourhoods off
+    it: the same scores as mutual_knn_layerwise of the subset, with ties (integer-valued features), a constant layer,
+    fixed k and k growing with the subset, and all rows."""
+    import torch
+
+    from prh_lib.analysis.ablation.study import _subset_matrices, subsample_rows
+    from prh_lib.metrics import mutual_knn_layerwise
+
+    rng = np.random.default_rng(4)
+    X = rng.integers(-2, 3, size=(3, 90, 4)).astype(np.float32)
+    X[0] = 1.0  # degenerate
+    Y = rng.normal(size=(4, 90, 6)).astype(np.float32)
+    Y[1] = np.round(Y[1])
+    subsets = [(subsample_rows(90, n, seed=s), k) for n, k in ((12, 2), (30, 5), (30, 3), (60, 10), (90, 10))
+               for s in (0, 1)]
+    got = _subset_matrices(torch.from_numpy(X), torch.from_numpy(Y), subsets, None)
+    for (rows, k), m in zip(subsets, got):
+        with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):
+            want = mutual_knn_layerwise(X[:, rows], Y[:, rows], k=k)
+        np.testing.assert_array_equal(m, want)
+
+
 def test_the_default_fixed_ratio_sizes_realise_the_ratio():
     from prh_lib.analysis.ablation.study import ratio_grid
 

@@ -20,7 +20,7 @@ import torch  # noqa: E402
 from fixtures import fake_extract, hf_data  # noqa: E402
 from prh_lib import batch, data, extract, models, paths
 from prh_lib.data import paper
-from prh_lib.data.study import clear_caches
+from prh_lib.data import study as data_study
 from prh_lib.run import profiles  # noqa: E402
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -38,9 +38,10 @@ def _isolated(monkeypatch, tmp_path):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(models, "resolve_identity", fake_extract.identity)
     paths.cache_root()
-    clear_caches()
+    forget = lambda: (data_study._load.cache_clear(), data_study.study_pairs.cache_clear())  # memoised datasets, pairs
+    forget()
     yield
-    clear_caches()
+    forget()
 
 
 @pytest.fixture

@@ -170,11 +170,11 @@ def test_image_files_are_hashed_once(frozen_pairs, tmp_path, monkeypatch):
     reads = []
     real = paths.sha256_file
     monkeypatch.setattr(paths, "sha256_file", lambda p, **kw: reads.append(p) or real(p, **kw))
-    paths.clear_digest_memo()
+    paths._DIGESTS.clear()
     key = features_cache_path("v", "r", "vision", frozen_pairs, dtype="float32")
     assert len(reads) == 3
     assert features_cache_path("v", "r", "vision", frozen_pairs, dtype="float32") == key
-    paths.clear_digest_memo()  # as a new process would start
+    paths._DIGESTS.clear()  # as a new process would start
     assert features_cache_path("v", "r", "vision", frozen_pairs, dtype="float32") == key
     assert len(reads) == 3
     assert (tmp_path / "cache" / "index" / "file-digests.json").is_file()

@@ -53,6 +53,26 @@ def test_a_noisy_copy_of_the_labels_beats_its_twin_and_a_random_model_does_not()
     assert abs(df.loc["random", "P@k"] - df.loc["random", "chance"]) < 0.03
 
 
+def test_a_model_checked_again_is_read_from_the_score_cache_with_the_same_row(tmp_path, monkeypatch):
+    """A model and its twin checked by two chapters are computed once: the second check reads the first's row."""
+    monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path))
+    caps, feats = _planted()
+    rel = sanity.relevance(sanity.salient_words(caps))
+    calls = []
+    margin = sanity._margin
+    monkeypatch.setattr(sanity, "_margin", lambda *a, **k: calls.append(1) or margin(*a, **k))
+    first = sanity.sanity_check(feats, {"model": "twin"}, rel, layers={"model": ("embed", "layer.1")})
+    assert len(calls) == 2  # held-out layer and final layer
+    again = sanity.sanity_check({"renamed": feats["model"], "twin": feats["twin"]}, {"renamed": "twin"}, rel,
+                                layers={"renamed": ("embed", "layer.1")})
+    assert len(calls) == 2 and again["model"].tolist() == ["renamed"]
+    pd.testing.assert_frame_equal(again.drop(columns="model"), first.drop(columns="model"))
+    monkeypatch.setenv("PRH_SCORE_CACHE", "0")
+    pd.testing.assert_frame_equal(sanity.sanity_check(feats, {"model": "twin"}, rel,
+                                                      layers={"model": ("embed", "layer.1")}), first)
+    assert len(calls) == 4
+
+
 def test_a_flagged_model_carries_no_verdict_and_is_named_in_the_notes():
     rows = pd.DataFrame({"pair": ["dinov2-small × smollm2-135m", "efficientnet-lite0 × smollm2-135m"]})
     flagged = {"dinov2-small": "dinov2-small fails the sanity check"}

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from prh_lib.results import score_cache
 from prh_lib.stats.intervals import bootstrap_interval
 from prh_lib.stats.selection import split_halves
 
@@ -157,13 +158,20 @@ def sanity_check(features: Mapping[str, np.ndarray], twins: Mapping[str, str], r
     chance = float(relevant.sum(axis=1).mean() / (relevant.shape[0] - 1))
     rows = []
     for model, twin in twins.items():
-        P, T = (precision_at_k(features[m], relevant, k=k) for m in (model, twin))
-        (p, layer), (t, twin_layer) = (heldout_precision(X, n_splits=n_splits, seed=seed) for X in (P, T))
-        sim = [_similarity(features[m][i]) for m, i in ((model, layer), (twin, twin_layer), (model, -1), (twin, -1))]
-        m, lo, hi = _margin(p.mean() - t.mean(), *sim[:2], relevant, k, n_boot, seed)
-        fm, flo, fhi = _margin(np.mean(P[-1] - T[-1]), *sim[2:], relevant, k, n_boot, seed)
-        rows.append({"model": model, "twin": twin, "chance": chance, "P@k": p.mean(), "twin P@k": t.mean(),
-                     "margin": m, "low": lo, "high": hi, "layer": (layers or {}).get(model, range(len(P)))[layer],
-                     "final P@k": P[-1].mean(), "final margin": fm, "final low": flo, "final high": fhi,
-                     "passes": lo > 0})
+        r = _model_row(np.asarray(features[model]), np.asarray(features[twin]), np.asarray(relevant, dtype=bool), k=k,
+                       n_splits=n_splits, n_boot=n_boot, seed=seed)
+        label = (layers or {}).get(model, range(len(features[model])))[r["layer"]]
+        rows.append({"model": model, "twin": twin, "chance": chance, **r, "layer": label, "passes": r["low"] > 0})
     return pd.DataFrame(rows)
+
+
+@score_cache.memoize("sanity_check")  # one model against its twin: the same in every chapter that checks it
+def _model_row(X: np.ndarray, T: np.ndarray, relevant: np.ndarray, *, k: int, n_splits: int, n_boot: int,
+               seed: int) -> dict:
+    P, Q = (precision_at_k(V, relevant, k=k) for V in (X, T))
+    (p, layer), (t, twin_layer) = (heldout_precision(V, n_splits=n_splits, seed=seed) for V in (P, Q))
+    sim = [_similarity(V[i]) for V, i in ((X, layer), (T, twin_layer), (X, -1), (T, -1))]
+    m, lo, hi = _margin(p.mean() - t.mean(), *sim[:2], relevant, k, n_boot, seed)
+    fm, flo, fhi = _margin(np.mean(P[-1] - Q[-1]), *sim[2:], relevant, k, n_boot, seed)
+    return {"P@k": p.mean(), "twin P@k": t.mean(), "margin": m, "low": lo, "high": hi, "layer": layer,
+            "final P@k": P[-1].mean(), "final margin": fm, "final low": flo, "final high": fhi}

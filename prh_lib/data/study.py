@@ -155,12 +155,6 @@ def load_spec_dataset(spec: DatasetSpec) -> ImageCaptionDataset:
     return _load(spec.source, spec.location, spec.options)
 
 
-def clear_caches() -> None:
-    """Forget the datasets and pairs memoised in this process (tests change the data under a spec)."""
-    _load.cache_clear()
-    study_pairs.cache_clear()
-
-
 @functools.lru_cache(maxsize=64)
 def study_pairs(spec: DatasetSpec, seed: int) -> Pairs:
     """The pairs of the draw with ``seed`` (memoised; the same call ``prh-batch`` makes for its jobs).

@@ -19,6 +19,7 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
+import torch
 
 from prh_lib.results import score_cache
 from prh_lib.extract.features import LayerFeatures, check_aligned
@@ -137,6 +138,17 @@ def _scores(x, y, k: int, fixed: tuple[int, int], device) -> dict:
     return _scores_of(mutual_knn_layerwise(x, y, k=k, device=device), fixed)
 
 
+def _grams(x, y, device):
+    """The mutual k-NN engine, both stacks' similarity matrices with their valid rows, and ``n``."""
+    from prh_lib.metrics import _validation as V
+    from prh_lib.metrics._engines import get_engine
+
+    engine, dev = get_engine("mutual_knn"), V.resolve_device(device, x, y)
+    X = V.to_tensor(x, "X", ndim=3, device=dev, check_finite=False)
+    Y = V.to_tensor(y, "Y", ndim=3, device=dev, check_finite=False)
+    return engine, (engine.gram(X), engine.gram(Y)), V.check_same_samples(X, Y)
+
+
 def _matrices_at_ks(x, y, ks, device) -> dict[int, np.ndarray]:
     """The layer-pair mutual k-NN matrix at every k of ``ks``, each stack's similarity matrices formed and
     each row sorted once (:func:`prh_lib.metrics._neighbours.hoods_at_ks`).
@@ -146,17 +158,29 @@ def _matrices_at_ks(x, y, ks, device) -> dict[int, np.ndarray]:
     """
     from prh_lib.metrics import _validation as V
     from prh_lib.metrics._bits import Backend
-    from prh_lib.metrics._engines import get_engine
     from prh_lib.metrics._neighbours import hoods_at_ks
 
-    engine = get_engine("mutual_knn")
-    dev = V.resolve_device(device, x, y)
-    X = V.to_tensor(x, "X", ndim=3, device=dev, check_finite=False)
-    Y = V.to_tensor(y, "Y", ndim=3, device=dev, check_finite=False)
-    n = V.check_same_samples(X, Y)
+    engine, grams, n = _grams(x, y, device)
     ks = [V.check_informative_k(V.check_k(k, n), n, "mutual_knn") for k in dict.fromkeys(ks)]
-    hx, hy = (hoods_at_ks(G, np.asarray(v), ks, bk=Backend(G.device)) for G, v in (engine.gram(X), engine.gram(Y)))
+    hx, hy = (hoods_at_ks(G, np.asarray(v), ks, bk=Backend(G.device)) for G, v in grams)
     return {k: engine.score(hx[k], hy[k]) for k in ks}
+
+
+def _subset_matrices(x, y, subsets, device) -> list[np.ndarray]:
+    """The layer-pair mutual k-NN matrix on each subset ``(rows, k)`` of the samples (``rows`` sorted, distinct),
+    read off both stacks' similarities and candidates on all samples (``_neighbours.hoods_of_subsample``): equal to
+    :func:`prh_lib.metrics.mutual_knn_layerwise` of the subset up to the float32 round-off of its similarities (a
+    GEMM of another shape); checked in ``tests/test_ablation.py``."""
+    from prh_lib.metrics._neighbours import candidates
+
+    engine, grams, n = _grams(x, y, device)
+    T = max(candidates(k, n, len(rows)) for rows, k in subsets)
+    sides = [(G, valid, engine.subsample_candidates(G, T)) for G, valid in grams]
+    out = []
+    for rows, k in subsets:
+        it = torch.from_numpy(np.asarray(rows, dtype=np.int64)).to(sides[0][0].device)
+        out.append(engine.score(*(engine.subsample_state(G, valid, c, it, k=k) for G, valid, c in sides)))
+    return out
 
 
 def _scores_of(m: np.ndarray, fixed: tuple[int, int]) -> dict:
@@ -319,17 +343,18 @@ def n_sweep(x: LayerFeatures, y: LayerFeatures, *, ns: Sequence[int] | None = No
     ns = n_grid(n_total, ns, k=1 if k_over_n is not None else k)
     if k_over_n is not None and default_grid:
         ns = ratio_grid(ns, k_over_n, n_total)
-    rows = []
+    subsets = []
     for n in ns:
         kn = max(1, int(round(k_over_n * n))) if k_over_n is not None else k
         k_grid(n, [kn])
-        for s in range(int(seed), int(seed) + int(n_seeds)):
-            idx = subsample_rows(n_total, n, seed=s)
-            xs, ys = x.values[:, idx], y.values[:, idx]
-            extra = {"seed": s}
-            if n_permutations:
-                extra.update(_calibrated(xs, ys, kn, fixed, n_permutations, s, device))
-            rows.append(_row(n, kn, _scores(xs, ys, kn, fixed, device), extra))
+        subsets += [(n, kn, s, subsample_rows(n_total, n, seed=s)) for s in range(int(seed), int(seed) + int(n_seeds))]
+    rows = []
+    for (n, kn, s, idx), m in zip(subsets, _subset_matrices(x.values, y.values, [(i, kn) for _, kn, _, i in subsets],
+                                                            device)):
+        extra = {"seed": s}
+        if n_permutations:
+            extra.update(_calibrated(x.values[:, idx], y.values[:, idx], kn, fixed, n_permutations, s, device))
+        rows.append(_row(n, kn, _scores_of(m, fixed), extra))
     df = pd.DataFrame(rows)
     df.attrs["layer_pair"] = {"x": x.layer_labels[fixed[0]], "y": y.layer_labels[fixed[1]], "index": list(fixed)}
     df.attrs["regime"] = "fixed k/N" if k_over_n is not None else "fixed k"

@@ -150,21 +150,6 @@ def source_parts(name: str) -> list[Path]:
     return files
 
 
-def source_file(name: str) -> Path:
-    """The weight file of a single-file zoo model ``name`` inside its installed package.
-
-    Raises
-    ------
-    ModelNotAvailableError
-        As :func:`source_parts`.
-    ValueError
-        If the model's weights come in several parts (use :func:`source_parts`).
-    """
-    if len(get_entry(name).parts) != 1:
-        raise ValueError(f"zoo model {name!r} is split over {len(get_entry(name).parts)} files; use source_parts")
-    return source_parts(name)[0]
-
-
 def converted_dir(name: str) -> Path:
     """Folder where zoo model ``name`` is (or will be) converted: ``cache_dir("models") / name``."""
     get_entry(name)
