@@ -340,28 +340,39 @@ def test_other_token_poolings_are_read_off_the_same_forward_passes(tmp_path, mon
 
 def test_fill_cache_keeps_each_model_its_own_pooling_and_shares_a_language_models_passes(tmp_path, monkeypatch):
     """fill_cache: a ViT keeps its CLS token, a causal LM its mean, ``@pool:last`` (and its twin's) the last token;
-    the LM and its pooled name are loaded once together, the twin and its pooled name once; nothing when all cached."""
+    the LM and its pooled name are loaded once together for both datasets, the twin and its pooled name once; each
+    dataset's files are those of a call on that dataset alone, bit for bit; nothing is loaded when all are cached."""
+    import dataclasses
+
     from fixtures.tiny_models import tiny_dinov2, tiny_llama
     from prh_lib import models
 
     monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path / "cache"))
     pairs = data.sample_pairs(data.load_dataset(), n=6, seed=0)
+    other = dataclasses.replace(data.sample_pairs(data.load_dataset(), n=5, seed=1), dataset="other")
     vit = str(tiny_dinov2(tmp_path / "tiny-dinov2"))
-    lm = str(tiny_llama(tmp_path / "tiny-llama", list(pairs.texts)))
+    lm = str(tiny_llama(tmp_path / "tiny-llama", list(pairs.texts + other.texts)))
     names = [vit, lm, f"{lm}@pool:last", f"{lm}@pool:last@random-init:0", f"{lm}@random-init:0"]
     loads = []
     load = models.load_model
     monkeypatch.setattr(models, "load_model", lambda *a, **k: loads.append(a[0]) or load(*a, **k))
-    extract.fill_cache([(name, pairs) for name in names])
+    extract.fill_cache([(name, p) for name in names for p in (pairs, other)])
     assert sorted(loads) == sorted([vit, lm, f"{lm}@random-init:0"])
     own = {vit: "cls", lm: "mean", f"{lm}@pool:last": "last", f"{lm}@pool:last@random-init:0": "last",
            f"{lm}@random-init:0": "mean"}
-    for name in names:
-        meta = extract.load_features(extract.features_path(name, pairs)).meta
-        assert (meta["model"], meta["pooling"]) == (name, own[name])
+    together = {(name, p.dataset): extract.load_features(extract.features_path(name, p))
+                for name in names for p in (pairs, other)}
+    for (name, _), f in together.items():
+        assert (f.meta["model"], f.meta["pooling"]) == (name, own[name])
     loads.clear()
-    extract.fill_cache([(name, pairs) for name in names])
+    extract.fill_cache([(name, p) for name in names for p in (pairs, other)])
     assert loads == []
+    monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path / "alone"))
+    for p in (pairs, other):
+        extract.fill_cache([(name, p) for name in names])
+        for name in names:
+            np.testing.assert_array_equal(extract.load_features(extract.features_path(name, p)).values,
+                                          together[name, p.dataset].values)
     with pytest.raises(ValueError, match="token poolings .* are a language model's"):
         extract.features_for_pairs(models.load_model(vit), [pairs], poolings=["last"], cache=False, progress=False)
 

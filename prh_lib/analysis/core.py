@@ -344,8 +344,8 @@ def prefetch_features(comparisons, draws, *, models: Sequence[str] = (), device:
                       dtype: str = "float32", batch_size: int = 32, num_threads: int | None = None) -> None:
     """Extract (or find cached) every model of ``comparisons`` on every draw before a study loop runs.
 
-    Each model is loaded once for all draws instead of once per draw; draws with the same data (the images
-    of caption draws) are extracted once; a causal LM runs texts that are token prefixes of other draws'
+    Each model is loaded once for all draws and datasets; draws with the same data (the images of caption draws) are
+    extracted once; a causal LM runs texts that are token prefixes of other draws'
     texts only once, and pools them the ways its ``@pool:`` names ask from the same passes
     (:func:`prh_lib.extract.features_for_pairs`). The loop's :func:`prepare_features` then
     reads the cache. Nothing is returned: the features are on disk.
@@ -360,12 +360,8 @@ def prefetch_features(comparisons, draws, *, models: Sequence[str] = (), device:
         As in :func:`prh_lib.extract.features_for_pairs`.
     """
     names = sorted(set(model_names(comparisons)) | set(models))
-    by_dataset: dict[str, list] = {}
-    for d in draws:  # one call per dataset bounds the memory held at once (one dataset's draws)
-        by_dataset.setdefault(d.dataset, []).append(d.pairs)
-    for pairs in by_dataset.values():
-        extract.fill_cache([(name, p) for name in names for p in pairs], device=device, dtype=dtype,
-                           batch_size=batch_size, num_threads=num_threads)
+    extract.fill_cache([(name, d.pairs) for name in names for d in draws], device=device, dtype=dtype,
+                       batch_size=batch_size, num_threads=num_threads)
 
 
 @dataclass(frozen=True)

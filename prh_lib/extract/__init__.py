@@ -381,17 +381,23 @@ def features_for_pairs(model, pairs_list: Sequence[Pairs], *, device: str = "cpu
 
 def fill_cache(jobs: Sequence[tuple[str, Pairs]], *, device: str = "cpu", dtype: str = "float32",
                batch_size: int = 32, num_threads: int | None = None) -> None:
-    """Extract the files of ``jobs`` (``(model name, Pairs)`` each) not cached: one :func:`features_for_pairs` call per
-    model (loaded once; its ``@pool:`` names pooled from its forward passes), options as there. A name that cannot be
-    resolved raises :class:`prh_lib.models.ModelNotAvailableError`."""
-    families: dict[str, list] = {}
+    """Extract the files of ``jobs`` (``(model name, Pairs)`` each, of any datasets) not cached: each model loaded once,
+    then one :func:`features_for_pairs` call per dataset (its ``@pool:`` names pooled from the same forward passes),
+    options as there. A name that cannot be resolved raises :class:`prh_lib.models.ModelNotAvailableError`."""
+    families: dict[str, dict[str, list]] = {}
     for name, pairs in jobs:
         if not features_path(name, pairs, dtype=dtype, device=device).is_file():
             family, pooling = models.spec.token_pooling(name)
-            families.setdefault(family, []).append((pairs, pooling))
-    for family, sets in families.items():
-        features_for_pairs(family, [p for p, _ in sets], poolings=[q for _, q in sets], device=device, dtype=dtype,
-                           batch_size=batch_size, progress=False, num_threads=num_threads, keep=False)
+            families.setdefault(family, {}).setdefault(pairs.dataset, []).append((pairs, pooling))
+    for family, by_dataset in families.items():
+        model = family  # loaded here only when several datasets need it (features_for_pairs loads it otherwise)
+        if len(by_dataset) > 1:
+            note(f"loading {family}")
+            model = models.load_model(family, device=device,
+                                      dtype=models.torch_dtype(precision.feature_dtype(family, dtype, device)))
+        for sets in by_dataset.values():
+            features_for_pairs(model, [p for p, _ in sets], poolings=[q for _, q in sets], device=device, dtype=dtype,
+                               batch_size=batch_size, progress=False, num_threads=num_threads, keep=False)
 
 
 def _read_claimed(out: list, entries: list) -> list:

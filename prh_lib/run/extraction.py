@@ -2,7 +2,7 @@
 
 :func:`plan_features` lists the files from each chapter's parameters (:func:`chapter_params`) through
 :data:`CHAPTER_READS`, the one table of which models a chapter reads on which pairs; :func:`extract_planned` extracts
-those not cached over the cores, calling :func:`prh_lib.extract.fill_cache` per model and dataset as a chapter's
+those not cached over the cores, calling :func:`prh_lib.extract.fill_cache` per model as a chapter's
 own prefetch does (:func:`prh_lib.analysis.core.prefetch_features`), so the chapter finds the same files cached.
 
 The plan covers the bulk: a chapter still extracts on a miss what it alone reads (``ch_concepts``'s prompts, App. F's
@@ -143,12 +143,11 @@ def plan_features(chapters, params: dict) -> list[Planned]:
     return list(plan.values())
 
 
-def _extract_model(model: str, device: str, dtype: str, jobs_by_dataset: list, threads: int) -> str:
-    """One model's files (``(name, pairs)`` each: the model and its token poolings), one call per dataset (as a
-    chapter's prefetch); an error comes back as text."""
+def _extract_model(model: str, device: str, dtype: str, jobs: list, threads: int) -> str:
+    """One model's files (``(name, pairs)`` each: the model and its token poolings, every dataset), as a chapter's
+    prefetch extracts them (:func:`prh_lib.extract.fill_cache`); an error comes back as text."""
     try:
-        for jobs in jobs_by_dataset:
-            extract.fill_cache(jobs, device=device, dtype=dtype, num_threads=threads)
+        extract.fill_cache(jobs, device=device, dtype=dtype, num_threads=threads)
     except Exception as err:  # the chapter meets it again and reports it where it belongs
         return f"{model}: {type(err).__name__}: {str(err).strip()[:200]}"
     return ""
@@ -175,11 +174,10 @@ def extract_planned(plan, *, cores: int | None = None) -> dict:
         (one line per model that failed).
     """
     todo = [f for f in plan if not f.path.is_file()]
-    groups: dict[tuple, dict[str, list]] = {}
+    groups: dict[tuple, list] = {}
     for f in todo:
-        family = token_pooling(f.model)[0]
-        groups.setdefault((family, f.device, f.dtype), {}).setdefault(f.group, []).append((f.model, f.pairs))
-    order = sorted(groups, key=lambda g: -sum(len(p) for jobs in groups[g].values() for _, p in jobs))
+        groups.setdefault((token_pooling(f.model)[0], f.device, f.dtype), []).append((f.model, f.pairs))
+    order = sorted(groups, key=lambda g: -sum(len(p) for _, p in groups[g]))
     cores = max(1, available_cores() if cores is None else int(cores))
     on_gpu = any(f.device != "cpu" for f in todo)
     workers = min(1 if on_gpu else cores, len(order))
@@ -191,7 +189,7 @@ def extract_planned(plan, *, cores: int | None = None) -> dict:
         # spawned, not forked: a child forked from a process whose torch threads have run can hang in its first one
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                  initializer=worker_signals) as pool:
-            futures = [pool.submit(_extract_model, *g, list(groups[g].values()), threads) for g in order]
+            futures = [pool.submit(_extract_model, *g, groups[g], threads) for g in order]
             errors = [e for e in (f.result() for f in futures) if e]
     failed = sum(not f.path.is_file() for f in todo)
     return {"planned": len(plan), "cached": len(plan) - len(todo), "extracted": len(todo) - failed, "failed": failed,
