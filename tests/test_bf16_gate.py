@@ -186,7 +186,10 @@ def test_auto_dtype_follows_each_models_row_and_only_on_a_cpu():
     both = dtype_statement(["a", "c", "c@random-init:0"], "auto", table={**rows, "c": rows["a"]}, native_bf16=True)
     assert "for a, c (with their random-init twins) (`dtype = \"auto\"`: their rows in" in both
     assert "0.0010 against its threshold 0.0020" in text
-    assert "every model in float32" in dtype_statement(["b"], "auto", **kw)
+    assert "no model of this page has a row that allows" in dtype_statement(["b"], "auto", **kw)
+    emulated = dtype_statement(["a", "b"], "auto", table=rows, native_bf16=False)  # a CPU without avx512_bf16/AMX
+    assert "every model in float32" in emulated and "no native bfloat16, so the rows that allow it (a) do not" in emulated
+    assert "off a CPU" in dtype_statement(["a"], "auto", "cuda", **kw)
     assert dtype_statement(["a"], "float32", **kw) == 'Features of every model in float32 (`dtype = "float32"`).'
 
 

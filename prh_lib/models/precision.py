@@ -192,9 +192,11 @@ def dtype_statement(model_names, dtype: str, device: str = "cpu", *, table: dict
     half = [m for m in shown if feature_dtype(m, dtype, device, table=rows, native_bf16=native_bf16) == "bfloat16"]
     full = [m for m in shown if m not in half]
     if not half:
-        why = "on a CPU, " if str(device) == "cpu" else "off a CPU, "
-        return (f"Features of every model in float32 (`dtype = \"auto\"`: {why}no model of this page has a "
-                "bf16 benchmark row that allows bfloat16 here, see `prh_lib/resources/bf16_allowed.json`).")
+        allowed = [m for m in shown if rows.get(m, {}).get("allowed", False)]
+        why = ("off a CPU the rows do not apply" if str(device) != "cpu" else f"this CPU has no native bfloat16, so the "
+               f"rows that allow it ({', '.join(allowed)}) do not apply" if allowed else "no model of this page has a row "
+               "that allows bfloat16")
+        return f"Features of every model in float32 (`dtype = \"auto\"`: {why}; `prh_lib/resources/bf16_allowed.json`)."
     evidence = []
     for base in half:
         r = rows[base]
