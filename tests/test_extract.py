@@ -341,7 +341,8 @@ def test_other_token_poolings_are_read_off_the_same_forward_passes(tmp_path, mon
 def test_fill_cache_keeps_each_model_its_own_pooling_and_shares_a_language_models_passes(tmp_path, monkeypatch):
     """fill_cache: a ViT keeps its CLS token, a causal LM its mean, ``@pool:last`` (and its twin's) the last token;
     the LM and its pooled name are loaded once together for both datasets, the twin and its pooled name once; each
-    dataset's files are those of a call on that dataset alone, bit for bit; nothing is loaded when all are cached."""
+    dataset's files are those of a call on that dataset alone (to float32 round-off: a model used again after another
+    dataset's passes may round differently, ~1e-7 relative on the real causal LMs); nothing is loaded when cached."""
     import dataclasses
 
     from fixtures.tiny_models import tiny_dinov2, tiny_llama
@@ -371,8 +372,8 @@ def test_fill_cache_keeps_each_model_its_own_pooling_and_shares_a_language_model
     for p in (pairs, other):
         extract.fill_cache([(name, p) for name in names])
         for name in names:
-            np.testing.assert_array_equal(extract.load_features(extract.features_path(name, p)).values,
-                                          together[name, p.dataset].values)
+            np.testing.assert_allclose(extract.load_features(extract.features_path(name, p)).values,
+                                       together[name, p.dataset].values, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="token poolings .* are a language model's"):
         extract.features_for_pairs(models.load_model(vit), [pairs], poolings=["last"], cache=False, progress=False)
 
