@@ -18,7 +18,7 @@ import pytest
 
 from prh_lib.data import (DataError, DatasetSpec, disjoint_pairs, heldout_texts, is_text_only, load_dataset,
     sample_pairs, study_draws)
-from prh_lib.data.study import clear_caches
+from prh_lib.data import study as data_study
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 if not SHARED.is_dir():  # a worktree of /work/main: the shared data sit next to main
@@ -34,9 +34,9 @@ needs_coco_text = pytest.mark.skipif(not COCO_TEXT.is_file(), reason="coco-val20
 
 @pytest.fixture(autouse=True)
 def _fresh_caches():
-    clear_caches()
+    data_study._load.cache_clear(), data_study.study_pairs.cache_clear()
     yield
-    clear_caches()
+    data_study._load.cache_clear(), data_study.study_pairs.cache_clear()
 
 
 def _sha256(path: Path) -> str:
