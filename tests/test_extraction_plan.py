@@ -25,6 +25,17 @@ def cache(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.fixture
+def cache_with_zoo(zoo_cache, tmp_path, monkeypatch):
+    """An empty cache whose converted models are the session's (``zoo_cache``): planning 3.1 asks whether each language
+    model is causal, which reads its converted config; converting the two GGUF models again costs ~100 s per test."""
+    models = zoo_cache / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "models").symlink_to(models, target_is_directory=True)
+    monkeypatch.setenv("PRH_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
 def test_chapter_params_are_the_declared_defaults_updated_with_the_declared_keys_only():
     p = extraction.chapter_params("sec3_3_regimes", {"k": 3, "not_a_parameter": 1, "comparisons": [["a", "b"]]})
     assert p["k"] == 3 and p["dtype"] == "auto" and p["random_init_seeds"] == [0]
@@ -107,7 +118,7 @@ def test_prh_run_extracts_first_times_it_and_reports_what_the_notebooks_extracte
     assert "the notebooks extracted 1 feature file(s)" in out  # the same miss, now without a plan
 
 
-def test_layerwise_plans_the_twins_only_where_the_chapter_reads_them(cache):
+def test_layerwise_plans_the_twins_only_where_the_chapter_reads_them(cache_with_zoo):
     # the verdicts' floors on every draw of the headline dataset; the sanity check and poolings on draw 0 of the others
     plan = extraction.plan_features(["sec3_1_layerwise"], {})
     lm_twins = [f.group for f in plan if f.model in {f"{m}@random-init:0" for m in LANGUAGE}]
@@ -116,7 +127,7 @@ def test_layerwise_plans_the_twins_only_where_the_chapter_reads_them(cache):
     assert {g: trained.count(g) for g in set(trained)} == {"flickr8k-1k": 15, "coco-mini": 15, "coco-mini, 5 captions": 3}
 
 
-def test_layerwise_plans_each_causal_lms_other_poolings_and_their_twins_on_draw_0_only(cache):
+def test_layerwise_plans_each_causal_lms_other_poolings_and_their_twins_on_draw_0_only(cache_with_zoo):
     # pooling_variants reads "<LM>@pool:<v>" and its twin for vision × causal-LM pairs on draw 0 of each one-caption
     # dataset; a bidirectional text encoder (minilm-l6) has none, and without held-out resamples nothing is read
     p = extraction.chapter_params("sec3_1_layerwise", {})
