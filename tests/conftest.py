@@ -1,6 +1,7 @@
-import json
 """Shared test setup: no Hub access, and one converted-model cache per test session."""
 
+import functools
+import json
 import os
 
 # Tests never download: set before transformers / huggingface_hub are imported (they read it at import).
@@ -51,9 +52,27 @@ def zoo_model(zoo_cache):
     return get
 
 
+def execute_side_by_side(names, params, output_dir):
+    """Execute the notebooks ``names`` as ``prh-run`` does: the feature files they read extracted over every core first
+    (:func:`prh_lib.run.extraction.extract_first`), then the notebooks side by side
+    (:func:`prh_lib.run.schedule.run_notebooks`, this machine's lanes). Returns ``{name: executed .ipynb}``.
+
+    Raises ``prh_lib.run.schedule.NotebookFailed`` naming the first notebook that failed. The runs' wall times are not
+    remembered: small-profile times would reorder the main job's notebooks."""
+    from prh_lib.run import extraction, runner, schedule
+
+    extraction.extract_first(names, params)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(schedule, "_remember", lambda seconds: None)
+        schedule.run_notebooks(list(names), params, run=functools.partial(runner.run_notebook, quiet=True),
+                               what="test", jobs=schedule.default_jobs(params, len(names)), output_dir=output_dir)
+    return {name: output_dir / f"{name}.ipynb" for name in names}
+
+
 @pytest.fixture(scope="session")
 def executed_notebook(tmp_path_factory):
-    """``executed_notebook(name, **overrides)`` -> path of the notebook executed with the ``smoke`` profile.
+    """``executed_notebook(name, **overrides)`` -> path of the notebook executed with the ``smoke`` profile;
+    ``executed_notebook.every()`` -> ``{name: path}`` of every notebook on it, run side by side.
 
     Each (name, overrides) combination runs once per session through the same runner as ``prh-run``,
     writing into a temporary folder (never into ``book/``). Features are read from and written to the
@@ -65,14 +84,25 @@ def executed_notebook(tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("executed")
     done = {}
 
+    def key(name, overrides):
+        return name, json.dumps(overrides, sort_keys=True, default=str)  # overrides may hold lists and dicts
+
     def run(name, **overrides):
-        key = (name, json.dumps(overrides, sort_keys=True, default=str))  # overrides may hold lists and dicts
-        if key not in done:
+        if key(name, overrides) not in done:
             params = {**get_profile("smoke"), **overrides}
             sub = out_dir / f"{name}-{len(done)}"
-            done[key] = runner.run_notebook(name, params, output_dir=sub, quiet=True)
-        return done[key]
+            done[key(name, overrides)] = runner.run_notebook(name, params, output_dir=sub, quiet=True)
+        return done[key(name, overrides)]
 
+    def every():
+        names = runner.available_notebooks()
+        todo = [n for n in names if key(n, {}) not in done]
+        if todo:
+            for name, path in execute_side_by_side(todo, get_profile("smoke"), out_dir / "every").items():
+                done[key(name, {})] = path
+        return {n: done[key(n, {})] for n in names}
+
+    run.every = every
     return run
 
 
@@ -91,8 +121,8 @@ def built_book(executed_notebook, tmp_path_factory):
 
     book = tmp_path_factory.mktemp("book") / "book"
     shutil.copytree(paths.book_dir(), book, ignore=shutil.ignore_patterns("_build", "*.ipynb"))
-    for name in runner.available_notebooks():
-        shutil.copy(executed_notebook(name), book / f"{name}.ipynb")
+    for name, path in executed_notebook.every().items():
+        shutil.copy(path, book / f"{name}.ipynb")
     return runner.build_book(book, strict=True, quiet=True)
 
 

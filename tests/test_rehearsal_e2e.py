@@ -58,16 +58,16 @@ def test_batch_plans_every_standin_and_tower_and_runs_them_all(study):
 
 @pytest.fixture(scope="module")
 def executed(study, tmp_path_factory):
-    """Every notebook executed on the rehearsal profile: {name: path or the error}."""
-    params = get_profile("rehearsal")
-    out = tmp_path_factory.mktemp("rehearsal-executed")
-    done = {}
-    for name in runner.available_notebooks():
-        try:
-            done[name] = runner.run_notebook(name, params, output_dir=out, quiet=True)
-        except Exception as err:  # reported all together below
-            done[name] = err
-    return done
+    """Every notebook executed on the rehearsal profile, side by side as prh-run runs them: {name: path}, or
+    {name: error} of the first that failed."""
+    from conftest import execute_side_by_side
+    from prh_lib.run.schedule import NotebookFailed
+
+    names = runner.available_notebooks()
+    try:
+        return execute_side_by_side(names, get_profile("rehearsal"), tmp_path_factory.mktemp("rehearsal-executed"))
+    except NotebookFailed as err:  # "<name> failed: ...": the first that failed; the others were stopped
+        return {str(err).split(" failed", 1)[0]: err}
 
 
 def test_every_notebook_runs_on_the_rehearsal_profile(executed):
