@@ -88,11 +88,11 @@ def executed_notebook(tmp_path_factory):
         return name, json.dumps(overrides, sort_keys=True, default=str)  # overrides may hold lists and dicts
 
     def run(name, **overrides):
-        if key(name, overrides) not in done:
+        k = key(name, overrides)
+        if k not in done:
             params = {**get_profile("smoke"), **overrides}
-            sub = out_dir / f"{name}-{len(done)}"
-            done[key(name, overrides)] = runner.run_notebook(name, params, output_dir=sub, quiet=True)
-        return done[key(name, overrides)]
+            done[k] = runner.run_notebook(name, params, output_dir=out_dir / f"{name}-{len(done)}", quiet=True)
+        return done[k]
 
     def every():
         names = runner.available_notebooks()
