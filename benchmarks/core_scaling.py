@@ -15,9 +15,14 @@ Workloads (each a few seconds on one core of the 2-core CI machine, one torch th
   matrices, top-k, overlap), as the chapters score;
 - ``read-features``: reading a 155 MB float32 safetensors feature file from the page cache and summing it, 20 times.
 
+``--speed`` times each workload alone on one core only and prints it against the same workload on the
+reference machine (:data:`REFERENCE`), so that a build's wall time on another machine, or on the same VM kind on a
+slower day, can be read against the README's. ``.ci/run`` prints this line before the main job.
+
 Usage::
 
     python benchmarks/core_scaling.py [--repeats 3] [--workloads forward-lm mutual-knn]
+    python benchmarks/core_scaling.py --speed --repeats 1 --workloads forward-lm mutual-knn
 
 Needs two cores this process may use (``os.sched_getaffinity``). Measured: ``benchmarks/README.md`` (scaling).
 """
@@ -87,6 +92,9 @@ def _read_features(state):
 
 WORKLOADS = {"forward-lm": _forward_lm, "forward-cnn": _forward_cnn, "mutual-knn": _mutual_knn,
              "read-features": _read_features}
+# seconds per repeat, alone on core 0, on the project's 2-core Xeon VM with native bf16, idle, 2026-12-06 (the
+# machine of the README's times; benchmarks/README.md, "Scaling")
+REFERENCE = {"forward-lm": 1.73, "forward-cnn": 2.92, "mutual-knn": 0.49, "read-features": 0.18}
 
 
 def _worker(name: str, core: int, repeats: int, start, out) -> None:
@@ -124,8 +132,17 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
+    ap.add_argument("--speed", action="store_true",
+                    help="each workload alone on one core, against the reference machine's time")
     args = ap.parse_args(argv)
     cores = sorted(os.sched_getaffinity(0))
+    if args.speed:
+        cells = []
+        for name in args.workloads:
+            t = run(name, cores[:1], args.repeats)[0]
+            cells.append(f"{name} {t:.2f} s ({t / REFERENCE[name]:.2f}x the reference's {REFERENCE[name]:.2f} s)")
+        print("one core, one torch thread: " + "; ".join(cells), flush=True)
+        return
     if len(cores) < 2:
         raise SystemExit(f"needs two cores; this process may use {cores}")
     a, b = cores[:2]
