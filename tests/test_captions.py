@@ -13,7 +13,7 @@ from prh_lib import data, extract
 from prh_lib import lm as L
 from prh_lib.pages import appf_caption_detail as captions
 from prh_lib.analysis.captions import intervals as captions_intervals
-from prh_lib.stats.selection import bootstrap_interval
+from prh_lib.stats.intervals import bootstrap_interval
 from fixtures.tiny_models import tiny_llama
 
 SOURCES = [

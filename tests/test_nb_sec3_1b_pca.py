@@ -96,7 +96,7 @@ def test_verdicts_follow_the_numbers(rec):
     assert rows["3.1/pca-strong"]["verdict"] == verdict("ci_low", 0.8, "<")
     assert "dims for 90 %" in rows["3.1/pca-100"]["this build"] and "mean sweep" in rows["3.1/pca-100"]["this build"]
     # power, stated: the widest interval's detectable difference from each claim's threshold
-    from prh_lib.stats.selection import detectable_difference
+    from prh_lib.stats.intervals import detectable_difference
 
     for cid, col, thr in (("3.1/pca-40", "ci_var", "95 %"), ("3.1/pca-100", "ci_share", "90 %"),
                           ("3.1/pca-strong", "ci_low", "80 %")):

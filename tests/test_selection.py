@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from prh_lib.metrics import mutual_knn_layerwise
-from prh_lib.stats.selection import (bootstrap_interval, crossfit_peak, detectable_difference, half_k,
-    paired_interval, percentile_interval, resampled_halves, split_halves)
+from prh_lib.stats.intervals import bootstrap_interval, detectable_difference, paired_interval, percentile_interval
+from prh_lib.stats.selection import crossfit_peak, half_k, resampled_halves, split_halves
 
 
 def _planted(rng, n=96, L=5, d=12, strength=None):

@@ -26,7 +26,8 @@ from prh_lib.results import score_cache
 from prh_lib.extract.features import LayerFeatures, _remember_digest, check_aligned, values_digest
 from prh_lib.progress import note
 from prh_lib.results.score_cache import features_key
-from prh_lib.stats import bootstrap_ci, permutation_test_layerwise
+from prh_lib.stats.bootstrap import bootstrap_ci
+from prh_lib.stats.calibration import permutation_test_layerwise
 from prh_lib.metrics import get_layerwise_metric
 from prh_lib.metrics.preprocess import _quantile_lastdim
 from prh_lib.validation import check_model_pairs

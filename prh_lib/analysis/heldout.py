@@ -37,7 +37,8 @@ import pandas as pd
 
 from prh_lib.results import score_cache
 from prh_lib.formatting import format_interval
-from prh_lib.stats.selection import crossfit_peak, crossfit_peaks, detectable_difference, paired_interval
+from prh_lib.stats.intervals import detectable_difference, paired_interval
+from prh_lib.stats.selection import crossfit_peak, crossfit_peaks
 from prh_lib.progress import note
 from prh_lib.analysis.controls import control_comparisons, control_features, random_init_name
 from prh_lib.analysis.core import prefetch_features, prepare_features
@@ -348,8 +349,8 @@ def margin(summary: pd.DataFrame, a: str, b: str, *, column: str = "reps", ratio
     -------
     dict
         ``estimate`` (difference or ratio of the point estimates), ``low``, ``high`` (paired, centred
-        interval over the shared image half-samples, :func:`prh_lib.stats.selection.bootstrap_interval`), ``detectable`` (smallest difference this build detects at 80 %
-        power, :func:`prh_lib.stats.selection.detectable_difference`; NaN for a ratio).
+        interval over the shared image half-samples, :func:`prh_lib.stats.intervals.bootstrap_interval`), ``detectable`` (smallest difference this build detects at 80 %
+        power, :func:`prh_lib.stats.intervals.detectable_difference`; NaN for a ratio).
 
     Raises
     ------

@@ -418,7 +418,7 @@ def shown_draw(datasets: list, *, n_draws=None, dataset: str | None = None, draw
         If the draws hold no draw ``draw`` of ``dataset``.
     """
     from prh_lib.data.study import headline_dataset, study_draws
-    from prh_lib.metrics import mutual_knn_chance
+    from prh_lib.metrics.knn import mutual_knn_chance
 
     draws = study_draws(datasets, n_draws=n_draws)
     dataset = dataset or headline_dataset(draws)

@@ -290,7 +290,7 @@ def findings(table: pd.DataFrame, *, dataset: str, role: str = "peak", dims_prob
 
     def with_power(vals, threshold):
         """The note plus the smallest difference from ``threshold`` the widest interval detects at 80 % power."""
-        from prh_lib.stats.selection import detectable_difference
+        from prh_lib.stats.intervals import detectable_difference
 
         d = [detectable_difference(lo, hi) for _, lo, hi in vals if np.isfinite(lo)]
         return note + (f"; smallest difference from {threshold * 100:.0f} % this build detects at 80 % power, on its widest "

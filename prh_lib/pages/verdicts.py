@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from prh_lib.pages import claims
-from prh_lib.stats.selection import paired_interval
+from prh_lib.stats.intervals import paired_interval
 from prh_lib.analysis.heldout import QUANTITY, floor_margins, margin
 from prh_lib.formatting import format_interval, format_number
 
@@ -60,7 +60,8 @@ def sanity_table(draws, models, *, chapter: str, params: dict, k: int = 10, seed
     models whose margin does not exclude 0 on some dataset (model -> note) and a paragraph on both. ``options``: as
     :func:`~prh_lib.analysis.core.prepare_features`."""
     from prh_lib import results
-    from prh_lib.analysis import prepare_features, sanity
+    from prh_lib.analysis import sanity
+    from prh_lib.analysis.core import prepare_features
     from prh_lib.analysis.controls import random_init_name
 
     models = [m for m in models if "@random-init:" not in m]

@@ -141,7 +141,7 @@ def bootstrap_ci(
     warn_outside : bool, default=True
         Warn when the estimate lies outside its percentile interval. Callers that read only the replicates'
         spread (half-samples at a fixed k sit at their own, higher chance level by design, and the centred
-        interval of :func:`prh_lib.stats.selection.bootstrap_interval` is built from them) pass False.
+        interval of :func:`prh_lib.stats.intervals.bootstrap_interval` is built from them) pass False.
     **metric_options
         Options of the metric (``sigma``, ``bandwidth``, ``unbiased`` for ``cka_rbf``).
 

@@ -55,9 +55,9 @@ class Test:
         """Smallest difference from the threshold this test's interval detects at 80 % power (NaN without a
         finite interval; inf when that difference lies beyond the statistic's ``bounds`` on the claim's side).
 
-        :func:`prh_lib.stats.selection.detectable_difference` of the interval.
+        :func:`prh_lib.stats.intervals.detectable_difference` of the interval.
         """
-        from prh_lib.stats.selection import detectable_difference
+        from prh_lib.stats.intervals import detectable_difference
 
         d = detectable_difference(self.low, self.high)
         if self.bounds is not None and math.isfinite(d):
@@ -125,7 +125,7 @@ def combine(tests) -> tuple[bool, bool, str]:
     ``holds`` is False when any test differs; ``conclusive`` is False when none differs but some test cannot
     decide; ``note`` says which parts fail, then which cannot decide, with their numbers and, for each undecided
     one, the smallest difference from its threshold this build detects at 80 % power (two-sided 95 %, normal
-    approximation from its interval's width: :func:`prh_lib.stats.selection.detectable_difference`), then how
+    approximation from its interval's width: :func:`prh_lib.stats.intervals.detectable_difference`), then how
     many parts hold ("" when all hold).
 
     Raises

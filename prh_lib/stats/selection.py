@@ -26,7 +26,7 @@ Image-level intervals by half-sampling, paired
     (``benchmarks/crossfit_interval_coverage.py``) half-sampling errs wide by 1.1–1.3×, the bootstrap's reflected
     interval was 1.6–2.2× wide and off-centre. The subsamples depend only on ``(N, n_boot, seed, rep_splits)``, so two
     comparisons on the same images scored in separate calls get the *same* replicates: the difference of their replicate
-    vectors is the paired replicate of their difference (:func:`paired_interval`).
+    vectors is the paired replicate of their difference (:func:`prh_lib.stats.intervals.paired_interval`).
 
 References
 ----------
@@ -52,12 +52,9 @@ from prh_lib.metrics import _validation as V
 from prh_lib.metrics._engines import get_engine
 from prh_lib.metrics._neighbours import candidates
 from prh_lib.metrics._parallel import ignoring
-from prh_lib.stats.intervals import (INTERVAL_METHODS, bootstrap_interval, detectable_difference, paired_interval,
-    percentile_interval)
+from prh_lib.stats.intervals import bootstrap_interval
 
-__all__ = ["CrossFitPeak", "crossfit_peak", "crossfit_peaks", "half_k", "split_halves", "subsample_size", "resampled_halves",
-           "RESAMPLING", "paired_interval", "percentile_interval", "bootstrap_interval", "INTERVAL_METHODS",
-           "detectable_difference"]
+__all__ = ["CrossFitPeak", "crossfit_peak", "crossfit_peaks", "half_k", "split_halves", "subsample_size", "resampled_halves", "RESAMPLING"]
 
 
 def half_k(k: int, n: int, n_half: int) -> int:

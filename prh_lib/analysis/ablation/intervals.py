@@ -5,7 +5,7 @@ The claim "larger k raises scores but keeps the order of the regimes" is read on
 pair's fixed layer pair gets an interval over images by half-sampling (:func:`prh_lib.stats.bootstrap_ci`
 with ``method="subsample"``, ``fraction=0.5``: half of the images without replacement, the same k, each
 replicate chance-corrected at its own size; the centred interval of
-:func:`prh_lib.stats.selection.bootstrap_interval`, as for the held-out peaks, whose module docstring says
+:func:`prh_lib.stats.intervals.bootstrap_interval`, as for the held-out peaks, whose module docstring says
 why not the bootstrap with replacement). A k too large for half the images (``k > N/2 − 2``) gets no interval.
 Every pair and every k is subsampled with the *same* images (same ``N``, ``n_boot`` and ``seed``), so a
 difference between two regimes' mean corrected scores at one k has a paired interval: the order of two regimes
@@ -24,10 +24,10 @@ import numpy as np
 import pandas as pd
 
 from prh_lib.results import score_cache
-from prh_lib.stats import bootstrap_ci
+from prh_lib.stats.bootstrap import bootstrap_ci
 from prh_lib.stats.bootstrap import replicate_size
 from prh_lib.stats.decision import Test
-from prh_lib.stats.selection import bootstrap_interval, paired_interval
+from prh_lib.stats.intervals import bootstrap_interval, paired_interval
 from prh_lib.analysis.ablation.study import chance_corrected
 
 
@@ -40,7 +40,7 @@ def _corrected_bootstrap(x, y, *, k: int, n_boot: int, seed: int):
     """Raw estimate on all images and half-sampling replicates (NaN when k is too large for half the images)."""
     def compute():
         if k > _half_size(len(x)) - 2:
-            from prh_lib.metrics import mutual_knn
+            from prh_lib.metrics.knn import mutual_knn
             return float(mutual_knn(x, y, k=k)), np.full(n_boot, np.nan)
         b = bootstrap_ci(x, y, k=k, n_boot=n_boot, seed=seed, method="subsample", fraction=0.5,
                          warn_outside=False)  # only the replicates' spread is read (centred interval)

@@ -23,8 +23,8 @@ import torch
 
 from prh_lib.results import score_cache
 from prh_lib.extract.features import LayerFeatures, check_aligned
-from prh_lib.metrics import mutual_knn_chance, mutual_knn_layerwise
-from prh_lib.stats import permutation_test
+from prh_lib.metrics.knn import mutual_knn_chance, mutual_knn_layerwise
+from prh_lib.stats.calibration import permutation_test
 from prh_lib.analysis.core import check_comparisons, find_peak, preprocessing_label
 from prh_lib.analysis.layerwise import regime_of
 from prh_lib.analysis.study import run_draws

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import rankdata
 
-from prh_lib.stats.selection import bootstrap_interval
+from prh_lib.stats.intervals import bootstrap_interval
 from prh_lib.analysis.core import clip_features
 
 COLUMNS = ["dataset", "vision", "capability", "method", "r", "ci low", "ci high", "r draws mean", "r draws std",

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import kendalltau
 
-from prh_lib.stats.selection import bootstrap_interval
+from prh_lib.stats.intervals import bootstrap_interval
 from prh_lib.analysis.captions.study import variant_features
 from prh_lib.analysis.core import clip_features
 

@@ -33,7 +33,7 @@ from threadpoolctl import threadpool_limits
 
 from prh_lib.results import score_cache
 from prh_lib.extract.features import check_aligned
-from prh_lib.metrics import mutual_knn, mutual_knn_chance, mutual_knn_layerwise
+from prh_lib.metrics.knn import mutual_knn, mutual_knn_chance, mutual_knn_layerwise
 from prh_lib.validation import as_float64_matrix
 from prh_lib.analysis.core import check_comparisons, layerwise_alignment, preprocessing_label
 from prh_lib.analysis.study import run_draws
@@ -282,7 +282,7 @@ def relative_intervals(X, Y, *, compress: str = "x", dims: dict | None = None, k
     The compressed and the uncompressed score are scored on the *same* half-samples of the images
     (:func:`prh_lib.stats.bootstrap_ci` with ``method="subsample"``, ``fraction=0.5`` and one ``seed``), and the
     interval is the centred interval of their ratio over the replicates, on the log scale
-    (:func:`prh_lib.stats.selection.paired_interval`; :mod:`prh_lib.stats.selection` says why half-sampling). The PCA is fitted once on all
+    (:func:`prh_lib.stats.intervals.paired_interval`; :mod:`prh_lib.stats.selection` says why half-sampling). The PCA is fitted once on all
     images (the compression is the analysis' choice; what varies is which images are scored).
 
     Parameters
@@ -308,8 +308,8 @@ def relative_intervals(X, Y, *, compress: str = "x", dims: dict | None = None, k
     ValueError
         ``compress`` other than "x" or "y"; components outside ``[1, min(n_samples, d)]``; as :func:`pca_sweep`.
     """
-    from prh_lib.stats import bootstrap_ci
-    from prh_lib.stats.selection import paired_interval
+    from prh_lib.stats.bootstrap import bootstrap_ci
+    from prh_lib.stats.intervals import paired_interval
 
     if compress not in ("x", "y"):
         raise ValueError(f"relative_intervals compresses one side, 'x' or 'y'; got {compress!r}")

@@ -28,7 +28,7 @@ import pandas as pd
 
 from prh_lib.extract.features import LayerFeatures, check_aligned
 from prh_lib.metrics import displacement as D
-from prh_lib.metrics import mutual_knn, mutual_knn_chance
+from prh_lib.metrics.knn import mutual_knn, mutual_knn_chance
 from prh_lib.metrics._validation import as_float64 as _as_float64
 from prh_lib.metrics._validation import check_int, check_k
 
