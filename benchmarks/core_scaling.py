@@ -40,11 +40,16 @@ import numpy as np
 import torch
 
 
+def _lm_dtype() -> str:
+    from prh_lib.models import precision
+    return precision.feature_dtype("smollm2-135m", "auto", "cpu")
+
+
 def _forward_lm(state):
     if "model" not in state:
-        from prh_lib.models import ModelNotAvailableError, load_model, precision
+        from prh_lib.models import ModelNotAvailableError, load_model
         name = "smollm2-135m"
-        dtype = precision.feature_dtype(name, "auto", "cpu")
+        dtype = _lm_dtype()
         try:
             state["model"] = load_model(name, dtype=getattr(torch, dtype))
         except ModelNotAvailableError:
@@ -95,6 +100,9 @@ WORKLOADS = {"forward-lm": _forward_lm, "forward-cnn": _forward_cnn, "mutual-knn
 # seconds per repeat, alone on core 0, on the project's 2-core Xeon VM with native bf16, idle, 2026-12-06 (the
 # machine of the README's times; benchmarks/README.md, "Scaling")
 REFERENCE = {"forward-lm": 1.73, "forward-cnn": 2.92, "mutual-knn": 0.49, "read-features": 0.18}
+#: The dtype the reference machine (native bf16) ran ``forward-lm`` in; a CPU without native bf16 runs float32.
+REFERENCE_LM_DTYPE = "bfloat16"
+
 
 
 def _worker(name: str, core: int, repeats: int, start, out) -> None:
@@ -141,6 +149,8 @@ def main(argv=None) -> None:
         for name in args.workloads:
             t = run(name, cores[:1], args.repeats)[0]
             cells.append(f"{name} {t:.2f} s ({t / REFERENCE[name]:.2f}x the reference's {REFERENCE[name]:.2f} s)")
+            if name == "forward-lm" and _lm_dtype() != REFERENCE_LM_DTYPE:  # no native bf16: another workload
+                cells[-1] += f" in {_lm_dtype()}, the reference's in {REFERENCE_LM_DTYPE}"
         print("one core, one torch thread: " + "; ".join(cells), flush=True)
         return
     if len(cores) < 2:
