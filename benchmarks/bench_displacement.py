@@ -58,6 +58,7 @@ def main(argv=None) -> None:
     from prh_lib.analysis.displacement import consensus as C
     from prh_lib.analysis.displacement import reference as R
     from prh_lib.metrics import displacement as D
+    from prh_lib.metrics._whitening import fit_whitening, split_indices
 
     with threadpool_limits(args.threads or None):
         rng = np.random.default_rng(0)
@@ -69,8 +70,8 @@ def main(argv=None) -> None:
         opts = dict(n_components=args.n_components, n_pairs=args.n_pairs)
         D.displacement_layerwise(XL[:1, :64, :32], YL[:1, :64, :32], n_components=8, n_pairs=100)  # warm-up
 
-        train, _ = D.split_indices(args.n)
-        t_w, _ = _timed(lambda: [D.fit_whitening(L[train], n_components=args.n_components) for L in (*XL, *YL)],
+        train, _ = split_indices(args.n)
+        t_w, _ = _timed(lambda: [fit_whitening(L[train], n_components=args.n_components) for L in (*XL, *YL)],
                         args.repeat)
         t_l, out = _timed(lambda: D.displacement_layerwise(XL, YL, **opts), args.repeat)
         n_lp = args.lx * args.ly

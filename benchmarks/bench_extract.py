@@ -33,10 +33,10 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     from prh_lib import data, extract, models
-    from prh_lib.pages import appf_caption_detail as captions
+    from prh_lib.analysis.captions import study as captions_study
 
     ds = data.load_dataset("coco-folder")
-    variants, _ = captions.detail_variants(ds, n=args.n, seed=0, max_captions=5,
+    variants, _ = captions_study.detail_variants(ds, n=args.n, seed=0, max_captions=5,
                                            fractions=[0.1, 0.25, 0.5, 0.75], summary_model=None)
     sets = [v["pairs"] for name, v in variants.items() if "(subset)" not in name]
     model = models.load_model(args.model)

@@ -46,21 +46,22 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     from prh_lib.stats import selection
+    from prh_lib.metrics import _engines as metrics_engines
 
     comps = stacks(args.n, args.draws)
-    fast_engine = selection.get_engine("mutual_knn")
+    fast_engine = metrics_engines.get_engine("mutual_knn")
     plain_engine = dataclasses.replace(fast_engine, subsample_state=None, subsample_candidates=None)
-    real = selection.get_engine
+    real = metrics_engines.get_engine
     times, out = {"candidates": [], "every half": []}, {}
     for _ in range(args.repeats):
         for label, engine in (("candidates", fast_engine), ("every half", plain_engine)):
-            selection.get_engine = lambda name, e=engine: e
+            metrics_engines.get_engine = lambda name, e=engine: e
             try:
                 t0 = time.perf_counter()
                 out[label] = selection.crossfit_peaks(comps, k=10, n_splits=args.n_splits, n_boot=args.n_boot, seed=0)
                 times[label].append(time.perf_counter() - t0)
             finally:
-                selection.get_engine = real
+                metrics_engines.get_engine = real
     equal = all(np.array_equal(np.asarray(getattr(a, f.name)), np.asarray(getattr(b, f.name)), equal_nan=True)
                 for a, b in zip(out["candidates"], out["every half"]) for f in dataclasses.fields(a)
                 if not isinstance(getattr(a, f.name), str))

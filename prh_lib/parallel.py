@@ -1,13 +1,10 @@
-"""Pure computations on several threads, with what a serial loop gives: results, warnings and errors.
-
-The public face of :mod:`prh_lib.metrics._parallel` (which documents :func:`map_threads`, :func:`recording`,
-:func:`ignoring`, :func:`reissue`; it lives there so that the metric kernels can use it), plus the core count."""
+"""The cores this process's work may use. The threads that run pure computations as a serial loop would
+(:func:`map_threads`, :func:`recording`, :func:`ignoring`, :func:`reissue`) live in :mod:`prh_lib.metrics._parallel`,
+where the metric kernels can use them."""
 
 from __future__ import annotations
 
 import os
-
-from prh_lib.metrics._parallel import ignoring, in_worker, map_threads, recording, reissue  # noqa: F401
 
 
 def available_cores() -> int:

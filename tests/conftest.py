@@ -78,6 +78,7 @@ def executed_notebook(tmp_path_factory):
     writing into a temporary folder (never into ``book/``). Features are read from and written to the
     default feature cache, so notebooks share extraction work.
     """
+    from prh_lib.run import book as run_book
     from prh_lib.run import runner
     from prh_lib.run.profiles import get_profile
 
@@ -95,7 +96,7 @@ def executed_notebook(tmp_path_factory):
         return done[k]
 
     def every():
-        names = runner.available_notebooks()
+        names = run_book.available_notebooks()
         todo = [n for n in names if key(n, {}) not in done]
         if todo:
             for name, path in execute_side_by_side(todo, get_profile("smoke"), out_dir / "every").items():
@@ -117,13 +118,13 @@ def built_book(executed_notebook, tmp_path_factory):
     import shutil
 
     from prh_lib import paths
-    from prh_lib.run import runner
+    from prh_lib.run import book as run_book
 
     book = tmp_path_factory.mktemp("book") / "book"
     shutil.copytree(paths.book_dir(), book, ignore=shutil.ignore_patterns("_build", "*.ipynb"))
     for name, path in executed_notebook.every().items():
         shutil.copy(path, book / f"{name}.ipynb")
-    return runner.build_book(book, strict=True, quiet=True)
+    return run_book.build_book(book, strict=True, quiet=True)
 
 
 @pytest.fixture(scope="session")

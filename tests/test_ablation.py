@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from prh_lib.pages import appg_k_n_ablation as ablation
+from prh_lib.analysis.ablation import study as ablation_study
 from prh_lib.extract import FeatureMismatchError, LayerFeatures
 from prh_lib.metrics import mutual_knn, mutual_knn_layerwise
 
@@ -26,42 +27,42 @@ def _models(seed, n=80, noise=(0.3, 1.0, 3.0)):
 
 
 def test_chance_corrected():
-    assert ablation.chance_corrected(10 / 99, 100, 10) == pytest.approx(0.0, abs=1e-15)
-    assert ablation.chance_corrected(1.0, 100, 10) == pytest.approx(1.0)
-    np.testing.assert_allclose(ablation.chance_corrected(np.array([0.0, 0.5]), 11, 5), [-1.0, 0.0])
+    assert ablation_study.chance_corrected(10 / 99, 100, 10) == pytest.approx(0.0, abs=1e-15)
+    assert ablation_study.chance_corrected(1.0, 100, 10) == pytest.approx(1.0)
+    np.testing.assert_allclose(ablation_study.chance_corrected(np.array([0.0, 0.5]), 11, 5), [-1.0, 0.0])
     with pytest.raises(ValueError, match="undefined"):
-        ablation.chance_corrected(1.0, 11, 10)
+        ablation_study.chance_corrected(1.0, 11, 10)
     with pytest.raises(ValueError):
-        ablation.chance_corrected(0.5, 10, 12)
+        ablation_study.chance_corrected(0.5, 10, 12)
 
 
 def test_grids():
-    assert ablation.k_grid(239) == [1, 2, 5, 10, 20, 30, 50, 75, 100, 150, 200]
-    assert ablation.k_grid(48) == [1, 2, 5, 10, 20, 30]
+    assert ablation_study.k_grid(239) == [1, 2, 5, 10, 20, 30, 50, 75, 100, 150, 200]
+    assert ablation_study.k_grid(48) == [1, 2, 5, 10, 20, 30]
     with pytest.raises(ValueError, match=r"\[1, 46\]"):
-        ablation.k_grid(48, [5, 47])
-    g = ablation.n_grid(239, k=10)
+        ablation_study.k_grid(48, [5, 47])
+    g = ablation_study.n_grid(239, k=10)
     assert g[-1] == 239 and g == sorted(set(g)) and min(g) >= 12
     with pytest.raises(ValueError, match="out of range"):
-        ablation.n_grid(239, [11, 100], k=10)
+        ablation_study.n_grid(239, [11, 100], k=10)
     with pytest.raises(ValueError, match="out of range"):
-        ablation.n_grid(239, [240], k=10)
+        ablation_study.n_grid(239, [240], k=10)
 
 
 def test_subsample_rows():
-    a = ablation.subsample_rows(50, 20, seed=3)
-    np.testing.assert_array_equal(a, ablation.subsample_rows(50, 20, seed=3))
+    a = ablation_study.subsample_rows(50, 20, seed=3)
+    np.testing.assert_array_equal(a, ablation_study.subsample_rows(50, 20, seed=3))
     assert len(np.unique(a)) == 20 and np.all(np.diff(a) > 0) and a.max() < 50
-    assert not np.array_equal(a, ablation.subsample_rows(50, 20, seed=4))
-    np.testing.assert_array_equal(ablation.subsample_rows(50, 50, seed=9), np.arange(50))
+    assert not np.array_equal(a, ablation_study.subsample_rows(50, 20, seed=4))
+    np.testing.assert_array_equal(ablation_study.subsample_rows(50, 50, seed=9), np.arange(50))
     with pytest.raises(ValueError):
-        ablation.subsample_rows(50, 51, seed=0)
+        ablation_study.subsample_rows(50, 51, seed=0)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_n_sweep_at_full_n_equals_the_plain_score(seed):
     x, y = _models(seed)
-    df = ablation.n_sweep(x, y, ns=[30, 80], k=5, n_seeds=3, seed=seed)
+    df = ablation_study.n_sweep(x, y, ns=[30, 80], k=5, n_seeds=3, seed=seed)
     plain = mutual_knn_layerwise(x.values, y.values, k=5)
     fixed = tuple(df.attrs["layer_pair"]["index"])
     assert fixed == np.unravel_index(np.nanargmax(plain), plain.shape)
@@ -77,21 +78,21 @@ def test_n_sweep_at_full_n_equals_the_plain_score(seed):
 
 def test_subsample_scores_are_those_of_the_subset():
     x, y = _models(2)
-    df = ablation.n_sweep(x, y, ns=[40], k=5, n_seeds=2, seed=7, layer_pair=(0, 2))
+    df = ablation_study.n_sweep(x, y, ns=[40], k=5, n_seeds=2, seed=7, layer_pair=(0, 2))
     for s, row in zip((7, 8), df.itertuples()):
-        idx = ablation.subsample_rows(80, 40, seed=s)
+        idx = ablation_study.subsample_rows(80, 40, seed=s)
         assert row.seed == s
         assert df.loc[row.Index, "raw fixed"] == mutual_knn(x.values[0, idx], y.values[2, idx], k=5)
 
 
 def test_k_sweep_matches_mutual_knn_and_fixed_k_over_n_scales_k():
     x, y = _models(3)
-    df = ablation.k_sweep(x, y, ks=[1, 5, 20], reference_k=5)
+    df = ablation_study.k_sweep(x, y, ks=[1, 5, 20], reference_k=5)
     i, j = df.attrs["layer_pair"]["index"]
     for row in df.itertuples():
         assert df.loc[row.Index, "raw fixed"] == mutual_knn(x.values[i], y.values[j], k=row.k)
         assert df.loc[row.Index, "chance"] == pytest.approx(row.k / 79)
-    r = ablation.n_sweep(x, y, ns=[20, 40, 80], k=8, k_over_n=0.1, n_seeds=1)
+    r = ablation_study.n_sweep(x, y, ns=[20, 40, 80], k=8, k_over_n=0.1, n_seeds=1)
     assert r["k"].tolist() == [2, 4, 8]
     assert r.attrs["regime"] == "fixed k/N"
 
@@ -100,40 +101,40 @@ def test_unrelated_pairing_scores_chance_after_correction():
     rng = np.random.default_rng(11)
     x = _features(rng.normal(size=(1, 200, 16)), "a")
     y = _features(rng.normal(size=(1, 200, 16)), "b")
-    df = ablation.n_sweep(x, y, ns=[100, 200], k=10, n_seeds=4)
+    df = ablation_study.n_sweep(x, y, ns=[100, 200], k=10, n_seeds=4)
     assert abs(df["corrected fixed"].mean()) < 0.02
     assert abs(df["raw fixed"].mean() - df["chance"].mean()) < 0.02
 
 
 def test_calibrated_columns_and_summaries():
     x, y = _models(4)
-    res = ablation.run_ablation({"vis": x, "lang": y}, [("vis", "lang")], ks=[2, 5], ns=[40, 80], k=5, n_seeds=2,
+    res = ablation_study.run_ablation({"vis": x, "lang": y}, [("vis", "lang")], ks=[2, 5], ns=[40, 80], k=5, n_seeds=2,
                                 n_permutations=19)
     assert set(res) == {"k", "n fixed k", "n fixed k/N"}
     ksw = res["k"]["vis × lang"]
     assert {"calibrated fixed", "p fixed", "null mean fixed"} <= set(ksw.columns)
     assert ((ksw["calibrated fixed"] >= 0) & (ksw["calibrated fixed"] <= 1)).all()
-    summ = ablation.summarize(res["n fixed k"]["vis × lang"])
+    summ = ablation_study.summarize(res["n fixed k"]["vis × lang"])
     assert summ.loc[80, ("raw fixed", "std")] == 0  # every full-size subsample is all rows
     assert summ.loc[40, ("seeds", "")] == 2
     table = ablation.summary_table(res)
     assert len(table) == 3
     assert table.loc[("vis × lang", "n fixed k"), "raw @ to"] == ksw.loc[ksw["k"] == 5, "raw fixed"].item()
     with pytest.raises(KeyError, match="no features"):
-        ablation.run_ablation({"vis": x}, [("vis", "lang")])
+        ablation_study.run_ablation({"vis": x}, [("vis", "lang")])
 
 
 def test_bad_inputs():
     x, y = _models(5)
     with pytest.raises(ValueError, match="n_seeds"):
-        ablation.n_sweep(x, y, n_seeds=0)
+        ablation_study.n_sweep(x, y, n_seeds=0)
     with pytest.raises(ValueError, match="k_over_n"):
-        ablation.n_sweep(x, y, k_over_n=1.5)
+        ablation_study.n_sweep(x, y, k_over_n=1.5)
     with pytest.raises(ValueError, match="layer_pair"):
-        ablation.k_sweep(x, y, layer_pair=(2, 0))
+        ablation_study.k_sweep(x, y, layer_pair=(2, 0))
     shuffled = LayerFeatures(y.values, y.layer_labels, tuple(reversed(y.sample_ids)), {"model": "lang"})
     with pytest.raises(FeatureMismatchError):
-        ablation.k_sweep(x, shuffled)
+        ablation_study.k_sweep(x, shuffled)
 
 
 def _k_order_inputs(flip_at, regimes=("cross-modal", "vision-vision", "language-language"), raw_drop_at=None):
@@ -351,16 +352,16 @@ def test_the_default_fixed_ratio_sizes_realise_the_ratio():
     from prh_lib.analysis.ablation.study import ratio_grid
 
     # 1,000 pairs at k/N = 0.01: 150 would run k = round(1.5) = 2, k/N 0.013; it becomes 200 (k = 2), once
-    assert ratio_grid(ablation.n_grid(1000, k=1), 0.01, 1000) == [100, 200, 300, 400, 500, 600, 800, 1000]
+    assert ratio_grid(ablation_study.n_grid(1000, k=1), 0.01, 1000) == [100, 200, 300, 400, 500, 600, 800, 1000]
     for n_total in (239, 1000, 5000):
         ratio = 10 / n_total
-        for n in ratio_grid(ablation.n_grid(n_total, k=1), ratio, n_total):
+        for n in ratio_grid(ablation_study.n_grid(n_total, k=1), ratio, n_total):
             k = max(1, round(ratio * n))
             assert abs(k / n - ratio) <= 0.5 / n  # the nearest integer size: within half a pair of exact
     # the sweep itself runs at those sizes with the default grid, and keeps explicit sizes as given
     rng = np.random.default_rng(0)
     x, y = _features(rng.normal(size=(2, 200, 6)), "x"), _features(rng.normal(size=(2, 200, 6)), "y")
-    df = ablation.n_sweep(x, y, k=10, k_over_n=0.05, n_seeds=1)
+    df = ablation_study.n_sweep(x, y, k=10, k_over_n=0.05, n_seeds=1)
     assert sorted(set(df["n"])) == [20, 40, 60, 80, 100, 120, 160, 200]  # 30 (k = 2 at 1.5) moved to 40
     assert np.allclose(df["k"] / df["n"], 0.05)
-    assert sorted(set(ablation.n_sweep(x, y, ns=[30, 200], k=10, k_over_n=0.05, n_seeds=1)["n"])) == [30, 200]
+    assert sorted(set(ablation_study.n_sweep(x, y, ns=[30, 200], k=10, k_over_n=0.05, n_seeds=1)["n"])) == [30, 200]

@@ -340,10 +340,10 @@ def _notebook_parameters(name):
 
 def test_paper_profile_uses_the_notebook_parameter_names():
     prof = profiles.get_profile("paper")
-    from prh_lib.run import runner
+    from prh_lib.run import book as run_book
 
     # every key of the profile reaches some notebook (a misspelt key would silently be ignored)
-    declared = set().union(*(_notebook_parameters(n) for n in runner.available_notebooks()))
+    declared = set().union(*(_notebook_parameters(n) for n in run_book.available_notebooks()))
     batch_only = {"vision_models", "language_models", "embedding_models", "vlm_models", "study_datasets"}
     assert set(prof) - batch_only <= declared, set(prof) - batch_only - declared
     assert prof["n_permutations"] == 500

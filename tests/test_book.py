@@ -13,6 +13,7 @@ from PIL import Image
 import yaml
 
 from prh_lib import paths
+from prh_lib.run import book as run_book
 from prh_lib.run import runner
 from prh_lib import formatting
 
@@ -37,17 +38,17 @@ def _text(html: str) -> str:
 
 def test_toc_lists_every_notebook_and_nothing_missing():
     files = _toc_files()
-    notebooks = runner.available_notebooks()
+    notebooks = run_book.available_notebooks()
     assert sorted(set(notebooks) - set(files)) == []
     for f in files:
         assert f in notebooks or (paths.book_dir() / f"{f}.md").is_file(), f"_toc.yml names {f!r}, which has no source"
-    assert runner.toc_notebooks() == [f for f in files if f in notebooks]
+    assert run_book.toc_notebooks() == [f for f in files if f in notebooks]
 
 
 def test_book_builds_with_every_page_and_its_figures(built_book):
     html = built_book
     assert (html / "index.html").is_file()
-    for name in runner.available_notebooks():
+    for name in run_book.available_notebooks():
         page = (html / f"{name}.html").read_text()
         images = re.findall(r"<img[^>]+src=\"([^\"]+\.png)\"", page)
         assert images, f"{name}.html shows no figure"
@@ -65,7 +66,7 @@ def test_book_builds_with_every_page_and_its_figures(built_book):
 
 
 def test_pages_show_no_stderr_and_the_parameters_once_folded(built_book):
-    for name in runner.available_notebooks():
+    for name in run_book.available_notebooks():
         page = (built_book / f"{name}.html").read_text()
         assert "output stderr" not in page, f"{name}.html shows a stderr block"
         assert "Kernel is running over TCP" not in page
@@ -76,7 +77,7 @@ def test_pages_show_no_stderr_and_the_parameters_once_folded(built_book):
         plain = [_text(m)[:80] for m in re.findall(r'class="output text_plain.*?</pre>', page, flags=re.S)]
         assert not plain, f"{name}.html shows {len(plain)} plain-text outputs, e.g. {plain[:2]}"
         folded = re.findall(r'<details class="[^"]*hide above-input">(.*?)</details>', page, flags=re.S)
-        boxes = [b for b in folded if runner.PARAMETERS_PROMPT in b]
+        boxes = [b for b in folded if run_book.PARAMETERS_PROMPT in b]
         assert len(boxes) == 1, f"{name}.html has {len(boxes)} parameter boxes, expected one"
         assert f"defaults (notebooks/{name}.py)" in _text(boxes[0]) and "Set for this run" in boxes[0]
         assert page.count("tag_parameters") == 0, f"{name}.html still shows the notebook's own parameters cell"
@@ -92,7 +93,7 @@ def _code_cells(name):
     return [c for c in jupytext.read(f"{paths.repo_root()}/notebooks/{name}.py").cells if c.cell_type == "code"]
 
 
-@pytest.mark.parametrize("name", runner.available_notebooks())
+@pytest.mark.parametrize("name", run_book.available_notebooks())
 def test_every_code_cell_is_removed_folded_or_the_parameters(name):
     """Set-up and bookkeeping cells are removed from the page; analysis cells are folded under their output."""
     for cell in _code_cells(name):
@@ -105,7 +106,7 @@ def test_every_code_cell_is_removed_folded_or_the_parameters(name):
 
 
 def test_pages_show_no_setup_or_bookkeeping_code(built_book):
-    for name in runner.available_notebooks():
+    for name in run_book.available_notebooks():
         page = (built_book / f"{name}.html").read_text()
         code = "".join(re.findall(r'<div class="highlight[^"]*"><pre>(.*?)</pre>', page, flags=re.S))
         text = re.sub(r"<[^>]+>", "", code)
@@ -150,10 +151,10 @@ def test_fold_parameters_merges_defaults_and_values_set(tmp_path, monkeypatch):
     assert len(injected) == 1 and "hide-input" in injected[0].metadata["tags"]
     text = injected[0].source
     assert text.index("n = 3") < text.index("# Set for this run") < text.index("n = 5")
-    assert injected[0].metadata["mystnb"]["code_prompt_show"] == runner.PARAMETERS_PROMPT
+    assert injected[0].metadata["mystnb"]["code_prompt_show"] == run_book.PARAMETERS_PROMPT
     assert "n = 5" in "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
     before = out.read_text()
-    runner.fold_parameters(out)  # idempotent
+    run_book.fold_parameters(out)  # idempotent
     assert out.read_text() == before
 
     plain = runner.run_notebook("tiny", {}, output_dir=tmp_path / "plain", quiet=True)
@@ -165,17 +166,17 @@ def test_partial_build_gives_placeholder_pages_without_warnings(tmp_path, capsys
     """Build with warnings as errors after running only one notebook: the others get a page saying how to run them."""
     book = tmp_path / "book"
     shutil.copytree(paths.book_dir(), book, ignore=shutil.ignore_patterns("_build", "*.ipynb"))
-    run_one = runner.toc_notebooks()[0]
+    run_one = run_book.toc_notebooks()[0]
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell("# Executed\n\nA page that was run.")]
     nbformat.write(nb, str(book / f"{run_one}.ipynb"))
 
-    html = runner.build_book(book, strict=True, quiet=True)
-    missing = [n for n in runner.toc_notebooks() if n != run_one]
+    html = run_book.build_book(book, strict=True, quiet=True)
+    missing = [n for n in run_book.toc_notebooks() if n != run_one]
     note = capsys.readouterr().out
     assert "not run yet" in note and all(n in note for n in missing)
-    assert runner.write_placeholders(book) == missing  # still placeholders; the executed one is kept
-    assert not runner.is_placeholder(book / f"{run_one}.ipynb")
+    assert run_book.write_placeholders(book) == missing  # still placeholders; the executed one is kept
+    assert not run_book.is_placeholder(book / f"{run_one}.ipynb")
     for name in missing:
         page = _text((html / f"{name}.html").read_text())
         assert "has not been run in this build" in page and f"prh-run {name}" in page
@@ -197,14 +198,14 @@ def test_plain_jupyter_book_build_fails_clearly_without_the_executed_pages(tmp_p
         return subprocess.run([exe, "build", str(book)], capture_output=True, text=True, env=env, cwd=tmp_path)
 
     proc = build()
-    chapters = runner.toc_notebooks()
+    chapters = run_book.toc_notebooks()
     assert proc.returncode == 1, proc.stdout[-2000:]
     error = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert len(error) == 1 and "produced by prh-run" in error[0] and "`prh-run`" in error[0]
     assert f"not executed: {', '.join(chapters)}" in error[0]
     assert "Traceback" not in proc.stderr + proc.stdout and not (book / "_build" / "html" / "index.html").exists()
 
-    runner.write_placeholders(book)  # what a partial prh-run leaves: every chapter but one a placeholder
+    run_book.write_placeholders(book)  # what a partial prh-run leaves: every chapter but one a placeholder
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell("# Executed\n\nA page that was run.")]
     nbformat.write(nb, str(book / f"{chapters[0]}.ipynb"))
@@ -224,15 +225,15 @@ def test_plain_jupyter_book_build_succeeds_once_every_page_is_executed(built_boo
     proc = subprocess.run([str(Path(sys.executable).with_name("jupyter-book")), "build", str(book)],
                           capture_output=True, text=True, env=env, cwd=book.parent)
     assert proc.returncode == 0 and "error:" not in proc.stderr, (proc.stdout + proc.stderr)[-3000:]
-    assert all((built_book / f"{n}.html").is_file() for n in runner.toc_notebooks(book))
+    assert all((built_book / f"{n}.html").is_file() for n in run_book.toc_notebooks(book))
 
 
 def test_strict_build_fails_on_a_warning(tmp_path):
     book = tmp_path / "book"
     shutil.copytree(paths.book_dir(), book, ignore=shutil.ignore_patterns("_build", "*.ipynb"))
     (book / "intro.md").write_text((book / "intro.md").read_text() + "\n\nSee {ref}`no-such-label`.\n")
-    with pytest.raises(runner.BookBuildError, match="no-such-label"):
-        runner.build_book(book, strict=True, quiet=True)
+    with pytest.raises(run_book.BookBuildError, match="no-such-label"):
+        run_book.build_book(book, strict=True, quiet=True)
 
 
 def test_front_page_checklist_shows_every_chapters_computed_verdicts(built_book):
@@ -271,7 +272,7 @@ def _header_rows(page: str):
 
 def test_tables_have_one_named_header_row_and_no_nan(built_book):
     """No index-name row, no empty header cell, no NaN / raw None on any page (issue 28, item 2)."""
-    for name in ["intro"] + runner.available_notebooks():
+    for name in ["intro"] + run_book.available_notebooks():
         page = (built_book / f"{name}.html").read_text()
         for rows in _header_rows(page):
             assert len(rows) == 1, f"{name}.html: a table has {len(rows)} header rows: {rows}"
@@ -319,7 +320,7 @@ def test_page_table_says_a_p_value_at_the_permutation_floor_once():
 def test_table_headers_are_words_not_code_names(built_book):
     """No snake_case column name (``n_eval``, ``score_mean``) and no bare number (a sweep's ``8``) in any table
     header: columns are named in words."""
-    for name in ["intro"] + runner.available_notebooks():
+    for name in ["intro"] + run_book.available_notebooks():
         page = (built_book / f"{name}.html").read_text()
         heads = {h for rows in _header_rows(page) for row in rows for h in row}
         raw = sorted(h for h in heads if re.fullmatch(r"[a-z0-9]+(_[a-z0-9]+)+", h))

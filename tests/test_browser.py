@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from prh_lib import paths
-from prh_lib.run import runner
+from prh_lib.run import book as run_book
 
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 INSTALL = "apt-get install -y chromium chromium-driver"
@@ -236,11 +236,11 @@ def test_page_reads_cleanly_in_chromium(page, book_html, server, driver, screens
     outside = [u for u in info["resources"] if not u.startswith(server) and not u.startswith("data:")]
     if outside:
         problems.append(f"resources loaded from outside the book: {outside[:5]}")
-    if page in runner.available_notebooks():
+    if page in run_book.available_notebooks():
         if info["nImages"] == 0:
             problems.append("a chapter with no figure")
         problems += _small_text(page, info, book_html, screenshots)
-        folded = [p for p in info["params"] if runner.PARAMETERS_PROMPT in p["text"]]
+        folded = [p for p in info["params"] if run_book.PARAMETERS_PROMPT in p["text"]]
         if len(folded) != 1 or folded[0]["open"]:
             problems.append(f"parameters should be shown once, folded; found {info['params']}")
     assert not problems, f"{page}.html (screenshot {screenshots / (page + '.png')}):\n  " + "\n  ".join(problems)

@@ -12,6 +12,8 @@ from scipy import stats
 
 from prh_lib import lm as L
 from prh_lib.pages import sec3_2_capability as C
+from prh_lib.analysis.capability import study as capability_study
+from prh_lib.stats import correlation as stats_correlation
 from prh_lib.data import benchmarks
 from prh_lib.lm import ladder
 from prh_lib.data import paper
@@ -38,7 +40,7 @@ def test_correlate_r_and_p_agree_with_scipy(seed, n):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=n)
     y = 0.5 * x + rng.normal(size=n)
-    res = C.correlate(x, y, n_boot=200, seed=seed)
+    res = stats_correlation.correlate(x, y, n_boot=200, seed=seed)
     ref = stats.pearsonr(x, y)
     assert res.n == n
     assert res.r == pytest.approx(ref.statistic, abs=1e-12)
@@ -51,7 +53,7 @@ def test_correlate_r_and_p_agree_with_scipy(seed, n):
 
 def test_correlate_hand_worked_example():
     # x = 1..4, y = (1, 3, 2, 4): centred products sum to 4, both centred norms are sqrt(5), so r = 4/5
-    res = C.correlate([1, 2, 3, 4], [1, 3, 2, 4], n_boot=0)
+    res = stats_correlation.correlate([1, 2, 3, 4], [1, 3, 2, 4], n_boot=0)
     assert res.r == pytest.approx(0.8)
     assert np.isnan(res.ci_low) and np.isnan(res.ci_high)
 
@@ -60,8 +62,8 @@ def test_correlate_bootstrap_interval_is_seeded_and_covers_a_strong_correlation(
     rng = np.random.default_rng(0)
     x = rng.normal(size=12)
     y = x + 0.3 * rng.normal(size=12)
-    a, b = C.correlate(x, y, n_boot=500, seed=3), C.correlate(x, y, n_boot=500, seed=3)
-    c = C.correlate(x, y, n_boot=500, seed=4)
+    a, b = stats_correlation.correlate(x, y, n_boot=500, seed=3), stats_correlation.correlate(x, y, n_boot=500, seed=3)
+    c = stats_correlation.correlate(x, y, n_boot=500, seed=4)
     assert (a.ci_low, a.ci_high) == (b.ci_low, b.ci_high)
     assert (a.ci_low, a.ci_high) != (c.ci_low, c.ci_high)
     assert a.ci_low < a.r < a.ci_high and a.ci_low > 0.5
@@ -71,7 +73,7 @@ def test_correlate_bootstrap_interval_is_seeded_and_covers_a_strong_correlation(
 @pytest.mark.parametrize("n", [0, 1, 2])
 def test_fewer_than_three_models_give_no_p_value(n):
     x, y = np.arange(n, dtype=float), np.array([3.0, 1.0][:n])
-    res = C.correlate(x, y)
+    res = stats_correlation.correlate(x, y)
     assert res.n == n
     assert np.isnan(res.p_value)  # scipy would report p = 1 for n = 2
     assert np.isnan(res.ci_low) and np.isnan(res.ci_high)
@@ -83,14 +85,14 @@ def test_fewer_than_three_models_give_no_p_value(n):
 
 def test_constant_input_gives_nan_with_a_warning_never_p_one():
     with pytest.warns(stats.ConstantInputWarning, match="constant"):
-        res = C.correlate([0.0, 0.0, 0.0, 0.0], [1.0, 2.0, 3.0, 4.0])
+        res = stats_correlation.correlate([0.0, 0.0, 0.0, 0.0], [1.0, 2.0, 3.0, 4.0])
     assert np.isnan(res.r) and np.isnan(res.p_value) and res.p_value != 1
 
 
 def test_nan_pairs_are_left_out():
     x = [1.0, 2.0, np.nan, 4.0, 5.0]
     y = [2.0, 1.0, 7.0, np.nan, 6.0]
-    res = C.correlate(x, y, n_boot=0)
+    res = stats_correlation.correlate(x, y, n_boot=0)
     ref = stats.pearsonr([1.0, 2.0, 5.0], [2.0, 1.0, 6.0])
     assert res.n == 3 and res.r == pytest.approx(ref.statistic)
 
@@ -104,7 +106,7 @@ def test_nan_pairs_are_left_out():
 ])
 def test_correlate_validates(x, y, kw, match):
     with pytest.raises(ValueError, match=match):
-        C.correlate(x, y, **kw)
+        stats_correlation.correlate(x, y, **kw)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -391,10 +393,10 @@ def test_near_constant_series_give_nan_with_a_warning_and_the_bootstrap_agrees(s
     assert R.near_constant(series)
     kind = stats.ConstantInputWarning if np.all(series == series[0]) else stats.NearConstantInputWarning
     with pytest.warns(kind):
-        res = C.correlate(series, y, method=method, n_boot=200)
+        res = stats_correlation.correlate(series, y, method=method, n_boot=200)
     assert np.isnan(res.r) and np.isnan(res.p_value) and np.isnan(res.ci_low) and np.isnan(res.ci_high)
     with pytest.warns(kind):
-        res = C.correlate(y, series, method=method, p_value="exact", interval="fisher")
+        res = stats_correlation.correlate(y, series, method=method, p_value="exact", interval="fisher")
     assert np.isnan(res.r) and np.isnan(res.p_value)
     # the bootstrap's resamples use the same test: every resample of the series is undefined
     assert np.isnan(R._r_rows(series[None].repeat(3, 0), y[None].repeat(3, 0), method)).all()
@@ -424,24 +426,24 @@ def test_exact_permutation_p_enumerates_every_ordering():
     obs = abs(np.corrcoef(x, base)[0, 1])
     count = sum(abs(np.corrcoef(x, base[list(p)])[0, 1]) >= obs - 1e-12 for p in itertools.permutations(range(4)))
     assert R.exact_permutation_p(x, base) == pytest.approx(count / 24)
-    res = C.correlate(x, base, p_value="exact", interval="fisher")
+    res = stats_correlation.correlate(x, base, p_value="exact", interval="fisher")
     assert res.p_method == "exact" and res.p_value == pytest.approx(count / 24)
     with pytest.raises(ValueError, match="n <= 8"):
-        C.correlate(np.arange(9.0), np.arange(9.0) ** 2, p_value="exact")
-    assert C.correlate(np.arange(9.0), np.arange(9.0) ** 2, p_value="auto").p_method == "scipy"
+        stats_correlation.correlate(np.arange(9.0), np.arange(9.0) ** 2, p_value="exact")
+    assert stats_correlation.correlate(np.arange(9.0), np.arange(9.0) ** 2, p_value="auto").p_method == "scipy"
 
 
 def test_fisher_interval_matches_scipy_and_is_wide_at_n_4():
     rng = np.random.default_rng(1)
     x = rng.normal(size=10)
     y = x + rng.normal(size=10)
-    res = C.correlate(x, y, interval="fisher")
+    res = stats_correlation.correlate(x, y, interval="fisher")
     ref = stats.pearsonr(x, y).confidence_interval(0.95)
     assert (res.ci_low, res.ci_high) == pytest.approx((ref.low, ref.high), rel=1e-9)
     lo, hi = R.fisher_interval(-0.9, 4)
     assert lo < -0.99 and hi > 0.0  # n = 4: the interval spans zero even for r = -0.9
     assert all(np.isnan(R.fisher_interval(1.0, 4))) and all(np.isnan(R.fisher_interval(0.5, 3)))
-    s = C.correlate([1.0, 2.0, 3.0, 4.0, 5.0], [2.0, 1.0, 4.0, 3.0, 5.0], method="spearman")
+    s = stats_correlation.correlate([1.0, 2.0, 3.0, 4.0, 5.0], [2.0, 1.0, 4.0, 3.0, 5.0], method="spearman")
     assert s.r == pytest.approx(stats.spearmanr([1, 2, 3, 4, 5], [2, 1, 4, 3, 5]).statistic)
 
 
@@ -582,7 +584,7 @@ def test_degenerate_layers_are_collected_into_one_sentence_and_other_warnings_pa
     ids = tuple(f"s{i}" for i in range(30))
     fx = LayerFeatures(X, ("embed", "layer.1", "layer.2"), ids, {}, None)
     fy = LayerFeatures(Y, ("embed", "layer.1"), ids, {}, None)
-    dl = C.DegenerateLayers()
+    dl = capability_study.DegenerateLayers()
     with warnings.catch_warnings(record=True) as outer:
         warnings.simplefilter("always")
         with dl:
@@ -591,7 +593,7 @@ def test_degenerate_layers_are_collected_into_one_sentence_and_other_warnings_pa
             warnings.warn("something else", UserWarning)
     assert dl.found == {"vis": {"embed"}} and "vis: embed" in dl.sentence()
     assert [str(w.message) for w in outer] == ["something else"]
-    assert C.DegenerateLayers().sentence() == ""
+    assert capability_study.DegenerateLayers().sentence() == ""
 
 
 def test_the_benchmark_table_says_missing_values_in_words():

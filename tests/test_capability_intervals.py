@@ -6,6 +6,7 @@ import pytest
 from scipy import stats
 
 from prh_lib.pages import sec3_2_capability as capability
+from prh_lib.analysis.capability import intervals as capability_intervals
 from prh_lib.analysis.capability.intervals import image_correlations, replicate_correlations
 
 
@@ -182,5 +183,5 @@ def test_image_correlations_give_final_layer_correlations_and_their_paired_diffe
     pe = out[out["method"] == "pearson"].iloc[0]
     assert pe["r"] < -0.9 and pe["r final"] > 0.5  # peak: lower bits per byte aligns more; final: the reverse
     assert pe["peak − final (capability)"] > 1 and pe["peak − final low"] > 0
-    shown = capability.image_display(out)
+    shown = capability_intervals.image_display(out)
     assert any(c.startswith("r, final layers") for c in shown.columns) and not shown.isna().any().any()

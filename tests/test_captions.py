@@ -12,6 +12,7 @@ from pathlib import Path
 from prh_lib import data, extract
 from prh_lib import lm as L
 from prh_lib.pages import appf_caption_detail as captions
+from prh_lib.analysis.captions import study as captions_study
 from prh_lib.analysis.captions import intervals as captions_intervals
 from prh_lib.stats.intervals import bootstrap_interval
 from fixtures.tiny_models import tiny_llama
@@ -138,7 +139,7 @@ def test_summarize_rejects_bad_options(kwargs, match):
 
 def test_detail_variants_without_a_generator():
     ds = data.load_dataset("coco-folder")
-    variants, summaries = captions.detail_variants(ds, n=12, seed=1, max_captions=3, fractions=[0.25, 0.5],
+    variants, summaries = captions_study.detail_variants(ds, n=12, seed=1, max_captions=3, fractions=[0.25, 0.5],
                                                    summary_model=None, summary_rows=[0, 3, 5])
     assert summaries == {}
     assert list(variants) == ["concat-1", "concat-2", "concat-3", "concat-1 (subset)", "concat-2 (subset)",
@@ -155,7 +156,7 @@ def test_detail_variants_without_a_generator():
     assert all(L.word_count(a) < L.word_count(b) for a, b in zip(t.texts, src.texts))
     assert {v["control"] for v in variants.values()} == {"more detail", "more detail (subset)", "truncation",
                                                          "summary"}
-    full, _ = captions.detail_variants(ds, n=12, seed=1, max_captions=2, fractions=[0.5], summary_model=None)
+    full, _ = captions_study.detail_variants(ds, n=12, seed=1, max_captions=2, fractions=[0.5], summary_model=None)
     assert list(full) == ["concat-1", "concat-2", "truncation-1", "summary-1", "truncation-0.5"]
 
 
@@ -199,7 +200,7 @@ def test_detail_alignment_reuses_rows_and_scores_each_variant(monkeypatch):
     monkeypatch.setattr(extract, "save_features", lambda *a, **k: None)
     monkeypatch.setattr(models, "load_model", lambda name, **k: loads.append(name) or f"loaded {name}")
     ds = data.load_dataset("coco-folder")
-    variants, _ = captions.detail_variants(ds, n=20, seed=2, max_captions=2, fractions=[0.5], summary_model=None,
+    variants, _ = captions_study.detail_variants(ds, n=20, seed=2, max_captions=2, fractions=[0.5], summary_model=None,
                                            summary_rows=list(range(0, 20, 2)))
     vision = {"vis": _text_features([s + "img" for s in variants["concat-1"]["pairs"].sample_ids],
                                     variants["concat-1"]["pairs"].sample_ids, "vis")}
@@ -208,7 +209,7 @@ def test_detail_alignment_reuses_rows_and_scores_each_variant(monkeypatch):
         def __call__(self, texts, add_special_tokens=False, verbose=True):
             return {"input_ids": [t.split() for t in texts]}
 
-    table = captions.detail_alignment(vision, variants, ["lang"], k=3, clip_q=None, tokenizers={"lang": Tok()})
+    table = captions_study.detail_alignment(vision, variants, ["lang"], k=3, clip_q=None, tokenizers={"lang": Tok()})
     # only texts not seen before are extracted: concat-1, concat-2, the truncation; subsets reuse rows
     assert calls == ["concat", "concat", "truncate-0.5"]
     assert loads == ["lang"]  # the language model is loaded once for every variant
@@ -224,7 +225,7 @@ def test_detail_alignment_reuses_rows_and_scores_each_variant(monkeypatch):
         "concat-2 (subset)", "peak"]  # the same texts on the same images
     bad = {"vis": vision["vis"].rows(range(5))}
     with pytest.raises(ValueError, match="without vis features"):
-        captions.detail_alignment(bad, variants, ["lang"], k=3, clip_q=None, tokenizers={"lang": Tok()})
+        captions_study.detail_alignment(bad, variants, ["lang"], k=3, clip_q=None, tokenizers={"lang": Tok()})
 
     # a variant whose every text is the same (a summariser that ignores its input) has no neighbourhoods: its
     # score is NaN and says so, and the other variants are still scored
@@ -232,7 +233,7 @@ def test_detail_alignment_reuses_rows_and_scores_each_variant(monkeypatch):
             if name == "truncation-0.5" else v for name, v in variants.items()}
     calls.clear()
     with pytest.warns(RuntimeWarning, match="degenerate"):
-        t2 = captions.detail_alignment(vision, same, ["lang"], k=3, clip_q=None,
+        t2 = captions_study.detail_alignment(vision, same, ["lang"], k=3, clip_q=None,
                                        tokenizers={"lang": Tok()}).set_index("variant")
     assert np.isnan(t2.loc["truncation-0.5", "peak"]) and t2.loc["truncation-0.5", "peak layers"].startswith("undefined")
     assert np.isnan(t2.loc["truncation-0.5", "corrected peak"])
@@ -261,7 +262,7 @@ def test_study_variants_over_draws_share_parents_and_rotate_caption_draws():
     specs = [{"name": "caps", "source": "coco-folder", "n_pairs": 10, "repetitions": 2, "draws": "captions"},
              {"name": "seeds", "source": "coco-folder", "n_pairs": 10, "repetitions": 2}]
     draws = data.study_draws(specs)
-    variants, summaries = captions.study_variants(specs, draws, max_captions=3, fractions=[0.5],
+    variants, summaries = captions_study.study_variants(specs, draws, max_captions=3, fractions=[0.5],
                                                   summary_model=None)
     assert summaries == {}
     scored = {n: v for n, v in variants.items() if v["score"]}
@@ -280,7 +281,7 @@ def test_study_variants_over_draws_share_parents_and_rotate_caption_draws():
         text_of = dict(zip(p["pairs"].sample_ids, p["pairs"].texts))
         assert all(text_of.get(sid) == t for sid, t in zip(v["pairs"].sample_ids, v["pairs"].texts)), name
     with pytest.raises(ValueError, match="max_captions"):
-        captions.study_variants(specs, draws, max_captions=0, summary_model=None)
+        captions_study.study_variants(specs, draws, max_captions=0, summary_model=None)
 
 
 @pytest.mark.parametrize("models", [("a", "b"), ("a", "b", "c")])
@@ -500,12 +501,12 @@ def test_order_intervals_of_two_models_are_paired_margins(monkeypatch, seed):
                              "level": lv, "peak": p, "peak std": 0.001, "n_draws": 5} for (m, lv), p in peaks.items()])
     row = captions.findings(summary, order_intervals=iv)[0]
     assert row["verdict"] == "reproduces in kind", row["note"]
-    table = captions.order_display(iv)
+    table = captions_intervals.order_display(iv)
     col = "full-text leader's margin [95 % CI over images]"
     assert col in table.columns and "Kendall τ [95 % CI over images]" not in table
     assert table[col].str.startswith("a over b: +0.010 [").all()  # the leader named, the margin's sign its lead
     unresolved = iv.assign(full_low=-0.01)  # the full-text interval holds 0: no leader, the margins are not read
-    assert captions.order_display(unresolved)[col].str.startswith("not read: no leader at the full text (a ahead").all()
+    assert captions_intervals.order_display(unresolved)[col].str.startswith("not read: no leader at the full text (a ahead").all()
     assert table["difference at the full text [95 % CI over images]"].str.startswith("a − b: +0.020 [").all()
 
 
@@ -542,7 +543,7 @@ def test_order_intervals_of_three_models_stay_kendall_tau(monkeypatch):
     assert r["tau"] == 1.0 and r["low"] == 1.0 and r["high"] == 1.0 and r["n_lms"] == 3  # no replicate reorders them
     assert all(np.isnan(r[c]) for c in ("full_margin", "full_low", "full_high", "margin", "margin_low",
                                         "margin_high")) and r["lm_a"] == r["lm_b"] == ""
-    table = captions.order_display(iv)
+    table = captions_intervals.order_display(iv)
     assert list(table.columns[:1]) == ["Kendall τ [95 % CI over images]"] and "leader's margin" not in " ".join(table)
     # one replicate in three swaps b and c at the shorter level: τ stays +1, its interval reaches down
     for b in range(0, 50, 3):

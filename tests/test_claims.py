@@ -8,6 +8,7 @@ import pytest
 
 from prh_lib.pages import claims
 from prh_lib import paths
+from prh_lib.stats.decision import Test, combine, outcome
 
 
 def test_every_claim_names_an_existing_chapter():
@@ -50,7 +51,7 @@ def test_differs_is_never_given_with_an_interval_that_reaches_the_claims_side():
     for est, half, thr in rng.uniform([-1, 0, -0.5], [1, 0.5, 0.5], (2000, 3)):
         lo, hi = est - half, est + half
         for side in (">", "<"):
-            o = claims.outcome(est, lo, hi, thr, side=side)
+            o = outcome(est, lo, hi, thr, side=side)
             reaches = hi >= thr if side == ">" else lo <= thr
             if o == "differs":
                 assert not reaches
@@ -75,18 +76,18 @@ def test_differs_is_never_given_with_an_interval_that_reaches_the_claims_side():
     (math.nan, 0.0, 0.1, 0.0, ">", "inconclusive"),
 ])
 def test_three_way_outcome_of_a_test(estimate, low, high, threshold, side, expected):
-    assert claims.outcome(estimate, low, high, threshold, side=side) == expected
-    assert claims.Test("t", estimate, low, high, threshold, side).outcome == expected
+    assert outcome(estimate, low, high, threshold, side=side) == expected
+    assert Test("t", estimate, low, high, threshold, side).outcome == expected
 
 
 def test_a_claim_passes_only_when_every_test_holds():
-    ok = claims.Test("margin over floor", 0.05, 0.02, 0.08)
-    overlap = claims.Test("margin over random-init", 0.04, -0.01, 0.09)
-    wrong = claims.Test("vision-vision − random-init", -0.04, -0.08, -0.01)
-    assert claims.combine([ok])[:2] == (True, True)
-    holds, conclusive, note = claims.combine([ok, overlap])
+    ok = Test("margin over floor", 0.05, 0.02, 0.08)
+    overlap = Test("margin over random-init", 0.04, -0.01, 0.09)
+    wrong = Test("vision-vision − random-init", -0.04, -0.08, -0.01)
+    assert combine([ok])[:2] == (True, True)
+    holds, conclusive, note = combine([ok, overlap])
     assert (holds, conclusive) == (True, False) and "margin over random-init" in note
-    holds, conclusive, note = claims.combine([ok, overlap, wrong])
+    holds, conclusive, note = combine([ok, overlap, wrong])
     assert (holds, conclusive) == (False, True) and "vision-vision − random-init" in note
     # the undecided test is named after the failing one, with what it could detect
     assert note.index("fails: vision-vision") < note.index("; cannot decide: margin over random-init")
@@ -96,9 +97,9 @@ def test_a_claim_passes_only_when_every_test_holds():
     row = claims.finding("3.1/vision-vision", this_build="x", tests=[ok, overlap])
     assert row["verdict"] == "inconclusive"
     with pytest.raises(ValueError):
-        claims.combine([])
+        combine([])
     with pytest.raises(ValueError):
-        claims.Test("t", 0, 0, 0, side="=")
+        Test("t", 0, 0, 0, side="=")
 
 
 def test_claim_without_number_never_reproduces_exactly():
@@ -167,34 +168,34 @@ def test_a_result_that_points_the_papers_way_but_cannot_be_told_from_chance_is_i
 
 def test_an_undecided_test_says_what_difference_this_build_could_detect():
     # interval [-0.1, 0.1]: SE = 0.1 / 1.95996; detectable at 95 % / 80 % = (1.95996 + 0.84162) SE = 0.1429
-    holds, conclusive, note = claims.combine([claims.Test("a × b − floor", 0.05, -0.1, 0.1),
-                                              claims.Test("c × d − floor", 0.2, 0.1, 0.3)])
+    holds, conclusive, note = combine([Test("a × b − floor", 0.05, -0.1, 0.1),
+                                       Test("c × d − floor", 0.2, 0.1, 0.3)])
     assert (holds, conclusive) == (True, False)
     assert "a × b − floor: needs > 0, got 0.050 [-0.100, 0.100] (detects a difference from 0 of 0.143 at 80 % power)" in note
     assert "c × d" not in note  # a test that holds is not listed
     # a wider interval detects only larger differences; no interval, no power statement
-    _, _, wide = claims.combine([claims.Test("x", 0.05, -0.2, 0.2)])
+    _, _, wide = combine([Test("x", 0.05, -0.2, 0.2)])
     assert "of 0.286 at 80 % power" in wide
-    _, _, none = claims.combine([claims.Test("x", 0.05, math.nan, math.nan)])
+    _, _, none = combine([Test("x", 0.05, math.nan, math.nan)])
     assert "power" not in none and "(no interval)" in none
     # a failing test says how it fails, with no power statement (it was decided)
-    _, _, fails = claims.combine([claims.Test("x", -0.15, -0.2, -0.1)])
+    _, _, fails = combine([Test("x", -0.15, -0.2, -0.1)])
     assert fails.startswith("fails: ") and "power" not in fails
 
 
 def test_a_detectable_difference_beyond_the_statistics_range_is_reported_as_none():
     # interval [-0.9, 0.95] of a correlation: (1.95996 + 0.84162) * 1.85 / (2 * 1.95996) = 1.322 > 1 = the most
     # r can exceed 0 by, so no difference within r's range is detectable
-    r = claims.Test("r with capability", 0.2, -0.9, 0.95, bounds=(-1.0, 1.0))
+    r = Test("r with capability", 0.2, -0.9, 0.95, bounds=(-1.0, 1.0))
     assert math.isinf(r.detectable())
-    _, _, note = claims.combine([r])
+    _, _, note = combine([r])
     assert "no difference from 0 within the range of the statistic [-1, 1]" in note and "1.322" not in note
     # the same interval without bounds (a score difference): the figure is printed
-    assert "of 1.322 at 80 % power" in claims.combine([claims.Test("x", 0.2, -0.9, 0.95)])[2]
+    assert "of 1.322 at 80 % power" in combine([Test("x", 0.2, -0.9, 0.95)])[2]
     # a narrow interval on a correlation: a figure within the range
-    assert claims.Test("r", 0.2, -0.05, 0.45, bounds=(-1.0, 1.0)).detectable() == pytest.approx(0.357, abs=1e-3)
+    assert Test("r", 0.2, -0.05, 0.45, bounds=(-1.0, 1.0)).detectable() == pytest.approx(0.357, abs=1e-3)
     with pytest.raises(ValueError, match="bounds"):
-        claims.Test("r", 0.2, 0.1, 0.3, bounds=(1.0, -1.0))
+        Test("r", 0.2, 0.1, 0.3, bounds=(1.0, -1.0))
 
 
 def test_a_reason_makes_a_row_not_testable_and_keeps_its_note():
@@ -210,33 +211,33 @@ def test_a_reason_makes_a_row_not_testable_and_keeps_its_note():
 def test_the_power_note_names_the_test_its_figure_belongs_to():
     from prh_lib.pages import verdicts as V
 
-    wide = claims.Test("a × b − floor", 0.3, 0.1, 0.5)  # holds; the widest interval
-    narrow = claims.Test("a × b − c × d", 0.3, 0.25, 0.35)
-    depth = claims.Test("a × b depth", 0.3, 0.0, 0.9, 0.6, "<")  # other units: never the generic figure
+    wide = Test("a × b − floor", 0.3, 0.1, 0.5)  # holds; the widest interval
+    narrow = Test("a × b − c × d", 0.3, 0.25, 0.35)
+    depth = Test("a × b depth", 0.3, 0.0, 0.9, 0.6, "<")  # other units: never the generic figure
     note = V.power_note([narrow, wide, depth])
     assert note == ("smallest difference from 0 this build detects at 80 % power, on its widest interval "
                     "(a × b − floor): 0.286")
     # the widest is undecided: combine's note already gives its figure next to its name, so no second one
-    undecided = claims.Test("a × b − floor", 0.1, -0.1, 0.3)
+    undecided = Test("a × b − floor", 0.1, -0.1, 0.3)
     assert V.power_note([narrow, undecided]) == ""
-    assert "(detects a difference from 0 of 0.286 at 80 % power)" in claims.combine([narrow, undecided])[2]
+    assert "(detects a difference from 0 of 0.286 at 80 % power)" in combine([narrow, undecided])[2]
     assert V.power_note([depth]) == ""
 
 
 def test_an_interval_end_that_would_print_as_the_threshold_gets_one_more_digit():
     # a lower end of 0.0004 (above 0: the test holds) or -0.0004 (below: it cannot decide) must not print as
     # "0.000", which reads as touching the threshold either way
-    assert claims.Test("m", 0.004, 0.0004, 0.008).describe() == "m: needs > 0, got 0.0040 [0.0004, 0.0080]"
-    assert claims.Test("m", 0.004, -0.0004, 0.008).describe() == "m: needs > 0, got 0.0040 [-0.0004, 0.0080]"
-    assert claims.Test("m", 0.04, 0.01, 0.08).describe() == "m: needs > 0, got 0.040 [0.010, 0.080]"
-    assert claims.Test("m", 0.04, 0.0, 0.08).describe() == "m: needs > 0, got 0.040 [0.000, 0.080]"  # exactly 0
+    assert Test("m", 0.004, 0.0004, 0.008).describe() == "m: needs > 0, got 0.0040 [0.0004, 0.0080]"
+    assert Test("m", 0.004, -0.0004, 0.008).describe() == "m: needs > 0, got 0.0040 [-0.0004, 0.0080]"
+    assert Test("m", 0.04, 0.01, 0.08).describe() == "m: needs > 0, got 0.040 [0.010, 0.080]"
+    assert Test("m", 0.04, 0.0, 0.08).describe() == "m: needs > 0, got 0.040 [0.000, 0.080]"  # exactly 0
     # an end still printing as the threshold gets digits until it does not (the robustness page's "[-0.0479, 0.0000]")
-    assert claims.Test("m", -0.0192, -0.0479, -0.00002).describe() == "m: needs > 0, got -0.01920 [-0.04790, -0.00002]"
+    assert Test("m", -0.0192, -0.0479, -0.00002).describe() == "m: needs > 0, got -0.01920 [-0.04790, -0.00002]"
 
 
 def test_two_readings_a_claim_that_holds_by_the_papers_test_but_not_beyond_a_floor_says_so():
-    paper_part = claims.Test("peak − chance", 0.09, 0.08, 0.10)
-    floor = claims.Test("peak − TF-IDF (bag-of-words floor)", 0.002, -0.002, 0.006, control=True)
+    paper_part = Test("peak − chance", 0.09, 0.08, 0.10)
+    floor = Test("peak − TF-IDF (bag-of-words floor)", 0.002, -0.002, 0.006, control=True)
     row = claims.finding("3.1/cross-modal-peak", this_build="x", tests=[paper_part, floor])
     assert row["paper reading"] == "reproduces in kind" and row["verdict"] == "inconclusive"
     assert "TF-IDF" in row["note"] and "peak − chance" not in row["note"]
@@ -250,7 +251,7 @@ def test_two_readings_a_claim_that_holds_by_the_papers_test_but_not_beyond_a_flo
 
 
 def test_explained_and_control_failed_are_labels_of_their_own_defined_once():
-    row = claims.finding("D/vision-vision", this_build="x", tests=[claims.Test("gap", -0.01, -0.02, -0.005)],
+    row = claims.finding("D/vision-vision", this_build="x", tests=[Test("gap", -0.01, -0.02, -0.005)],
                          explained="centring makes Cross-Model equal Pointwise")
     assert row["verdict"] == "explained" and row["note"].startswith("centring")
     row = claims.finding("C/hierarchy", this_build="x", holds=True, control_failed="the shuffled tree does too")

@@ -7,6 +7,8 @@ import torch
 from sklearn.decomposition import PCA
 
 from prh_lib.pages import sec3_1b_pca as compression
+from prh_lib.analysis.compression import pca as compression_pca
+from prh_lib.analysis.compression import study as compression_study
 from prh_lib.analysis import AlignmentMatrix
 from prh_lib.extract import FeatureMismatchError, LayerFeatures
 from prh_lib.metrics import mutual_knn
@@ -27,7 +29,7 @@ def _pair(seed, n=60, dx=12, dy=20, shared=4, noise=0.5):
 def test_full_rank_reproduces_uncompressed_score_exactly(seed, shape, side):
     n, dx, dy = shape
     X, Y = _pair(seed, n, dx, dy)
-    s = compression.pca_sweep(X, Y, compress=side, k=5)
+    s = compression_study.pca_sweep(X, Y, compress=side, k=5)
     plain = mutual_knn(X, Y, k=5)
     assert s.reference == plain
     assert s.scores[-1] == plain  # the last default grid point is min(N, d): full rank
@@ -38,12 +40,12 @@ def test_full_rank_reproduces_uncompressed_score_exactly(seed, shape, side):
 @pytest.mark.parametrize("seed", [0, 3])
 def test_pca_space_full_rank_equals_centred_features(seed):
     X, Y = _pair(seed)
-    s = compression.pca_sweep(X, Y, compress="x", k=5, space="pca")
+    s = compression_study.pca_sweep(X, Y, compress="x", k=5, space="pca")
     centred = mutual_knn(X - X.astype(np.float64).mean(0), Y, k=5)
     assert s.reference == pytest.approx(centred, abs=0)
     assert s.scores[-1] == pytest.approx(centred, abs=1e-12)
     # centring changes cosine neighbourhoods, so the two spaces are genuinely different references
-    assert compression.pca_sweep(X, Y, compress="x", k=5, dims=[12]).reference == mutual_knn(X, Y, k=5)
+    assert compression_study.pca_sweep(X, Y, compress="x", k=5, dims=[12]).reference == mutual_knn(X, Y, k=5)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -52,7 +54,7 @@ def test_sweep_equals_a_plain_loop_over_sklearn_fits(seed, space):
     """Each grid point equals a separate scikit-learn PCA(n_components=m) fit, scored with mutual_knn."""
     X, Y = _pair(seed)
     dims = [1, 2, 3, 5, 8, 12]
-    s = compression.pca_sweep(X, Y, compress="x", dims=dims, k=5, space=space)
+    s = compression_study.pca_sweep(X, Y, compress="x", dims=dims, k=5, space=space)
     for m, got in zip(dims, s.scores):
         p = PCA(n_components=m, svd_solver="full").fit(X.astype(np.float64))
         Z = p.transform(X.astype(np.float64))
@@ -62,13 +64,13 @@ def test_sweep_equals_a_plain_loop_over_sklearn_fits(seed, space):
 
 def test_slicing_a_full_fit_equals_a_truncated_fit():
     X, _ = _pair(4, n=40, dx=16)
-    full = compression.fit_pca(X)
+    full = compression_pca.fit_pca(X)
     for m in (1, 3, 7):
-        part = compression.fit_pca(X, n_components=m)
+        part = compression_pca.fit_pca(X, n_components=m)
         np.testing.assert_allclose(full.transform(X.astype(np.float64))[:, :m], part.transform(X.astype(np.float64)),
                                    atol=1e-9)
     # deterministic signs: two fits give the same components bit for bit
-    np.testing.assert_array_equal(full.components_, compression.fit_pca(X).components_)
+    np.testing.assert_array_equal(full.components_, compression_pca.fit_pca(X).components_)
 
 
 def test_compression_to_the_rank_of_the_signal_keeps_the_score():
@@ -77,7 +79,7 @@ def test_compression_to_the_rank_of_the_signal_keeps_the_score():
     z = rng.normal(size=(50, 3))
     X = (z @ rng.normal(size=(3, 10)) + 1.0).astype(np.float64)
     Y = z @ rng.normal(size=(3, 7)) + rng.normal(scale=0.3, size=(50, 7))
-    s = compression.pca_sweep(X, Y, compress="x", dims=[1, 2, 3, 4, 10], k=5)
+    s = compression_study.pca_sweep(X, Y, compress="x", dims=[1, 2, 3, 4, 10], k=5)
     np.testing.assert_allclose(s.scores[2:], s.reference, atol=0.02)  # float32 rounding of the reconstruction
     assert s.variance[2] == pytest.approx(1.0, abs=1e-9)
     assert s.scores[0] < s.reference  # one component is not enough
@@ -86,10 +88,10 @@ def test_compression_to_the_rank_of_the_signal_keeps_the_score():
 def test_variance_sweep_reaches_its_targets():
     X, Y = _pair(6)
     targets = [0.1, 0.5, 0.9, 1.0]
-    s = compression.pca_sweep(X, Y, compress="y", variance=targets, k=5)
+    s = compression_study.pca_sweep(X, Y, compress="y", variance=targets, k=5)
     assert np.all(s.variance >= np.array(targets) - 1e-9)
     assert np.all(np.diff(s.dims) >= 0)
-    ratio = compression.fit_pca(Y).explained_variance_ratio_
+    ratio = compression_pca.fit_pca(Y).explained_variance_ratio_
     for m, t in zip(s.dims, targets):  # the smallest such m
         assert m == 1 or np.cumsum(ratio)[m - 2] < t - 1e-9
     np.testing.assert_array_equal(s.target_variance, targets)
@@ -98,34 +100,34 @@ def test_variance_sweep_reaches_its_targets():
 
 def test_components_for_variance_hand_example():
     ratio = [0.5, 0.3, 0.2]
-    got = compression.components_for_variance(ratio, [0.1, 0.5, 0.6, 0.8, 0.81, 1.0])
+    got = compression_pca.components_for_variance(ratio, [0.1, 0.5, 0.6, 0.8, 0.81, 1.0])
     np.testing.assert_array_equal(got, [1, 1, 2, 2, 3, 3])
     with pytest.raises(ValueError, match="fractions"):
-        compression.components_for_variance(ratio, [0.0])
+        compression_pca.components_for_variance(ratio, [0.0])
     with pytest.raises(ValueError, match="fractions"):
-        compression.components_for_variance(ratio, [1.2])
+        compression_pca.components_for_variance(ratio, [1.2])
     with pytest.raises(ValueError, match="non-increasing"):
-        compression.components_for_variance([0.2, 0.8], [0.5])
+        compression_pca.components_for_variance([0.2, 0.8], [0.5])
 
 
 def test_too_many_components_is_an_error_not_a_silent_cap():
     X, Y = _pair(0, n=30, dx=12, dy=8)
     with pytest.raises(ValueError, match=r"\[1, 12\]"):
-        compression.fit_pca(X, n_components=13)
+        compression_pca.fit_pca(X, n_components=13)
     with pytest.raises(ValueError, match="out of range"):
-        compression.pca_sweep(X, Y, compress="x", dims=[5, 13], k=5)
+        compression_study.pca_sweep(X, Y, compress="x", dims=[5, 13], k=5)
     with pytest.raises(ValueError, match="out of range"):
-        compression.pca_sweep(X, Y, compress="y", dims=[10], k=5)  # Y has only 8 features
+        compression_study.pca_sweep(X, Y, compress="y", dims=[10], k=5)  # Y has only 8 features
     with pytest.raises(ValueError, match="out of range"):
-        compression.pca_sweep(X, Y, compress="both", dims=[13], k=5)
-    both = compression.pca_sweep(X, Y, compress="both", dims=[4, 10, 12], k=5)  # documented cap on the narrower Y
+        compression_study.pca_sweep(X, Y, compress="both", dims=[13], k=5)
+    both = compression_study.pca_sweep(X, Y, compress="both", dims=[4, 10, 12], k=5)  # documented cap on the narrower Y
     np.testing.assert_array_equal(both.dims, [4, 10, 12])
     np.testing.assert_array_equal(both.dims_y, [4, 8, 8])
     assert both.scores[-1] == mutual_knn(X, Y, k=5)
     with pytest.raises(ValueError, match="out of range"):
-        compression.pca_sweep(X, Y, compress="x", dims=[0], k=5)
+        compression_study.pca_sweep(X, Y, compress="x", dims=[0], k=5)
     with pytest.raises(ValueError, match=r"\[1, 30\]"):
-        compression.fit_pca(np.ones((30, 40)) + np.eye(30, 40), n_components=31)  # capped by N as well
+        compression_pca.fit_pca(np.ones((30, 40)) + np.eye(30, 40), n_components=31)  # capped by N as well
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -137,30 +139,30 @@ def test_too_many_components_is_an_error_not_a_silent_cap():
 def test_bad_options_raise(kwargs, match):
     X, Y = _pair(0)
     with pytest.raises(ValueError, match=match):
-        compression.pca_sweep(X, Y, **kwargs)
+        compression_study.pca_sweep(X, Y, **kwargs)
 
 
 def test_different_sample_counts_raise():
     X, Y = _pair(0)
     with pytest.raises(ValueError, match="same number of samples"):
-        compression.pca_sweep(X, Y[:-1])
+        compression_study.pca_sweep(X, Y[:-1])
 
 
 def test_default_dims_grid():
-    g = compression.default_dims(239)
+    g = compression_pca.default_dims(239)
     assert g[0] == 1 and g[-1] == 239 and np.all(np.diff(g) > 0)
     np.testing.assert_array_equal(g[:32], np.arange(1, 33))
-    np.testing.assert_array_equal(compression.default_dims(5), [1, 2, 3, 4, 5])
+    np.testing.assert_array_equal(compression_pca.default_dims(5), [1, 2, 3, 4, 5])
     assert len(g) < 60
 
 
 def test_min_dims():
-    s = compression.CompressionSweep(np.array([1, 2, 3, 4]), np.array([9] * 4), np.array([.2, .5, .8, 1.]),
+    s = compression_study.CompressionSweep(np.array([1, 2, 3, 4]), np.array([9] * 4), np.array([.2, .5, .8, 1.]),
                                      np.array([0.1, 0.19, 0.18, 0.2]), 0.2, None, "x", "original", 5, 40, (4, 9))
     assert s.min_dims(0.95) == 2  # 0.19 >= 0.95 * 0.2
     assert s.min_dims(0.5) == 1
     assert s.min_dims(1.0) == 4
-    s2 = compression.CompressionSweep(np.array([1, 2]), np.array([9] * 2), np.array([.5, .9]), np.array([0.1, 0.15]),
+    s2 = compression_study.CompressionSweep(np.array([1, 2]), np.array([9] * 2), np.array([.5, .9]), np.array([0.1, 0.15]),
                                       0.2, None, "x", "original", 5, 40, (2, 9))
     assert s2.min_dims(0.95) is None
     assert s.chance == pytest.approx(5 / 39)
@@ -179,11 +181,11 @@ def test_layer_pairs_and_tables():
     y = _features(np.stack([Y, rng.normal(size=Y.shape), Y[:, ::-1].copy()]), "lang")
     scores = np.array([[0.1, 0.2, 0.1], [0.5, 0.1, 0.4]])
     m = AlignmentMatrix(scores, x.layer_labels, y.layer_labels, "vis", "lang", "mutual_knn")
-    pairs = compression.select_layer_pairs(m)
+    pairs = compression_study.select_layer_pairs(m)
     assert pairs == {"peak": (1, 0), "final": (1, 2)}
     with pytest.raises(ValueError, match="layer role"):
-        compression.select_layer_pairs(m, ["middle"])
-    sweeps = compression.compress_layer_pairs(x, y, pairs, k=5, variance=[0.5, 1.0])
+        compression_study.select_layer_pairs(m, ["middle"])
+    sweeps = compression_study.compress_layer_pairs(x, y, pairs, k=5, variance=[0.5, 1.0])
     assert len(sweeps) == 2 * 2 * 2  # roles x sides x (dims, variance)
     table = compression.summary_table(sweeps)
     assert list(table.index.names) == ["pair", "layers", "compress"]
@@ -193,7 +195,7 @@ def test_layer_pairs_and_tables():
     assert "relative @ 50% var" in table
     wrong = LayerFeatures(y.values, y.layer_labels, tuple(reversed(y.sample_ids)), {"model": "lang"})
     with pytest.raises(FeatureMismatchError):
-        compression.compress_layer_pairs(x, wrong, pairs, k=5)
+        compression_study.compress_layer_pairs(x, wrong, pairs, k=5)
 
 
 def test_relative_intervals_pair_the_compressed_and_uncompressed_resamples():

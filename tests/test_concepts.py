@@ -69,6 +69,7 @@ def test_half_sample_spread_is_the_standard_error_at_the_full_set():
 
 def test_concept_subsamples_give_intervals_over_concepts_with_a_paired_control():
     from prh_lib.pages import ch_concepts as cp
+    from prh_lib.analysis.displacement import procedures as displacement_procedures
 
     r, n = 16, 400
     X, Y, rho = synthetic_pair(n, r=r, n_shared=8, correlation=0.9, seed=0)
@@ -86,7 +87,7 @@ def test_concept_subsamples_give_intervals_over_concepts_with_a_paired_control()
         # the paired margin over the shuffled control is the measure minus the control, and clearly above 0
         assert row["control_margin"] == pytest.approx(row["cross_model"] - row["cross_model_shuffled"])
         assert row["control_margin_low"] > 0.2
-    ours = s[s["procedure"] == cp.OURS].iloc[0]
+    ours = s[s["procedure"] == displacement_procedures.OURS].iloc[0]
     assert ours["pointwise_low"] < rho < ours["pointwise_high"]
     # the claim reads the interval over concepts and says so
     rows = cp.claim_rows(s, None, None, min_gap=0.05)

@@ -10,6 +10,7 @@ from scipy.stats import ortho_group
 from threadpoolctl import threadpool_limits
 
 from prh_lib.metrics import displacement as D
+from prh_lib.metrics import _whitening as metrics_whitening
 
 MAIN = ("pointwise", "cross_model", "cross_object")
 
@@ -37,23 +38,23 @@ def _shared_signal(n, seed, *, k=8, dx=40, dy=56, noise=0.3):
 # --------------------------------------------------------------------------- split
 @pytest.mark.parametrize("n,frac", [(10, 0.5), (101, 0.3), (7, 0.6)])
 def test_split_partitions_and_is_seeded(n, frac):
-    tr, te = D.split_indices(n, test_fraction=frac, seed=3)
+    tr, te = metrics_whitening.split_indices(n, test_fraction=frac, seed=3)
     assert len(te) == round(n * frac) and len(tr) == n - len(te)
     assert np.intersect1d(tr, te).size == 0
     np.testing.assert_array_equal(np.sort(np.concatenate([tr, te])), np.arange(n))
     assert np.all(np.diff(tr) > 0) and np.all(np.diff(te) > 0)
-    tr2, te2 = D.split_indices(n, test_fraction=frac, seed=3)
+    tr2, te2 = metrics_whitening.split_indices(n, test_fraction=frac, seed=3)
     np.testing.assert_array_equal(te, te2)
 
 
 def test_split_seed_changes_split():
-    assert not np.array_equal(D.split_indices(100, seed=0)[1], D.split_indices(100, seed=1)[1])
+    assert not np.array_equal(metrics_whitening.split_indices(100, seed=0)[1], metrics_whitening.split_indices(100, seed=1)[1])
 
 
 @pytest.mark.parametrize("n,frac", [(3, 0.5), (10, 0.95), (10, 0.0), (10, 1.0)])
 def test_split_rejects_too_small_or_bad_fraction(n, frac):
     with pytest.raises(ValueError, match="test_fraction|too small"):
-        D.split_indices(n, test_fraction=frac)
+        metrics_whitening.split_indices(n, test_fraction=frac)
 
 
 # --------------------------------------------------------------------------- whitening
@@ -62,7 +63,7 @@ def test_split_rejects_too_small_or_bad_fraction(n, frac):
 def test_whitened_train_features_have_identity_covariance(seed, n, d, q):
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, d)) @ rng.standard_normal((d, d)) * np.logspace(0, 2, d) + 5.0
-    w = D.fit_whitening(X, n_components=q)
+    w = metrics_whitening.fit_whitening(X, n_components=q)
     Z = w.transform(X)
     assert w.n_components == min(q, n - 1, d)
     np.testing.assert_allclose(Z.mean(0), 0.0, atol=1e-10)
@@ -73,7 +74,7 @@ def test_whitening_matches_mahalanobis_gram():
     # Independent reference: for full-rank data, Z Z^T = Xc C^{-1} Xc^T (C = np.cov, ddof=1).
     rng = np.random.default_rng(4)
     X = rng.standard_normal((60, 12)) @ rng.standard_normal((12, 12))
-    Z = D.fit_whitening(X).transform(X)
+    Z = metrics_whitening.fit_whitening(X).transform(X)
     Xc = X - X.mean(0)
     np.testing.assert_allclose(Z @ Z.T, Xc @ np.linalg.inv(np.cov(X.T)) @ Xc.T, atol=1e-8)
 
@@ -81,7 +82,7 @@ def test_whitening_matches_mahalanobis_gram():
 def test_whitening_rank_deficient_drops_components_and_stays_finite():
     rng = np.random.default_rng(0)
     X = rng.standard_normal((50, 7)) @ rng.standard_normal((7, 200))  # rank 7 in 200-D
-    w = D.fit_whitening(X, n_components=100)
+    w = metrics_whitening.fit_whitening(X, n_components=100)
     assert w.n_components == 7 and w.n_dropped == 50 - 7  # q = min(100, 50, 200) = 50
     Z = w.transform(rng.standard_normal((20, 200)))  # off-subspace inputs too
     assert np.isfinite(Z).all() and np.abs(Z).max() < 1e3
@@ -92,22 +93,22 @@ def test_whitening_eps_threshold_is_relative_variance():
     rng = np.random.default_rng(1)
     X = rng.standard_normal((100, 5))
     X[:, 4] *= 1e-7  # variance ratio ~1e-14 < default eps 1e-10
-    assert D.fit_whitening(X).n_components == 4
-    assert D.fit_whitening(X, eps=0.0).n_components == 5
+    assert metrics_whitening.fit_whitening(X).n_components == 4
+    assert metrics_whitening.fit_whitening(X, eps=0.0).n_components == 5
     with pytest.raises(ValueError, match="eps"):
-        D.fit_whitening(X, eps=1.0)
+        metrics_whitening.fit_whitening(X, eps=1.0)
 
 
 def test_whitening_rejects_constant_and_bad_input():
     with pytest.raises(ValueError, match="zero variance"):
-        D.fit_whitening(np.ones((10, 4)))
+        metrics_whitening.fit_whitening(np.ones((10, 4)))
     with pytest.raises(ValueError, match="at least 2 rows"):
-        D.fit_whitening(np.ones((1, 4)))
+        metrics_whitening.fit_whitening(np.ones((1, 4)))
     with pytest.raises(ValueError, match="2-D"):
-        D.fit_whitening(np.ones(4))
+        metrics_whitening.fit_whitening(np.ones(4))
     with pytest.raises(ValueError, match="non-finite"):
-        D.fit_whitening(np.array([[1.0, np.nan], [0.0, 1.0], [2.0, 3.0]]))
-    w = D.fit_whitening(np.random.default_rng(0).standard_normal((10, 4)))
+        metrics_whitening.fit_whitening(np.array([[1.0, np.nan], [0.0, 1.0], [2.0, 3.0]]))
+    w = metrics_whitening.fit_whitening(np.random.default_rng(0).standard_normal((10, 4)))
     with pytest.raises(ValueError, match="4"):
         w.transform(np.ones((3, 5)))
 
@@ -121,7 +122,7 @@ def test_procrustes_recovers_known_orthogonal_map(seed, reflect):
     R0 = _orth(12, seed)
     if (np.linalg.det(R0) < 0) != reflect:
         R0[:, 0] *= -1
-    R = D.procrustes(A, A @ R0)
+    R = metrics_whitening.procrustes(A, A @ R0)
     np.testing.assert_allclose(R, R0, atol=1e-10)
     np.testing.assert_allclose(R.T @ R, np.eye(12), atol=1e-10)
 
@@ -130,11 +131,11 @@ def test_procrustes_recovers_known_orthogonal_map(seed, reflect):
 def test_procrustes_is_orthogonal_optimal_and_antisymmetric(seed):
     rng = np.random.default_rng(seed)
     A, B = rng.standard_normal((40, 9)), rng.standard_normal((40, 9))
-    R = D.procrustes(A, B)
+    R = metrics_whitening.procrustes(A, B)
     np.testing.assert_allclose(R.T @ R, np.eye(9), atol=1e-10)
     U, _, Vt = np.linalg.svd(A.T @ B)  # textbook closed form (Schönemann 1966)
     np.testing.assert_allclose(R, U @ Vt, atol=1e-10)
-    np.testing.assert_allclose(D.procrustes(B, A), R.T, atol=1e-10)
+    np.testing.assert_allclose(metrics_whitening.procrustes(B, A), R.T, atol=1e-10)
     # no random orthogonal map does better
     best = np.linalg.norm(A @ R - B)
     assert all(best <= np.linalg.norm(A @ _orth(9, s) - B) for s in range(20))
@@ -142,7 +143,7 @@ def test_procrustes_is_orthogonal_optimal_and_antisymmetric(seed):
 
 def test_procrustes_rejects_mismatched_shapes():
     with pytest.raises(ValueError, match=r"\(5, 3\) and \(5, 4\)"):
-        D.procrustes(np.ones((5, 3)), np.ones((5, 4)))
+        metrics_whitening.procrustes(np.ones((5, 3)), np.ones((5, 4)))
 
 
 # --------------------------------------------------------------------------- cosine measures
@@ -270,10 +271,10 @@ def test_held_out_evaluation_removes_procrustes_overfit():
     # scored on would look aligned; held out it must not. (Catches fitting on all rows.)
     rng = np.random.default_rng(0)
     X, Y = rng.standard_normal((160, 60)), rng.standard_normal((160, 60))
-    tr, te = D.split_indices(160, seed=0)
-    wx, wy = D.fit_whitening(X[tr]), D.fit_whitening(Y[tr])
+    tr, te = metrics_whitening.split_indices(160, seed=0)
+    wx, wy = metrics_whitening.fit_whitening(X[tr]), metrics_whitening.fit_whitening(Y[tr])
     Zx, Zy = wx.transform(X[tr]), wy.transform(Y[tr])
-    in_sample = D.cosine_measures(Zx, Zy @ D.procrustes(Zy, Zx))["pointwise"]
+    in_sample = D.cosine_measures(Zx, Zy @ metrics_whitening.procrustes(Zy, Zx))["pointwise"]
     held_out = D.displacement_similarity(X, Y, seed=0).pointwise
     assert in_sample > 0.4 and abs(held_out) < 0.1
 
@@ -283,15 +284,15 @@ def test_split_never_leaks_test_rows_into_fits():
     rng = np.random.default_rng(1)
     n = 400
     X, Y = rng.standard_normal((n, 20)), rng.standard_normal((n, 20))
-    tr, te = D.split_indices(n, seed=5)
+    tr, te = metrics_whitening.split_indices(n, seed=5)
     Y[te] = X[te] @ _orth(20, 3)
     r = D.displacement_similarity(X, Y, seed=5)
     assert abs(r.cross_model) < 0.1
     # and changing only test rows leaves the fitted maps alone: result == manual pipeline
     X2, Y2 = _shared_signal(n, 2)
-    wx, wy = D.fit_whitening(X2[tr]), D.fit_whitening(Y2[tr])
+    wx, wy = metrics_whitening.fit_whitening(X2[tr]), metrics_whitening.fit_whitening(Y2[tr])
     q = min(wx.n_components, wy.n_components)
-    R = D.procrustes(wy.transform(Y2[tr])[:, :q], wx.transform(X2[tr])[:, :q])
+    R = metrics_whitening.procrustes(wy.transform(Y2[tr])[:, :q], wx.transform(X2[tr])[:, :q])
     manual = D.cosine_measures(wx.transform(X2[te])[:, :q], wy.transform(Y2[te])[:, :q] @ R, seed=5)
     assert D.displacement_similarity(X2, Y2, seed=5).measures() == pytest.approx(manual, abs=1e-12)
 
@@ -356,7 +357,7 @@ def test_constant_input_gives_nan_with_warning_not_an_error(which):
         r = D.displacement_similarity(X, Y)
     assert all(np.isnan(v) for v in r.measures().values()) and r.n_components == 0
     with pytest.raises(ValueError, match="zero variance"):  # the whitening itself still refuses
-        D.fit_whitening(const)
+        metrics_whitening.fit_whitening(const)
 
 
 def test_bad_options_raise():
@@ -392,7 +393,7 @@ def test_layerwise_equals_loop_over_pairs():
 
 def test_layerwise_fits_each_layer_once(monkeypatch):
     calls = []
-    real = D._fit_whitening
+    real = metrics_whitening._fit_whitening
     monkeypatch.setattr(D, "_fit_whitening", lambda *a, **k: calls.append(1) or real(*a, **k))
     rng = np.random.default_rng(0)
     D.displacement_layerwise(rng.standard_normal((4, 40, 6)), rng.standard_normal((3, 40, 5)), n_pairs=100)

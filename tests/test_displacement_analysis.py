@@ -14,6 +14,8 @@ from threadpoolctl import threadpool_limits
 matplotlib.use("Agg")
 
 from prh_lib.pages import ch_displacement as da  # noqa: E402
+from prh_lib.analysis import core as analysis_core
+from prh_lib.analysis.displacement import study as displacement_study
 from prh_lib.analysis.displacement import consensus as dc  # noqa: E402
 from prh_lib.extract import FeatureMismatchError, LayerFeatures  # noqa: E402
 from prh_lib.metrics import displacement as D  # noqa: E402
@@ -71,13 +73,13 @@ def feats():
 def views(feats):
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*degenerate.*")
-        return da.compare_views(feats, COMPARISONS, **OPTS)
+        return displacement_study.compare_views(feats, COMPARISONS, **OPTS)
 
 
 def test_displacement_matrices_equal_the_layerwise_metric(feats):
     x, y = feats["vit"], feats["lm"]
     with pytest.warns(RuntimeWarning, match="degenerate"):
-        mats = da.displacement_matrices(x, y, n_components=8, n_pairs=2000, seed=1)
+        mats = displacement_study.displacement_matrices(x, y, n_components=8, n_pairs=2000, seed=1)
     with pytest.warns(RuntimeWarning, match="degenerate"):
         ref = D.displacement_layerwise(x.values, y.values, n_components=8, n_pairs=2000, seed=1)
     assert set(mats) == set(D.MEASURES)
@@ -91,7 +93,7 @@ def test_displacement_matrices_equal_the_layerwise_metric(feats):
 def test_displacement_matrices_reject_misaligned_rows(feats):
     other = feats["lm"].rows(np.arange(N)[::-1])
     with pytest.raises(FeatureMismatchError, match="different row order"):
-        da.displacement_matrices(feats["cnn"], other)
+        displacement_study.displacement_matrices(feats["cnn"], other)
 
 
 def test_compare_views_kinds_nan_consistency_and_missing(views, feats):
@@ -102,16 +104,16 @@ def test_compare_views_kinds_nan_consistency_and_missing(views, feats):
     assert np.isnan(vl.knn.scores[0]).all() and np.isnan(vl.cross_model.scores[0]).all()
     assert np.isfinite(vl.knn.scores[1:]).all() and np.isfinite(vl.cross_model.scores[1:]).all()
     with pytest.raises(KeyError, match="no features for \\['nope'\\]"):
-        da.compare_views(feats, [("vit", "nope")])
+        displacement_study.compare_views(feats, [("vit", "nope")])
 
 
 def test_pair_kind_orders_vision_first(feats):
-    assert da.pair_kind(feats["lm"], feats["vit"]) == "vision-language"
-    assert da.pair_kind(feats["lm"], feats["lm"]) == "language-language"
+    assert displacement_study.pair_kind(feats["lm"], feats["vit"]) == "vision-language"
+    assert displacement_study.pair_kind(feats["lm"], feats["lm"]) == "language-language"
 
 
 def test_best_pair_table_picks_the_defined_maximum_and_reports_its_values(views, feats):
-    best = da.best_pair_table(views, feats, n_splits=3)
+    best = displacement_study.best_pair_table(views, feats, n_splits=3)
     assert list(best.index) == [v.label for v in views]
     for v in views:
         row = best.loc[v.label]
@@ -131,7 +133,7 @@ def test_best_pair_table_picks_the_defined_maximum_and_reports_its_values(views,
 
 
 def test_views_table_peaks_and_rank_correlation(views):
-    table = da.views_table(views)
+    table = displacement_study.views_table(views)
     for v in views:
         row = table.loc[v.label]
         ok = np.isfinite(v.knn.scores) & np.isfinite(v.cross_model.scores)
@@ -143,27 +145,27 @@ def test_views_table_peaks_and_rank_correlation(views):
 
 
 def test_best_layers_averages_partner_maxima(views):
-    layers = da.best_layers(views)
+    layers = displacement_study.best_layers(views)
     assert layers == {"vit": "layer.2", "lm": "layer.1", "cnn": "stage.1"}
-    assert da.best_layers(views, ["lm"], measure="mutual_knn") == {"lm": "layer.1"}
+    assert displacement_study.best_layers(views, ["lm"], measure="mutual_knn") == {"lm": "layer.1"}
     with pytest.raises(KeyError, match="in no comparison"):
-        da.best_layers(views, ["other"])
+        displacement_study.best_layers(views, ["other"])
 
 
 def test_best_layers_profile_definition():
     # hand-made: model a's layer 1 is best with b, layer 0 with c; the mean decides
     def comp(x, y, scores):
-        m = da.AlignmentMatrix(np.array(scores), ("l0", "l1"), ("m0", "m1"), x, y, "cross_model")
-        return da.ViewComparison(f"{x} × {y}", "?", m, {"cross_model": m})
+        m = analysis_core.AlignmentMatrix(np.array(scores), ("l0", "l1"), ("m0", "m1"), x, y, "cross_model")
+        return displacement_study.ViewComparison(f"{x} × {y}", "?", m, {"cross_model": m})
 
     res = [comp("a", "b", [[0.1, 0.2], [0.5, 0.3]]), comp("a", "c", [[0.6, np.nan], [0.0, 0.25]])]
     # a: profiles [0.2, 0.5] and [0.6, 0.25] -> mean [0.4, 0.375] -> l0
-    assert da.best_layers(res, ["a"]) == {"a": "l0"}
-    assert da.best_layers(res, ["b", "c"]) == {"b": "m0", "c": "m0"}
+    assert displacement_study.best_layers(res, ["a"]) == {"a": "l0"}
+    assert displacement_study.best_layers(res, ["b", "c"]) == {"b": "m0", "c": "m0"}
 
 
 def test_n_components_sweep_matches_single_pair_and_caps_r(views, feats):
-    sweep = da.n_components_sweep(views[:1], feats, n_components=(2, 4, 8, 500))
+    sweep = displacement_study.n_components_sweep(views[:1], feats, n_components=(2, 4, 8, 500))
     assert list(sweep["n_components"]) == [2, 4, 8, 500]
     assert list(sweep["r"]) == [2, 4, 8, 12]  # 500 capped by d = 12 (< n_train - 1)
     ref = D.displacement_similarity(feats["vit"].layer(2), feats["lm"].layer(1), n_components=4, n_pairs=2000, seed=1)
@@ -176,7 +178,7 @@ def test_n_components_sweep_matches_single_pair_and_caps_r(views, feats):
 
 
 def test_depth_profiles_are_rows_of_the_layerwise_matrices(views, feats):
-    prof = da.depth_profiles(views, feats, n_components=(2, 8, 50))
+    prof = displacement_study.depth_profiles(views, feats, n_components=(2, 8, 50))
     assert list(prof) == [v.label for v in views]
     for v in views:
         frame = prof[v.label]
@@ -221,7 +223,7 @@ def test_figures_have_the_expected_panels_and_nan_safe_peak(views, feats):
     i, j = np.unravel_index(np.nanargmax(views[0].knn.scores), views[0].knn.scores.shape)
     assert (star.get_xdata()[0], star.get_ydata()[0]) == (j, i)
     plt.close(fig)
-    fig = da.sweep_figure(da.n_components_sweep(views, feats, n_components=(2, 4)))
+    fig = da.sweep_figure(displacement_study.n_components_sweep(views, feats, n_components=(2, 4)))
     assert len(fig.axes[0].lines) >= len(views)
     plt.close(fig)
     s = dc.consensus_summary(feats, {"vit": "layer.2", "lm": "layer.1"}, n_components=6, n_shared=2, n_pairs=500,
@@ -232,7 +234,7 @@ def test_figures_have_the_expected_panels_and_nan_safe_peak(views, feats):
 
 
 def test_describe_states_the_measured_figures(views, feats):
-    best, table = da.best_pair_table(views, feats, n_splits=2), da.views_table(views)
+    best, table = displacement_study.best_pair_table(views, feats, n_splits=2), displacement_study.views_table(views)
     s = dc.consensus_summary(feats, {"vit": "layer.2", "lm": "layer.1"}, n_components=6, n_shared=2, n_pairs=500)
     text = da.describe(best, table)
     assert text.count("- **") == len(views)  # one bullet per pair

@@ -9,7 +9,7 @@ import torch
 from threadpoolctl import threadpool_limits
 
 from prh_lib import results
-from prh_lib.pages import ch_displacement as da
+from prh_lib.analysis.displacement import study as displacement_study
 from prh_lib.analysis import study
 from prh_lib.analysis.displacement import draws as ds
 from prh_lib.data.study import Draw
@@ -111,15 +111,15 @@ def test_best_rows_sit_at_each_draws_cross_model_maximum(run):
     df = ds.load_rows(chapter="demo", params={"p": 1}, root=root)
     best = df[df["quantity"] == ds.BEST]
     for (dataset, draw), sd in out.items():
-        table = da.best_pair_table(sd.views, {})  # the chapter's own single-draw table, no re-splits
+        table = displacement_study.best_pair_table(sd.views, {})  # the chapter's own single-draw table, no re-splits
         for comp in sd.views:
             b = table.loc[comp.label]
             rows = best[(best["dataset"] == dataset) & (best["draw"] == draw) & (best["model_x"] == comp.knn.x_name)
                         & (best["model_y"] == comp.knn.y_name)].set_index("metric")
             assert len(rows) == 4
             assert set(rows["layer_x"]) == {b["layer x"]} and set(rows["layer_y"]) == {b["layer y"]}
-            for name in da.MEASURE_NAMES:
-                assert rows.loc[ds.METRICS[name], "score"] == pytest.approx(b[da.MEASURE_NAMES[name]])
+            for name in displacement_study.MEASURE_NAMES:
+                assert rows.loc[ds.METRICS[name], "score"] == pytest.approx(b[displacement_study.MEASURE_NAMES[name]])
             i, j = comp.knn.x_labels.index(b["layer x"]), comp.knn.y_labels.index(b["layer y"])
             assert rows.loc["mutual_knn", "score"] == pytest.approx(comp.knn.scores[i, j])
             assert int(rows.loc[ds.METRICS["cross_model"], "r"]) == b["r"]
@@ -184,7 +184,7 @@ def test_a_rerun_replaces_its_rows_and_a_run_id_selects_one_run(run, tmp_path):
     assert coverage.to_numpy().tolist() == [[4, 4], [4, 4]]  # four metrics per pair at its best layer pair
     # both draws saw the same features: zero spread, and the prose says why rather than showing "± 0.000"
     agg = ds.aggregate_best(df)
-    assert (agg[[f"{m}_std" for m in da.MEASURE_NAMES]] == 0).all().all()
+    assert (agg[[f"{m}_std" for m in displacement_study.MEASURE_NAMES]] == 0).all().all()
     assert ds.describe_study(agg, DRAWS[:2]).count("identical in every draw") == 2
 
 
@@ -195,7 +195,7 @@ def test_aggregate_needs_best_rows():
 
 def test_rows_are_valid_results_rows():
     feats = _features(3)
-    comp = da.compare_views(feats, COMPARISONS[:1], k=K, n_components=4, n_pairs=200, seed=0)[0]
+    comp = displacement_study.compare_views(feats, COMPARISONS[:1], k=K, n_components=4, n_pairs=200, seed=0)[0]
     rows = ds.view_rows(comp, k=K)
     assert len(rows) == 4 * 3 * 3 + 4 + 3 + 1
     assert {r["quantity"] for r in rows} == set(ds.QUANTITIES)

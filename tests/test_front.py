@@ -6,19 +6,20 @@ import io
 import pytest
 
 from prh_lib.pages import claims, front
+from prh_lib.stats.decision import Test
 
 
 def _rows():
     peak = claims.finding(
         "3.1/cross-modal-peak", this_build="long text", rule="r",
-        tests=[claims.Test("peak − chance", 0.089, 0.081, 0.101),
-               claims.Test("a × b − a × tfidf (tfidf floor)", 0.002, -0.002, 0.006, control=True)],
+        tests=[Test("peak − chance", 0.089, 0.081, 0.101),
+               Test("a × b − a × tfidf (tfidf floor)", 0.002, -0.002, 0.006, control=True)],
         headline={"estimate": 0.099, "low": 0.091, "high": 0.111, "label": "lite0 × minilm, 9.9× chance 0.010"})
     later = claims.finding("3.1/later-layers", this_build="no cross-modal pair beats its floors", holds=True,
                            conclusive=False)
     same = claims.finding("3.3/same-modality", this_build="x", tests=[
-        claims.Test("s − u", 0.2, 0.1, 0.3),
-        claims.Test("v × w − v@random-init:0 × w (random-vision floor)", -0.03, -0.05, -0.01, control=True)],
+        Test("s − u", 0.2, 0.1, 0.3),
+        Test("v × w − v@random-init:0 × w (random-vision floor)", -0.03, -0.05, -0.01, control=True)],
                           headline={"estimate": 0.269, "label": "lowest same-modality pair"})
     return {"sec3_1_layerwise": [peak, later], "sec3_3_regimes": [same]}
 
@@ -80,7 +81,7 @@ def test_regime_reasons_give_way_to_the_word_budget():
     long_name = " ".join(["word"] * 100)
     rows["sec3_3_regimes"][0] = claims.finding(
         "3.3/same-modality", this_build="x", tests=[
-            claims.Test(f"{long_name} − v@random-init:0 × w (random-vision floor)", -0.03, -0.05, -0.01, control=True)],
+            Test(f"{long_name} − v@random-init:0 × w (random-vision floor)", -0.03, -0.05, -0.01, control=True)],
         headline={"estimate": 0.269, "label": "lowest same-modality pair"})
     text = front.findings_markdown(rows)
     assert len(text.split()) <= front.MAX_FINDINGS_WORDS and "differs" in text and long_name not in text

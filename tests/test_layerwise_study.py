@@ -7,6 +7,7 @@ import pytest
 from fixtures.heldout_rows import summary_from_stacks
 from prh_lib import results
 from prh_lib.pages import sec3_1_layerwise as layerwise
+from prh_lib.analysis import layerwise as analysis_layerwise
 from prh_lib.analysis.core import AlignmentMatrix, PairResult
 
 
@@ -21,7 +22,7 @@ def _result(scores, x="vis", y="lang"):
 def _write(tmp_path, draws):
     for d, mats in enumerate(draws):
         rows = [row for (x, y, mod_x, mod_y), s in mats for row in
-                layerwise.pair_rows(_result(s, x, y), x_modality=mod_x, y_modality=mod_y)]
+                analysis_layerwise.pair_rows(_result(s, x, y), x_modality=mod_x, y_modality=mod_y)]
         results.write(rows, chapter="t31", params={"a": 1}, dataset="toy", draw=d, seed=d, n=11, k=2,
                       metric="mutual_knn", preprocessing="clip(stack, q=0.95)", root=tmp_path)
     return results.load(root=tmp_path, chapter="t31", expand_extra=True)
@@ -34,9 +35,9 @@ def test_rows_aggregate_and_verdicts(tmp_path):
         [(cross, [[0.1, 0.2, 0.3], [0.2, 0.4, 0.3]]), (vv, [[0.5, 0.6], [0.9, 0.7]])],
         [(cross, [[0.1, 0.2, 0.3], [0.2, 0.2, 0.6]]), (vv, [[0.5, 0.6], [0.8, 0.7]])],
     ])
-    assert set(df["quantity"]) == set(layerwise.QUANTITIES)
+    assert set(df["quantity"]) == set(analysis_layerwise.QUANTITIES)
     assert (df["quantity"] == "layer_pair").sum() == 2 * (6 + 4)
-    agg = layerwise.aggregate_peaks(df)
+    agg = analysis_layerwise.aggregate_peaks(df)
     c = agg[agg["pair"] == "vis × lang"].iloc[0]
     assert c["regime"] == "cross-modal" and c["n_draws"] == 2
     assert c["peak_mean"] == pytest.approx(0.5) and c["peak_std"] == pytest.approx(np.std([0.4, 0.6], ddof=1))
@@ -101,7 +102,7 @@ def test_vision_vision_verdict_needs_its_random_init_floor_beaten_by_a_paired_in
     ])
     df = _write(tmp_path, [[(("vis", "lang", "vision", "language"), [[0.1, 0.2], [0.2, 0.3]]),
                             (("vis", "vis2", "vision", "vision"), [[0.5, 0.6], [0.6, 0.9]])]])
-    rows = {r["id"]: r for r in layerwise.findings(layerwise.aggregate_peaks(df), summary, dataset="toy")}
+    rows = {r["id"]: r for r in layerwise.findings(analysis_layerwise.aggregate_peaks(df), summary, dataset="toy")}
     r = rows["3.1/vision-vision"]
     assert "random-init" in r["rule"] and "vis2@random-init" in r["this build"]
     if floor_strength == 0.0:
@@ -134,19 +135,19 @@ def test_modal_peak_layers_are_each_models_most_frequent_and_name_every_tie(tmp_
     cross = ("vis", "lang", "vision", "language")
     cells = [(1, 2), (1, 2), (0, 1), (0, 1), (1, 1)]
     df = _write(tmp_path, [[(cross, _peak_at(i, j))] for i, j in cells])
-    r = layerwise.aggregate_peaks(df).iloc[0]
+    r = analysis_layerwise.aggregate_peaks(df).iloc[0]
     assert (r["peak_layer_y"], r["peak_layer_y_draws"]) == ("m1", 3)
     assert (r["peak_layer_x"], r["peak_layer_x_draws"]) == ("l1", 3)
     assert (r["peak_layers"], r["peak_layers_draws"], r["peak_layers_ties"]) == ("l1 × m2 and l0 × m1", 2, 2)
-    text = layerwise.describe_findings(layerwise.aggregate_peaks(df), [], dataset="toy")
+    text = layerwise.describe_findings(analysis_layerwise.aggregate_peaks(df), [], dataset="toy")
     assert "lang peaks at m1 (3 of 5 draws; mean depth" in text
     assert "with vis at l1 (3 of 5 draws; mean depth" in text
     assert "modal layer pairs l1 × m2 and l0 × m1, 2/5 each" in text
     assert "m2 in 2 of 5" not in text  # never one side of a tie
-    table = layerwise.headline_table(layerwise.aggregate_peaks(df))
+    table = layerwise.headline_table(analysis_layerwise.aggregate_peaks(df))
     assert table.loc[("toy", "vis × lang"), "peak layers"] == "l1 × m2 and l0 × m1 (2/5 each)"
     # one peak in every draw: its layers, no counts
-    same = layerwise.aggregate_peaks(_write(tmp_path / "same", [[(cross, _peak_at(0, 1))]] * 2))
+    same = analysis_layerwise.aggregate_peaks(_write(tmp_path / "same", [[(cross, _peak_at(0, 1))]] * 2))
     assert "lang peaks at m1 (depth 0.50) with vis at its input embedding (l0)" in \
         layerwise.describe_findings(same, [], dataset="toy")
     assert layerwise.headline_table(same).iloc[0]["peak layers"] == "l0 × m1 (2/2)"
@@ -170,7 +171,7 @@ def test_depth_claims_read_and_print_the_depth_intervals(tmp_path):
     ])
     df = _write(tmp_path, [[(("vis", "lang", "vision", "language"), [[0.1, 0.2], [0.2, 0.3]]),
                             (("gen", "emb", "language", "language"), [[0.5, 0.6], [0.6, 0.4]])]])
-    agg = layerwise.aggregate_peaks(df)
+    agg = analysis_layerwise.aggregate_peaks(df)
 
     def row(s):
         return {r["id"]: r for r in layerwise.findings(agg, s, dataset="toy")}["3.1/language-language"]
@@ -205,7 +206,7 @@ def test_a_peak_is_located_only_for_a_pair_that_beats_its_floors(tmp_path):
         ("vis", "tfidf", vis, same, "heldout:control:tfidf", {"kind": "tfidf"}, ["vis × lang"]),
     ])
     df = _write(tmp_path, [[(("vis", "lang", "vision", "language"), [[0.1, 0.2], [0.2, 0.3]])]])
-    rows = {r["id"]: r for r in layerwise.findings(layerwise.aggregate_peaks(df), summary, dataset="toy")}
+    rows = {r["id"]: r for r in layerwise.findings(analysis_layerwise.aggregate_peaks(df), summary, dataset="toy")}
     later = rows["3.1/later-layers"]
     assert later["verdict"] == "inconclusive" and later["this build"] == "no cross-modal pair beats its floors"
     assert "not located" in later["note"] and "vis × lang" in later["note"] and "depth of" not in later["note"]
@@ -214,7 +215,7 @@ def test_a_peak_is_located_only_for_a_pair_that_beats_its_floors(tmp_path):
         ("vis", "lang", vis, lang, "heldout", {"regime": "cross-modal"}, []),
         ("vis", "tfidf", vis, _stack(rng, Z, [0.0]), "heldout:control:tfidf", {"kind": "tfidf"}, ["vis × lang"]),
     ])
-    later = {r["id"]: r for r in layerwise.findings(layerwise.aggregate_peaks(df), summary, dataset="toy")}[
+    later = {r["id"]: r for r in layerwise.findings(analysis_layerwise.aggregate_peaks(df), summary, dataset="toy")}[
         "3.1/later-layers"]
     assert "modal held-out pair" in later["this build"] and "not located" not in later["note"]
 
@@ -238,7 +239,7 @@ def test_claims_about_unimodal_language_models_rest_on_them_and_show_minilm_besi
     assert list(read["pair"]) == ["vis × smollm2-135m"] and list(beside["pair"]) == ["vis × minilm-l6"] and not note
     df = _write(tmp_path, [[(("vis", "smollm2-135m", "vision", "language"), [[0.1, 0.2], [0.2, 0.3]]),
                             (("vis", "minilm-l6", "vision", "language"), [[0.1, 0.4], [0.2, 0.5]])]])
-    row = {r["id"]: r for r in layerwise.findings(layerwise.aggregate_peaks(df), summary, dataset="toy")}[
+    row = {r["id"]: r for r in layerwise.findings(analysis_layerwise.aggregate_peaks(df), summary, dataset="toy")}[
         "3.1/cross-modal-peak"]
     assert row["this build"].startswith("best vis × smollm2-135m")
     assert "beside, with a text encoder trained on caption pairs (not a unimodal control): vis × minilm-l6" in \

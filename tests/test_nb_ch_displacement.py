@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from prh_lib.pages import ch_displacement as da
+from prh_lib.analysis.displacement import study as displacement_study
 from prh_lib.analysis.displacement import draws as ds
 from prh_lib.pages import report
 from prh_lib import results
@@ -287,7 +288,7 @@ def test_heatmap_draw_rows_are_the_page_heatmaps_and_best_table(rec, rows):
         b = g[g["quantity"] == ds.BEST].set_index("metric")
         row = rec["best"][pair]
         assert set(b["layer_x"]) == {row["layer x"]} and set(b["layer_y"]) == {row["layer y"]}
-        for name, display in da.MEASURE_NAMES.items():
+        for name, display in displacement_study.MEASURE_NAMES.items():
             assert b.loc[ds.METRICS[name], "score"] == pytest.approx(row[display])
 
 

@@ -273,11 +273,11 @@ def test_headline_dataset_is_the_papers_coco_else_the_largest_n():
 @needs_flickr
 def test_default_studies_read_flickr8k_at_the_papers_n():
     """The chapters' own defaults put flickr8k-1k (N = 1,000) in the study, and it is what their verdicts read."""
-    from prh_lib.run import runner
+    from prh_lib import paths
     from prh_lib.data.study import headline_dataset
     for nb in ("sec3_1_layerwise", "sec3_1b_pca", "sec3_3_regimes", "appg_k_n_ablation", "ch_displacement",
                "robustness"):
-        src = (Path(runner.paths.notebooks_dir()) / f"{nb}.py").read_text()
+        src = (Path(paths.notebooks_dir()) / f"{nb}.py").read_text()
         cell = src.split('# %% tags=["parameters"]', 1)[1].split("# %%", 1)[0]
         scope: dict = {}
         exec(cell, scope)  # the parameters cell is plain assignments

@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 import torch
 
-from prh_lib import parallel, results
+from prh_lib import results
+from prh_lib.metrics import _parallel as metrics_parallel
 from prh_lib.results import score_cache
 from prh_lib.analysis import layerwise as ls, study
 from prh_lib.data.study import Draw
@@ -29,7 +30,7 @@ def _slow_warner(barrier):
         time.sleep(0.02 * (3 - i % 3))  # later items finish first
         warnings.warn(f"item {i}", UserWarning)
         if i % 2:
-            with parallel.ignoring(Odd):
+            with metrics_parallel.ignoring(Odd):
                 warnings.warn(f"silenced {i}", Odd)
             warnings.warn(f"odd {i}", Odd)
         return i * i
@@ -41,10 +42,10 @@ def test_results_and_warnings_come_back_in_item_order_as_the_serial_loop_gives_t
     serial_barrier = threading.Barrier(1)
     with warnings.catch_warnings(record=True) as serial:
         warnings.simplefilter("always")
-        expected = parallel.map_threads(_slow_warner(serial_barrier), range(6), workers=1)
+        expected = metrics_parallel.map_threads(_slow_warner(serial_barrier), range(6), workers=1)
     with warnings.catch_warnings(record=True) as threaded:
         warnings.simplefilter("always")
-        got = parallel.map_threads(_slow_warner(threading.Barrier(2)), range(6), workers=2)
+        got = metrics_parallel.map_threads(_slow_warner(threading.Barrier(2)), range(6), workers=2)
     assert got == expected == [i * i for i in range(6)]
     messages = [str(w.message) for w in threaded]
     assert messages == [str(w.message) for w in serial]
@@ -56,7 +57,7 @@ def test_the_callers_filters_apply_to_the_reissued_warnings():
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         warnings.filterwarnings("ignore", message="item [02]")
-        parallel.map_threads(_slow_warner(threading.Barrier(2)), range(4), workers=2)
+        metrics_parallel.map_threads(_slow_warner(threading.Barrier(2)), range(4), workers=2)
     assert [str(w.message) for w in seen] == ["item 1", "odd 1", "item 3", "odd 3"]
 
 
@@ -81,22 +82,22 @@ def test_the_first_failing_item_in_order_raises_after_the_warnings_before_it_and
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             with pytest.raises(KeyError, match="model one"):
-                parallel.map_threads(make(started), range(40), workers=workers)
+                metrics_parallel.map_threads(make(started), range(40), workers=workers)
         seen[workers] = [str(w.message) for w in caught]
         assert len(started) < 40  # the queue was cancelled
     assert seen[1] == seen[2] == ["before 0", "before 1"]  # the failing item's own warning included
-    assert not parallel.in_worker() and warnings.showwarning is warnings._showwarning_orig
+    assert not metrics_parallel.in_worker() and warnings.showwarning is warnings._showwarning_orig
     assert warnings.filters == filters
 
 
 def test_recording_in_a_worker_records_what_an_enclosing_ignoring_would_silence_as_the_serial_path_does():
     def fn(i):
-        with parallel.ignoring(RuntimeWarning):
-            _, log = parallel.recording(lambda: warnings.warn("kept", RuntimeWarning))
+        with metrics_parallel.ignoring(RuntimeWarning):
+            _, log = metrics_parallel.recording(lambda: warnings.warn("kept", RuntimeWarning))
             warnings.warn("silenced", RuntimeWarning)
         return [m for _, m, _, _ in log]
 
-    serial, threaded = (parallel.map_threads(fn, range(3), workers=w) for w in (1, 2))
+    serial, threaded = (metrics_parallel.map_threads(fn, range(3), workers=w) for w in (1, 2))
     assert serial == threaded == [["kept"]] * 3
 
 
@@ -116,7 +117,7 @@ def test_cached_scores_in_workers_store_their_own_warnings_only(tmp_path, monkey
 
     with warnings.catch_warnings(record=True) as first:
         warnings.simplefilter("always")
-        assert parallel.map_threads(fn, [0, 1], workers=2) == [0, 1]
+        assert metrics_parallel.map_threads(fn, [0, 1], workers=2) == [0, 1]
     assert [str(w.message) for w in first] == ["from 0", "from 1"]
     for i in (0, 1):  # each entry holds its own computation's warning, and warns it again when served
         with warnings.catch_warnings(record=True) as hit:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from prh_lib.pages import figures, plots
+from prh_lib.pages import figures_sweeps as pages_figures_sweeps
 
 
 def test_heatmap_marks_the_nan_aware_maximum_and_final_pair():
@@ -205,7 +206,7 @@ def test_pca_bands_draw_chance_on_the_relative_scale_and_the_verdicts_thresholds
     assert share(238) == 23 and share(384) == 38  # 9.8 % of rank 238, of a 384-dim language side
     with pytest.raises(ValueError, match="sweep"):
         compression.claim_marks("rank", n=239)
-    fig = figures.plot_sweep_bands(_sweep_agg(score=0.2), sweep="variance", thresholds=marks)
+    fig = pages_figures_sweeps.plot_sweep_bands(_sweep_agg(score=0.2), sweep="variance", thresholds=marks)
     ax = fig.axes[0]
     flat = [ln for ln in ax.lines if len(set(ln.get_ydata())) == 1 and len(ln.get_ydata()) == 2]
     levels = sorted(round(float(ln.get_ydata()[0]), 4) for ln in flat)
@@ -244,7 +245,7 @@ def test_k_sweep_grid_fits_the_page_with_one_legend(n_pairs):
         for s in ("fixed", "max"):
             df[f"{kind} {s}"] = np.linspace(0.1, 0.5, 12)
     df["chance"] = df["k"] / 238
-    fig = figures.plot_sweep({f"pair {i}": df for i in range(n_pairs)}, x="k")
+    fig = pages_figures_sweeps.plot_sweep({f"pair {i}": df for i in range(n_pairs)}, x="k")
     assert len(fig.legends) == 1 and not any(ax.get_legend() for ax in fig.axes)
     assert len(fig.axes) == 3 * n_pairs
     fit = plots.readable(fig)

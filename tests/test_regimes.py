@@ -12,6 +12,8 @@ from fixtures.heldout_rows import summary_from_stacks
 from prh_lib import extract
 from prh_lib.pages import figures
 from prh_lib.pages import sec3_3_regimes as regimes
+from prh_lib.analysis import heldout as analysis_heldout
+from prh_lib.analysis import regimes as analysis_regimes
 from prh_lib.data import Pairs
 from prh_lib.extract import LayerFeatures
 from prh_lib.metrics import mutual_knn_layerwise
@@ -53,30 +55,30 @@ def feats():
 
 def _comparisons():
     return [
-        regimes.Comparison("noise-v", "noise-l", "random-init", "noise (seed 0)", 0),
-        regimes.Comparison("vis", "lang", "unimodal", "vis × lang"),
-        regimes.Comparison("clip:vision", "clip:text", "aligned", "clip (vision × text)"),
-        regimes.Comparison("vis", "vis2", "same-modality", "vis × vis2"),
+        analysis_regimes.Comparison("noise-v", "noise-l", "random-init", "noise (seed 0)", 0),
+        analysis_regimes.Comparison("vis", "lang", "unimodal", "vis × lang"),
+        analysis_regimes.Comparison("clip:vision", "clip:text", "aligned", "clip (vision × text)"),
+        analysis_regimes.Comparison("vis", "vis2", "same-modality", "vis × vis2"),
     ]
 
 
 @pytest.fixture(scope="module")
 def table(feats):
-    return regimes.regime_table(feats, _comparisons(), k=K, n_permutations=99, alpha=0.05, n_boot=50, seed=0)
+    return analysis_regimes.regime_table(feats, _comparisons(), k=K, n_permutations=99, alpha=0.05, n_boot=50, seed=0)
 
 
 # ----------------------------------------------------------------------------------------------- comparisons
 
 
 def test_regime_comparisons_build_names_labels_and_order():
-    cs = regimes.regime_comparisons(unimodal=[["v", "l"], ["v", "m"]], same_modality=[["v", "w"]], seeds=[0, 2],
+    cs = analysis_regimes.regime_comparisons(unimodal=[["v", "l"], ["v", "m"]], same_modality=[["v", "w"]], seeds=[0, 2],
                                     aligned=["org/clip"])
     assert [c.regime for c in cs] == ["random-init"] * 4 + ["unimodal"] * 2 + ["aligned", "same-modality"]
     assert (cs[0].x, cs[0].y, cs[0].seed, cs[0].label) == ("v@random-init:0", "l@random-init:0", 0, "v × l (seed 0)")
     assert (cs[1].x, cs[1].seed) == ("v@random-init:2", 2)
     assert (cs[6].x, cs[6].y) == ("org/clip:vision", "org/clip:text")
     assert len({c.label for c in cs}) == len(cs)
-    only = regimes.regime_comparisons(unimodal=[["v", "l"]], random_init=[["v", "m"]], seeds=[1])
+    only = analysis_regimes.regime_comparisons(unimodal=[["v", "l"]], random_init=[["v", "m"]], seeds=[1])
     assert [(c.x, c.y) for c in only] == [("v@random-init:1", "m@random-init:1"), ("v", "l")]
 
 
@@ -91,7 +93,7 @@ def test_regime_comparisons_build_names_labels_and_order():
 ])
 def test_regime_comparisons_reject_bad_specs(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        regimes.regime_comparisons(**kwargs)
+        analysis_regimes.regime_comparisons(**kwargs)
 
 
 # --------------------------------------------------------------------------------------------------- scoring
@@ -133,11 +135,11 @@ def test_structure_beats_unrelated_features_and_chance(table):
 
 def test_table_errors(feats):
     with pytest.raises(ValueError, match="unknown regimes"):
-        regimes.regime_table(feats, [regimes.Comparison("vis", "lang", "multimodal", "x")], k=K)
+        analysis_regimes.regime_table(feats, [analysis_regimes.Comparison("vis", "lang", "multimodal", "x")], k=K)
     with pytest.raises(ValueError, match="no comparisons"):
-        regimes.regime_table(feats, [], k=K)
+        analysis_regimes.regime_table(feats, [], k=K)
     with pytest.raises(KeyError, match="missing-model"):
-        regimes.regime_table(feats, [regimes.Comparison("vis", "missing-model", "unimodal", "x")], k=K)
+        analysis_regimes.regime_table(feats, [analysis_regimes.Comparison("vis", "missing-model", "unimodal", "x")], k=K)
 
 
 # -------------------------------------------------------------------------------------------- summaries, plots
@@ -151,8 +153,8 @@ def study(feats, tmp_path_factory):
     root = tmp_path_factory.mktemp("results")
     tables = []
     for draw in range(3):
-        t = regimes.regime_table(feats, _comparisons(), k=K, n_permutations=19, n_boot=10, seed=draw)
-        results.write(regimes.regime_rows(t, k=K, n=N, clip_q=0.95), chapter="regimes_test", params={"t": 1},
+        t = analysis_regimes.regime_table(feats, _comparisons(), k=K, n_permutations=19, n_boot=10, seed=draw)
+        results.write(analysis_regimes.regime_rows(t, k=K, n=N, clip_q=0.95), chapter="regimes_test", params={"t": 1},
                       dataset="toy", draw=draw, seed=draw, root=root)
         tables.append(t)
     df = results.load(root=root, chapter="regimes_test", params={"t": 1}, expand_extra=True)
@@ -174,8 +176,8 @@ def test_study_summary_equals_a_recomputation_from_the_draws(study):
     assert list(proj["comparison"]) == ["clip (vision × text)"]
     groups = regimes.regime_groups_over_draws(s)
     raw, cal = groups["toy"]
-    assert list(raw) == [regimes.REGIME_LABELS[r] for r in regimes.REGIMES]
-    v, lo, hi = raw[regimes.REGIME_LABELS["unimodal"]]["vis × lang"]
+    assert list(raw) == [analysis_regimes.REGIME_LABELS[r] for r in analysis_regimes.REGIMES]
+    v, lo, hi = raw[analysis_regimes.REGIME_LABELS["unimodal"]]["vis × lang"]
     row = s[s["comparison"] == "vis × lang"].iloc[0]
     assert (v, hi - v) == pytest.approx((row["score_mean"], row["score_std"]))
 
@@ -215,11 +217,11 @@ def test_floors_decide_whether_a_score_is_read_as_alignment(study, floor, above)
     # Figure 5 draws every regime's own floor, same-modality included (its random-init twins)
     s.loc[s["regime"] == "same-modality", ["floor", "floor kind"]] = [0.42, "random-vision"]
     marks = regimes.regime_floor_marks(s)
-    assert marks["toy"][regimes.REGIME_LABELS["same-modality"]] == (0.42, "random-vision")
-    assert regimes.REGIME_LABELS["random-init"] not in marks["toy"]  # a random-init comparison is a floor itself
+    assert marks["toy"][analysis_regimes.REGIME_LABELS["same-modality"]] == (0.42, "random-vision")
+    assert analysis_regimes.REGIME_LABELS["random-init"] not in marks["toy"]  # a random-init comparison is a floor itself
     fig = figures.regime_figure(regimes.regime_groups_over_draws(s), chance={"toy": K / (N - 1)}, floors=bands,
                                 regime_floors=marks)
-    slot = list(regimes.regime_groups_over_draws(s)["toy"][0]).index(regimes.REGIME_LABELS["same-modality"])
+    slot = list(regimes.regime_groups_over_draws(s)["toy"][0]).index(analysis_regimes.REGIME_LABELS["same-modality"])
     segs = [seg for c in fig.axes[0].collections if hasattr(c, "get_segments") for seg in c.get_segments()]
     assert any(np.allclose(seg[:, 1], 0.42) and seg[0, 0] < slot < seg[1, 0] for seg in segs)
     # the floor's kind is named under the figure, not written over the points
@@ -268,7 +270,7 @@ def test_claims_are_computed_from_held_out_numbers_and_floors(study, feats, tmp_
     chance = K / (N - 1)
     uni = h[h["pair"] == "vis × lang"].iloc[0]
     tf = h[h["pair"] == "vis × tfidf"].iloc[0]
-    expect_uni = uni["ci_low"] > 2 * chance and regimes.floor_margins(h, "vis × lang")["low"].min() > 0
+    expect_uni = uni["ci_low"] > 2 * chance and analysis_heldout.floor_margins(h, "vis × lang")["low"].min() > 0
     assert rows["3.3/unimodal"]["verdict"] == ("reproduces in kind" if expect_uni else "inconclusive"), rows[
         "3.3/unimodal"]["note"]
     assert "is not applied to these small models at N = 60" in rows["3.3/unimodal"]["note"]
@@ -277,11 +279,11 @@ def test_claims_are_computed_from_held_out_numbers_and_floors(study, feats, tmp_
     assert "random-init" in same["rule"]
     if rand_init_floor == "noise":  # the floor is beaten (its test passes); the pair-vs-unimodal test decides alone
         assert "vis × vis2@random-init:0 (random-init floor): needs" not in same["note"]  # not listed as undecided
-        diff = regimes.margin(h, "vis × vis2", "vis × lang")
+        diff = analysis_heldout.margin(h, "vis × vis2", "vis × lang")
         assert same["verdict"] == ("reproduces in kind" if diff["low"] > 0 else
                                    "inconclusive" if diff["estimate"] > 0 else "differs"), same["note"]
     else:  # the random-init twin aligns as well as the trained pair: the paired margin's interval holds 0
-        m = regimes.floor_margins(h, "vis × vis2").iloc[0]
+        m = analysis_heldout.floor_margins(h, "vis × vis2").iloc[0]
         assert m["low"] <= 0 <= m["high"] or m["high"] < 0
         assert same["verdict"] in ("inconclusive", "differs") and "vis2@random-init:0" in same["note"]
     rnd = h[h["pair"].str.contains("@random-init")].iloc[0]
@@ -292,7 +294,7 @@ def test_claims_are_computed_from_held_out_numbers_and_floors(study, feats, tmp_
     r = rows["3.3/random-init"]
     assert "both models random-init, vision × language" in r["claim"]
     assert "both models random-init, vision × language" in r["rule"]
-    fl = regimes.floor_margins(h, "vis × vis2").iloc[0]
+    fl = analysis_heldout.floor_margins(h, "vis × vis2").iloc[0]
     assert f"highest here: vis × vis2@random-init:0 {fl['floor_score']:.3f}" in r["note"], r["note"]
     assert "tested in 3.1/vision-vision and 3.3/same-modality" in r["note"]
     assert "3.3/clip" not in rows  # the fixture's "clip" is no CLIP ViT-L/14 on COCO
@@ -307,12 +309,12 @@ def test_the_summary_counts_floors_beaten_from_the_held_out_paired_margins(study
     s = regimes.with_floors(regimes.study_summary(df), _floors(0.1), MODALITY)
     h = _heldout(feats, tmp_path, rand_init_floor)
     # independent count: a comparison clears its floors when every paired interval's lower end is above 0
-    expect = [p for p in ("vis × lang", "vis × vis2") if (regimes.floor_margins(h, p)["low"] > 0).all()]
+    expect = [p for p in ("vis × lang", "vis × vis2") if (analysis_heldout.floor_margins(h, p)["low"] > 0).all()]
     text = regimes.describe_study(s.assign(dataset="toy"), {}, heldout=h)
     assert f"Held out (the verdicts' numbers): {len(expect)} of 2 trained comparisons" in text
     assert "In-sample" not in text  # the in-sample count of means is no longer the page's count
     if rand_init_floor == "twin":  # the twin's margin holds 0: named with its interval
-        m = regimes.floor_margins(h, "vis × vis2").iloc[0]
+        m = analysis_heldout.floor_margins(h, "vis × vis2").iloc[0]
         assert "vis × vis2 − vis × vis2@random-init:0 (random-init): " + formatting.format_interval(
             m["margin"], m["low"], m["high"]) in text
     # without held-out rows for the dataset, the in-sample count stays, labelled as not the test

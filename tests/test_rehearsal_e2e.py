@@ -19,7 +19,8 @@ from PIL import Image
 
 from prh_lib.data import paper
 from prh_lib import paths
-from prh_lib.run import rehearsal, runner
+from prh_lib.run import book as run_book
+from prh_lib.run import rehearsal
 from prh_lib.run.profiles import get_profile
 
 #: Tallest figure a page may show, in pixels: 12 panels (figures.MAX_PANELS) in two columns and a legend.
@@ -63,7 +64,7 @@ def executed(study, tmp_path_factory):
     from conftest import execute_side_by_side
     from prh_lib.run.schedule import NotebookFailed
 
-    names = runner.available_notebooks()
+    names = run_book.available_notebooks()
     try:
         return execute_side_by_side(names, get_profile("rehearsal"), tmp_path_factory.mktemp("rehearsal-executed"))
     except NotebookFailed as err:  # "<name> failed: ...": the first that failed; the others were stopped
@@ -84,7 +85,7 @@ def test_book_renders_every_page_with_figures_and_the_results_fill(executed, tmp
     shutil.copytree(paths.book_dir(), book, ignore=shutil.ignore_patterns("_build", "*.ipynb"))
     for name, path in executed.items():
         shutil.copy(path, book / f"{name}.ipynb")
-    html = runner.build_book(book, strict=True, quiet=True)
+    html = run_book.build_book(book, strict=True, quiet=True)
     for name in executed:
         page = (html / f"{name}.html").read_text()
         images = re.findall(r"<img[^>]+src=\"([^\"]+\.png)\"", page)

@@ -4,6 +4,7 @@ import pytest
 
 from prh_lib import paths
 from prh_lib.pages import report
+from prh_lib.run import book as run_book
 from prh_lib.run import runner
 from prh_lib.run.profiles import PROFILES, get_profile
 
@@ -53,7 +54,7 @@ def test_profiles():
 
 
 def test_only_declared_parameters_reach_the_notebook(tiny_notebooks):
-    assert runner.available_notebooks() == ["tiny"]  # "_private.py" is not a notebook
+    assert run_book.available_notebooks() == ["tiny"]  # "_private.py" is not a notebook
     out = runner.run_notebook("tiny", {"a": 5, "undeclared": 7}, output_dir=tiny_notebooks / "out", quiet=True)
     assert report.read_record(out, "tiny") == {"a": 5, "b": "x"}
     with pytest.raises(KeyError, match="has no record"):

@@ -9,6 +9,8 @@ import torch
 
 from prh_lib.results import score_cache
 from prh_lib.analysis import core
+from prh_lib.stats import bootstrap as stats_bootstrap
+from prh_lib.stats import calibration as stats_calibration
 from prh_lib.extract.features import LayerFeatures
 
 
@@ -138,7 +140,7 @@ def test_the_null_and_the_bootstrap_are_cached_apart_so_chapters_of_other_sizes_
     x, y = _features("x", 1, n=60, layers=4, dim=16), _features("y", 2, n=60, layers=3, dim=12)
     y = LayerFeatures(y.values + 0.8 * x.values[:3, :, :12], y.layer_labels, y.sample_ids, y.meta)
     calls = {"null": 0, "boot": 0}
-    real_null, real_boot = core.permutation_test_layerwise, core.bootstrap_ci
+    real_null, real_boot = stats_calibration.permutation_test_layerwise, stats_bootstrap.bootstrap_ci
 
     def null(*a, **kw):
         calls["null"] += 1
@@ -183,23 +185,24 @@ def test_misaligned_features_still_raise_before_any_lookup(cache):
 
 
 def test_memoized_sweeps_key_on_every_argument_and_equal_a_recomputation(cache, monkeypatch):
-    from prh_lib.pages import appg_k_n_ablation as ablation, sec3_1b_pca as compression
+    from prh_lib.analysis.ablation import study as ablation_study
+    from prh_lib.analysis.compression import study as compression_study
 
     x, y = _features("x", 1, n=50, layers=3, dim=10), _features("y", 2, n=50, layers=2, dim=6)
-    first = ablation.k_sweep(x, y, ks=[2, 5])
+    first = ablation_study.k_sweep(x, y, ks=[2, 5])
     n_entries = len(_entries(cache))
-    again = ablation.k_sweep(x, y, ks=[2, 5], reference_k=10)  # the default spelled out: the same entry
+    again = ablation_study.k_sweep(x, y, ks=[2, 5], reference_k=10)  # the default spelled out: the same entry
     assert len(_entries(cache)) == n_entries
-    other = ablation.k_sweep(x, y, ks=[2, 6])
+    other = ablation_study.k_sweep(x, y, ks=[2, 6])
     assert len(_entries(cache)) > n_entries and list(other["k"]) == [2, 6]
     monkeypatch.setenv("PRH_SCORE_CACHE", "0")
-    fresh = ablation.k_sweep(x, y, ks=[2, 5])
+    fresh = ablation_study.k_sweep(x, y, ks=[2, 5])
     for df in (again, fresh):
         assert df.equals(first) and df.attrs == first.attrs
     monkeypatch.delenv("PRH_SCORE_CACHE")
-    a = compression.compress_layer_pairs(x, y, {"peak": (1, 1)}, dims=[2, 4], variance=[0.5, 1.0], k=5)
-    b = compression.compress_layer_pairs(x, y, {"peak": (1, 1)}, dims=[2, 4], variance=[0.5, 1.0], k=5)
-    c = compression.compress_layer_pairs(x, y, {"peak": (2, 1)}, dims=[2, 4], variance=[0.5, 1.0], k=5)
+    a = compression_study.compress_layer_pairs(x, y, {"peak": (1, 1)}, dims=[2, 4], variance=[0.5, 1.0], k=5)
+    b = compression_study.compress_layer_pairs(x, y, {"peak": (1, 1)}, dims=[2, 4], variance=[0.5, 1.0], k=5)
+    c = compression_study.compress_layer_pairs(x, y, {"peak": (2, 1)}, dims=[2, 4], variance=[0.5, 1.0], k=5)
     assert [s.labels for s in a] == [s.labels for s in b] and all(
         np.array_equal(s.scores, t.scores) for s, t in zip(a, b))
     assert a[0].labels["layer x"] == "layer.1" and c[0].labels["layer x"] == "layer.2"

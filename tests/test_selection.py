@@ -321,13 +321,14 @@ def test_crossfit_peaks_read_off_candidates_equal_selecting_on_every_half(monkey
     import dataclasses
 
     from prh_lib.stats import selection
+    from prh_lib.metrics import _engines as metrics_engines
 
     rng = np.random.default_rng(5)
     X, Y = _planted(rng, n=80)
     Xi = np.round(X).astype(np.float32)  # ties
     comps = [(X, Y), (Xi, Y), ([X, X], [Y, Xi])]
     fast = selection.crossfit_peaks(comps, k=6, n_splits=3, n_boot=7, seed=2)
-    plain = dataclasses.replace(selection.get_engine("mutual_knn"), subsample_state=None, subsample_candidates=None)
+    plain = dataclasses.replace(metrics_engines.get_engine("mutual_knn"), subsample_state=None, subsample_candidates=None)
     monkeypatch.setattr(selection, "get_engine", lambda name: plain)
     slow = selection.crossfit_peaks(comps, k=6, n_splits=3, n_boot=7, seed=2)
     for a, b in zip(fast, slow):

@@ -26,6 +26,7 @@ import torch
 
 from prh_lib.metrics import kernel as _ker
 from prh_lib.metrics import knn as _knn
+from prh_lib.metrics._neighbours import subsample_candidates
 
 __all__: list[str] = []
 
@@ -79,7 +80,7 @@ def _knn_engine(metric, min_n=2):
     return Engine(prepare, lambda XL: _knn._gram(XL, kind), state, scores, _knn._valid, ("k",),
                   min_n=min_n, needs_k=True, check_finite=False,
                   resample_state=resample_state if plain else None,
-                  subsample_candidates=_knn.subsample_candidates if plain else None,
+                  subsample_candidates=subsample_candidates if plain else None,
                   subsample_state=subsample_state if plain else None)
 
 

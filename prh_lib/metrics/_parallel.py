@@ -1,5 +1,5 @@
-"""Pure computations on several threads, with what a serial loop gives: results, warnings and errors (public
-as :mod:`prh_lib.parallel`; here because the metric kernels, which run in the threads, use it).
+"""Pure computations on several threads, with what a serial loop gives: results, warnings and errors (here, in
+``metrics``, because the metric kernels, which run in the threads, use it).
 
 NumPy and torch release the GIL inside their kernels, so threads use several cores for most of the work
 (:func:`map_threads`). Python's warning machinery is process-wide

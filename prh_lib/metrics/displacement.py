@@ -42,8 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from prh_lib.metrics._validation import as_float64 as _as_float64
-from prh_lib.metrics._validation import check_int
+from prh_lib.metrics._validation import as_float64 as _as_float64, check_int
 
 # the fitted steps (split, whitening, Procrustes), re-exported: this module is the family's one namespace, and
 # the private names are looked up here by the measures (tests patch ``_fit_whitening`` on this module)

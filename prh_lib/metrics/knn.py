@@ -58,7 +58,7 @@ from prh_lib.metrics import _overlap as O
 from prh_lib.metrics import _validation as V
 from prh_lib.metrics._bits import Backend
 from prh_lib.metrics._neighbours import (Hoods, hoods_from_features, hoods_from_similarity, hoods_of_resamples,
-    hoods_of_subsample, subsample_candidates, similarity, warn_zero_rows)
+    hoods_of_subsample, similarity, warn_zero_rows)
 
 __all__ = ["knn_indices", "mutual_knn", "mutual_knn_layerwise", "mutual_knn_chance", "jaccard_knn",
            "jaccard_knn_layerwise", "jaccard_knn_chance", "cycle_knn", "cycle_knn_layerwise", "cknna",

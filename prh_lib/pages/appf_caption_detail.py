@@ -24,10 +24,11 @@ import pandas as pd
 from prh_lib.lm.summaries import target_words, word_count
 
 # the variants and their scores, re-exported: this module stays the chapter's one namespace
-from prh_lib.analysis.captions.study import (detail_alignment, detail_variants, study_alignment, study_variants,  # noqa: F401
-    variant_features)
+from prh_lib.analysis.captions.study import (detail_alignment, detail_variants, study_alignment,  # noqa: F401
+    study_variants)
 from prh_lib.analysis.captions.intervals import order_display, order_intervals  # noqa: F401
 from prh_lib import formatting
+from prh_lib.stats.decision import Test, combine
 
 
 def summary_report(summaries: dict, sources: Sequence[str]) -> pd.DataFrame:
@@ -165,8 +166,8 @@ def findings(summary: pd.DataFrame, *, paper_setting: bool = False,
     iv = (order_intervals[order_intervals["control"] == control].reindex(columns=COLUMNS) if order_intervals is not
           None and len(order_intervals) else pd.DataFrame(columns=COLUMNS))
     taus_iv, pairs_iv = iv[iv["n_lms"] >= 3], iv[iv["n_lms"] == 2]
-    tests = [claims.Test(f"{r['vision model']}: Kendall τ full vs {r['level']:g} (held-out peaks, interval over "
-                         f"images)", float(r["tau"]), float(r["low"]), float(r["high"]), 0.0)
+    tests = [Test(f"{r['vision model']}: Kendall τ full vs {r['level']:g} (held-out peaks, interval over "
+                  f"images)", float(r["tau"]), float(r["low"]), float(r["high"]), 0.0)
              for _, r in taus_iv.iterrows()]
     unresolved, over_pairs = [], []
     for (ds_iv, vm), g in pairs_iv.groupby(["dataset", "vision model"], sort=False):
@@ -180,13 +181,13 @@ def findings(summary: pd.DataFrame, *, paper_setting: bool = False,
                               f"d = {d}")
             over_pairs.append(f"{vm}: d = {d} at the full text")
             continue
-        tests += [claims.Test(f"{vm}: margin of {lead} over {trail} at {r['level']:g} (held-out peaks, interval over "
-                              f"images)", float(r["margin"]), float(r["margin_low"]), float(r["margin_high"]), 0.0,
-                              bounds=(-1.0, 1.0)) for _, r in g.iterrows()]
+        tests += [Test(f"{vm}: margin of {lead} over {trail} at {r['level']:g} (held-out peaks, interval over "
+                       f"images)", float(r["margin"]), float(r["margin_low"]), float(r["margin_high"]), 0.0,
+                       bounds=(-1.0, 1.0)) for _, r in g.iterrows()]
         over_pairs.append(f"{vm}: d = {d} at the full text, margin of {lead} " + ", ".join(
             f"{format_interval(r['margin'], r['margin_low'], r['margin_high'], 3, sign=True)} at {r['level']:g}"
             for _, r in g.iterrows()))
-    t_holds, t_conclusive, t_why = claims.combine(tests) if tests else (True, True, "")
+    t_holds, t_conclusive, t_why = combine(tests) if tests else (True, True, "")
     t_conclusive = t_conclusive and not unresolved
     margins = bool(len(pairs_iv))  # two models, read over images: the order of the means is not needed
     holds = all(lower) and (order_ok or few) and t_holds

@@ -28,8 +28,9 @@ from prh_lib.pages import claims
 from prh_lib.formatting import format_mean_std
 
 # the computation (sweeps, the study over draws), re-exported: this module stays the chapter's one namespace
-from prh_lib.analysis.ablation.study import (aggregate_sweeps, chance_corrected, k_grid, k_sweep, n_grid,  # noqa: F401
-    n_sweep, run_ablation, run_study, subsample_rows, summarize)
+from prh_lib.analysis.ablation.study import (aggregate_sweeps, chance_corrected, k_sweep, run_ablation,  # noqa: F401
+    run_study, summarize)
+from prh_lib.stats.decision import Test, combine
 
 
 def summary_table(results: dict) -> pd.DataFrame:
@@ -246,7 +247,7 @@ def findings(agg: pd.DataFrame, table: pd.DataFrame, *, dataset: str, stable: fl
 
             iv = intervals[intervals["k"] <= max(PAPER_MAX_K_FRACTION * (intervals["n"].max() - 1), intervals["k"].min())]
             tests, _ = regime_order_tests(iv)
-        t_holds, t_conclusive, t_why = claims.combine(tests) if tests else (True, True, "")
+        t_holds, t_conclusive, t_why = combine(tests) if tests else (True, True, "")
         holds = rises and same and t_holds
         steps = ""
         if tests:
@@ -275,8 +276,8 @@ def findings(agg: pd.DataFrame, table: pd.DataFrame, *, dataset: str, stable: fl
         this = (kn + f"spread over N (max − min of the mean) {fr['spread'].min():.3f}-{fr['spread'].max():.3f}, "
                 f"{rel.min():.0%}-{rel.max():.0%} of the mean (N {int(fr['from'].min())}-{int(fr['to'].max())})")
         if ratio_intervals is not None and len(ratio_intervals):
-            tests = [claims.Test(f"relative spread over N ({r['pair']}), conservative bound over image subsets", r["relative"],
-                                 r["low"], r["high"], stable, side="<", bounds=(0.0, float("inf")))  # a spread is >= 0
+            tests = [Test(f"relative spread over N ({r['pair']}), conservative bound over image subsets", r["relative"],
+                          r["low"], r["high"], stable, side="<", bounds=(0.0, float("inf")))  # a spread is >= 0
                      for _, r in ratio_intervals.iterrows()]
             this += "; per pair [conservative simultaneous 95 % bound over image subsets]: " + "; ".join(
                 f"{r['pair']} {r['relative']:.0%} [{r['low']:.0%}, {r['high']:.0%}]" for _, r in ratio_intervals.iterrows())

@@ -29,6 +29,7 @@ from prh_lib.analysis.displacement.procedures import OURS, REFERENCE
 from prh_lib.analysis.displacement.reference import reference_procedure
 from prh_lib.formatting import format_interval, format_number
 from prh_lib.pages import claims as _claims
+from prh_lib.stats.decision import Test, outcome
 
 def setup_page(chapter: str, namespace: dict, *, blas_threads: int | None = 1) -> dict:
     """:func:`prh_lib.pages.report.setup_page` (150 dpi, floats to three decimals), torch limited to
@@ -299,12 +300,12 @@ def ablation_summary(ab: pd.DataFrame) -> pd.DataFrame:
 def _direction(est, lo, hi, sign: int, stay: float) -> str:
     """'holds' / 'inconclusive' / 'differs' for a change expected to rise (+1), fall (-1) or stay (0)."""
     if sign == 0:
-        return _claims.outcome(abs(est), np.nan if not np.isfinite(lo) else max(abs(lo), abs(hi)),
-                               np.nan if not np.isfinite(hi) else max(abs(lo), abs(hi)), stay, side="<") \
+        return outcome(abs(est), np.nan if not np.isfinite(lo) else max(abs(lo), abs(hi)),
+                       np.nan if not np.isfinite(hi) else max(abs(lo), abs(hi)), stay, side="<") \
             if np.isfinite(est) else "differs"
     if sign > 0:
-        return _claims.outcome(est, lo, hi, 0.0, side=">")
-    return _claims.outcome(est, lo, hi, 0.0, side="<")
+        return outcome(est, lo, hi, 0.0, side=">")
+    return outcome(est, lo, hi, 0.0, side="<")
 
 
 def ablation_verdicts(summary: pd.DataFrame, *, stay: float = 0.05) -> pd.DataFrame:
@@ -556,15 +557,15 @@ def claim_rows(summary: pd.DataFrame, hier: pd.DataFrame | None, verdicts: pd.Da
             rows.append(_claims.finding(cid, this_build=None, holds=None, note=f"no {kind} pair in this build"))
             continue
         # the kind's mean over its pairs; the interval is the widest of its pairs' (conservative)
-        gap = _claims.Test("Cross-Model − Pointwise (our procedure)", float(ours["gap"].mean()),
-                           float(ours["gap_low"].min()), float(ours["gap_high"].max()), min_gap)
+        gap = Test("Cross-Model − Pointwise (our procedure)", float(ours["gap"].mean()),
+                   float(ours["gap_low"].min()), float(ours["gap_high"].max()), min_gap)
         if "control_margin" in ours:  # paired: both measured on the same concepts in every replicate
-            ctrl = _claims.Test("Cross-Model − shuffled control", float(ours["control_margin"].mean()),
-                                float(ours["control_margin_low"].min()), float(ours["control_margin_high"].max()))
+            ctrl = Test("Cross-Model − shuffled control", float(ours["control_margin"].mean()),
+                        float(ours["control_margin_low"].min()), float(ours["control_margin_high"].max()))
         else:
-            ctrl = _claims.Test("Cross-Model − shuffled control", float((ours["cross_model"] - ours["cross_model_shuffled"]).mean()),
-                                float((ours["cross_model_low"] - ours["cross_model_shuffled_high"]).min()),
-                                float((ours["cross_model_high"] - ours["cross_model_shuffled_low"]).max()))
+            ctrl = Test("Cross-Model − shuffled control", float((ours["cross_model"] - ours["cross_model_shuffled"]).mean()),
+                        float((ours["cross_model_low"] - ours["cross_model_shuffled_high"]).min()),
+                        float((ours["cross_model_high"] - ours["cross_model_shuffled_low"]).max()))
         over = "concepts" if (ours.get("interval", pd.Series(["splits"])) == "concepts").all() else "splits"
         this = (f"{ours['cross_model'].mean():.3f} vs {ours['pointwise'].mean():.3f} (our procedure); reference code: "
                 f"{ref['cross_model'].mean():.3f} vs {ref['pointwise'].mean():.3f}")
@@ -589,14 +590,14 @@ def claim_rows(summary: pd.DataFrame, hier: pd.DataFrame | None, verdicts: pd.Da
         for (_, r), (_, s) in zip(t.iterrows(), st.iterrows()):
             d = lambda k: (r[k] - s[k], r[k + "_low"] - s[k + "_high"], r[k + "_high"] - s[k + "_low"])  # noqa: E731
             hier_tests += [
-                _claims.Test(f"|variation–parent| ({r['model']})", abs(r["variation_parent"]),
-                             *_abs_interval(r["variation_parent_low"], r["variation_parent_high"]), 0.05, side="<"),
-                _claims.Test(f"child–parent − shuffled tree ({r['model']})", *d("child_parent"), control=True),
+                Test(f"|variation–parent| ({r['model']})", abs(r["variation_parent"]),
+                     *_abs_interval(r["variation_parent_low"], r["variation_parent_high"]), 0.05, side="<"),
+                Test(f"child–parent − shuffled tree ({r['model']})", *d("child_parent"), control=True),
                 # the orthogonality belongs to the tree only where a random parent's variation is not orthogonal
-                _claims.Test(f"|variation–parent|, shuffled tree ({r['model']})", abs(s["variation_parent"]),
-                             *_abs_interval(s["variation_parent_low"], s["variation_parent_high"]), 0.05, control=True)]
-            sib_tests += [_claims.Test(f"siblings ({r['model']})", r["sibling"], r["sibling_low"], r["sibling_high"], side="<"),
-                          _claims.Test(f"siblings − shuffled tree ({r['model']})", *d("sibling"), side="<", control=True)]
+                Test(f"|variation–parent|, shuffled tree ({r['model']})", abs(s["variation_parent"]),
+                     *_abs_interval(s["variation_parent_low"], s["variation_parent_high"]), 0.05, control=True)]
+            sib_tests += [Test(f"siblings ({r['model']})", r["sibling"], r["sibling_low"], r["sibling_high"], side="<"),
+                          Test(f"siblings − shuffled tree ({r['model']})", *d("sibling"), side="<", control=True)]
         # Centroid parents: the variations of a family sum to 0, so neither statistic is about the models
         failed = "" if own.any() else (
             "parents are their children's centroids (ImageNet classes are leaves), so the variations of a family sum to "

@@ -19,11 +19,11 @@ import numpy as np
 import pandas as pd
 
 from prh_lib.pages import claims as _claims
-from prh_lib.analysis.core import AlignmentMatrix  # noqa: F401  (read as ``displacement.AlignmentMatrix``)
 
 # the layer-pair computations, re-exported: this module stays the chapter's one namespace
-from prh_lib.analysis.displacement.study import (MEASURE_NAMES, ViewComparison, best_layers, best_pair_table,  # noqa: F401
-    compare_views, depth_profiles, displacement_matrices, n_components_sweep, pair_kind, views_table)
+from prh_lib.analysis.displacement.study import (MEASURE_NAMES, ViewComparison, best_layers,  # noqa: F401
+    best_pair_table, depth_profiles, n_components_sweep, views_table)
+from prh_lib.stats.decision import Test, combine
 
 
 # --------------------------------------------------------------------------- figures
@@ -312,8 +312,8 @@ def checklist_rows(table: pd.DataFrame, *, step: str = "our procedure", other: s
         held = {label: h for label, h in (heldout or {}).items()
                 if kinds.get(label) == kind and isinstance(h, HeldoutBestPair)}
         if held:
-            tests = [_claims.Test(f"{label}: held-out Cross-Model − Pointwise",
-                                  h.heldout["cross_model"] - h.heldout["pointwise"], *h.gap_interval())
+            tests = [Test(f"{label}: held-out Cross-Model − Pointwise",
+                          h.heldout["cross_model"] - h.heldout["pointwise"], *h.gap_interval())
                      for label, h in held.items()]
             shown = "; ".join(
                 f"{label}: {h.heldout['cross_model']:.3f} [{'%.3f' % h.interval('cross_model')[0]}, "
@@ -327,7 +327,7 @@ def checklist_rows(table: pd.DataFrame, *, step: str = "our procedure", other: s
                 above = sum(t.high < pg for t in tests)
                 gap_note = (f"the paper's gap (+{pg:.2f}) lies above the upper end of {above} of {len(tests)} "
                             "pairs' intervals")
-            ours_fail = not _claims.combine(tests)[0]
+            ours_fail = not combine(tests)[0]
             explained = (f"the {other}'s procedure reproduces the paper's gap ({r[f'{other} verdict']}), and the chapter "
                          "traces it to each model's mean added back after whitening: centred, Cross-Model equals "
                          "Pointwise" if ours_fail and str(r[f"{other} verdict"]).startswith("reproduces") else "")

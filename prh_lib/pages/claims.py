@@ -26,8 +26,6 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from prh_lib.stats.decision import Test, combine, outcome  # noqa: F401 (the pages read claims.Test)
-
 if TYPE_CHECKING:  # pandas is imported where a table is built: the book build reads the checklist without it
     import pandas as pd
 

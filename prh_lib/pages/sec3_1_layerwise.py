@@ -27,7 +27,8 @@ from prh_lib.analysis.core import PairResult
 from prh_lib.analysis.heldout import QUANTITY, floor_margins, floors_table, pooling_variants  # noqa: F401 (the tables)
 
 # the computation (scoring, the study over draws), re-exported: this module stays the chapter's one namespace
-from prh_lib.analysis.layerwise import QUANTITIES, aggregate_peaks, clip_variants, pair_rows, run_study  # noqa: F401
+from prh_lib.analysis.layerwise import aggregate_peaks, clip_variants, pair_rows, run_study  # noqa: F401
+from prh_lib.stats.decision import Test
 
 #: ``"mean ± std"`` over draws (``"mean"`` for one draw), the cells of the page's tables
 _ms = partial(format_mean_std, count=False)
@@ -193,10 +194,10 @@ def findings(agg: pd.DataFrame, heldout: pd.DataFrame, *, dataset: str, alpha: f
             tests += V.above_floors(heldout, r)
             p = float(ins.loc[r["pair"], "p_largest"]) if r["pair"] in ins.index else float("nan")
             if np.isfinite(p):
-                tests.append(claims.Test(f"{r['pair']} alpha − p (largest over draws)", alpha - p + 1e-12,
-                                         alpha - p + 1e-12, alpha - p + 1e-12, 0.0))
-        tests.append(claims.Test(f"best held-out peak ({best['pair']})", float(best["score"]), float(best["ci_low"]),
-                                 float(best["ci_high"]), 0.5, "<"))
+                tests.append(Test(f"{r['pair']} alpha − p (largest over draws)", alpha - p + 1e-12,
+                                  alpha - p + 1e-12, alpha - p + 1e-12, 0.0))
+        tests.append(Test(f"best held-out peak ({best['pair']})", float(best["score"]), float(best["ci_low"]),
+                          float(best["ci_high"]), 0.5, "<"))
         fl = []
         for _, r in cross.iterrows():
             fm = floor_margins(heldout, r["pair"])

@@ -14,11 +14,10 @@ import pandas as pd
 
 from prh_lib.pages import claims
 from prh_lib.formatting import format_mean_std
-from prh_lib.analysis.compression.pca import components_for_variance, default_dims, fit_pca  # noqa: F401
 
 # the computation (sweeps, the study over draws), re-exported: this module stays the chapter's one namespace
 from prh_lib.analysis.compression.study import (PAPER_RANK_SHARE, PROBES, CompressionSweep,  # noqa: F401
-    aggregate_sweeps, compress_layer_pairs, interval_table, pca_sweep, probe_dims, run_study, select_layer_pairs)
+    aggregate_sweeps, interval_table, run_study)
 
 
 def summary_table(sweeps: Sequence[CompressionSweep], *, fraction: float = 0.95,

@@ -27,12 +27,13 @@ from prh_lib.data.benchmarks import BENCHMARKS, missing_counts
 from prh_lib.stats.correlation import correlate, exact_p_floor  # noqa: F401 (read as ``capability.correlate``)
 
 # the computation (the study over draws), re-exported: this module stays the chapter's one namespace
-from prh_lib.analysis.capability.study import (BENCHMARK_DIRECTION, OFFLINE_CAPABILITY, DegenerateLayers,  # noqa: F401
-    capability_rows, heldout_texts, paper_setting, study_alignment, study_sets, vision_features)
+from prh_lib.analysis.capability.study import (BENCHMARK_DIRECTION, OFFLINE_CAPABILITY, capability_rows,  # noqa: F401
+    heldout_texts, paper_setting, study_alignment, study_sets, vision_features)
 from prh_lib.analysis.capability.intervals import image_display, verdict_correlations  # noqa: F401
 from prh_lib.pages import claims
 from prh_lib.pages.verdicts import fisher_n_for_r
 from prh_lib import formatting
+from prh_lib.stats.decision import Test, combine
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -292,11 +293,11 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
                            & (image_corr["method"] == "pearson")]
                 if image_corr is not None and len(image_corr) else pd.DataFrame())
         if peak is not None:
-            t = [claims.Test(f"{vision}: Pearson r (held-out peaks) with MMLU, interval over images",
-                             float(r["r (capability)"]), float(r["low (capability)"]), float(r["high (capability)"]),
-                             bounds=(-1.0, 1.0))
+            t = [Test(f"{vision}: Pearson r (held-out peaks) with MMLU, interval over images",
+                      float(r["r (capability)"]), float(r["low (capability)"]), float(r["high (capability)"]),
+                      bounds=(-1.0, 1.0))
                  for _, r in pimg.iterrows()]
-            i_holds, i_conc, i_why = claims.combine(t) if t else (True, True, "")
+            i_holds, i_conc, i_why = combine(t) if t else (True, True, "")
             shown = "".join(f"; over images (held-out peak): {r['r']:+.2f} [{r['ci low']:+.2f}, {r['ci high']:+.2f}]"
                             for _, r in pimg.iterrows())
             rows.append(claims.finding("3.2/capability-trend",
@@ -306,11 +307,11 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
                                        note=i_why.replace("cannot decide: ", "over images, cannot decide: ")
                                        or ("" if len(pimg) else "no interval over images was computed")))
         if peak is not None and final is not None:
-            t = [claims.Test(f"{vision}: Pearson r with MMLU, held-out peak − final layers, paired interval over "
-                             "images", float(r["peak − final (capability)"]), float(r["peak − final low"]),
-                             float(r["peak − final high"]), bounds=(-2.0, 2.0))
+            t = [Test(f"{vision}: Pearson r with MMLU, held-out peak − final layers, paired interval over "
+                      "images", float(r["peak − final (capability)"]), float(r["peak − final low"]),
+                      float(r["peak − final high"]), bounds=(-2.0, 2.0))
                  for _, r in pimg.iterrows() if "peak − final (capability)" in r]
-            d_holds, d_conc, d_why = claims.combine(t) if t else (True, True, "")
+            d_holds, d_conc, d_why = combine(t) if t else (True, True, "")
             shown = "".join(f"; over images (held-out peak − final, paired): {r['peak − final (capability)']:+.2f} "
                             f"[{r['peak − final low']:+.2f}, {r['peak − final high']:+.2f}]"
                             for _, r in pimg.iterrows() if "peak − final (capability)" in r)
@@ -334,12 +335,12 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
     untestable = too_few_models(n_models, methods=list(dict.fromkeys(peak["method"])))
     img = (image_corr[(image_corr["dataset"] == main_dataset) & (image_corr["capability"] == "bpb")]
            if image_corr is not None and len(image_corr) else pd.DataFrame())
-    tests = [claims.Test(f"{r['vision']}: {r['method']} r (held-out peaks) with capability (= −r with bits per "
-                         "byte), interval over images",
-                         float(r["r (capability)"]), float(r["low (capability)"]), float(r["high (capability)"]), 0.0,
-                         bounds=(-1.0, 1.0))
+    tests = [Test(f"{r['vision']}: {r['method']} r (held-out peaks) with capability (= −r with bits per "
+                  "byte), interval over images",
+                  float(r["r (capability)"]), float(r["low (capability)"]), float(r["high (capability)"]), 0.0,
+                  bounds=(-1.0, 1.0))
              for _, r in img.iterrows()]
-    img_holds, img_conclusive, img_why = claims.combine(tests) if tests else (True, True, "")
+    img_holds, img_conclusive, img_why = combine(tests) if tests else (True, True, "")
     n_img = (f" (r per draw on the study's draws; the interval over images on all {int(img['images'].iloc[0])} images)"
              if len(img) and "images" in img else "")
     over_images = ("; over images (held-out peaks, r with bits per byte, 95 % CI): " + "; ".join(
@@ -375,11 +376,11 @@ def _findings(corr: pd.DataFrame, *, main_dataset: str, comparable: bool = False
     else:
         shown = "; ".join(f"{v}: final {r['final']:+.2f} vs peak {r['peak']:+.2f}" for v, r in both.iterrows())
         pear = img[img["method"] == "pearson"] if len(img) and "peak − final (capability)" in img else pd.DataFrame()
-        d_tests = [claims.Test(f"{r['vision']}: Pearson r with capability, held-out peak − final layers, paired "
-                               "interval over images", float(r["peak − final (capability)"]),
-                               float(r["peak − final low"]), float(r["peak − final high"]), 0.0, bounds=(-2.0, 2.0))
+        d_tests = [Test(f"{r['vision']}: Pearson r with capability, held-out peak − final layers, paired "
+                        "interval over images", float(r["peak − final (capability)"]),
+                        float(r["peak − final low"]), float(r["peak − final high"]), 0.0, bounds=(-2.0, 2.0))
                    for _, r in pear.iterrows()]
-        d_holds, d_conclusive, d_why = claims.combine(d_tests) if d_tests else (True, True, "")
+        d_holds, d_conclusive, d_why = combine(d_tests) if d_tests else (True, True, "")
         d_shown = ("; over images (held-out peak − final, paired 95 % CI): " + "; ".join(
             f"{r['vision']} {r['peak − final (capability)']:+.2f} [{r['peak − final low']:+.2f}, "
             f"{r['peak − final high']:+.2f}]" for _, r in pear.iterrows())) if len(pear) else ""

@@ -34,8 +34,9 @@ from prh_lib.formatting import format_interval
 
 # the comparisons and the study, re-exported: this module stays the chapter's one namespace
 from prh_lib.analysis.regimes import (Comparison, PEAK, REGIMES, REGIME_LABELS, SHUFFLED,  # noqa: F401
-    comparison_table, regime_comparisons, regime_rows, regime_table, run_study)
+    comparison_table, regime_comparisons, run_study)
 from prh_lib import formatting, results
+from prh_lib.stats.decision import Test
 
 
 # --------------------------------------------------------------------------------- from the results table
@@ -378,10 +379,10 @@ def regime_claims(summary: pd.DataFrame, projection: pd.DataFrame | None = None,
         tests = []
         for _, r in uni.iterrows():
             if paper_n:  # the paper's absolute 0.3 only for its own models at its N
-                tests.append(claims.Test(f"{r['pair']} held-out peak", r["score"], r["ci_low"], r["ci_high"], 0.3))
+                tests.append(Test(f"{r['pair']} held-out peak", r["score"], r["ci_low"], r["ci_high"], 0.3))
             else:
-                tests.append(claims.Test(f"{r['pair']} held-out peak − 2× chance", r["score"] - 2 * chance,
-                                         r["ci_low"] - 2 * chance, r["ci_high"] - 2 * chance, 0.0))
+                tests.append(Test(f"{r['pair']} held-out peak − 2× chance", r["score"] - 2 * chance,
+                                  r["ci_low"] - 2 * chance, r["ci_high"] - 2 * chance, 0.0))
             tests += V.above_floors(h, r)
         note = ("" if paper_n else
                 f"the paper's absolute 0.3 is for its models (up to 8B parameters) at N = 1024 and is not applied to "
@@ -418,7 +419,7 @@ def regime_claims(summary: pd.DataFrame, projection: pd.DataFrame | None = None,
                                                                         f"{best_uni['score']:.3f}"})
     if len(rnd):
         bound = near_chance * chance
-        tests = [claims.Test(f"{r['pair']} held-out peak", r["score"], r["ci_low"], r["ci_high"], bound, "<")
+        tests = [Test(f"{r['pair']} held-out peak", r["score"], r["ci_low"], r["ci_high"], bound, "<")
                  for _, r in rnd.iterrows()]
         m = float(rnd["score"].mean())
         row("3.3/random-init", tests,

@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from prh_lib.pages import claims
-from prh_lib.stats.intervals import paired_interval
 from prh_lib.analysis.heldout import QUANTITY, floor_margins, margin
 from prh_lib.formatting import format_interval, format_number
+from prh_lib.stats.decision import Test
+from prh_lib.stats.intervals import paired_interval
 
 __all__ = ["caption_trained", "model_caveats", "without_flagged", "sanity_table", "unimodal_first", "comparisons_of", "above_chance", "above_floors", "above_pair", "ratio_above", "depth_tests",
            "peak_above_final", "power_note", "held_text", "fisher_n_for_r"]
@@ -130,55 +130,55 @@ def comparisons_of(summary: pd.DataFrame, regime: str | None = None) -> pd.DataF
     return c if regime is None else c[c["regime"] == regime]
 
 
-def above_chance(r: pd.Series) -> claims.Test:
+def above_chance(r: pd.Series) -> Test:
     """Held-out peak above chance k/(N-1) (its interval's lower bound above it)."""
     ch = float(r["chance"])
-    return claims.Test(f"{r['pair']} held-out peak − chance", float(r["score"]) - ch, float(r["ci_low"]) - ch,
-                       float(r["ci_high"]) - ch, 0.0)
+    return Test(f"{r['pair']} held-out peak − chance", float(r["score"]) - ch, float(r["ci_low"]) - ch,
+                float(r["ci_high"]) - ch, 0.0)
 
 
-def above_floors(summary: pd.DataFrame, r: pd.Series, kinds=None) -> list[claims.Test]:
+def above_floors(summary: pd.DataFrame, r: pd.Series, kinds=None) -> list[Test]:
     """One test per floor of the comparison ``r`` (optionally of some kinds): paired margin above 0, marked as
     this book's control (:func:`prh_lib.stats.decision.readings`)."""
     fm = floor_margins(summary, r["pair"])
     if kinds is not None:
         fm = fm[fm["kind"].isin(kinds)]
-    return [claims.Test(f"{r['pair']} − {f['floor']} ({f['kind']} floor)", f["margin"], f["low"], f["high"], 0.0,
-                        control=True) for _, f in fm.iterrows()]
+    return [Test(f"{r['pair']} − {f['floor']} ({f['kind']} floor)", f["margin"], f["low"], f["high"], 0.0,
+                 control=True) for _, f in fm.iterrows()]
 
 
-def above_pair(summary: pd.DataFrame, a: str, b: str) -> claims.Test:
+def above_pair(summary: pd.DataFrame, a: str, b: str) -> Test:
     """Paired difference ``a − b`` of two comparisons on the same images, above 0."""
     m = margin(summary, a, b)
-    return claims.Test(f"{a} − {b}", m["estimate"], m["low"], m["high"], 0.0)
+    return Test(f"{a} − {b}", m["estimate"], m["low"], m["high"], 0.0)
 
 
-def ratio_above(summary: pd.DataFrame, a: str, b: str, threshold: float) -> claims.Test:
+def ratio_above(summary: pd.DataFrame, a: str, b: str, threshold: float) -> Test:
     """Paired ratio ``a / b`` of two held-out peaks above ``threshold``."""
     m = margin(summary, a, b, ratio=True)
-    return claims.Test(f"{a} / {b}", m["estimate"], m["low"], m["high"], threshold)
+    return Test(f"{a} / {b}", m["estimate"], m["low"], m["high"], threshold)
 
 
-def depth_tests(r: pd.Series, threshold: float, side: str) -> list[claims.Test]:
+def depth_tests(r: pd.Series, threshold: float, side: str) -> list[Test]:
     """The held-out peak's mean relative depth on each side against ``threshold`` (with intervals)."""
-    return [claims.Test(f"{r['pair']} depth of {r[f'model_{s}']}", float(r[f"depth_{s}"]),
-                        float(r[f"depth_{s}_low"]), float(r[f"depth_{s}_high"]), threshold, side)
+    return [Test(f"{r['pair']} depth of {r[f'model_{s}']}", float(r[f"depth_{s}"]),
+                 float(r[f"depth_{s}_low"]), float(r[f"depth_{s}_high"]), threshold, side)
             for s in ("x", "y")]
 
 
-def late_over_early(r: pd.Series) -> claims.Test:
+def late_over_early(r: pd.Series) -> Test:
     """Share of the held-out selections in the late third of both models minus the share in the early third of
     both (relative depth > 2/3, resp. < 1/3), with its interval over images, above 0: a mean depth above 0.5 can
     average a late and an early choice, this cannot."""
-    return claims.Test(f"{r['pair']} late-third minus early-third share of selections", float(r["late_minus_early"]),
-                       float(r["lme_low"]), float(r["lme_high"]), 0.0)
+    return Test(f"{r['pair']} late-third minus early-third share of selections", float(r["late_minus_early"]),
+                float(r["lme_low"]), float(r["lme_high"]), 0.0)
 
 
-def peak_above_final(r: pd.Series) -> claims.Test:
+def peak_above_final(r: pd.Series) -> Test:
     """Held-out peak minus the final-layer pair's score on the same halves (paired), above 0."""
     lo, hi = paired_interval(r["reps"], r["final_reps"], estimates=(r["score"], r["final_half"]))
-    return claims.Test(f"{r['pair']} held-out peak − final layers", float(r["score"]) - float(r["final_half"]),
-                       lo, hi, 0.0)
+    return Test(f"{r['pair']} held-out peak − final layers", float(r["score"]) - float(r["final_half"]),
+                lo, hi, 0.0)
 
 
 def power_note(tests) -> str:

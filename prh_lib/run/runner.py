@@ -31,8 +31,7 @@ from prh_lib.run import freshness, schedule
 from prh_lib import paths, progress
 from prh_lib.run.profiles import PROFILES, get_profile
 from prh_lib.pages.report import declared_defaults, declared_parameters
-from prh_lib.run.book import (PARAMETERS_PROMPT, PLACEHOLDER_KEY, BookBuildError, available_notebooks, build_book,  # noqa: F401  (re-exported: prh-run's pages and the book build)
-    fold_parameters, is_placeholder, toc_notebooks, write_placeholders)
+from prh_lib.run.book import BookBuildError, available_notebooks, build_book, fold_parameters
 
 
 def parse_override(text: str) -> tuple[str, object]:

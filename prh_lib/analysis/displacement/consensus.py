@@ -28,9 +28,9 @@ import pandas as pd
 
 from prh_lib.extract.features import LayerFeatures, check_aligned
 from prh_lib.metrics import displacement as D
+from prh_lib.metrics._whitening import fit_whitening, procrustes, split_indices
 from prh_lib.metrics.knn import mutual_knn, mutual_knn_chance
-from prh_lib.metrics._validation import as_float64 as _as_float64
-from prh_lib.metrics._validation import check_int, check_k
+from prh_lib.metrics._validation import as_float64 as _as_float64, check_int, check_k
 
 #: Subspaces reported by :func:`consensus_summary`, in order.
 SUBSPACES = ("full", "shared", "random", "private")
@@ -76,12 +76,12 @@ class ConsensusResult:
 
 def _generalized_procrustes(Z: list, max_iter: int, tol: float) -> tuple[list, int]:
     """Gower's GPA [2]_: rotate each ``Z[m]`` towards the running mean until the loss settles."""
-    Q = [np.eye(Z[0].shape[1])] + [D.procrustes(z, Z[0]) for z in Z[1:]]
+    Q = [np.eye(Z[0].shape[1])] + [procrustes(z, Z[0]) for z in Z[1:]]
     total = sum(float(np.sum(z * z)) for z in Z)
     prev = np.inf
     for it in range(1, max_iter + 1):
         G = sum(z @ q for z, q in zip(Z, Q)) / len(Z)
-        Q = [D.procrustes(z, G) for z in Z]
+        Q = [procrustes(z, G) for z in Z]
         loss = sum(float(np.sum((z @ q - G) ** 2)) for z, q in zip(Z, Q))
         if prev - loss <= tol * total:
             break
@@ -194,12 +194,12 @@ def consensus_subspaces(
     n_shared = check_int(n_shared, "n_shared", low=1)
     n_private = n_shared if n_private is None else check_int(n_private, "n_private", low=1)
     max_iter = check_int(max_iter, "max_iter", low=1)
-    train, test = D.split_indices(n, test_fraction=test_fraction, seed=seed)
+    train, test = split_indices(n, test_fraction=test_fraction, seed=seed)
 
     whitenings = []
     for m, f in enumerate(F):
         try:
-            whitenings.append(D.fit_whitening(f[train], n_components=n_components, eps=eps))
+            whitenings.append(fit_whitening(f[train], n_components=n_components, eps=eps))
         except ValueError as err:  # name the model: the message only knows "X_train"
             raise ValueError(f"training rows of features[{m}]: {err}") from None
     r = min(w.n_components for w in whitenings)

@@ -22,8 +22,8 @@ import numpy as np
 from sklearn.decomposition import PCA
 
 from prh_lib.metrics import displacement as D
-from prh_lib.metrics._validation import as_float64 as _as_float64
-from prh_lib.metrics._validation import check_int
+from prh_lib.metrics._whitening import procrustes
+from prh_lib.metrics._validation import as_float64 as _as_float64, check_int
 
 #: Pairings of step 5: ``"predecessor"`` (the reference's), ``"random"`` (ours: sampled pairs).
 PAIRINGS = ("predecessor", "random")
@@ -212,7 +212,7 @@ def reference_procedure(X, Y, *, n_components: int = 100, train_size: int = 10_0
     fit_rows = None if whiten_rows == "all" else train
     Za, ma = reference_whitening(X, n_components=n_components, seed=seed, fit_rows=fit_rows)
     Zb, mb = reference_whitening(Y, n_components=n_components, seed=seed, fit_rows=fit_rows)
-    R = D.procrustes(Zb[train], Za[train])
+    R = procrustes(Zb[train], Za[train])
     A, B = Za[ev], Zb[ev] @ R
     na, nb = float(np.mean(np.sum(A * A, 1))), float(np.mean(np.sum(B * B, 1)))
     rho = float(np.mean(np.sum(A * B, 1))) / np.sqrt(na * nb)
