@@ -37,7 +37,7 @@ def main() -> None:
 
     ds = data.load_dataset("coco-folder")
     variants, _ = captions_study.detail_variants(ds, n=args.n, seed=0, max_captions=5,
-                                           fractions=[0.1, 0.25, 0.5, 0.75], summary_model=None)
+                                                 fractions=[0.1, 0.25, 0.5, 0.75], summary_model=None)
     sets = [v["pairs"] for name, v in variants.items() if "(subset)" not in name]
     model = models.load_model(args.model)
     texts = list(dict.fromkeys(t for p in sets for t in p.texts))

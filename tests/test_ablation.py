@@ -109,7 +109,7 @@ def test_unrelated_pairing_scores_chance_after_correction():
 def test_calibrated_columns_and_summaries():
     x, y = _models(4)
     res = ablation_study.run_ablation({"vis": x, "lang": y}, [("vis", "lang")], ks=[2, 5], ns=[40, 80], k=5, n_seeds=2,
-                                n_permutations=19)
+                                      n_permutations=19)
     assert set(res) == {"k", "n fixed k", "n fixed k/N"}
     ksw = res["k"]["vis × lang"]
     assert {"calibrated fixed", "p fixed", "null mean fixed"} <= set(ksw.columns)

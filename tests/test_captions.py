@@ -140,7 +140,7 @@ def test_summarize_rejects_bad_options(kwargs, match):
 def test_detail_variants_without_a_generator():
     ds = data.load_dataset("coco-folder")
     variants, summaries = captions_study.detail_variants(ds, n=12, seed=1, max_captions=3, fractions=[0.25, 0.5],
-                                                   summary_model=None, summary_rows=[0, 3, 5])
+                                                         summary_model=None, summary_rows=[0, 3, 5])
     assert summaries == {}
     assert list(variants) == ["concat-1", "concat-2", "concat-3", "concat-1 (subset)", "concat-2 (subset)",
                               "concat-3 (subset)", "truncation-1", "summary-1", "truncation-0.25", "truncation-0.5"]
@@ -201,7 +201,7 @@ def test_detail_alignment_reuses_rows_and_scores_each_variant(monkeypatch):
     monkeypatch.setattr(models, "load_model", lambda name, **k: loads.append(name) or f"loaded {name}")
     ds = data.load_dataset("coco-folder")
     variants, _ = captions_study.detail_variants(ds, n=20, seed=2, max_captions=2, fractions=[0.5], summary_model=None,
-                                           summary_rows=list(range(0, 20, 2)))
+                                                 summary_rows=list(range(0, 20, 2)))
     vision = {"vis": _text_features([s + "img" for s in variants["concat-1"]["pairs"].sample_ids],
                                     variants["concat-1"]["pairs"].sample_ids, "vis")}
 
@@ -234,7 +234,7 @@ def test_detail_alignment_reuses_rows_and_scores_each_variant(monkeypatch):
     calls.clear()
     with pytest.warns(RuntimeWarning, match="degenerate"):
         t2 = captions_study.detail_alignment(vision, same, ["lang"], k=3, clip_q=None,
-                                       tokenizers={"lang": Tok()}).set_index("variant")
+                                             tokenizers={"lang": Tok()}).set_index("variant")
     assert np.isnan(t2.loc["truncation-0.5", "peak"]) and t2.loc["truncation-0.5", "peak layers"].startswith("undefined")
     assert np.isnan(t2.loc["truncation-0.5", "corrected peak"])
     assert t2.drop(index="truncation-0.5")["peak"].notna().all()
@@ -263,7 +263,7 @@ def test_study_variants_over_draws_share_parents_and_rotate_caption_draws():
              {"name": "seeds", "source": "coco-folder", "n_pairs": 10, "repetitions": 2}]
     draws = data.study_draws(specs)
     variants, summaries = captions_study.study_variants(specs, draws, max_captions=3, fractions=[0.5],
-                                                  summary_model=None)
+                                                        summary_model=None)
     assert summaries == {}
     scored = {n: v for n, v in variants.items() if v["score"]}
     parents = {n: v for n, v in variants.items() if not v["score"]}

@@ -158,12 +158,12 @@ def test_default_dims_grid():
 
 def test_min_dims():
     s = compression_study.CompressionSweep(np.array([1, 2, 3, 4]), np.array([9] * 4), np.array([.2, .5, .8, 1.]),
-                                     np.array([0.1, 0.19, 0.18, 0.2]), 0.2, None, "x", "original", 5, 40, (4, 9))
+                                           np.array([0.1, 0.19, 0.18, 0.2]), 0.2, None, "x", "original", 5, 40, (4, 9))
     assert s.min_dims(0.95) == 2  # 0.19 >= 0.95 * 0.2
     assert s.min_dims(0.5) == 1
     assert s.min_dims(1.0) == 4
     s2 = compression_study.CompressionSweep(np.array([1, 2]), np.array([9] * 2), np.array([.5, .9]), np.array([0.1, 0.15]),
-                                      0.2, None, "x", "original", 5, 40, (2, 9))
+                                            0.2, None, "x", "original", 5, 40, (2, 9))
     assert s2.min_dims(0.95) is None
     assert s.chance == pytest.approx(5 / 39)
 

@@ -72,7 +72,7 @@ def table(feats):
 
 def test_regime_comparisons_build_names_labels_and_order():
     cs = analysis_regimes.regime_comparisons(unimodal=[["v", "l"], ["v", "m"]], same_modality=[["v", "w"]], seeds=[0, 2],
-                                    aligned=["org/clip"])
+                                             aligned=["org/clip"])
     assert [c.regime for c in cs] == ["random-init"] * 4 + ["unimodal"] * 2 + ["aligned", "same-modality"]
     assert (cs[0].x, cs[0].y, cs[0].seed, cs[0].label) == ("v@random-init:0", "l@random-init:0", 0, "v × l (seed 0)")
     assert (cs[1].x, cs[1].seed) == ("v@random-init:2", 2)
