@@ -104,7 +104,6 @@ REFERENCE = {"forward-lm": 1.73, "forward-cnn": 2.92, "mutual-knn": 0.49, "read-
 REFERENCE_LM_DTYPE = "bfloat16"
 
 
-
 def _worker(name: str, core: int, repeats: int, start, out) -> None:
     os.sched_setaffinity(0, {core})
     torch.set_num_threads(1)
@@ -149,8 +148,8 @@ def main(argv=None) -> None:
         for name in args.workloads:
             t = run(name, cores[:1], args.repeats)[0]
             cells.append(f"{name} {t:.2f} s ({t / REFERENCE[name]:.2f}x the reference's {REFERENCE[name]:.2f} s)")
-            if name == "forward-lm" and _lm_dtype() != REFERENCE_LM_DTYPE:  # no native bf16: another workload
-                cells[-1] += f" in {_lm_dtype()}, the reference's in {REFERENCE_LM_DTYPE}"
+            if name == "forward-lm" and (dtype := _lm_dtype()) != REFERENCE_LM_DTYPE:  # no native bf16
+                cells[-1] += f" in {dtype}, the reference's in {REFERENCE_LM_DTYPE}"
         print("one core, one torch thread: " + "; ".join(cells), flush=True)
         return
     if len(cores) < 2:

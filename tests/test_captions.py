@@ -506,7 +506,8 @@ def test_order_intervals_of_two_models_are_paired_margins(monkeypatch, seed):
     assert col in table.columns and "Kendall τ [95 % CI over images]" not in table
     assert table[col].str.startswith("a over b: +0.010 [").all()  # the leader named, the margin's sign its lead
     unresolved = iv.assign(full_low=-0.01)  # the full-text interval holds 0: no leader, the margins are not read
-    assert captions_intervals.order_display(unresolved)[col].str.startswith("not read: no leader at the full text (a ahead").all()
+    shown = captions_intervals.order_display(unresolved)[col]
+    assert shown.str.startswith("not read: no leader at the full text (a ahead").all()
     assert table["difference at the full text [95 % CI over images]"].str.startswith("a − b: +0.020 [").all()
 
 

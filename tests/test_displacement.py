@@ -48,7 +48,8 @@ def test_split_partitions_and_is_seeded(n, frac):
 
 
 def test_split_seed_changes_split():
-    assert not np.array_equal(metrics_whitening.split_indices(100, seed=0)[1], metrics_whitening.split_indices(100, seed=1)[1])
+    assert not np.array_equal(metrics_whitening.split_indices(100, seed=0)[1],
+                              metrics_whitening.split_indices(100, seed=1)[1])
 
 
 @pytest.mark.parametrize("n,frac", [(3, 0.5), (10, 0.95), (10, 0.0), (10, 1.0)])

@@ -128,7 +128,7 @@ def test_reference_with_all_steps_ours_is_our_pipeline_on_the_reference_split():
     res = dref.reference_procedure(X, Y, n_components=10, train_size=200, seed=7, whiten_rows="train",
                                  add_means=False, pairing="random", n_pairs=3000)
     train, ev = dref.reference_split(400, train_size=200, seed=7)
-    wx, wy = metrics_whitening.fit_whitening(X[train], n_components=10), metrics_whitening.fit_whitening(Y[train], n_components=10)
+    wx, wy = (metrics_whitening.fit_whitening(Z[train], n_components=10) for Z in (X, Y))
     Zx, Zy = wx.transform(X), wy.transform(Y)
     R = metrics_whitening.procrustes(Zy[train], Zx[train])
     ours = D.cosine_measures(Zx[ev], Zy[ev] @ R, n_pairs=3000, seed=7)

@@ -138,8 +138,9 @@ def test_table_errors(feats):
         analysis_regimes.regime_table(feats, [analysis_regimes.Comparison("vis", "lang", "multimodal", "x")], k=K)
     with pytest.raises(ValueError, match="no comparisons"):
         analysis_regimes.regime_table(feats, [], k=K)
+    missing = analysis_regimes.Comparison("vis", "missing-model", "unimodal", "x")
     with pytest.raises(KeyError, match="missing-model"):
-        analysis_regimes.regime_table(feats, [analysis_regimes.Comparison("vis", "missing-model", "unimodal", "x")], k=K)
+        analysis_regimes.regime_table(feats, [missing], k=K)
 
 
 # -------------------------------------------------------------------------------------------- summaries, plots
@@ -218,7 +219,8 @@ def test_floors_decide_whether_a_score_is_read_as_alignment(study, floor, above)
     s.loc[s["regime"] == "same-modality", ["floor", "floor kind"]] = [0.42, "random-vision"]
     marks = regimes.regime_floor_marks(s)
     assert marks["toy"][analysis_regimes.REGIME_LABELS["same-modality"]] == (0.42, "random-vision")
-    assert analysis_regimes.REGIME_LABELS["random-init"] not in marks["toy"]  # a random-init comparison is a floor itself
+    # a random-init comparison is a floor itself
+    assert analysis_regimes.REGIME_LABELS["random-init"] not in marks["toy"]
     fig = figures.regime_figure(regimes.regime_groups_over_draws(s), chance={"toy": K / (N - 1)}, floors=bands,
                                 regime_floors=marks)
     slot = list(regimes.regime_groups_over_draws(s)["toy"][0]).index(analysis_regimes.REGIME_LABELS["same-modality"])

@@ -328,7 +328,8 @@ def test_crossfit_peaks_read_off_candidates_equal_selecting_on_every_half(monkey
     Xi = np.round(X).astype(np.float32)  # ties
     comps = [(X, Y), (Xi, Y), ([X, X], [Y, Xi])]
     fast = selection.crossfit_peaks(comps, k=6, n_splits=3, n_boot=7, seed=2)
-    plain = dataclasses.replace(metrics_engines.get_engine("mutual_knn"), subsample_state=None, subsample_candidates=None)
+    plain = dataclasses.replace(metrics_engines.get_engine("mutual_knn"), subsample_state=None,
+                                subsample_candidates=None)
     monkeypatch.setattr(selection, "get_engine", lambda name: plain)
     slow = selection.crossfit_peaks(comps, k=6, n_splits=3, n_boot=7, seed=2)
     for a, b in zip(fast, slow):
