@@ -384,15 +384,15 @@ def test_a_model_that_is_not_causal_is_caught_by_the_prefix_check(tmp_path, monk
 
     texts = ["a dog runs", "a dog runs on the grass"]
     model = models.load_model(str(tiny_llama(tmp_path / "tiny-llama", texts)))
-    forward = model.layer_outputs
+    real = model.layer_outputs
 
     def leaky(**kw):  # every position sees the mean of the whole sequence: not causal
-        hs = forward(**kw)
+        hs = real(**kw)
         return [h + h.mean(dim=1, keepdim=True) for h in hs]
 
     monkeypatch.setattr(model, "layer_outputs", leaky)
     with pytest.raises(RuntimeError, match="not causal"):
-        extract._extract_text_shared(model, texts, batch_size=2, max_length=None, progress=False)
+        forward._extract_text_shared(model, texts, batch_size=2, max_length=None, progress=False)
 
 
 def test_repeated_sets_of_pairs_are_extracted_once_and_prefetch_fills_the_cache(tmp_path, monkeypatch):
@@ -437,8 +437,8 @@ def test_shared_prefixes_in_bfloat16_pass_the_check_within_its_round_off(tmp_pat
 
     texts = ["a dog runs", "a dog runs on the grass near a red bus", "two cats sleep", "two cats sleep on a sofa"]
     model = models.load_model(str(tiny_llama(tmp_path / "tiny-llama", texts, hidden=64)), dtype=torch.bfloat16)
-    shared = extract._extract_text_shared(model, texts, batch_size=4, max_length=None, progress=False)[0]["mean"]
-    alone, _ = extract._extract_text(model, texts, batch_size=1, padding_side="right", max_length=None, progress=False)
+    shared = forward._extract_text_shared(model, texts, batch_size=4, max_length=None, progress=False)[0]["mean"]
+    alone, _ = forward._extract_text(model, texts, batch_size=1, padding_side="right", max_length=None, progress=False)
     rel = float((shared - alone).abs().max() / alone.abs().max())
     assert rel < forward.prefix_tolerance(torch.bfloat16)
 
